@@ -1,0 +1,101 @@
+// Package ratelimit owns pixlimit's rate limiting: the algorithm and its Lua script, the Redis
+// keys, the decision over several keys, the RateLimit headers, the fail modes and the Echo
+// middleware. Its state lives in Redis, so every API replica enforces one limit together.
+//
+// # The sliding-window log
+//
+// A policy admits at most Limit requests per identity in any interval of length Window. Each
+// identity has a Redis sorted set holding one entry per admitted request, scored by the time it
+// was admitted. To decide a request at time now, the script (sliding_log.lua) drops the entries
+// scored at or before now-Window, counts what is left and, only if the count is below Limit,
+// adds an entry for this request. That is the whole algorithm, and it is exact: the count is the
+// number of admissions in the last Window, not an estimate.
+//
+// There is no 2× burst at a window boundary, because there is no boundary. A fixed window
+// (one counter per calendar minute) lets a client spend its limit at 12:00:59 and again at
+// 12:01:00: twice the limit in two seconds. Here the window ends wherever now is, so the 10
+// requests admitted at 12:00:59 stay counted until 12:01:59, and any interval of one Window
+// admits at most Limit (TestNoBoundaryBurst checks every such interval of a long random run).
+//
+// The price is memory: one entry per admitted request (about 30 bytes while a key holds
+// up to 128 entries in Redis's compact listpack encoding: a full key at limit 10 costs 344 bytes,
+// measured by TestMemoryPerKey with MEMORY USAGE), where a counter or GCRA costs one number. For
+// limits in the tens, as a bank's login and transfers have, that is a good trade for exactness.
+//
+// # One script, one round trip, one clock
+//
+// Counting and recording happen in one Lua script because Redis runs a script alone: no other
+// decision, from any replica, can slip between "9 requests counted" and "10th recorded". A
+// read-then-write from Go (ZCARD, then ZADD) would let two replicas both read 9 and both write.
+// The script is sent once and then run by its SHA1 (EVALSHA, falling back to EVAL when the server
+// has not seen it), so a decision is one round trip.
+//
+// The time is read inside the script from Redis TIME, never from the replica: replicas' clocks
+// drift, and a replica running 2 seconds fast would otherwise expire other replicas' entries
+// early. One clock, the server's, makes every replica agree on what "the last Window" means.
+// (Tests inject time through an unexported hook so they step through windows without sleeping.)
+//
+// # Refused requests are not recorded
+//
+// A refused request adds nothing, so a client that insists while blocked does not push its own
+// unblocking later: Retry-After is the time until the oldest counted entry leaves the window,
+// and hammering does not move it. This also means an attacker cannot use refused traffic to keep
+// a key full forever; only admitted requests count.
+//
+// Every admission gets a unique member (a random 72-bit request id), so two requests in the same
+// microsecond are two entries. The same id sent again (a retry of one request whose answer was
+// lost) finds itself already recorded and is admitted without counting twice.
+//
+// Every key gets a TTL of one Window each time an entry is added; the newest entry outlives the
+// others, so the key lives exactly as long as it has something to count and no key is ever left
+// without a TTL.
+//
+// # Several keys in one decision
+//
+// The login limits the client IP and the account document at once. AllowAll decides all checks
+// in one script: the request is admitted only if every key has room, and is then recorded in
+// every key; if any key is full it is recorded in none, so a refusal consumes nobody's quota.
+// The client is told about the worst key (least Remaining; on a tie the longer Reset), and
+// RateLimit-Policy lists all of them, so a refusal by the IP key and one by the document key
+// look the same.
+//
+// This works on a single Redis node, where any keys may share a script. In Redis Cluster, keys in
+// different hash slots cannot: the IP key and the document key hash to different slots (each
+// key's hash tag is its own identity). The design that carries over is reserve-then-compensate:
+// run the script on each key in turn, recording under the same request id; if a later key
+// refuses, remove the id from the keys that admitted it (ZREM by member is exact precisely
+// because members are unique ids). Refused requests still consume nothing in the end, but for the
+// few hundred microseconds between a reservation and its compensation the reserved slot is
+// taken, so a concurrent request on that key can be refused that a single-node decision would
+// have admitted: the error is only ever on the strict side, never an extra admission. That costs
+// one round trip per key instead of one in all; it is the Cluster issue's to build.
+//
+// # Keys
+//
+// A key is prefix:policy:{hash}, where hash is HMAC-SHA256 of the identity under a secret
+// (Options.KeySecret), truncated to 128 bits. No CPF, account or IP appears in Redis in clear,
+// and without the secret a dump cannot be reversed by hashing every possible CPF (there are only
+// about 10^9). The braces are a Cluster hash tag. IPv6 clients are limited by their /64
+// (IPIdentity), since one subscriber is usually given a whole /64.
+//
+// # When Redis cannot answer
+//
+// Each decision has a budget (Options.Timeout, REDIS_TIMEOUT): a context deadline covers the
+// round trip, and ClientOptions bounds every dial, read, write and pool wait by it and disables
+// retries, so no request waits longer than the budget for the limiter. Past the budget, each
+// policy's FailMode answers: FailClosed refuses with 429 rate_limiter_unavailable and
+// Retry-After of Options.FailClosedRetryAfter (login and PIX: an unlimited password or money
+// route is the bigger risk); FailOpen serves the request without RateLimit headers (statement:
+// refusing customers their balance is the bigger harm). Outages are logged per policy at most
+// once per Options.OutageLogEvery, with how many failures were held back, and recovery is logged
+// once. Nothing needs a restart: after Redis returns, go-redis redials within about a second
+// (TestFailModes measures it) and decisions resume.
+//
+// # Performance
+//
+// One decision is one EVALSHA. The script issues 6 Redis commands per key when it admits
+// (TIME, ZREMRANGEBYSCORE, ZCARD, ZADD, PEXPIRE, ZRANGE) and 5 when it refuses; each redis.call
+// costs about a microsecond of bridging, which is why the script checks for a retried request
+// only when a key is full and otherwise lets ZADD NX say so. docs/benchmarks.md has the figures
+// against go-redis/redis_rate (GCRA) on the same server and the command that produced them.
+package ratelimit

@@ -1,0 +1,66 @@
+package ratelimit
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"hash"
+	"net/netip"
+	"sync"
+)
+
+// keyer turns (policy, identity) into a Redis key:
+//
+//	prefix:policy:{hash}
+//
+// hash is HMAC-SHA256(secret, identity) truncated to 128 bits and base64url-encoded. Keyed, so
+// that no CPF, account or IP is readable in Redis, and a leaked dump cannot be reversed by hashing
+// the 200 million possible CPFs; truncated, because 128 bits leave collisions out of reach and
+// keep the key short. The braces make the hash a Redis Cluster hash tag, so every key of one
+// identity lives in one slot.
+type keyer struct {
+	prefix string
+	macs   sync.Pool // of hash.Hash; hmac.New allocates more than the hashing costs
+}
+
+func newKeyer(prefix string, secret []byte) *keyer {
+	secret = append([]byte(nil), secret...)
+	return &keyer{
+		prefix: prefix,
+		macs:   sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }},
+	}
+}
+
+const hashLen = 16 // bytes of the HMAC kept in the key
+
+func (k *keyer) key(policy, identity string) string {
+	mac := k.macs.Get().(hash.Hash)
+	mac.Reset()
+	mac.Write([]byte(identity))
+	var sum [sha256.Size]byte
+	mac.Sum(sum[:0])
+	k.macs.Put(mac)
+
+	enc := base64.RawURLEncoding
+	b := make([]byte, 0, len(k.prefix)+len(policy)+4+enc.EncodedLen(hashLen))
+	b = append(b, k.prefix...)
+	b = append(b, ':')
+	b = append(b, policy...)
+	b = append(b, ":{"...)
+	b = enc.AppendEncode(b, sum[:hashLen])
+	b = append(b, '}')
+	return string(b)
+}
+
+// IPIdentity is the identity of a client address for a Check. An IPv4 address (also one mapped
+// into IPv6) stands for itself. An IPv6 address stands for its /64: one subscriber usually holds
+// a whole /64 and can pick any address in it at will, so limiting single IPv6 addresses would
+// limit nothing.
+func IPIdentity(addr netip.Addr) string {
+	addr = addr.Unmap()
+	if addr.Is4() {
+		return addr.String()
+	}
+	p, _ := addr.WithZone("").Prefix(64)
+	return p.String()
+}

@@ -1,0 +1,80 @@
+package ratelimit
+
+import (
+	"net/netip"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var keyPattern = regexp.MustCompile(`^rl:[a-z0-9_-]{1,32}:\{[A-Za-z0-9_-]{22}\}$`)
+
+func TestKeyShape(t *testing.T) {
+	k := newKeyer("rl", testSecret)
+	got := k.key("login-account", "52998224725")
+	if !keyPattern.MatchString(got) {
+		t.Errorf("key %q does not match %v", got, keyPattern)
+	}
+	if strings.Contains(got, "52998224725") {
+		t.Errorf("key %q holds the CPF in clear", got)
+	}
+	if other := newKeyer("rl", []byte("another secret, another fleet...")).key("login-account", "52998224725"); other == got {
+		t.Error("two secrets give the same key: the hash is not keyed")
+	}
+}
+
+func FuzzKey(f *testing.F) {
+	f.Add("pix", "acct-1", "acct-2")
+	f.Add("login-ip", "2001:db8::1", "")
+	f.Fuzz(func(t *testing.T, policy, a, b string) {
+		if (Policy{Name: policy, Limit: 1, Window: 1e9}).validate() != nil {
+			t.Skip()
+		}
+		k := newKeyer("rl", testSecret)
+		ka, kb := k.key(policy, a), k.key(policy, b)
+		if !keyPattern.MatchString(ka) {
+			t.Fatalf("key %q does not match %v", ka, keyPattern)
+		}
+		if ka != k.key(policy, a) {
+			t.Fatal("key is not deterministic")
+		}
+		if (a == b) != (ka == kb) {
+			t.Fatalf("identities %q, %q → keys %q, %q", a, b, ka, kb)
+		}
+		if len(a) >= 8 && strings.Contains(ka, a) {
+			t.Fatalf("key %q holds the identity %q in clear", ka, a)
+		}
+	})
+}
+
+func TestIPIdentity(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"198.51.100.7", "198.51.100.7"},
+		{"::ffff:198.51.100.7", "198.51.100.7"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::/64"},
+		{"2001:db8:1:2::1", "2001:db8:1:2::/64"},
+		{"fe80::1%eth0", "fe80::/64"},
+	}
+	for _, tt := range tests {
+		if got := IPIdentity(netip.MustParseAddr(tt.in)); got != tt.want {
+			t.Errorf("IPIdentity(%s) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func FuzzIPIdentity(f *testing.F) {
+	f.Add([]byte("0123456789abcdef"), []byte("0123456789abcdeg"))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		if len(a) != 16 || len(b) != 16 {
+			t.Skip()
+		}
+		x, y := netip.AddrFrom16([16]byte(a)), netip.AddrFrom16([16]byte(b))
+		if x.Is4In6() || y.Is4In6() {
+			t.Skip()
+		}
+		samePrefix := string(a[:8]) == string(b[:8])
+		if got := IPIdentity(x) == IPIdentity(y); got != samePrefix {
+			t.Fatalf("%v, %v: same identity = %v, same /64 = %v", x, y, got, samePrefix)
+		}
+	})
+}

@@ -1,0 +1,417 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/redistest"
+)
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+const budget = 100 * time.Millisecond
+
+// replicas returns n Limiters, each with its own client of srv: stand-ins for API replicas.
+func replicas(t *testing.T, srv *redistest.Server, n int) []*Limiter {
+	t.Helper()
+	ls := make([]*Limiter, n)
+	for i := range ls {
+		c := srv.Client(func(o *redis.Options) { ClientOptions(o, budget) })
+		l, err := New(c, Options{KeySecret: testSecret, Timeout: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls[i] = l
+	}
+	return ls
+}
+
+func newTestLimiter(t *testing.T) (*Limiter, *redis.Client, *redistest.Server) {
+	t.Helper()
+	srv := redistest.Start(t)
+	l := replicas(t, srv, 1)[0]
+	return l, srv.Client(nil), srv
+}
+
+// clock is an injected time for the script, so tests step through windows without sleeping.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+func (c *clock) Set(t time.Time)     { c.mu.Lock(); c.now = t; c.mu.Unlock() }
+
+func withClock(l *Limiter) *clock {
+	c := &clock{now: time.UnixMicro(1_800_000_000_000_000)}
+	l.now = c.Now
+	return c
+}
+
+func mustAllow(t *testing.T, l *Limiter, checks ...Check) Decision {
+	t.Helper()
+	d, err := l.AllowAll(context.Background(), checks...)
+	if err != nil {
+		t.Fatalf("AllowAll: %v", err)
+	}
+	return d
+}
+
+func policy(name string, limit int, window time.Duration) Policy {
+	return Policy{Name: name, Limit: limit, Window: window}
+}
+
+func TestReplicasAdmitExactlyTheLimit(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ls := replicas(t, srv, 3)
+	pix := policy("pix", 10, time.Minute)
+	ip, doc := policy("login-ip", 10, time.Minute), policy("login-account", 5, time.Minute)
+
+	tests := []struct {
+		name   string
+		checks []Check
+		want   int
+	}{
+		{"one key", []Check{{pix, "acct-1"}}, 10},
+		{"two keys, the smaller limit binds", []Check{{ip, "198.51.100.7"}, {doc, "52998224725"}}, 5},
+		{"two keys, the other binds", []Check{{doc, "39053344705"}, {policy("wide", 3, time.Minute), "x"}}, 3},
+	}
+	for _, tt := range tests {
+		var allowed, refused atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 50 {
+			wg.Go(func() {
+				d, err := ls[g%len(ls)].AllowAll(context.Background(), tt.checks...)
+				if err != nil {
+					t.Errorf("%s: %v", tt.name, err)
+					return
+				}
+				if d.Allowed {
+					allowed.Add(1)
+				} else {
+					refused.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if got := allowed.Load(); got != int64(tt.want) {
+			t.Errorf("%s: 50 concurrent requests over 3 replicas: %d admitted, want exactly %d", tt.name, got, tt.want)
+		}
+		if got := refused.Load(); got != int64(50-tt.want) {
+			t.Errorf("%s: %d refused, want %d", tt.name, got, 50-tt.want)
+		}
+	}
+}
+
+func TestRefusalByOneKeyRecordsNothingInTheOther(t *testing.T) {
+	t.Parallel()
+	l, rdb, _ := newTestLimiter(t)
+	withClock(l)
+	ip, doc := policy("login-ip", 10, time.Minute), policy("login-account", 2, time.Minute)
+	full := Check{doc, "11144477735"}
+	for range 2 {
+		mustAllow(t, l, full)
+	}
+	other := Check{ip, "203.0.113.9"}
+	for i := range 5 {
+		d := mustAllow(t, l, other, full)
+		if d.Allowed {
+			t.Fatalf("request %d admitted with the document key full", i)
+		}
+		if got, want := d.Policy.Name, "login-account"; got != want {
+			t.Errorf("worst policy = %q, want %q", got, want)
+		}
+		if got, want := d.Results[0].Remaining, 10; got != want {
+			t.Errorf("IP key remaining = %d, want %d (nothing recorded)", got, want)
+		}
+	}
+	n, err := rdb.ZCard(context.Background(), l.keys.key(ip.Name, other.Identity)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("IP key holds %d entries after 5 refusals by the document key, want 0", n)
+	}
+}
+
+func TestWorstKeyIsReported(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	clk := withClock(l)
+	a, b := policy("a", 4, time.Minute), policy("b", 4, 2*time.Minute)
+	mustAllow(t, l, Check{a, "x"}) // a: 1 entry at t0
+	clk.Add(10 * time.Second)
+	d := mustAllow(t, l, Check{a, "x"}, Check{b, "x"}) // a: 2 entries, b: 1
+	if got, want := d.Policy.Name, "a"; got != want {
+		t.Errorf("worst = %q, want %q (fewer remaining)", got, want)
+	}
+	if got, want := d.Remaining, 2; got != want {
+		t.Errorf("remaining = %d, want %d", got, want)
+	}
+	if got, want := d.Reset, 50*time.Second; got != want {
+		t.Errorf("reset = %v, want %v (oldest entry of a leaves the window)", got, want)
+	}
+	mustAllow(t, l, Check{b, "x"}) // a: 2, b: 2: tie on remaining, b resets later
+	d = mustAllow(t, l, Check{a, "x"}, Check{b, "x"})
+	if got, want := d.Policy.Name, "b"; got != want {
+		t.Errorf("on a tie, worst = %q, want %q (longer reset)", got, want)
+	}
+}
+
+// TestNoBoundaryBurst drives random traffic through many windows and checks the defining
+// property of a sliding window: any interval one window long admits at most the limit.
+func TestNoBoundaryBurst(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	clk := withClock(l)
+	p := policy("pix", 10, time.Minute)
+	rng := rand.New(rand.NewPCG(1, 2))
+
+	// The classic attack on a fixed window: the limit just before a boundary, again just after.
+	clk.Add(59 * time.Second)
+	for range 10 {
+		if !mustAllow(t, l, Check{p, "burst"}).Allowed {
+			t.Fatal("first 10 refused")
+		}
+	}
+	clk.Add(2 * time.Second)
+	for i := range 10 {
+		if mustAllow(t, l, Check{p, "burst"}).Allowed {
+			t.Fatalf("request %d admitted 2s after 10 others: a 2x burst across the boundary", i)
+		}
+	}
+
+	var admitted []time.Time
+	for range 3000 {
+		clk.Add(time.Duration(rng.IntN(4000)) * time.Millisecond)
+		if mustAllow(t, l, Check{p, "random"}).Allowed {
+			admitted = append(admitted, clk.Now())
+		}
+	}
+	for i, start := range admitted {
+		j := sort.Search(len(admitted), func(j int) bool { return !admitted[j].Before(start.Add(p.Window)) })
+		if n := j - i; n > p.Limit {
+			t.Fatalf("%d requests admitted in the window starting at request %d, want at most %d", n, i, p.Limit)
+		}
+	}
+	// 3000 requests 2s apart on average span about 100 windows: at most about 1000 fit.
+	if len(admitted) < 900 {
+		t.Fatalf("only %d of 3000 admitted: the limiter refused more than the limit asks", len(admitted))
+	}
+}
+
+func TestInsistingDoesNotExtendTheBlock(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	clk := withClock(l)
+	p := policy("pix", 10, time.Minute)
+	c := Check{p, "ana"}
+	for i := range 10 {
+		clk.Add(time.Second) // admitted at t0+1s … t0+10s
+		if d := mustAllow(t, l, c); !d.Allowed || d.Remaining != 9-i {
+			t.Fatalf("request %d: allowed=%v remaining=%d, want true, %d", i, d.Allowed, d.Remaining, 9-i)
+		}
+	}
+	t0 := clk.Now()
+	d := mustAllow(t, l, c)
+	if d.Allowed {
+		t.Fatal("11th request admitted")
+	}
+	unblock := t0.Add(d.RetryAfter)
+	if got, want := d.RetryAfter, 51*time.Second; got != want {
+		t.Fatalf("RetryAfter = %v, want %v (first entry at t0-9s leaves the 60s window)", got, want)
+	}
+	for range 200 { // hammer the full key: the unblock time never moves
+		clk.Add(250 * time.Millisecond)
+		d := mustAllow(t, l, c)
+		if d.Allowed {
+			t.Fatalf("admitted at %v, before the unblock time %v", clk.Now().Sub(t0), unblock.Sub(t0))
+		}
+		if got := clk.Now().Add(d.RetryAfter); !got.Equal(unblock) {
+			t.Fatalf("hammering moved the unblock time to %v, want %v", got.Sub(t0), unblock.Sub(t0))
+		}
+	}
+	clk.Set(unblock.Add(-time.Microsecond))
+	if mustAllow(t, l, c).Allowed {
+		t.Fatal("admitted 1µs before RetryAfter elapsed")
+	}
+	clk.Set(unblock)
+	if !mustAllow(t, l, c).Allowed {
+		t.Fatal("refused when RetryAfter elapsed")
+	}
+	if d := mustAllow(t, l, c); d.Allowed {
+		t.Fatal("two admitted when RetryAfter elapsed, want exactly one")
+	} else if got, want := d.RetryAfter, time.Second; got != want {
+		t.Errorf("next RetryAfter = %v, want %v (the second entry is 1s younger)", got, want)
+	}
+}
+
+func TestRetryOfTheSameRequestCountsOnce(t *testing.T) {
+	t.Parallel()
+	l, rdb, _ := newTestLimiter(t)
+	p := policy("pix", 3, time.Minute)
+	checks := []Check{{p, "ana"}, {policy("second", 3, time.Minute), "ana"}}
+	for range 5 {
+		d, err := l.decide(context.Background(), "same-request", checks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("retry: allowed=%v remaining=%d, want true, 2", d.Allowed, d.Remaining)
+		}
+	}
+	for _, c := range checks {
+		if n := rdb.ZCard(context.Background(), l.keys.key(c.Policy.Name, c.Identity)).Val(); n != 1 {
+			t.Errorf("%s holds %d entries after 5 runs of one request, want 1", c.Policy.Name, n)
+		}
+	}
+}
+
+func TestSameMicrosecondBothCount(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	withClock(l) // the clock never moves: every request in the same microsecond
+	p := policy("pix", 5, time.Minute)
+	for i := range 5 {
+		if d := mustAllow(t, l, Check{p, "ana"}); !d.Allowed || d.Remaining != 4-i {
+			t.Fatalf("request %d: allowed=%v remaining=%d, want true, %d", i, d.Allowed, d.Remaining, 4-i)
+		}
+	}
+	if mustAllow(t, l, Check{p, "ana"}).Allowed {
+		t.Fatal("6th request in the same microsecond admitted")
+	}
+}
+
+func TestEveryKeyHasATTLWithinItsWindow(t *testing.T) {
+	t.Parallel()
+	l, rdb, _ := newTestLimiter(t)
+	ctx := context.Background()
+	windows := map[string]time.Duration{"pix": time.Minute, "login-ip": 10 * time.Minute, "login-account": 10 * time.Minute}
+	for i := range 30 {
+		mustAllow(t, l, Check{policy("pix", 3, windows["pix"]), fmt.Sprint("acct-", i%4)})
+		mustAllow(t, l, Check{policy("login-ip", 4, windows["login-ip"]), "ip"},
+			Check{policy("login-account", 2, windows["login-account"]), fmt.Sprint("doc-", i%3)})
+	}
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 4+1+3 {
+		t.Fatalf("%d keys, want 8: %v", len(keys), keys)
+	}
+	for _, k := range keys {
+		ttl, err := rdb.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var name string
+		fmt.Sscanf(k, "rl:%s", &name)
+		w := windows[name[:len(name)-len(":{0123456789012345678901}")]]
+		if ttl <= 0 || ttl > w {
+			t.Errorf("key %s: TTL %v, want in (0, %v]", k, ttl, w)
+		}
+	}
+}
+
+func TestMemoryPerKey(t *testing.T) {
+	t.Parallel()
+	l, rdb, _ := newTestLimiter(t)
+	p := policy("pix", 10, time.Minute)
+	for range 10 {
+		mustAllow(t, l, Check{p, "ana"})
+	}
+	bytes, err := rdb.MemoryUsage(context.Background(), l.keys.key(p.Name, "ana")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("MEMORY USAGE of a full key at limit 10: %d bytes", bytes)
+	if bytes >= 500 {
+		t.Errorf("a full key at limit 10 costs %d bytes, want well under 500", bytes)
+	}
+}
+
+// TestRedisClock uses Redis TIME, as production does, with a short real window.
+func TestRedisClock(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	p := policy("short", 3, 500*time.Millisecond)
+	for range 3 {
+		if !mustAllow(t, l, Check{p, "x"}).Allowed {
+			t.Fatal("refused under the limit")
+		}
+	}
+	d := mustAllow(t, l, Check{p, "x"})
+	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > p.Window {
+		t.Fatalf("4th: allowed=%v RetryAfter=%v, want refused with 0 < RetryAfter <= %v", d.Allowed, d.RetryAfter, p.Window)
+	}
+	time.Sleep(d.RetryAfter + 5*time.Millisecond)
+	if !mustAllow(t, l, Check{p, "x"}).Allowed {
+		t.Fatal("refused after RetryAfter elapsed")
+	}
+}
+
+func TestOutageIsDecidedWithinBudget(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l := replicas(t, srv, 1)[0]
+	c := Check{policy("pix", 10, time.Minute), "ana"}
+	mustAllow(t, l, c) // connected and warm
+
+	outage := func(what string) {
+		t.Helper()
+		for range 3 {
+			start := time.Now()
+			_, err := l.AllowAll(context.Background(), c)
+			elapsed := time.Since(start)
+			if !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("%s: err = %v, want ErrUnavailable", what, err)
+			}
+			if elapsed > budget+50*time.Millisecond {
+				t.Errorf("%s: decision took %v, want within the %v budget", what, elapsed, budget)
+			}
+		}
+	}
+	srv.Pause()
+	outage("paused server")
+	srv.Resume()
+	if !mustAllow(t, l, c).Allowed {
+		t.Fatal("refused after resume")
+	}
+	srv.Kill()
+	outage("killed server")
+	srv.Restart()
+	if d := mustAllow(t, l, c); !d.Allowed || d.Remaining != 9 {
+		t.Fatalf("after restart: allowed=%v remaining=%d, want true, 9 (an empty server)", d.Allowed, d.Remaining)
+	}
+}
+
+func TestBadPolicyIsAnError(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	for _, p := range []Policy{
+		{Name: "", Limit: 1, Window: time.Second},
+		{Name: "Pix", Limit: 1, Window: time.Second},
+		{Name: "a b", Limit: 1, Window: time.Second},
+		{Name: "pix", Limit: 0, Window: time.Second},
+		{Name: "pix", Limit: 1, Window: 0},
+		{Name: "pix", Limit: 1, Window: 1500 * time.Microsecond},
+	} {
+		if _, err := l.Allow(context.Background(), p, "x"); err == nil || errors.Is(err, ErrUnavailable) {
+			t.Errorf("policy %+v: err = %v, want a configuration error", p, err)
+		}
+	}
+	if _, err := New(redis.NewClient(&redis.Options{}), Options{KeySecret: []byte("short")}); err == nil {
+		t.Error("New with a 5-byte secret: want an error")
+	}
+}
