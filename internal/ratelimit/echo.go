@@ -54,8 +54,10 @@ func (l *Limiter) Enforce(c echo.Context, checks ...Check) error {
 	}
 	SetHeaders(c.Response().Header(), d)
 	if !d.Allowed {
+		// The body never names the key that refused: a login refused by its IP key and one refused
+		// by its document key read the same.
 		return refuse(c, d.RetryAfter, "rate_limit_exceeded",
-			"too many requests for policy "+d.Policy.Name+"; retry after the time given", nil)
+			"too many requests; retry after the time given", nil)
 	}
 	return nil
 }

@@ -1,0 +1,220 @@
+package pixlimit_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit"
+	"github.com/pixlimit/pixlimit/internal/config"
+	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/redistest"
+)
+
+// TestMalformedRequests sends what a careless or hostile client might: every answer is a 4xx
+// with a JSON error body, and no balance moves.
+func TestMalformedRequests(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), map[string]string{
+		"PIX_LIMIT": "1000", "STATEMENT_LIMIT": "1000", "LOGIN_IP_LIMIT": "1000", "LOGIN_ACCOUNT_LIMIT": "1000",
+	})
+	tokens := make([]string, len(demo))
+	for i, d := range demo {
+		tokens[i] = a.token(d.document, d.password)
+	}
+	balances := func() (b []int64) {
+		for _, tok := range tokens {
+			b = append(b, a.balance(tok))
+		}
+		return b
+	}
+	before := balances()
+	ana := "Bearer " + tokens[0]
+	big := `{"key":"bruno@example.com","amount_cents":1,"description":"` + strings.Repeat("x", 20_000) + `"}`
+	none := "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJhY2N0LWFuYSIsImV4cCI6OTk5OTk5OTk5OX0."
+	expired := "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhY2N0LWFuYSIsImV4cCI6MX0.c2lnbmF0dXJl"
+
+	tests := []struct {
+		name, method, path, body string
+		headers                  []string
+		want                     int
+	}{
+		// login
+		{"login: empty body", "POST", "/v1/login", "", nil, 400},
+		{"login: not JSON", "POST", "/v1/login", "document=1", nil, 400},
+		{"login: truncated JSON", "POST", "/v1/login", `{"document":"529`, nil, 400},
+		{"login: array", "POST", "/v1/login", `[]`, nil, 400},
+		{"login: null", "POST", "/v1/login", `null`, nil, 400},
+		{"login: unknown field", "POST", "/v1/login", `{"document":"52998224725","password":"x","admin":true}`, nil, 400},
+		{"login: number document", "POST", "/v1/login", `{"document":52998224725,"password":"x"}`, nil, 400},
+		{"login: bad check digit", "POST", "/v1/login", `{"document":"52998224726","password":"x"}`, nil, 400},
+		{"login: all-equal CPF", "POST", "/v1/login", `{"document":"111.111.111-11","password":"x"}`, nil, 400},
+		{"login: letters", "POST", "/v1/login", `{"document":"abc","password":"x"}`, nil, 400},
+		{"login: no password", "POST", "/v1/login", `{"document":"52998224725"}`, nil, 400},
+		{"login: 73-byte password", "POST", "/v1/login", `{"document":"52998224725","password":"` + strings.Repeat("p", 73) + `"}`, nil, 400},
+		{"login: two objects", "POST", "/v1/login", `{"document":"52998224725","password":"x"}{}`, nil, 400},
+		{"login: text/plain", "POST", "/v1/login", `{"document":"52998224725","password":"x"}`, []string{"Content-Type", "text/plain"}, 415},
+		{"login: huge body", "POST", "/v1/login", `{"document":"` + strings.Repeat("1", 20_000) + `"}`, nil, 413},
+		{"login: GET", "GET", "/v1/login", "", nil, 405},
+		// authentication
+		{"pix: no token", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":1}`, []string{"Authorization", ""}, 401},
+		{"pix: garbage token", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":1}`, []string{"Authorization", "Bearer abc.def.ghi"}, 401},
+		{"pix: alg none", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":1}`, []string{"Authorization", "Bearer " + none}, 401},
+		{"pix: expired", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":1}`, []string{"Authorization", "Bearer " + expired}, 401},
+		{"pix: Basic", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":1}`, []string{"Authorization", "Basic YTpi"}, 401},
+		{"statement: no token", "GET", "/v1/statement", "", []string{"Authorization", ""}, 401},
+		// PIX bodies
+		{"pix: empty body", "POST", "/v1/pix", "", nil, 400},
+		{"pix: zero", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":0}`, nil, 400},
+		{"pix: negative", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":-100}`, nil, 400},
+		{"pix: fraction", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":15.5}`, nil, 400},
+		{"pix: exponent", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":1e3}`, nil, 400},
+		{"pix: overflow", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":9223372036854775808}`, nil, 400},
+		{"pix: huge", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":1e400}`, nil, 400},
+		{"pix: string amount", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":"100"}`, nil, 400},
+		{"pix: missing amount", "POST", "/v1/pix", `{"key":"bruno@example.com"}`, nil, 400},
+		{"pix: missing key", "POST", "/v1/pix", `{"amount_cents":100}`, nil, 400},
+		{"pix: bad e-mail", "POST", "/v1/pix", `{"key":"bruno@","amount_cents":100}`, nil, 400},
+		{"pix: bad phone", "POST", "/v1/pix", `{"key":"+55 11 98765-4321","amount_cents":100}`, nil, 400},
+		{"pix: bad CPF", "POST", "/v1/pix", `{"key":"39053344706","amount_cents":100}`, nil, 400},
+		{"pix: bad UUID", "POST", "/v1/pix", `{"key":"zzzzzzzz-e89b-42d3-a456-426614174000","amount_cents":100}`, nil, 400},
+		{"pix: unknown field", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100,"from":"acct-bruno"}`, nil, 400},
+		{"pix: long description", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100,"description":"` + strings.Repeat("d", 141) + `"}`, nil, 400},
+		{"pix: control character", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100,"description":"a\u0000b"}`, nil, 400},
+		{"pix: bad Idempotency-Key", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100}`, []string{"Idempotency-Key", "has spaces"}, 400},
+		{"pix: long Idempotency-Key", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100}`, []string{"Idempotency-Key", strings.Repeat("k", 65)}, 400},
+		{"pix: huge body", "POST", "/v1/pix", big, nil, 413},
+		{"pix: form content type", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100}`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 415},
+		// statement
+		{"statement: limit 0", "GET", "/v1/statement?limit=0", "", nil, 400},
+		{"statement: limit 101", "GET", "/v1/statement?limit=101", "", nil, 400},
+		{"statement: limit abc", "GET", "/v1/statement?limit=abc", "", nil, 400},
+		{"statement: limit -1", "GET", "/v1/statement?limit=-1", "", nil, 400},
+		{"statement: POST", "POST", "/v1/statement", "", nil, 405},
+		// elsewhere
+		{"unknown route", "GET", "/v1/admin", "", nil, 404},
+	}
+	if len(tests) < 40 {
+		t.Fatalf("%d cases, want at least 40", len(tests))
+	}
+	for _, tt := range tests {
+		headers := append([]string{"Authorization", ana}, tt.headers...)
+		var body any
+		if tt.method == http.MethodPost {
+			body = tt.body // with the JSON content type, even when empty
+		}
+		r := a.do(tt.method, tt.path, body, headers...)
+		if r.status != tt.want {
+			t.Errorf("%s: %v, want %d", tt.name, r, tt.want)
+			continue
+		}
+		if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+			t.Errorf("%s: Content-Type %q, want JSON", tt.name, ct)
+		}
+		if code, _ := r.json(t)["error"].(string); code == "" {
+			t.Errorf("%s: body %s has no error code", tt.name, r.body)
+		}
+	}
+	after := balances()
+	for i := range before {
+		if before[i] != after[i] {
+			t.Errorf("%s's balance moved from %d to %d", demo[i].name, before[i], after[i])
+		}
+	}
+	logs := a.logs.String()
+	for _, secret := range []string{"52998224725", "529.982.247-25", "demo-ana-123", tokens[0]} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("the log contains %q", secret)
+		}
+	}
+}
+
+// TestShutdownDrainsInFlightRequests stops the server, as SIGTERM does, while a login (a bcrypt
+// comparison, tens of milliseconds) is in flight: the login still gets its answer, and Run
+// returns nil.
+func TestShutdownDrainsInFlightRequests(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, done := launch(t, ctx, redistest.Start(t), nil)
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(a.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"document":"529.982.247-25","password":"demo-ana-123"}`
+	fmt.Fprintf(conn, "POST /v1/login HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	time.Sleep(10 * time.Millisecond) // let the server read it; bcrypt then holds it for ~60ms
+	cancel()
+
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("in-flight login during shutdown: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("in-flight login during shutdown: %d, want 200", resp.StatusCode)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Run after shutdown: %v, want nil", err)
+	}
+}
+
+// FuzzRequestBodies throws arbitrary bodies at the login and PIX routes: nothing a client sends
+// may produce a 5xx, and only a 201 may move money.
+func FuzzRequestBodies(f *testing.F) {
+	for _, s := range []string{`{"key":"bruno@example.com","amount_cents":1}`, `{"document":"52998224725","password":"x"}`,
+		`{"amount_cents":-1}`, `[`, `{"key":"+5511987654321","amount_cents":9223372036854775807,"description":"\u0000"}`} {
+		f.Add(s)
+	}
+	srv := redistest.Start(f)
+	cfg, err := config.Load(func(k string) string {
+		return map[string]string{"PIX_LIMIT": "1000000000", "LOGIN_IP_LIMIT": "1000000000", "LOGIN_ACCOUNT_LIMIT": "1000000000"}[k]
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ledger, _ := pix.NewMemoryLedger(pix.DemoAccounts())
+	rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, time.Second) })
+	deps, err := pixlimit.NewDeps(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), rdb, []byte(strings.Repeat("k", 32)), ledger)
+	if err != nil {
+		f.Fatal(err)
+	}
+	h, err := pixlimit.NewServer(deps)
+	if err != nil {
+		f.Fatal(err)
+	}
+	token, _ := deps.Tokens.Issue("acct-diego")
+	balance := func() int64 {
+		st, _ := ledger.Statement(context.Background(), "acct-diego", 1)
+		return st.BalanceCents
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, path := range []string{"/v1/pix", "/v1/login"} {
+			before := balance()
+			req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+token)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code >= 500 {
+				t.Fatalf("%s %q: %d %s", path, body, rec.Code, rec.Body)
+			}
+			if rec.Code != http.StatusCreated && balance() != before {
+				t.Fatalf("%s %q: %d and the balance moved", path, body, rec.Code)
+			}
+		}
+	})
+}

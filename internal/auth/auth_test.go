@@ -1,0 +1,166 @@
+package auth
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"errors"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/pixlimit/pixlimit/internal/pix"
+)
+
+var secret = []byte("0123456789abcdef0123456789abcdef")
+
+func TestTokens(t *testing.T) {
+	tokens, err := NewTokens(secret, 15*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tokens.now = func() time.Time { return now }
+	good, err := tokens.Issue("acct-ana")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := tokens.Verify(good); err != nil || id != "acct-ana" {
+		t.Fatalf("Verify(issued) = %q, %v", id, err)
+	}
+	other, _ := tokens.Issue("acct-ana")
+	if other == good {
+		t.Error("two tokens for one account are identical: no jti")
+	}
+
+	sign := func(m jwt.SigningMethod, key any, claims jwt.Claims) string {
+		s, err := jwt.NewWithClaims(m, claims).SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	valid := jwt.RegisteredClaims{Subject: "acct-ana", ExpiresAt: jwt.NewNumericDate(now.Add(time.Minute))}
+	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	forged := []struct{ name, token string }{
+		{"alg none", sign(jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, valid)},
+		{"HS384", sign(jwt.SigningMethodHS384, secret, valid)},
+		{"ES256", sign(jwt.SigningMethodES256, ec, valid)},
+		{"other secret", sign(jwt.SigningMethodHS256, []byte("another-secret-another-secret-xx"), valid)},
+		{"no expiry", sign(jwt.SigningMethodHS256, secret, jwt.RegisteredClaims{Subject: "acct-ana"})},
+		{"expired", sign(jwt.SigningMethodHS256, secret, jwt.RegisteredClaims{Subject: "acct-ana", ExpiresAt: jwt.NewNumericDate(now.Add(-time.Second))})},
+		{"no subject", sign(jwt.SigningMethodHS256, secret, jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(now.Add(time.Minute))})},
+		{"tampered", good[:len(good)-2] + "xx"},
+		{"empty", ""},
+	}
+	for _, f := range forged {
+		if id, err := tokens.Verify(f.token); !errors.Is(err, ErrUnauthorized) {
+			t.Errorf("%s: Verify = %q, %v; want ErrUnauthorized", f.name, id, err)
+		}
+	}
+	now = now.Add(15*time.Minute + time.Second)
+	if _, err := tokens.Verify(good); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("after the TTL: %v, want ErrUnauthorized", err)
+	}
+	if _, err := NewTokens([]byte("short"), time.Minute); err == nil {
+		t.Error("NewTokens with a 5-byte secret: want an error")
+	}
+}
+
+func TestRequireAccount(t *testing.T) {
+	tokens, _ := NewTokens(secret, time.Minute)
+	tok, _ := tokens.Issue("acct-bruno")
+	h := RequireAccount(tokens)(func(c echo.Context) error {
+		id, err := AccountID(c)
+		if err != nil {
+			return err
+		}
+		return c.String(200, id)
+	})
+	for _, tt := range []struct {
+		header string
+		ok     bool
+	}{
+		{"Bearer " + tok, true},
+		{"bearer " + tok, true},
+		{"Bearer", false},
+		{tok, false},
+		{"Basic " + tok, false},
+		{"", false},
+	} {
+		e := echo.New()
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("Authorization", tt.header)
+		rec := httptest.NewRecorder()
+		err := h(e.NewContext(req, rec))
+		if tt.ok != (err == nil) || tt.ok && rec.Body.String() != "acct-bruno" {
+			t.Errorf("Authorization %.20q: err %v, body %q", tt.header, err, rec.Body)
+		}
+	}
+}
+
+func TestIPExtractor(t *testing.T) {
+	proxies := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	tests := []struct {
+		name    string
+		trusted []netip.Prefix
+		peer    string
+		xff     string
+		want    string
+	}{
+		{"no proxies: the peer, header ignored", nil, "203.0.113.5:1234", "198.51.100.1", "203.0.113.5"},
+		{"untrusted peer: header ignored", proxies, "203.0.113.5:1234", "198.51.100.1", "203.0.113.5"},
+		{"trusted peer: the client it forwards", proxies, "10.1.1.1:1234", "198.51.100.1", "198.51.100.1"},
+		{"forged hops left of the client are ignored", proxies, "10.1.1.1:1234", "1.2.3.4, 198.51.100.1", "198.51.100.1"},
+		{"chained proxies are skipped", proxies, "10.1.1.1:1234", "198.51.100.1, 10.2.2.2", "198.51.100.1"},
+		{"private addresses are not trusted by default", proxies, "192.168.1.1:1234", "198.51.100.1", "192.168.1.1"},
+		{"loopback is not trusted by default", proxies, "127.0.0.1:1234", "198.51.100.1", "127.0.0.1"},
+		{"trusted peer, no header: the peer", proxies, "10.1.1.1:1234", "", "10.1.1.1"},
+	}
+	for _, tt := range tests {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = tt.peer
+		if tt.xff != "" {
+			req.Header.Set("X-Forwarded-For", tt.xff)
+		}
+		if got := IPExtractor(tt.trusted)(req); got != tt.want {
+			t.Errorf("%s: got %s, want %s", tt.name, got, tt.want)
+		}
+	}
+}
+
+type finder map[string]pix.Account
+
+func (f finder) AccountByDocument(_ context.Context, doc string) (pix.Account, error) {
+	a, ok := f[doc]
+	if !ok {
+		return pix.Account{}, pix.ErrAccountNotFound
+	}
+	return a, nil
+}
+
+func TestCheckPassword(t *testing.T) {
+	accounts := finder{}
+	for _, a := range pix.DemoAccounts() {
+		accounts[a.Document] = a
+	}
+	ctx := context.Background()
+	if a, err := CheckPassword(ctx, accounts, "52998224725", "demo-ana-123"); err != nil || a.ID != "acct-ana" {
+		t.Fatalf("right password: %v, %v", a.ID, err)
+	}
+	for _, tt := range []struct{ doc, pw string }{
+		{"52998224725", "wrong"},
+		{"12345678909", "demo-ana-123"},
+		{"12345678909", "pixlimit-dummy-password-never-matches"}, // the dummy hash's own password
+	} {
+		if _, err := CheckPassword(ctx, accounts, tt.doc, tt.pw); !errors.Is(err, ErrInvalidCredentials) {
+			t.Errorf("%s/%s: %v, want ErrInvalidCredentials", tt.doc, strings.Repeat("*", len(tt.pw)), err)
+		}
+	}
+}

@@ -1,0 +1,3 @@
+// Package auth owns who is asking: the client's IP address as the rate limiter sees it, the
+// password check of a login, and the access tokens that name an account afterwards.
+package auth

@@ -1,0 +1,209 @@
+// Package config owns the process's configuration: every environment variable of the contract,
+// its default, and its validation. Load reports every invalid variable at once, by name, so an
+// operator fixes a deployment in one pass.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+)
+
+// Config is the validated configuration. The env-tagged fields mirror the contract's table; the
+// others are derived from them by Load.
+type Config struct {
+	HTTPAddr             string        `env:"HTTP_ADDR" envDefault:":8080"`
+	RedisURL             string        `env:"REDIS_URL"`
+	RedisTimeout         time.Duration `env:"REDIS_TIMEOUT" envDefault:"100ms"`
+	AuthSecret           string        `env:"AUTH_SECRET"`
+	TokenTTL             time.Duration `env:"TOKEN_TTL" envDefault:"15m"`
+	TrustedProxiesRaw    string        `env:"TRUSTED_PROXIES"`
+	PIXLimit             int           `env:"PIX_LIMIT" envDefault:"10"`
+	PIXWindow            time.Duration `env:"PIX_WINDOW" envDefault:"1m"`
+	PIXFailMode          string        `env:"PIX_FAIL_MODE" envDefault:"closed"`
+	StatementLimit       int           `env:"STATEMENT_LIMIT" envDefault:"30"`
+	StatementWindow      time.Duration `env:"STATEMENT_WINDOW" envDefault:"1m"`
+	StatementFailMode    string        `env:"STATEMENT_FAIL_MODE" envDefault:"open"`
+	LoginIPLimit         int           `env:"LOGIN_IP_LIMIT" envDefault:"10"`
+	LoginAccountLimit    int           `env:"LOGIN_ACCOUNT_LIMIT" envDefault:"5"`
+	LoginWindow          time.Duration `env:"LOGIN_WINDOW" envDefault:"10m"`
+	LoginFailMode        string        `env:"LOGIN_FAIL_MODE" envDefault:"closed"`
+	FailClosedRetryAfter time.Duration `env:"FAIL_CLOSED_RETRY_AFTER" envDefault:"5s"`
+	DemoAccounts         bool          `env:"DEMO_ACCOUNTS" envDefault:"true"`
+	LogLevelRaw          string        `env:"LOG_LEVEL" envDefault:"info"`
+	LogFormat            string        `env:"LOG_FORMAT" envDefault:"text"`
+
+	// Derived by Load.
+	TrustedProxies []netip.Prefix   `env:"-"`
+	Redis          *redis.Options   `env:"-"` // nil when RedisURL is empty: run an embedded Redis
+	LogLevel       slog.Level       `env:"-"`
+	PIX            ratelimit.Policy `env:"-"`
+	Statement      ratelimit.Policy `env:"-"`
+	LoginIP        ratelimit.Policy `env:"-"`
+	LoginAccount   ratelimit.Policy `env:"-"`
+}
+
+// Load reads the configuration through getenv (os.Getenv in production; a map in tests, so they
+// can run in parallel). Its error lists every invalid variable, one per line, each as
+// "NAME: why".
+func Load(getenv func(string) string) (Config, error) {
+	var cfg Config
+	environ := map[string]string{}
+	params, err := env.GetFieldParams(&cfg)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	for _, p := range params {
+		if v := getenv(p.Key); v != "" {
+			environ[p.Key] = v
+		}
+	}
+
+	var problems []string
+	bad := func(name, format string, args ...any) {
+		problems = append(problems, name+": "+fmt.Sprintf(format, args...))
+	}
+	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
+		var agg env.AggregateError
+		if !errors.As(err, &agg) {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		for _, e := range agg.Errors {
+			var pe env.ParseError
+			if !errors.As(e, &pe) {
+				return Config{}, fmt.Errorf("config: %w", e)
+			}
+			f, _ := reflect.TypeFor[Config]().FieldByName(pe.Name)
+			name := f.Tag.Get("env")
+			bad(name, "%q is not a valid %s", environ[name], kind(pe.Type))
+		}
+	}
+	parsed := func(name string) bool { // a variable that failed to parse is reported once
+		for _, p := range problems {
+			if strings.HasPrefix(p, name+":") {
+				return false
+			}
+		}
+		return true
+	}
+
+	if _, _, err := net.SplitHostPort(cfg.HTTPAddr); err != nil {
+		bad("HTTP_ADDR", "%q is not host:port", cfg.HTTPAddr)
+	}
+	if cfg.RedisURL != "" {
+		opt, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			bad("REDIS_URL", "not a redis://, rediss:// or unix:// URL (%v)", redactURLError(err, cfg.RedisURL))
+		} else {
+			cfg.Redis = opt
+		}
+	}
+	if parsed("REDIS_TIMEOUT") && (cfg.RedisTimeout < time.Millisecond || cfg.RedisTimeout > time.Minute) {
+		bad("REDIS_TIMEOUT", "%v: want between 1ms and 1m", cfg.RedisTimeout)
+	}
+	if cfg.AuthSecret != "" && len(cfg.AuthSecret) < 32 {
+		bad("AUTH_SECRET", "%d bytes: want at least 32 (or unset for a random one)", len(cfg.AuthSecret))
+	}
+	if parsed("TOKEN_TTL") && cfg.TokenTTL < time.Second {
+		bad("TOKEN_TTL", "%v: want at least 1s", cfg.TokenTTL)
+	}
+	for _, s := range strings.Split(cfg.TrustedProxiesRaw, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			bad("TRUSTED_PROXIES", "%q is not a CIDR (like 10.0.0.0/8 or fd00::/8)", s)
+			continue
+		}
+		cfg.TrustedProxies = append(cfg.TrustedProxies, p.Masked())
+	}
+	if parsed("FAIL_CLOSED_RETRY_AFTER") && (cfg.FailClosedRetryAfter < time.Second || cfg.FailClosedRetryAfter%time.Second != 0) {
+		bad("FAIL_CLOSED_RETRY_AFTER", "%v: want whole seconds, at least 1s", cfg.FailClosedRetryAfter)
+	}
+	if err := cfg.LogLevel.UnmarshalText([]byte(cfg.LogLevelRaw)); err != nil || !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(cfg.LogLevelRaw)) {
+		bad("LOG_LEVEL", "%q: want debug, info, warn or error", cfg.LogLevelRaw)
+	}
+	if !slices.Contains([]string{"text", "json"}, cfg.LogFormat) {
+		bad("LOG_FORMAT", "%q: want text or json", cfg.LogFormat)
+	}
+
+	policy := func(name, limitVar string, limit int, window time.Duration, mode, routeVar string) ratelimit.Policy {
+		if parsed(limitVar) && limit < 1 {
+			bad(limitVar, "%d: want at least 1", limit)
+		}
+		if parsed(routeVar+"_WINDOW") && (window < time.Second || window%time.Second != 0) {
+			bad(routeVar+"_WINDOW", "%v: want whole seconds, at least 1s", window)
+		}
+		m, err := ratelimit.ParseFailMode(mode)
+		if err != nil {
+			bad(routeVar+"_FAIL_MODE", "%q: want open or closed", mode)
+		}
+		return ratelimit.Policy{Name: name, Limit: limit, Window: window, FailMode: m}
+	}
+	cfg.PIX = policy("pix", "PIX_LIMIT", cfg.PIXLimit, cfg.PIXWindow, cfg.PIXFailMode, "PIX")
+	cfg.Statement = policy("statement", "STATEMENT_LIMIT", cfg.StatementLimit, cfg.StatementWindow, cfg.StatementFailMode, "STATEMENT")
+	cfg.LoginIP = policy("login-ip", "LOGIN_IP_LIMIT", cfg.LoginIPLimit, cfg.LoginWindow, cfg.LoginFailMode, "LOGIN")
+	cfg.LoginAccount = policy("login-account", "LOGIN_ACCOUNT_LIMIT", cfg.LoginAccountLimit, cfg.LoginWindow, cfg.LoginFailMode, "LOGIN")
+
+	if len(problems) > 0 {
+		return Config{}, &Error{Problems: dedupe(problems)}
+	}
+	return cfg, nil
+}
+
+// Error lists every invalid variable.
+type Error struct {
+	// Problems holds one "NAME: why" per invalid variable.
+	Problems []string
+}
+
+func (e *Error) Error() string {
+	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+func kind(t reflect.Type) string {
+	switch t {
+	case reflect.TypeFor[time.Duration]():
+		return "duration (like 100ms, 1m)"
+	case reflect.TypeFor[bool]():
+		return "boolean (true or false)"
+	case reflect.TypeFor[int]():
+		return "integer"
+	}
+	return t.String()
+}
+
+// redactURLError keeps a password in REDIS_URL out of the error message.
+func redactURLError(err error, url string) string {
+	msg := err.Error()
+	if _, rest, ok := strings.Cut(url, "://"); ok {
+		if userinfo, _, ok := strings.Cut(rest, "@"); ok && userinfo != "" {
+			msg = strings.ReplaceAll(msg, userinfo, "REDACTED")
+		}
+	}
+	return msg
+}
+
+func dedupe(ss []string) []string {
+	seen := map[string]bool{}
+	out := ss[:0]
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,115 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+)
+
+func load(env map[string]string) (Config, error) {
+	return Load(func(k string) string { return env[k] })
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]ratelimit.Policy{
+		"pix":           {Name: "pix", Limit: 10, Window: time.Minute, FailMode: ratelimit.FailClosed},
+		"statement":     {Name: "statement", Limit: 30, Window: time.Minute, FailMode: ratelimit.FailOpen},
+		"login-ip":      {Name: "login-ip", Limit: 10, Window: 10 * time.Minute, FailMode: ratelimit.FailClosed},
+		"login-account": {Name: "login-account", Limit: 5, Window: 10 * time.Minute, FailMode: ratelimit.FailClosed},
+	}
+	for _, got := range []ratelimit.Policy{cfg.PIX, cfg.Statement, cfg.LoginIP, cfg.LoginAccount} {
+		if got != want[got.Name] {
+			t.Errorf("policy %s = %+v, want %+v", got.Name, got, want[got.Name])
+		}
+	}
+	if cfg.HTTPAddr != ":8080" || cfg.RedisTimeout != 100*time.Millisecond || cfg.TokenTTL != 15*time.Minute ||
+		cfg.FailClosedRetryAfter != 5*time.Second || !cfg.DemoAccounts || cfg.LogFormat != "text" || cfg.Redis != nil {
+		t.Errorf("defaults = %+v", cfg)
+	}
+}
+
+func TestValidValues(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(map[string]string{
+		"REDIS_URL": "redis://:pw@10.0.0.5:6380/2", "TRUSTED_PROXIES": "10.0.0.0/8, fd00::/8",
+		"PIX_LIMIT": "3", "PIX_WINDOW": "30s", "STATEMENT_FAIL_MODE": "closed", "LOG_LEVEL": "debug", "LOG_FORMAT": "json",
+		"AUTH_SECRET": strings.Repeat("s", 32), "DEMO_ACCOUNTS": "false",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Redis == nil || cfg.Redis.Addr != "10.0.0.5:6380" || cfg.Redis.DB != 2 {
+		t.Errorf("REDIS_URL parsed as %+v", cfg.Redis)
+	}
+	if len(cfg.TrustedProxies) != 2 || cfg.TrustedProxies[1].String() != "fd00::/8" {
+		t.Errorf("TRUSTED_PROXIES parsed as %v", cfg.TrustedProxies)
+	}
+	if cfg.PIX.Limit != 3 || cfg.PIX.Window != 30*time.Second || cfg.Statement.FailMode != ratelimit.FailClosed || cfg.DemoAccounts {
+		t.Errorf("parsed %+v", cfg)
+	}
+}
+
+func TestEveryInvalidVariableIsNamed(t *testing.T) {
+	t.Parallel()
+	bad := map[string]string{
+		"HTTP_ADDR":               "8080",
+		"REDIS_URL":               "http://redis:6379",
+		"REDIS_TIMEOUT":           "soon",
+		"AUTH_SECRET":             "short",
+		"TOKEN_TTL":               "0s",
+		"TRUSTED_PROXIES":         "10.0.0.0/8,not-a-cidr",
+		"PIX_LIMIT":               "0",
+		"PIX_WINDOW":              "1500ms",
+		"PIX_FAIL_MODE":           "maybe",
+		"STATEMENT_LIMIT":         "many",
+		"STATEMENT_WINDOW":        "0s",
+		"STATEMENT_FAIL_MODE":     "OPEN",
+		"LOGIN_IP_LIMIT":          "-1",
+		"LOGIN_ACCOUNT_LIMIT":     "0",
+		"LOGIN_WINDOW":            "500ms",
+		"LOGIN_FAIL_MODE":         "",
+		"FAIL_CLOSED_RETRY_AFTER": "0s",
+		"DEMO_ACCOUNTS":           "yes please",
+		"LOG_LEVEL":               "loud",
+		"LOG_FORMAT":              "xml",
+	}
+	for name, value := range bad {
+		if value == "" {
+			continue // empty means the default
+		}
+		_, err := load(map[string]string{name: value})
+		if err == nil || !strings.Contains(err.Error(), name+":") {
+			t.Errorf("%s=%q: error %v, want one naming %s", name, value, err, name)
+		}
+		if strings.Count(err.Error(), "\n") != 1 {
+			t.Errorf("%s=%q: error %q, want exactly one problem", name, value, err)
+		}
+	}
+	_, err := load(bad)
+	if err == nil {
+		t.Fatal("all bad at once: no error")
+	}
+	for name, value := range bad {
+		if value != "" && !strings.Contains(err.Error(), name+":") {
+			t.Errorf("all bad at once: %s not named in\n%v", name, err)
+		}
+	}
+	if strings.Contains(err.Error(), "short") {
+		t.Errorf("the error shows AUTH_SECRET's value:\n%v", err)
+	}
+}
+
+func TestRedisURLPasswordIsNotEchoed(t *testing.T) {
+	t.Parallel()
+	_, err := load(map[string]string{"REDIS_URL": "redis://user:hunter2@host:notaport"})
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("err = %v, want an error without the password", err)
+	}
+}

@@ -1,0 +1,20 @@
+package pix
+
+// DemoAccounts are the contract's demo accounts. Their password hashes are bcrypt (cost 10) of
+// the published demo passwords, computed once so that starting a replica costs no hashing.
+func DemoAccounts() []Account {
+	return []Account{
+		{ID: "acct-ana", Name: "Ana Souza", Document: "52998224725", OpeningCents: 1_000_000,
+			PasswordHash: []byte("$2a$10$eUbEOuN6nMWrBgCH8DAR9e7Trpm5mE4.ui1QN917O528ZQyYm3M5C"),
+			Keys:         []string{"ana@example.com", "52998224725"}},
+		{ID: "acct-bruno", Name: "Bruno Lima", Document: "39053344705", OpeningCents: 500_000,
+			PasswordHash: []byte("$2a$10$f4SG9tLfQIE5VB.9WRuraOB.2Cj0fd9/Bs8IDxwCMlONDvExdGBSG"),
+			Keys:         []string{"bruno@example.com", "+5511987654321", "39053344705"}},
+		{ID: "acct-carla", Name: "Carla Dias", Document: "11144477735", OpeningCents: 250_000,
+			PasswordHash: []byte("$2a$10$FEODv7kvSH3kD4CBKyT0LuZsvGqGwcnvwxl0tigY/KjijzgYX8xZO"),
+			Keys:         []string{"carla@example.com", "11144477735"}},
+		{ID: "acct-diego", Name: "Diego Costa", Document: "93541134780", OpeningCents: 100_000,
+			PasswordHash: []byte("$2a$10$qx5UsoTJYJPPipklkXTDSug1vW1lQYeYlohoCXdP3yl.55IzetcUq"),
+			Keys:         []string{"diego@example.com", "93541134780"}},
+	}
+}

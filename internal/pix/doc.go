@@ -1,0 +1,4 @@
+// Package pix owns the bank: accounts and their PIX keys, the ledger that moves money between
+// them, and the statement. Money is always int64 cents. The Ledger interface is the boundary
+// the HTTP layer talks to; MemoryLedger is the single-process implementation.
+package pix

@@ -1,0 +1,101 @@
+package pix
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"time"
+)
+
+// Errors a Ledger returns; the HTTP layer maps each to one status.
+var (
+	ErrAccountNotFound     = errors.New("account not found")
+	ErrKeyNotFound         = errors.New("PIX key not found")
+	ErrInsufficientFunds   = errors.New("insufficient funds")
+	ErrSameAccount         = errors.New("payer and payee are the same account")
+	ErrIdempotencyConflict = errors.New("idempotency key already used with a different request")
+	ErrInvalidAmount       = errors.New("amount must be a positive number of cents")
+)
+
+// Account is a customer account. Its balance lives in the Ledger.
+type Account struct {
+	ID       string
+	Name     string
+	Document string // CPF, 11 digits
+	// PasswordHash is the bcrypt hash of the account's password.
+	PasswordHash []byte
+	// Keys are the account's PIX keys, normalized as ParseKey returns them.
+	Keys []string
+	// OpeningCents is the balance the account starts with.
+	OpeningCents int64
+}
+
+// Ledger keeps accounts' balances and moves money between them. Implementations are safe for
+// concurrent use, keep every balance non-negative and make each transfer all or nothing.
+type Ledger interface {
+	// AccountByDocument finds the account of a CPF (11 digits), or returns ErrAccountNotFound.
+	AccountByDocument(ctx context.Context, document string) (Account, error)
+	// Transfer moves money from one account to the owner of a PIX key. A request with the
+	// IdempotencyKey of an earlier one from the same account returns the earlier Receipt and
+	// moves nothing, or ErrIdempotencyConflict if the two requests differ.
+	Transfer(ctx context.Context, r TransferRequest) (Receipt, error)
+	// Statement returns the account's balance and its newest entries, at most limit of them.
+	Statement(ctx context.Context, accountID string, limit int) (Statement, error)
+}
+
+// TransferRequest asks to move AmountCents from account From to the owner of the key ToKey.
+type TransferRequest struct {
+	From           string
+	ToKey          string // normalized, as ParseKey returns it
+	AmountCents    int64
+	Description    string
+	IdempotencyKey string // optional
+}
+
+// Receipt is the outcome of a transfer.
+type Receipt struct {
+	EndToEndID   string
+	AmountCents  int64
+	BalanceCents int64 // the payer's balance after the transfer
+	ToKey        string
+	ToName       string
+	CreatedAt    time.Time
+}
+
+// Statement is an account's balance and latest entries, newest first.
+type Statement struct {
+	AccountID    string
+	BalanceCents int64
+	Entries      []Entry
+}
+
+// Direction says whether an entry took money out of the account or brought it in.
+type Direction string
+
+// Directions of an Entry.
+const (
+	Out Direction = "out"
+	In  Direction = "in"
+)
+
+// Entry is one transfer seen from one account.
+type Entry struct {
+	EndToEndID   string
+	Direction    Direction
+	AmountCents  int64
+	Counterparty string // the other account's holder name
+	Description  string
+	CreatedAt    time.Time
+}
+
+// ISPB is the 8-digit participant code in every end-to-end id; pixlimit is a fictional
+// participant, so it uses one that no real institution has.
+const ISPB = "99999999"
+
+// NewEndToEndID returns an end-to-end id in the central bank's format: "E", the payer
+// institution's ISPB, the UTC date and time to the minute (yyyyMMddHHmm) and 11 random
+// alphanumerics (from crypto/rand's base32 text: 55 bits), 32 characters in all. Ledgers still
+// enforce uniqueness.
+func NewEndToEndID(now time.Time) string {
+	return "E" + ISPB + now.UTC().Format("200601021504") + rand.Text()[:11]
+}

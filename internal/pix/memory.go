@@ -1,0 +1,147 @@
+package pix
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// MemoryLedger is a Ledger in one process's memory: the embedded default, for one replica. One
+// mutex serializes transfers, which makes each trivially atomic.
+type MemoryLedger struct {
+	now func() time.Time
+
+	mu       sync.Mutex
+	accounts map[string]*memAccount // by id
+	byDoc    map[string]string      // document → id
+	byKey    map[string]string      // PIX key → id
+	ids      map[string]bool        // end-to-end ids issued
+	replays  map[idemKey]idemRecord
+}
+
+type memAccount struct {
+	Account
+	balance int64
+	entries []Entry // oldest first
+}
+
+type idemKey struct{ account, key string }
+
+type idemRecord struct {
+	req     TransferRequest
+	receipt Receipt
+}
+
+// NewMemoryLedger returns a ledger holding accounts at their opening balances.
+func NewMemoryLedger(accounts []Account) (*MemoryLedger, error) {
+	l := &MemoryLedger{
+		now:      time.Now,
+		accounts: map[string]*memAccount{},
+		byDoc:    map[string]string{},
+		byKey:    map[string]string{},
+		ids:      map[string]bool{},
+		replays:  map[idemKey]idemRecord{},
+	}
+	for _, a := range accounts {
+		if _, dup := l.accounts[a.ID]; dup {
+			return nil, fmt.Errorf("pix: duplicate account id %q", a.ID)
+		}
+		if a.OpeningCents < 0 {
+			return nil, fmt.Errorf("pix: account %s: negative opening balance", a.ID)
+		}
+		l.accounts[a.ID] = &memAccount{Account: a, balance: a.OpeningCents}
+		l.byDoc[a.Document] = a.ID
+		for _, k := range a.Keys {
+			if _, dup := l.byKey[k]; dup {
+				return nil, fmt.Errorf("pix: PIX key registered twice")
+			}
+			l.byKey[k] = a.ID
+		}
+	}
+	return l, nil
+}
+
+// AccountByDocument implements Ledger.
+func (l *MemoryLedger) AccountByDocument(_ context.Context, document string) (Account, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id, ok := l.byDoc[document]
+	if !ok {
+		return Account{}, ErrAccountNotFound
+	}
+	return l.accounts[id].Account, nil
+}
+
+// Transfer implements Ledger.
+func (l *MemoryLedger) Transfer(_ context.Context, r TransferRequest) (Receipt, error) {
+	if r.AmountCents <= 0 {
+		return Receipt{}, ErrInvalidAmount
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.IdempotencyKey != "" {
+		if rec, ok := l.replays[idemKey{r.From, r.IdempotencyKey}]; ok {
+			if rec.req != r {
+				return Receipt{}, ErrIdempotencyConflict
+			}
+			return rec.receipt, nil
+		}
+	}
+	from, ok := l.accounts[r.From]
+	if !ok {
+		return Receipt{}, ErrAccountNotFound
+	}
+	toID, ok := l.byKey[r.ToKey]
+	if !ok {
+		return Receipt{}, ErrKeyNotFound
+	}
+	to := l.accounts[toID]
+	if to == from {
+		return Receipt{}, ErrSameAccount
+	}
+	if from.balance < r.AmountCents {
+		return Receipt{}, ErrInsufficientFunds
+	}
+	if to.balance > math.MaxInt64-r.AmountCents {
+		// Unreachable while money is only moved, never created: no balance exceeds the total.
+		return Receipt{}, fmt.Errorf("pix: balance of %s would overflow", to.ID)
+	}
+
+	now := l.now().UTC()
+	id := NewEndToEndID(now)
+	for l.ids[id] {
+		id = NewEndToEndID(now)
+	}
+	l.ids[id] = true
+	from.balance -= r.AmountCents
+	to.balance += r.AmountCents
+	from.entries = append(from.entries, Entry{EndToEndID: id, Direction: Out, AmountCents: r.AmountCents,
+		Counterparty: to.Name, Description: r.Description, CreatedAt: now})
+	to.entries = append(to.entries, Entry{EndToEndID: id, Direction: In, AmountCents: r.AmountCents,
+		Counterparty: from.Name, Description: r.Description, CreatedAt: now})
+
+	receipt := Receipt{EndToEndID: id, AmountCents: r.AmountCents, BalanceCents: from.balance,
+		ToKey: r.ToKey, ToName: to.Name, CreatedAt: now}
+	if r.IdempotencyKey != "" {
+		l.replays[idemKey{r.From, r.IdempotencyKey}] = idemRecord{req: r, receipt: receipt}
+	}
+	return receipt, nil
+}
+
+// Statement implements Ledger.
+func (l *MemoryLedger) Statement(_ context.Context, accountID string, limit int) (Statement, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok := l.accounts[accountID]
+	if !ok {
+		return Statement{}, ErrAccountNotFound
+	}
+	n := min(max(limit, 0), len(a.entries))
+	s := Statement{AccountID: a.ID, BalanceCents: a.balance, Entries: make([]Entry, n)}
+	for i := range n {
+		s.Entries[i] = a.entries[len(a.entries)-1-i]
+	}
+	return s, nil
+}

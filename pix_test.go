@@ -1,0 +1,162 @@
+package pixlimit_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/redistest"
+)
+
+func TestPIXLimitIsPerAccountAndRefusalsMoveNoMoney(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), nil) // every request from 127.0.0.1: one office, one IP
+	ana := a.token(demo[0].document, demo[0].password)
+	before := a.balance(ana)
+	for i := range 11 {
+		r := a.pix(ana, "bruno@example.com", 100)
+		if want := map[bool]int{true: 429, false: 201}[i == 10]; r.status != want {
+			t.Fatalf("PIX %d: %v, want %d", i+1, r, want)
+		}
+		if i == 10 {
+			if r.header.Get("Retry-After") == "" || r.json(t)["error"] != "rate_limit_exceeded" {
+				t.Errorf("11th PIX: %v %v, want Retry-After and rate_limit_exceeded", r, r.header)
+			}
+		} else if got := r.header.Get("RateLimit-Remaining"); got != fmt.Sprint(9-i) {
+			t.Errorf("PIX %d: RateLimit-Remaining %s, want %d", i+1, got, 9-i)
+		}
+	}
+	if got, want := a.balance(ana), before-10*100; got != want {
+		t.Errorf("Ana's balance = %d, want %d: only the 10 admitted transfers move money", got, want)
+	}
+	// Bruno and Carla, behind the same IP, have their whole quota.
+	for _, who := range demo[1:3] {
+		tok := a.token(who.document, who.password)
+		for i := range 10 {
+			if r := a.pix(tok, "diego@example.com", 1); r.status != http.StatusCreated {
+				t.Fatalf("%s's PIX %d behind Ana's IP: %v, want 201", who.name, i+1, r)
+			}
+		}
+	}
+}
+
+func TestStatementLimit(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), nil)
+	tok := a.token(demo[1].document, demo[1].password)
+	for i := range 31 {
+		r := a.statement(tok)
+		if want := map[bool]int{true: 429, false: 200}[i == 30]; r.status != want {
+			t.Fatalf("statement %d: %v, want %d", i+1, r, want)
+		}
+	}
+}
+
+func TestIdempotentPIX(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), nil)
+	tok := a.token(demo[0].document, demo[0].password)
+	before := a.balance(tok)
+	first := a.pix(tok, "carla@example.com", 700, "Idempotency-Key", "order-1")
+	again := a.pix(tok, "carla@example.com", 700, "Idempotency-Key", "order-1")
+	if first.status != 201 || again.status != 201 || string(first.body) != string(again.body) {
+		t.Fatalf("replay: %v then %v, want the same 201", first, again)
+	}
+	if r := a.pix(tok, "carla@example.com", 701, "Idempotency-Key", "order-1"); r.status != http.StatusConflict || r.json(t)["error"] != "idempotency_conflict" {
+		t.Errorf("same key, other body: %v, want 409 idempotency_conflict", r)
+	}
+	if got, want := a.balance(tok), before-700; got != want {
+		t.Errorf("balance %d, want %d: a replay moves no money", got, want)
+	}
+	id := first.json(t)["end_to_end_id"].(string)
+	if len(id) != 32 || !strings.HasPrefix(id, "E99999999"+time.Now().UTC().Format("20060102")) {
+		t.Errorf("end_to_end_id %q: want E + ISPB + yyyyMMddHHmm + 11 alphanumerics", id)
+	}
+}
+
+func TestPIXDomainErrors(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), nil)
+	diego := a.token(demo[3].document, demo[3].password)
+	for _, tt := range []struct {
+		key   string
+		cents int64
+		want  int
+		code  string
+	}{
+		{"nobody@example.com", 1, 404, "key_not_found"},
+		{"00000000-0000-4000-8000-000000000000", 1, 404, "key_not_found"},
+		{"ana@example.com", 100_001, 422, "insufficient_funds"},
+		{"diego@example.com", 1, 422, "same_account"},
+		{"93541134780", 1, 422, "same_account"},
+		{"+5511987654321", 5, 201, ""},
+	} {
+		r := a.pix(diego, tt.key, tt.cents)
+		if r.status != tt.want || tt.code != "" && r.json(t)["error"] != tt.code {
+			t.Errorf("PIX to %s of %d: %v, want %d %s", tt.key, tt.cents, r, tt.want, tt.code)
+		}
+	}
+}
+
+// TestConcurrentTransfers keeps the books over HTTP: 8 goroutines × 100 random transfers among
+// the demo accounts never make a balance negative, money appear or vanish, or a 5xx. (The
+// ledger's own test, in internal/pix, checks every entry of every statement adds up.)
+func TestConcurrentTransfers(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), map[string]string{"PIX_LIMIT": "100000", "STATEMENT_LIMIT": "100000"})
+	tokens := make([]string, len(demo))
+	for i, d := range demo {
+		tokens[i] = a.token(d.document, d.password)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for g := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for range 100 {
+				from, to := rng.IntN(4), rng.IntN(4)
+				r := a.pix(tokens[from], demo[to].key, int64(1+rng.IntN(60_000)))
+				mu.Lock()
+				statuses[r.status]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for s := range statuses {
+		if s != 201 && s != 422 {
+			t.Errorf("status %d answered %d times, want only 201 and 422", s, statuses[s])
+		}
+	}
+	if statuses[201] < 300 {
+		t.Errorf("only %d transfers admitted: the test moved too little money to prove anything", statuses[201])
+	}
+	var total int64
+	seen := map[string]int{}
+	for i, tok := range tokens {
+		r := a.do(http.MethodGet, "/v1/statement?limit=100", nil, "Authorization", "Bearer "+tok)
+		body := r.json(t)
+		balance := int64(body["balance_cents"].(float64))
+		if balance < 0 {
+			t.Errorf("%s: negative balance %d", demo[i].name, balance)
+		}
+		total += balance
+		for _, e := range body["entries"].([]any) {
+			seen[e.(map[string]any)["end_to_end_id"].(string)]++
+		}
+	}
+	if want := int64(1_850_000); total != want {
+		t.Errorf("sum of balances %d, want %d: money was created or destroyed", total, want)
+	}
+	for id, n := range seen {
+		if n > 2 {
+			t.Errorf("end_to_end_id %s appears %d times, want once out and once in", id, n)
+		}
+	}
+	t.Logf("statuses: %v", statuses)
+}

@@ -1,0 +1,171 @@
+package pixlimit
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/config"
+	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+)
+
+// shutdownGrace is how long a stopping server waits for in-flight requests.
+const shutdownGrace = 10 * time.Second
+
+// Run is the API program: it loads the configuration through getenv, connects to Redis (or
+// starts an embedded one), serves until ctx is done, then drains in-flight requests and returns
+// nil. A configuration error names every offending variable and returns before anything
+// listens. Logs go to stderr.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 1 {
+		return fmt.Errorf("unexpected arguments %q: the API is configured through its environment", args[1:])
+	}
+	cfg, err := config.Load(getenv)
+	if err != nil {
+		return err
+	}
+	logger := NewLogger(cfg, stderr)
+
+	rdb, closeRedis, err := connectRedis(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+
+	secret := []byte(cfg.AuthSecret)
+	if len(secret) == 0 {
+		secret = []byte(rand.Text() + rand.Text())
+		logger.Warn("AUTH_SECRET is empty: using a random secret for this process; its tokens and " +
+			"rate-limit keys are not shared with other replicas, so set AUTH_SECRET for a fleet")
+	}
+	var accounts []pix.Account
+	if cfg.DemoAccounts {
+		accounts = pix.DemoAccounts()
+	}
+	ledger, err := pix.NewMemoryLedger(accounts)
+	if err != nil {
+		return err
+	}
+	deps, err := NewDeps(cfg, logger, rdb, secret, ledger)
+	if err != nil {
+		return err
+	}
+	handler, err := NewServer(deps)
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("listening", "addr", ln.Addr().String(), "redis_timeout", cfg.RedisTimeout.String())
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: draining in-flight requests")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+// NewDeps builds a replica's dependencies over one Redis client, one token secret and one
+// ledger; replicas that share all three form one fleet.
+func NewDeps(cfg config.Config, logger *slog.Logger, rdb *redis.Client, secret []byte, ledger pix.Ledger) (Deps, error) {
+	tokens, err := auth.NewTokens(secret, cfg.TokenTTL)
+	if err != nil {
+		return Deps{}, err
+	}
+	limiter, err := ratelimit.New(rdb, ratelimit.Options{
+		KeySecret:            keySecret(secret),
+		Timeout:              cfg.RedisTimeout,
+		FailClosedRetryAfter: cfg.FailClosedRetryAfter,
+		Logger:               logger,
+	})
+	if err != nil {
+		return Deps{}, err
+	}
+	return Deps{Logger: logger, Config: cfg, Limiter: limiter, Ledger: ledger, Tokens: tokens, Redis: rdb}, nil
+}
+
+// keySecret derives the rate limiter's key-hashing secret from the token secret, so one
+// variable configures both and neither secret can be computed from the other's use.
+func keySecret(secret []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("pixlimit ratelimit keys v1"))
+	return m.Sum(nil)
+}
+
+// connectRedis returns a client tuned for the decision budget: of REDIS_URL, or of an embedded
+// in-process Redis when it is empty.
+func connectRedis(cfg config.Config, logger *slog.Logger) (*redis.Client, func(), error) {
+	quietRedis.Do(func() { redis.SetLogger(redisLogger{logger}) }) // go-redis logs each failed dial
+	opt := cfg.Redis
+	stop := func() {}
+	if opt == nil {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			return nil, nil, fmt.Errorf("embedded redis: %w", err)
+		}
+		logger.Warn("REDIS_URL is empty: using an embedded in-process Redis; limits hold for this " +
+			"replica only, so set REDIS_URL for a fleet")
+		opt = &redis.Options{Addr: mr.Addr()}
+		stop = mr.Close
+	}
+	ratelimit.ClientOptions(opt, cfg.RedisTimeout)
+	rdb := redis.NewClient(opt)
+	return rdb, func() { _ = rdb.Close(); stop() }, nil
+}
+
+// NewLogger returns the process's logger per LOG_LEVEL and LOG_FORMAT.
+func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+var quietRedis sync.Once
+
+// redisLogger sends go-redis's internal messages to slog at debug level: the limiter already
+// reports outages, throttled, at error level.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
+}
