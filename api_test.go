@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pixlimit/pixlimit"
+	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/redistest"
 )
 
@@ -205,19 +206,13 @@ var demo = []struct{ name, document, password, key string }{
 	{"diego", "935.411.347-80", "demo-diego-123", "diego@example.com"},
 }
 
-// cpf returns the n-th valid CPF made from the 9-digit base 100000000+n.
+// cpf returns the n-th valid CPF made from the 9-digit base 100000000+n; none is an account.
 func cpf(n int) string {
-	base := strconv.Itoa(100000000 + n)
-	d := []byte(base)
-	for _, length := range []int{9, 10} {
-		sum := 0
-		for i := 0; i < length; i++ {
-			sum += int(d[i]-'0') * (length + 1 - i)
-		}
-		r := sum * 10 % 11 % 10
-		d = append(d, byte('0'+r))
+	c, err := pix.CompleteCPF(strconv.Itoa(100000000 + n))
+	if err != nil {
+		panic(err)
 	}
-	return string(d)
+	return c
 }
 
 // syncBuffer collects a server's logs from its goroutines.

@@ -106,6 +106,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // NewDeps builds a replica's dependencies over one Redis client, one token secret and one
 // ledger; replicas that share all three form one fleet.
 func NewDeps(cfg config.Config, logger *slog.Logger, rdb *redis.Client, secret []byte, ledger pix.Ledger) (Deps, error) {
+	quietRedis.Do(func() { redis.SetLogger(redisLogger{logger}) }) // go-redis logs each failed dial
 	tokens, err := auth.NewTokens(secret, cfg.TokenTTL)
 	if err != nil {
 		return Deps{}, err
@@ -133,22 +134,58 @@ func keySecret(secret []byte) []byte {
 // connectRedis returns a client tuned for the decision budget: of REDIS_URL, or of an embedded
 // in-process Redis when it is empty.
 func connectRedis(cfg config.Config, logger *slog.Logger) (*redis.Client, func(), error) {
-	quietRedis.Do(func() { redis.SetLogger(redisLogger{logger}) }) // go-redis logs each failed dial
 	opt := cfg.Redis
 	stop := func() {}
 	if opt == nil {
-		mr := miniredis.NewMiniRedis()
-		if err := mr.Start(); err != nil {
-			return nil, nil, fmt.Errorf("embedded redis: %w", err)
+		mr, err := StartEmbeddedRedis()
+		if err != nil {
+			return nil, nil, err
 		}
 		logger.Warn("REDIS_URL is empty: using an embedded in-process Redis; limits hold for this " +
 			"replica only, so set REDIS_URL for a fleet")
 		opt = &redis.Options{Addr: mr.Addr()}
-		stop = mr.Close
+		stop = mr.Shutdown
 	}
 	ratelimit.ClientOptions(opt, cfg.RedisTimeout)
 	rdb := redis.NewClient(opt)
 	return rdb, func() { _ = rdb.Close(); stop() }, nil
+}
+
+// EmbeddedRedis is an in-process Redis (miniredis) on a loopback port: the zero-setup default
+// for one replica and for the demo. Close stops it; Restart brings it back on the same address.
+type EmbeddedRedis struct {
+	*miniredis.Miniredis
+	stop chan struct{}
+	once sync.Once
+}
+
+// StartEmbeddedRedis starts an EmbeddedRedis. miniredis only expires keys when told time has
+// passed, so a ticker tells it once a second: key TTLs then hold as in Redis.
+func StartEmbeddedRedis() (*EmbeddedRedis, error) {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		return nil, fmt.Errorf("embedded redis: %w", err)
+	}
+	e := &EmbeddedRedis{Miniredis: mr, stop: make(chan struct{})}
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				mr.FastForward(time.Second)
+			case <-e.stop:
+				return
+			}
+		}
+	}()
+	return e, nil
+}
+
+// Shutdown stops the server and its expiry ticker for good.
+func (e *EmbeddedRedis) Shutdown() {
+	e.once.Do(func() { close(e.stop) })
+	e.Close()
 }
 
 // NewLogger returns the process's logger per LOG_LEVEL and LOG_FORMAT.

@@ -72,3 +72,21 @@ func formatCPF(d [11]byte) string {
 	b := digits(d)
 	return string(b[0:3]) + "." + string(b[3:6]) + "." + string(b[6:9]) + "-" + string(b[9:11])
 }
+
+// CompleteCPF appends the two check digits to a 9-digit CPF base: CompleteCPF("529982247") is
+// "52998224725". Tests and the demo use it to make valid CPFs that belong to nobody.
+func CompleteCPF(base string) (string, error) {
+	var d [11]byte
+	if len(base) != 9 {
+		return "", ErrInvalidCPF
+	}
+	for i := 0; i < 9; i++ {
+		if base[i] < '0' || base[i] > '9' {
+			return "", ErrInvalidCPF
+		}
+		d[i] = base[i] - '0'
+	}
+	d[9] = checkDigit(d[:9])
+	d[10] = checkDigit(d[:10])
+	return ParseCPF(string(digits(d)))
+}

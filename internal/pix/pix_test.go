@@ -37,6 +37,19 @@ func TestParseCPF(t *testing.T) {
 	}
 }
 
+func TestCompleteCPF(t *testing.T) {
+	for base, want := range map[string]string{"529982247": "52998224725", "111444777": "11144477735", "390533447": "39053344705"} {
+		if got, err := CompleteCPF(base); err != nil || got != want {
+			t.Errorf("CompleteCPF(%s) = %s, %v; want %s", base, got, err, want)
+		}
+	}
+	for _, bad := range []string{"111111111", "12345678", "12345678a"} {
+		if got, err := CompleteCPF(bad); err == nil {
+			t.Errorf("CompleteCPF(%s) = %s, want an error", bad, got)
+		}
+	}
+}
+
 func FuzzParseCPF(f *testing.F) {
 	for _, s := range []string{"529.982.247-25", "52998224725", "111.111.111-11", "abc", ""} {
 		f.Add(s)

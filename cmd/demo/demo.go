@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+)
+
+// demo drives the replicas round robin, one client IP per request through X-Forwarded-For,
+// and records what each scenario expected and observed.
+type demo struct {
+	out      *narrator
+	client   http.Client
+	replicas []string
+	next     atomic.Uint64
+	outage   outageControl // nil when the demo cannot stop Redis
+	scenario string
+	results  []result
+
+	// carlaLogins counts Carla's logins earlier in the run: they count against her document key
+	// in the login story, which runs well within one login window.
+	carlaLogins int
+}
+
+// outageControl stops and restores the Redis behind the API.
+type outageControl interface {
+	stop(ctx context.Context) (string, error)
+	resume(ctx context.Context) (string, error)
+}
+
+// result is one expectation and what was seen.
+type result struct {
+	Scenario    string `json:"scenario"`
+	Expectation string `json:"expectation"`
+	Observed    string `json:"observed"`
+	OK          bool   `json:"ok"`
+}
+
+func (d *demo) expect(expectation string, ok bool, observed string) {
+	d.results = append(d.results, result{d.scenario, expectation, observed, ok})
+	d.out.verdict(expectation, ok, observed)
+}
+
+// reply is one response as the demo sees it.
+type reply struct {
+	replica int
+	ip      string
+	method  string
+	path    string
+	status  int
+	header  http.Header
+	body    map[string]any
+	raw     []byte
+	err     error
+}
+
+func (r reply) code() string        { s, _ := r.body["error"].(string); return s }
+func (r reply) str(k string) string { s, _ := r.body[k].(string); return s }
+func (r reply) cents(k string) int64 {
+	f, _ := r.body[k].(float64)
+	return int64(f)
+}
+
+// call sends one request from client IP ip to the next replica.
+func (d *demo) call(ctx context.Context, ip, method, path, token string, body any) reply {
+	i := int(d.next.Add(1)-1) % len(d.replicas)
+	r := reply{replica: i + 1, ip: ip, method: method, path: path}
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, d.replicas[i]+path, rd)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set("X-Forwarded-For", ip)
+	resp, err := d.client.Do(req)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer resp.Body.Close()
+	r.status, r.header = resp.StatusCode, resp.Header
+	r.raw, _ = io.ReadAll(resp.Body)
+	_ = json.Unmarshal(r.raw, &r.body)
+	return r
+}
+
+// show prints one request as a line.
+func (d *demo) show(r reply) reply {
+	d.out.request(r)
+	return r
+}
+
+// burst sends n requests at once and prints them in order.
+func (d *demo) burst(n int, send func(i int) reply) []reply {
+	replies := make([]reply, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { replies[i] = send(i) })
+	}
+	wg.Wait()
+	for _, r := range replies {
+		d.show(r)
+	}
+	return replies
+}
+
+// login returns an access token, or an error saying what happened instead.
+func (d *demo) login(ctx context.Context, ip, document, password string) (string, error) {
+	r := d.show(d.call(ctx, ip, "POST", "/v1/login", "", map[string]string{"document": document, "password": password}))
+	if r.status != http.StatusOK {
+		return "", fmt.Errorf("login %s from %s: %s", document, ip, r.summary())
+	}
+	return r.str("access_token"), nil
+}
+
+func (d *demo) balance(ctx context.Context, ip, token string) (int64, error) {
+	r := d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil)
+	if r.status != http.StatusOK {
+		return 0, fmt.Errorf("statement: %s", r.summary())
+	}
+	return r.cents("balance_cents"), nil
+}
+
+func (r reply) summary() string {
+	if r.err != nil {
+		return r.err.Error()
+	}
+	if c := r.code(); c != "" {
+		return fmt.Sprintf("%d %s", r.status, c)
+	}
+	return fmt.Sprint(r.status)
+}
+
+// count tallies statuses: "10 × 201, 5 × 429".
+func count(replies []reply) (map[int]int, string) {
+	n := map[int]int{}
+	var order []int
+	for _, r := range replies {
+		if n[r.status] == 0 {
+			order = append(order, r.status)
+		}
+		n[r.status]++
+	}
+	parts := make([]string, len(order))
+	for i, s := range order {
+		label := fmt.Sprint(s)
+		if s == 0 {
+			label = "no answer"
+		}
+		parts[i] = fmt.Sprintf("%d × %s", n[s], label)
+	}
+	return n, strings.Join(parts, ", ")
+}
+
+// narrator writes the story; colour only on a terminal, and never with NO_COLOR set.
+type narrator struct {
+	w      io.Writer
+	colour bool
+}
+
+func newNarrator(w io.Writer, getenv func(string) string) *narrator {
+	n := &narrator{w: w}
+	if f, ok := w.(*os.File); ok && getenv("NO_COLOR") == "" && getenv("TERM") != "dumb" {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			n.colour = true
+		}
+	}
+	return n
+}
+
+func (n *narrator) paint(code, s string) string {
+	if !n.colour {
+		return s
+	}
+	return "\x1b[" + code + "m" + s + "\x1b[0m"
+}
+
+func (n *narrator) intro(s string) { fmt.Fprintf(n.w, "%s\n", n.paint("1", s)) }
+
+func (n *narrator) title(s string) {
+	fmt.Fprintf(n.w, "\n%s\n", n.paint("1;36", "== "+s+" =="))
+}
+
+func (n *narrator) say(format string, args ...any) {
+	fmt.Fprintf(n.w, "\n%s\n", fmt.Sprintf(format, args...))
+}
+
+func (n *narrator) request(r reply) {
+	status := r.summary()
+	switch {
+	case r.status >= 200 && r.status < 300:
+		status = n.paint("32", status)
+	case r.status == http.StatusTooManyRequests:
+		status = n.paint("33", status)
+	default:
+		status = n.paint("31", status)
+	}
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	fmt.Fprintf(n.w, "  replica %d  %-15s  %-4s %-22s  %-32s  remaining %-3s  retry-after %s\n",
+		r.replica, r.ip, r.method, r.path, status, dash(r.header.Get("RateLimit-Remaining")), dash(r.header.Get("Retry-After")))
+}
+
+func (n *narrator) verdict(expectation string, ok bool, observed string) {
+	mark := n.paint("32", "  ✔ ")
+	if !ok {
+		mark = n.paint("31", "  ✘ ")
+	}
+	fmt.Fprintf(n.w, "%s%s — saw %s\n", mark, expectation, observed)
+}
+
+func (n *narrator) wait(ctx context.Context, d time.Duration, why string) error {
+	fmt.Fprintf(n.w, "\n  … waiting %v %s\n", d, why)
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *narrator) table(results []result) {
+	fmt.Fprintf(n.w, "\n%s\n", n.paint("1", "Expectations"))
+	failed, width := 0, 0
+	for _, r := range results {
+		width = max(width, utf8.RuneCountInString(r.Expectation))
+	}
+	for _, r := range results {
+		mark := n.paint("32", "ok  ")
+		if !r.OK {
+			mark = n.paint("31", "FAIL")
+			failed++
+		}
+		pad := strings.Repeat(" ", width-utf8.RuneCountInString(r.Expectation))
+		fmt.Fprintf(n.w, "  %s  %-7s %s%s  %s\n", mark, r.Scenario, r.Expectation, pad, r.Observed)
+	}
+	if failed == 0 {
+		fmt.Fprintf(n.w, "\n%s\n", n.paint("1;32", fmt.Sprintf("All %d expectations held.", len(results))))
+	} else {
+		fmt.Fprintf(n.w, "\n%s\n", n.paint("1;31", fmt.Sprintf("%d of %d expectations did not hold.", failed, len(results))))
+	}
+}
+
+func writeJSON(w io.Writer, results []result) error {
+	ok := true
+	for _, r := range results {
+		ok = ok && r.OK
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		OK      bool     `json:"ok"`
+		Results []result `json:"results"`
+	}{ok, results})
+}

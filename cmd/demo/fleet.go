@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit"
+	"github.com/pixlimit/pixlimit/internal/config"
+	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+)
+
+// demoEnv is the configuration of the in-process replicas: the contract's limits over short
+// windows, so a whole run takes seconds, and loopback trusted as the proxy, so the demo can play
+// many client IPs through X-Forwarded-For.
+var demoEnv = map[string]string{
+	"PIX_WINDOW":              "5s",
+	"STATEMENT_WINDOW":        "5s",
+	"LOGIN_WINDOW":            "30s",
+	"TRUSTED_PROXIES":         "127.0.0.1/32,::1/128",
+	"REDIS_TIMEOUT":           "100ms",
+	"FAIL_CLOSED_RETRY_AFTER": "2s",
+}
+
+// fleet is two API replicas in this process over one Redis and one ledger.
+type fleet struct {
+	cfg     config.Config
+	urls    []string
+	redis   *embeddedOutage // nil when the fleet uses an outside Redis
+	servers []*http.Server
+	clients []*redis.Client
+}
+
+// startFleet starts two replicas configured by env, over the Redis at redisAddr, or over an
+// embedded one when redisAddr is empty.
+func startFleet(logs io.Writer, env map[string]string, redisAddr string) (*fleet, error) {
+	cfg, err := config.Load(func(k string) string { return env[k] })
+	if err != nil {
+		return nil, err
+	}
+	ledger, err := pix.NewMemoryLedger(pix.DemoAccounts())
+	if err != nil {
+		return nil, err
+	}
+	f := &fleet{cfg: cfg}
+	if redisAddr == "" {
+		mr, err := pixlimit.StartEmbeddedRedis()
+		if err != nil {
+			return nil, err
+		}
+		f.redis, redisAddr = &embeddedOutage{mr}, mr.Addr()
+	}
+	secret := []byte(rand.Text() + rand.Text()) // shared by both replicas, as AUTH_SECRET would be
+	for i := range 2 {
+		opt := &redis.Options{Addr: redisAddr}
+		ratelimit.ClientOptions(opt, cfg.RedisTimeout)
+		rdb := redis.NewClient(opt)
+		f.clients = append(f.clients, rdb)
+		logger := slog.New(slog.NewTextHandler(logs, nil)).With("replica", i+1)
+		deps, err := pixlimit.NewDeps(cfg, logger, rdb, secret, ledger)
+		if err != nil {
+			f.close()
+			return nil, err
+		}
+		h, err := pixlimit.NewServer(deps)
+		if err != nil {
+			f.close()
+			return nil, err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			f.close()
+			return nil, err
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		f.servers = append(f.servers, srv)
+		f.urls = append(f.urls, "http://"+ln.Addr().String())
+	}
+	return f, nil
+}
+
+func (f *fleet) describe() string {
+	c := f.cfg
+	return fmt.Sprintf(`pixlimit demo: two API replicas in this process (%s) share one embedded Redis and one ledger;
+requests alternate between them, so every limit you see holds across the fleet.
+Short windows keep the run brief: PIX %d per %v, statement %d per %v, login %d per IP and %d per document per %v.
+Both replicas trust loopback as their proxy, so the demo plays many client IPs with X-Forwarded-For
+(a real deployment trusts only its own proxy's address).`,
+		strings.Join(f.urls, ", "), c.PIX.Limit, c.PIX.Window, c.Statement.Limit, c.Statement.Window,
+		c.LoginIP.Limit, c.LoginAccount.Limit, c.LoginWindow)
+}
+
+func (f *fleet) close() {
+	for _, s := range f.servers {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.Shutdown(ctx)
+		cancel()
+	}
+	for _, c := range f.clients {
+		_ = c.Close()
+	}
+	if f.redis != nil {
+		f.redis.mr.Shutdown()
+	}
+}
+
+// embeddedOutage stops the embedded Redis and brings it back on the same address, data intact.
+type embeddedOutage struct{ mr *pixlimit.EmbeddedRedis }
+
+func (e *embeddedOutage) stop(context.Context) (string, error) {
+	e.mr.Close()
+	return "the embedded Redis stops: every connection to it is refused", nil
+}
+
+func (e *embeddedOutage) resume(context.Context) (string, error) {
+	if err := e.mr.Restart(); err != nil {
+		return "", err
+	}
+	return "the embedded Redis is back on the same address; the replicas were not restarted", nil
+}
+
+// redisControl reaches a deployment's Redis to pause it and to clear old limiter state.
+type redisControl struct {
+	rdb   *redis.Client
+	until time.Time // when the current pause ends
+}
+
+// pauseFor is how long the outage lasts. CLIENT PAUSE ALL holds every client, the one that
+// paused included, so even CLIENT UNPAUSE would wait: the pause is timed and ends by itself.
+const pauseFor = 4 * time.Second
+
+func newRedisControl(ctx context.Context, url string) (*redisControl, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("-redis: %w", err)
+	}
+	rdb := redis.NewClient(opt)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("-redis %s: %w", opt.Addr, err)
+	}
+	return &redisControl{rdb: rdb}, nil
+}
+
+func (r *redisControl) close() { _ = r.rdb.Close() }
+
+func (r *redisControl) stop(ctx context.Context) (string, error) {
+	if err := r.rdb.ClientPause(ctx, pauseFor).Err(); err != nil {
+		return "", err
+	}
+	r.until = time.Now().Add(pauseFor)
+	return fmt.Sprintf("Redis is paused for %v (CLIENT PAUSE ALL): it accepts connections and answers nothing, the hardest outage", pauseFor), nil
+}
+
+func (r *redisControl) resume(ctx context.Context) (string, error) {
+	select {
+	case <-time.After(time.Until(r.until)):
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	return "the pause is over and Redis answers again; the replicas were not restarted", nil
+}
+
+// clearLimits deletes the limiter's keys (rl:*), so that a run does not inherit the blocks of
+// the one before it.
+func (r *redisControl) clearLimits(ctx context.Context) (int, error) {
+	n := 0
+	iter := r.rdb.Scan(ctx, 0, "rl:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if err := r.rdb.Del(ctx, iter.Val()).Err(); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if err := iter.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return n, err
+	}
+	return n, nil
+}

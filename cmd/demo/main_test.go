@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/pixlimit/pixlimit/internal/redistest"
+)
+
+func noEnv(string) string { return "" }
+
+// TestSelfContained is `go run ./cmd/demo` with -json: every expectation of the three stories
+// holds, and the results parse.
+func TestSelfContained(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"demo", "-json"}, noEnv, &stdout, &stderr); err != nil {
+		t.Fatalf("demo: %v\n%s", err, stderr.String())
+	}
+	var report struct {
+		OK      bool     `json:"ok"`
+		Results []result `json:"results"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &report); err != nil {
+		t.Fatalf("-json output: %v\n%s", err, stdout.String())
+	}
+	scenarios := map[string]int{}
+	for _, r := range report.Results {
+		scenarios[r.Scenario]++
+	}
+	if !report.OK || scenarios["burst"] < 5 || scenarios["login"] < 4 || scenarios["outage"] < 5 {
+		t.Errorf("report ok=%v with %v expectations per scenario", report.OK, scenarios)
+	}
+	if !strings.Contains(stderr.String(), "All 14 expectations held.") {
+		t.Errorf("narration does not end with the verdict:\n%s", stderr.String())
+	}
+	if strings.Contains(stderr.String(), "\x1b[") {
+		t.Error("colour codes written to a non-terminal")
+	}
+}
+
+// TestTargetWithRedis drives a fleet the way users drive docker compose: -target the replicas,
+// -redis their Redis, which the demo pauses for the outage (CLIENT PAUSE) and clears first.
+func TestTargetWithRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	f, err := startFleet(io.Discard, map[string]string{
+		"PIX_WINDOW": "3s", "STATEMENT_WINDOW": "3s", "LOGIN_WINDOW": "60s", "TRUSTED_PROXIES": "127.0.0.1/32",
+		"FAIL_CLOSED_RETRY_AFTER": "2s",
+	}, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	args := []string{"demo", "-target", strings.Join(f.urls, ","), "-redis", "redis://" + srv.Addr()}
+	for run1 := range 2 { // twice: the second run must not inherit the first one's blocks
+		var out bytes.Buffer
+		if err := run(context.Background(), args, noEnv, &out, &out); err != nil {
+			t.Fatalf("run %d: %v\n%s", run1+1, err, out.String())
+		}
+	}
+}
+
+// TestGenerousLimitsFail checks the demo is a check, not a script of prints: against a fleet
+// whose PIX limit is 1000, it exits with an error and names the expectation that failed.
+func TestGenerousLimitsFail(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	f, err := startFleet(io.Discard, map[string]string{"PIX_LIMIT": "1000", "TRUSTED_PROXIES": "127.0.0.1/32"}, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	var out bytes.Buffer
+	err = run(context.Background(), []string{"demo", "-target", strings.Join(f.urls, ","), "-scenario", "burst"}, noEnv, &out, &out)
+	if !errors.Is(err, errFailed) {
+		t.Fatalf("demo against PIX_LIMIT=1000: %v, want errFailed\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "FAIL  burst   15 PIX at once: 10 × 201, 5 × 429") {
+		t.Errorf("the failed expectation is not named:\n%s", out.String())
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"demo", "-scenario", "nope"},
+		{"demo", "-redis", "redis://localhost:1"},
+		{"demo", "-target", "http://localhost:1", "-scenario", "outage"},
+		{"demo", "extra"},
+	} {
+		if err := run(context.Background(), args, noEnv, io.Discard, io.Discard); err == nil || errors.Is(err, errFailed) {
+			t.Errorf("%q: %v, want a usage error", args, err)
+		}
+	}
+}
