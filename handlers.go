@@ -23,18 +23,34 @@ func handleHealthz() echo.HandlerFunc {
 	}
 }
 
-func handleReadyz(rdb Pinger, timeout time.Duration) echo.HandlerFunc {
+// handleReadyz reports whether this replica can do its job: Redis answers (else limited routes
+// fail open or closed) and, with a PostgreSQL ledger, the database answers.
+func handleReadyz(rdb Pinger, db interface{ Ping(context.Context) error }, timeout time.Duration) echo.HandlerFunc {
 	type status struct {
-		Status string `json:"status"`
-		Redis  string `json:"redis"`
+		Status   string `json:"status"`
+		Redis    string `json:"redis"`
+		Database string `json:"database,omitempty"`
+	}
+	upDown := func(err error) string {
+		if err != nil {
+			return "down"
+		}
+		return "up"
 	}
 	return func(c echo.Context) error {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), timeout)
 		defer cancel()
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return c.JSON(http.StatusServiceUnavailable, status{"degraded", "down"})
+		s := status{Status: "ready", Redis: upDown(rdb.Ping(ctx).Err())}
+		if db != nil {
+			dbCtx, cancel := context.WithTimeout(c.Request().Context(), time.Second)
+			defer cancel()
+			s.Database = upDown(db.Ping(dbCtx))
 		}
-		return c.JSON(http.StatusOK, status{"ready", "up"})
+		if s.Redis == "down" || s.Database == "down" {
+			s.Status = "degraded"
+			return c.JSON(http.StatusServiceUnavailable, s)
+		}
+		return c.JSON(http.StatusOK, s)
 	}
 }
 

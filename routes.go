@@ -23,7 +23,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	}
 
 	e.GET("/healthz", handleHealthz())
-	e.GET("/readyz", handleReadyz(d.Redis, d.Config.RedisTimeout))
+	e.GET("/readyz", handleReadyz(d.Redis, d.Database, d.Config.RedisTimeout))
 	e.POST("/v1/login", handleLogin(d.Limiter, d.Config.LoginIP, d.Config.LoginAccount, d.Ledger, d.Tokens))
 	e.POST("/v1/pix", handlePIX(d.Ledger), requireAccount, limitPIX)
 	e.GET("/v1/statement", handleStatement(d.Ledger), requireAccount, limitStatement)

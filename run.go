@@ -52,17 +52,17 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		logger.Warn("AUTH_SECRET is empty: using a random secret for this process; its tokens and " +
 			"rate-limit keys are not shared with other replicas, so set AUTH_SECRET for a fleet")
 	}
-	var accounts []pix.Account
-	if cfg.DemoAccounts {
-		accounts = pix.DemoAccounts()
-	}
-	ledger, err := pix.NewMemoryLedger(accounts)
+	ledger, closeLedger, err := openLedger(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
+	defer closeLedger()
 	deps, err := NewDeps(cfg, logger, rdb, secret, ledger)
 	if err != nil {
 		return err
+	}
+	if db, ok := ledger.(*pix.PostgresLedger); ok {
+		deps.Database = db
 	}
 	handler, err := NewServer(deps)
 	if err != nil {
@@ -121,6 +121,27 @@ func NewDeps(cfg config.Config, logger *slog.Logger, rdb *redis.Client, secret [
 		return Deps{}, err
 	}
 	return Deps{Logger: logger, Config: cfg, Limiter: limiter, Ledger: ledger, Tokens: tokens, Redis: rdb}, nil
+}
+
+// openLedger opens the PostgreSQL ledger of DATABASE_URL, or an in-memory one when it is empty.
+func openLedger(ctx context.Context, cfg config.Config, logger *slog.Logger) (pix.Ledger, func(), error) {
+	var accounts []pix.Account
+	if cfg.DemoAccounts {
+		accounts = pix.DemoAccounts()
+	}
+	if cfg.DatabaseURL == "" {
+		logger.Warn("DATABASE_URL is empty: the ledger is in this process's memory; balances are " +
+			"lost on restart and not shared with other replicas, so set DATABASE_URL for a fleet")
+		l, err := pix.NewMemoryLedger(accounts)
+		return l, func() {}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	l, err := pix.OpenPostgres(ctx, cfg.DatabaseURL, accounts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, l.Close, nil
 }
 
 // keySecret derives the rate limiter's key-hashing secret from the token secret, so one

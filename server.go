@@ -30,6 +30,10 @@ type Deps struct {
 	Ledger  pix.Ledger
 	Tokens  *auth.Tokens
 	Redis   Pinger
+	// Database, when set, is checked by /readyz too.
+	Database interface {
+		Ping(ctx context.Context) error
+	}
 }
 
 // maxBody bounds every request body; a login or a transfer is a few hundred bytes.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
@@ -25,6 +26,7 @@ import (
 type Config struct {
 	HTTPAddr             string        `env:"HTTP_ADDR" envDefault:":8080"`
 	RedisURL             string        `env:"REDIS_URL"`
+	DatabaseURL          string        `env:"DATABASE_URL"`
 	RedisTimeout         time.Duration `env:"REDIS_TIMEOUT" envDefault:"100ms"`
 	AuthSecret           string        `env:"AUTH_SECRET"`
 	TokenTTL             time.Duration `env:"TOKEN_TTL" envDefault:"15m"`
@@ -107,6 +109,12 @@ func Load(getenv func(string) string) (Config, error) {
 			bad("REDIS_URL", "not a redis://, rediss:// or unix:// URL (%v)", redactURLError(err, cfg.RedisURL))
 		} else {
 			cfg.Redis = opt
+		}
+	}
+	if cfg.DatabaseURL != "" {
+		scheme, _, _ := strings.Cut(cfg.DatabaseURL, "://")
+		if _, err := pgxpool.ParseConfig(cfg.DatabaseURL); err != nil || (scheme != "postgres" && scheme != "postgresql") {
+			bad("DATABASE_URL", "not a postgres:// URL")
 		}
 	}
 	if parsed("REDIS_TIMEOUT") && (cfg.RedisTimeout < time.Millisecond || cfg.RedisTimeout > time.Minute) {

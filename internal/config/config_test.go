@@ -61,6 +61,7 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 	bad := map[string]string{
 		"HTTP_ADDR":               "8080",
 		"REDIS_URL":               "http://redis:6379",
+		"DATABASE_URL":            "mysql://db/pixlimit",
 		"REDIS_TIMEOUT":           "soon",
 		"AUTH_SECRET":             "short",
 		"TOKEN_TTL":               "0s",

@@ -3,10 +3,14 @@ package pix
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"regexp"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/pgtest"
 )
 
 func TestParseCPF(t *testing.T) {
@@ -117,93 +121,257 @@ func FuzzParseKey(f *testing.F) {
 	})
 }
 
-func newDemoLedger(t *testing.T) *MemoryLedger {
-	t.Helper()
-	l, err := NewMemoryLedger(DemoAccounts())
-	if err != nil {
-		t.Fatal(err)
+// backends opens a fresh ledger with the demo accounts for each implementation: every ledger
+// test runs against all of them.
+func backends(t *testing.T) map[string]func(t *testing.T) Ledger {
+	return map[string]func(t *testing.T) Ledger{
+		"memory": func(t *testing.T) Ledger {
+			l, err := NewMemoryLedger(DemoAccounts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		"postgres": func(t *testing.T) Ledger {
+			l, err := OpenPostgres(context.Background(), pgtest.URL(t), DemoAccounts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(l.Close)
+			return l
+		},
 	}
-	return l
+}
+
+// forEachBackend runs test against every Ledger implementation.
+func forEachBackend(t *testing.T, test func(t *testing.T, l Ledger)) {
+	for name, open := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, open(t))
+		})
+	}
 }
 
 func TestTransferErrors(t *testing.T) {
-	ctx := context.Background()
-	l := newDemoLedger(t)
-	for _, tt := range []struct {
-		req  TransferRequest
-		want error
-	}{
-		{TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: 0}, ErrInvalidAmount},
-		{TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: -5}, ErrInvalidAmount},
-		{TransferRequest{From: "acct-diego", ToKey: "nobody@example.com", AmountCents: 1}, ErrKeyNotFound},
-		{TransferRequest{From: "acct-diego", ToKey: "diego@example.com", AmountCents: 1}, ErrSameAccount},
-		{TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: 100_001}, ErrInsufficientFunds},
-		{TransferRequest{From: "acct-nobody", ToKey: "ana@example.com", AmountCents: 1}, ErrAccountNotFound},
-	} {
-		if _, err := l.Transfer(ctx, tt.req); !errors.Is(err, tt.want) {
-			t.Errorf("Transfer(%+v) = %v, want %v", tt.req, err, tt.want)
+	forEachBackend(t, func(t *testing.T, l Ledger) {
+		ctx := context.Background()
+		for _, tt := range []struct {
+			req  TransferRequest
+			want error
+		}{
+			{TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: 0}, ErrInvalidAmount},
+			{TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: -5}, ErrInvalidAmount},
+			{TransferRequest{From: "acct-diego", ToKey: "nobody@example.com", AmountCents: 1}, ErrKeyNotFound},
+			{TransferRequest{From: "acct-diego", ToKey: "diego@example.com", AmountCents: 1}, ErrSameAccount},
+			{TransferRequest{From: "acct-diego", ToKey: "93541134780", AmountCents: 1}, ErrSameAccount},
+			{TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: 100_001}, ErrInsufficientFunds},
+			{TransferRequest{From: "acct-nobody", ToKey: "ana@example.com", AmountCents: 1}, ErrAccountNotFound},
+		} {
+			if _, err := l.Transfer(ctx, tt.req); !errors.Is(err, tt.want) {
+				t.Errorf("Transfer(%+v) = %v, want %v", tt.req, err, tt.want)
+			}
 		}
-	}
-	st, _ := l.Statement(ctx, "acct-diego", 10)
-	if st.BalanceCents != 100_000 || len(st.Entries) != 0 {
-		t.Errorf("after only failed transfers: balance %d, %d entries; want 100000, 0", st.BalanceCents, len(st.Entries))
-	}
+		st, err := l.Statement(ctx, "acct-diego", 10)
+		if err != nil || st.BalanceCents != 100_000 || len(st.Entries) != 0 {
+			t.Errorf("after only failed transfers: %+v, %v; want balance 100000, no entries", st, err)
+		}
+		if _, err := l.Statement(ctx, "acct-nobody", 10); !errors.Is(err, ErrAccountNotFound) {
+			t.Errorf("statement of no account: %v, want ErrAccountNotFound", err)
+		}
+	})
 }
 
-func TestConcurrentTransfersKeepTheBooks(t *testing.T) {
-	ctx := context.Background()
-	l := newDemoLedger(t)
-	accounts := DemoAccounts()
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(g), 3))
-			for range 100 {
-				from, to := accounts[rng.IntN(4)], accounts[rng.IntN(4)]
-				_, err := l.Transfer(ctx, TransferRequest{From: from.ID, ToKey: to.Keys[0], AmountCents: int64(1 + rng.IntN(60_000))})
-				if err != nil && !errors.Is(err, ErrInsufficientFunds) && !errors.Is(err, ErrSameAccount) {
-					t.Errorf("transfer: %v", err)
-				}
+func TestTransferAndStatement(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, l Ledger) {
+		ctx := context.Background()
+		a, err := l.AccountByDocument(ctx, "52998224725")
+		if err != nil || a.ID != "acct-ana" || len(a.PasswordHash) == 0 {
+			t.Fatalf("AccountByDocument(Ana) = %+v, %v", a, err)
+		}
+		if _, err := l.AccountByDocument(ctx, "12345678909"); !errors.Is(err, ErrAccountNotFound) {
+			t.Errorf("AccountByDocument(unknown) = %v, want ErrAccountNotFound", err)
+		}
+		var ids []string
+		for i, amount := range []int64{100, 250, 400} {
+			r, err := l.Transfer(ctx, TransferRequest{From: "acct-ana", ToKey: "+5511987654321", AmountCents: amount, Description: fmt.Sprint("n", i)})
+			if err != nil {
+				t.Fatal(err)
 			}
-		})
-	}
-	wg.Wait()
-	var total int64
-	legs := map[string][]Direction{}
-	for _, a := range accounts {
-		st, err := l.Statement(ctx, a.ID, 1<<30)
+			if r.ToName != "Bruno Lima" || r.AmountCents != amount || len(r.EndToEndID) != 32 {
+				t.Errorf("receipt %+v", r)
+			}
+			ids = append(ids, r.EndToEndID)
+		}
+		st, err := l.Statement(ctx, "acct-ana", 2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum := a.OpeningCents
-		for i, e := range st.Entries {
-			if i > 0 && e.CreatedAt.After(st.Entries[i-1].CreatedAt) {
-				t.Errorf("%s: statement not newest first at %d", a.ID, i)
+		if st.BalanceCents != 1_000_000-750 || len(st.Entries) != 2 || st.Entries[0].EndToEndID != ids[2] || st.Entries[1].EndToEndID != ids[1] {
+			t.Errorf("Ana's statement (limit 2) = %+v, want balance 999250 and the two newest, newest first", st)
+		}
+		if e := st.Entries[0]; e.Direction != Out || e.Counterparty != "Bruno Lima" || e.AmountCents != 400 || e.Description != "n2" {
+			t.Errorf("Ana's newest entry = %+v", e)
+		}
+		bruno, _ := l.Statement(ctx, "acct-bruno", 50)
+		if bruno.BalanceCents != 500_000+750 || len(bruno.Entries) != 3 || bruno.Entries[0].Direction != In || bruno.Entries[0].Counterparty != "Ana Souza" {
+			t.Errorf("Bruno's statement = %+v", bruno)
+		}
+	})
+}
+
+func TestIdempotency(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, l Ledger) {
+		ctx := context.Background()
+		req := TransferRequest{From: "acct-carla", ToKey: "diego@example.com", AmountCents: 999, Description: "rent", IdempotencyKey: "k-1"}
+		first, err := l.Transfer(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := l.Transfer(ctx, req)
+		if err != nil || again != first {
+			t.Errorf("replay = %+v, %v; want the original %+v", again, err, first)
+		}
+		for _, changed := range []TransferRequest{
+			{From: "acct-carla", ToKey: "diego@example.com", AmountCents: 998, Description: "rent", IdempotencyKey: "k-1"},
+			{From: "acct-carla", ToKey: "ana@example.com", AmountCents: 999, Description: "rent", IdempotencyKey: "k-1"},
+			{From: "acct-carla", ToKey: "diego@example.com", AmountCents: 999, Description: "other", IdempotencyKey: "k-1"},
+		} {
+			if _, err := l.Transfer(ctx, changed); !errors.Is(err, ErrIdempotencyConflict) {
+				t.Errorf("same key, different request %+v: %v, want ErrIdempotencyConflict", changed, err)
 			}
-			if e.Direction == In {
-				sum += e.AmountCents
-			} else {
-				sum -= e.AmountCents
+		}
+		// Keys are per paying account: Diego may use "k-1" too.
+		if _, err := l.Transfer(ctx, TransferRequest{From: "acct-diego", ToKey: "carla@example.com", AmountCents: 1, IdempotencyKey: "k-1"}); err != nil {
+			t.Errorf("another account's k-1: %v", err)
+		}
+		// Concurrent requests with one new key: one transfer, every answer its receipt.
+		req.IdempotencyKey = "k-2"
+		var wg sync.WaitGroup
+		receipts := make([]Receipt, 10)
+		for i := range receipts {
+			wg.Go(func() {
+				r, err := l.Transfer(ctx, req)
+				if err != nil {
+					t.Errorf("concurrent replay: %v", err)
+				}
+				receipts[i] = r
+			})
+		}
+		wg.Wait()
+		for _, r := range receipts {
+			if r != receipts[0] {
+				t.Errorf("concurrent requests with one key got different receipts: %+v vs %+v", r, receipts[0])
 			}
-			legs[e.EndToEndID] = append(legs[e.EndToEndID], e.Direction)
 		}
-		if sum != st.BalanceCents {
-			t.Errorf("%s: opening + entries = %d, balance = %d", a.ID, sum, st.BalanceCents)
+		st, _ := l.Statement(ctx, "acct-carla", 50)
+		if st.BalanceCents != 250_000-2*999+1 || len(st.Entries) != 3 {
+			t.Errorf("Carla: balance %d with %d entries, want %d with 3: replays moved money", st.BalanceCents, len(st.Entries), 250_000-2*999+1)
 		}
-		if st.BalanceCents < 0 {
-			t.Errorf("%s: negative balance %d", a.ID, st.BalanceCents)
+	})
+}
+
+func TestConcurrentTransfersKeepTheBooks(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, l Ledger) {
+		ctx := context.Background()
+		accounts := DemoAccounts()
+		var wg sync.WaitGroup
+		start := time.Now()
+		for g := range 8 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(g), 3))
+				for range 100 {
+					from, to := accounts[rng.IntN(4)], accounts[rng.IntN(4)]
+					_, err := l.Transfer(ctx, TransferRequest{From: from.ID, ToKey: to.Keys[0], AmountCents: int64(1 + rng.IntN(60_000))})
+					if err != nil && !errors.Is(err, ErrInsufficientFunds) && !errors.Is(err, ErrSameAccount) {
+						t.Errorf("transfer: %v", err)
+					}
+				}
+			})
 		}
-		total += st.BalanceCents
+		wg.Wait()
+		t.Logf("800 transfer attempts in %v (%.0f/s)", time.Since(start).Round(time.Millisecond), 800/time.Since(start).Seconds())
+		var total int64
+		legs := map[string][]Direction{}
+		for _, a := range accounts {
+			st, err := l.Statement(ctx, a.ID, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := a.OpeningCents
+			for i, e := range st.Entries {
+				if i > 0 && e.CreatedAt.After(st.Entries[i-1].CreatedAt) {
+					t.Errorf("%s: statement not newest first at %d", a.ID, i)
+				}
+				if e.Direction == In {
+					sum += e.AmountCents
+				} else {
+					sum -= e.AmountCents
+				}
+				legs[e.EndToEndID] = append(legs[e.EndToEndID], e.Direction)
+			}
+			if sum != st.BalanceCents {
+				t.Errorf("%s: opening + entries = %d, balance = %d", a.ID, sum, st.BalanceCents)
+			}
+			if st.BalanceCents < 0 {
+				t.Errorf("%s: negative balance %d", a.ID, st.BalanceCents)
+			}
+			total += st.BalanceCents
+		}
+		if total != 1_850_000 {
+			t.Errorf("total %d, want 1850000", total)
+		}
+		for id, d := range legs {
+			if len(d) != 2 || d[0] == d[1] {
+				t.Errorf("transfer %s has legs %v, want one out and one in", id, d)
+			}
+		}
+		if len(legs) < 300 {
+			t.Errorf("only %d transfers succeeded: too few to prove anything", len(legs))
+		}
+	})
+}
+
+func TestPostgresSurvivesRestartsAndConcurrentStarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	var wg sync.WaitGroup
+	for range 4 { // four replicas starting at once on an empty database
+		wg.Go(func() {
+			l, err := OpenPostgres(ctx, url, DemoAccounts())
+			if err != nil {
+				t.Errorf("concurrent start: %v", err)
+				return
+			}
+			l.Close()
+		})
 	}
-	if total != 1_850_000 {
-		t.Errorf("total %d, want 1850000", total)
+	wg.Wait()
+	l, err := OpenPostgres(ctx, url, DemoAccounts())
+	if err != nil {
+		t.Fatal(err)
 	}
-	for id, d := range legs {
-		if len(d) != 2 || d[0] == d[1] {
-			t.Errorf("transfer %s has legs %v, want one out and one in", id, d)
-		}
+	r, err := l.Transfer(ctx, TransferRequest{From: "acct-ana", ToKey: "diego@example.com", AmountCents: 5000, IdempotencyKey: "before-restart"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(legs) < 300 {
-		t.Errorf("only %d transfers succeeded: too few to prove anything", len(legs))
+	l.Close()
+
+	l, err = OpenPostgres(ctx, url, DemoAccounts()) // seeding again changes nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	st, err := l.Statement(ctx, "acct-ana", 10)
+	if err != nil || st.BalanceCents != 1_000_000-5000 || len(st.Entries) != 1 || st.Entries[0].EndToEndID != r.EndToEndID {
+		t.Errorf("after a restart: %+v, %v; want the transfer and its balance kept", st, err)
+	}
+	if again, err := l.Transfer(ctx, TransferRequest{From: "acct-ana", ToKey: "diego@example.com", AmountCents: 5000, IdempotencyKey: "before-restart"}); err != nil || again != r {
+		t.Errorf("replay after a restart = %+v, %v; want %+v", again, err, r)
+	}
+	var versions int
+	if err := l.pool.QueryRow(ctx, "SELECT count(*) FROM schema_migrations").Scan(&versions); err != nil || versions != 1 {
+		t.Errorf("schema_migrations has %d rows (%v), want 1", versions, err)
 	}
 }

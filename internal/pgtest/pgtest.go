@@ -1,0 +1,118 @@
+// Package pgtest gives each test a PostgreSQL database of its own on a real server, dropped when
+// the test ends.
+//
+// The server is, in order: the one DATABASE_URL names, the one the libpq PG* variables describe
+// (PGHOST set), the local server on 127.0.0.1:5432 as user postgres (trust authentication, as on
+// Debian's development machines) when it answers, and otherwise a container of the
+// testcontainers-go Postgres module when Docker is available. Failing all four, the test fails
+// and says what to install.
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+)
+
+var (
+	once     sync.Once
+	adminURL string
+	findErr  error
+)
+
+// URL creates a fresh database for t and returns its URL.
+func URL(t testing.TB) string {
+	t.Helper()
+	once.Do(func() { adminURL, findErr = findServer() })
+	if findErr != nil {
+		t.Fatalf("pgtest: %v", findErr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		t.Fatalf("pgtest: connect %s: %v", redact(adminURL), err)
+	}
+	defer admin.Close(context.Background())
+	name := fmt.Sprintf("pixlimit_test_%d_%d", os.Getpid(), time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, adminURL)
+		if err != nil {
+			t.Logf("pgtest: drop %s: %v", name, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Logf("pgtest: drop %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func findServer() (string, error) {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u, nil
+	}
+	if os.Getenv("PGHOST") != "" {
+		return pgEnvURL(), nil
+	}
+	const local = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:5432", time.Second); err == nil {
+		c.Close()
+		return local, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := tcpostgres.Run(ctx, "postgres:15-alpine",
+		tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"), tcpostgres.BasicWaitStrategies())
+	if err != nil {
+		return "", fmt.Errorf("no PostgreSQL: DATABASE_URL and PGHOST are unset, nothing listens on 127.0.0.1:5432, "+
+			"and Docker is not usable (%v); install PostgreSQL (Debian: apt-get install postgresql) or start Docker", err)
+	}
+	// The container lives as long as the test binary; Ryuk reaps it afterwards.
+	return c.ConnectionString(ctx, "sslmode=disable")
+}
+
+// pgEnvURL builds a URL from PGHOST, PGPORT, PGUSER and PGPASSWORD.
+func pgEnvURL() string {
+	u := url.URL{Scheme: "postgres", Host: os.Getenv("PGHOST"), Path: "/postgres", RawQuery: "sslmode=disable"}
+	if p := os.Getenv("PGPORT"); p != "" {
+		u.Host = net.JoinHostPort(u.Host, p)
+	}
+	user := os.Getenv("PGUSER")
+	if user == "" {
+		user = "postgres"
+	}
+	if pw := os.Getenv("PGPASSWORD"); pw != "" {
+		u.User = url.UserPassword(user, pw)
+	} else {
+		u.User = url.User(user)
+	}
+	return u.String()
+}
+
+func redact(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return strings.SplitN(s, "@", 2)[0]
+}

@@ -1,0 +1,319 @@
+package pix
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// PostgresLedger is the Ledger of a fleet: every replica reads and writes one PostgreSQL
+// database, so balances, statements and idempotency records are the same whichever replica
+// answers, and survive restarts.
+type PostgresLedger struct {
+	pool *pgxpool.Pool
+	now  func() time.Time
+}
+
+// OpenPostgres connects to url, brings the schema up to date and, when given accounts, seeds
+// those that do not exist yet. Any number of replicas may open one database at once.
+func OpenPostgres(ctx context.Context, url string, seed []Account) (*PostgresLedger, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("pix: postgres: %w", err)
+	}
+	l := &PostgresLedger{pool: pool, now: time.Now}
+	if err := l.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := l.seed(ctx, seed); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Close closes the connection pool.
+func (l *PostgresLedger) Close() { l.pool.Close() }
+
+// Ping checks the database answers.
+func (l *PostgresLedger) Ping(ctx context.Context) error { return l.pool.Ping(ctx) }
+
+// migrationLock is the advisory lock that serializes migrations across replicas starting at once.
+const migrationLock = 0x706978_6c696d // "pixlim"
+
+// migrate applies, in file-name order, every embedded migration not yet recorded in
+// schema_migrations, each in its own transaction, under a session advisory lock: a second
+// replica starting meanwhile waits, then finds nothing left to do.
+func (l *PostgresLedger) migrate(ctx context.Context) error {
+	conn, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("pix: migrate: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLock); err != nil {
+		return fmt.Errorf("pix: migrate: lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrationLock) //nolint:errcheck // the session ends with the connection anyway
+
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("pix: migrate: %w", err)
+	}
+	files, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	slices.Sort(files)
+	for _, f := range files {
+		name := strings.TrimPrefix(f, "migrations/")
+		version, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("pix: migration %s: name must start with its number", name)
+		}
+		var done bool
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)", version).Scan(&done); err != nil {
+			return fmt.Errorf("pix: migrate: %w", err)
+		}
+		if done {
+			continue
+		}
+		sql, err := migrations.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, string(sql)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", version, name)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("pix: migration %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// seed inserts the accounts and keys that are missing; existing rows, balances included, stay.
+func (l *PostgresLedger) seed(ctx context.Context, accounts []Account) error {
+	if len(accounts) == 0 {
+		return nil
+	}
+	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		for _, a := range accounts {
+			if _, err := tx.Exec(ctx, `INSERT INTO accounts (id, name, document, password_hash, balance_cents)
+				VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`,
+				a.ID, a.Name, a.Document, string(a.PasswordHash), a.OpeningCents); err != nil {
+				return fmt.Errorf("pix: seed %s: %w", a.ID, err)
+			}
+			for _, k := range a.Keys {
+				if _, err := tx.Exec(ctx, "INSERT INTO pix_keys (key, account_id) VALUES ($1, $2) ON CONFLICT DO NOTHING", k, a.ID); err != nil {
+					return fmt.Errorf("pix: seed %s: %w", a.ID, err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// AccountByDocument implements Ledger.
+func (l *PostgresLedger) AccountByDocument(ctx context.Context, document string) (Account, error) {
+	var a Account
+	var hash string
+	err := l.pool.QueryRow(ctx, "SELECT id, name, document, password_hash FROM accounts WHERE document = $1", document).
+		Scan(&a.ID, &a.Name, &a.Document, &hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Account{}, ErrAccountNotFound
+	}
+	if err != nil {
+		return Account{}, fmt.Errorf("pix: account: %w", err)
+	}
+	a.PasswordHash = []byte(hash)
+	return a, nil
+}
+
+// maxAttempts bounds the retries of a transfer that lost a serialization or deadlock race, or
+// drew an end-to-end id already taken. Each retry is a fresh transaction: nothing half-done
+// survives a failed attempt.
+const maxAttempts = 5
+
+// Transfer implements Ledger in one transaction: lock both accounts in id order (so two opposite
+// transfers cannot deadlock), debit only if the balance covers the amount, credit, record the
+// transfer with its idempotency key and both entries; all of it commits or none does.
+func (l *PostgresLedger) Transfer(ctx context.Context, r TransferRequest) (Receipt, error) {
+	if r.AmountCents <= 0 {
+		return Receipt{}, ErrInvalidAmount
+	}
+	for attempt := 1; ; attempt++ {
+		receipt, err := l.transfer(ctx, r)
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			return receipt, nil
+		case errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "transfers_payer_id_idempotency_key_key":
+			// A concurrent request with this idempotency key committed first: answer as its replay.
+			return l.replay(ctx, r)
+		case errors.As(err, &pgErr) && retryable(pgErr) && attempt < maxAttempts:
+			time.Sleep(time.Duration(attempt*attempt) * time.Millisecond * time.Duration(1+rand.IntN(5)))
+			continue
+		}
+		return Receipt{}, err
+	}
+}
+
+// retryable: serialization failure, deadlock, or a duplicate end-to-end id.
+func retryable(e *pgconn.PgError) bool {
+	return e.Code == "40001" || e.Code == "40P01" || e.Code == "23505" && e.ConstraintName == "transfers_pkey"
+}
+
+func (l *PostgresLedger) transfer(ctx context.Context, r TransferRequest) (Receipt, error) {
+	var receipt Receipt
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if r.IdempotencyKey != "" {
+			prior, found, err := findReplay(ctx, tx, r)
+			if err != nil || found {
+				receipt = prior
+				return err
+			}
+		}
+		var payee, payeeName string
+		err := tx.QueryRow(ctx, `SELECT a.id, a.name FROM pix_keys k JOIN accounts a ON a.id = k.account_id WHERE k.key = $1`, r.ToKey).
+			Scan(&payee, &payeeName)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrKeyNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if payee == r.From {
+			return ErrSameAccount
+		}
+		rows, err := tx.Query(ctx, "SELECT id FROM accounts WHERE id = ANY($1) ORDER BY id FOR UPDATE", []string{r.From, payee})
+		if err != nil {
+			return err
+		}
+		locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(locked, r.From) {
+			return ErrAccountNotFound
+		}
+		var balance int64
+		var payerName string
+		err = tx.QueryRow(ctx, `UPDATE accounts SET balance_cents = balance_cents - $2
+			WHERE id = $1 AND balance_cents >= $2 RETURNING balance_cents, name`, r.From, r.AmountCents).Scan(&balance, &payerName)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrInsufficientFunds
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "UPDATE accounts SET balance_cents = balance_cents + $2 WHERE id = $1", payee, r.AmountCents); err != nil {
+			return err // 22003 numeric overflow: unreachable while money is only moved
+		}
+		now := l.now().UTC().Truncate(time.Microsecond)
+		id := NewEndToEndID(now)
+		var idem *string
+		if r.IdempotencyKey != "" {
+			idem = &r.IdempotencyKey
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO transfers (end_to_end_id, payer_id, payee_id, to_key, amount_cents,
+			description, idempotency_key, payer_balance_after, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			id, r.From, payee, r.ToKey, r.AmountCents, r.Description, idem, balance, now); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO entries (account_id, end_to_end_id, direction, amount_cents, counterparty, description, created_at)
+			VALUES ($1, $3, 'out', $5, $7, $6, $8), ($2, $3, 'in', $5, $4, $6, $8)`,
+			r.From, payee, id, payerName, r.AmountCents, r.Description, payeeName, now); err != nil {
+			return err
+		}
+		receipt = Receipt{EndToEndID: id, AmountCents: r.AmountCents, BalanceCents: balance, ToKey: r.ToKey, ToName: payeeName, CreatedAt: now}
+		return nil
+	})
+	return receipt, err
+}
+
+// replay answers a request whose idempotency key is already recorded.
+func (l *PostgresLedger) replay(ctx context.Context, r TransferRequest) (Receipt, error) {
+	receipt, found, err := findReplay(ctx, l.pool, r)
+	if err == nil && !found {
+		err = errors.New("pix: idempotency record vanished")
+	}
+	return receipt, err
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// findReplay looks up the transfer recorded under r's idempotency key: its receipt if r is the
+// same request, ErrIdempotencyConflict if not.
+func findReplay(ctx context.Context, q querier, r TransferRequest) (Receipt, bool, error) {
+	var (
+		rec       Receipt
+		amount    int64
+		desc      string
+		payeeName string
+	)
+	err := q.QueryRow(ctx, `SELECT t.end_to_end_id, t.to_key, t.amount_cents, t.description, t.payer_balance_after, t.created_at, a.name
+		FROM transfers t JOIN accounts a ON a.id = t.payee_id WHERE t.payer_id = $1 AND t.idempotency_key = $2`,
+		r.From, r.IdempotencyKey).Scan(&rec.EndToEndID, &rec.ToKey, &amount, &desc, &rec.BalanceCents, &rec.CreatedAt, &payeeName)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Receipt{}, false, nil
+	}
+	if err != nil {
+		return Receipt{}, false, err
+	}
+	if rec.ToKey != r.ToKey || amount != r.AmountCents || desc != r.Description {
+		return Receipt{}, true, ErrIdempotencyConflict
+	}
+	rec.AmountCents, rec.ToName, rec.CreatedAt = amount, payeeName, rec.CreatedAt.UTC()
+	return rec, true, nil
+}
+
+// Statement implements Ledger from one snapshot, so the balance and the entries agree.
+func (l *PostgresLedger) Statement(ctx context.Context, accountID string, limit int) (Statement, error) {
+	st := Statement{AccountID: accountID, Entries: []Entry{}}
+	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, "SELECT balance_cents FROM accounts WHERE id = $1", accountID).Scan(&st.BalanceCents)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrAccountNotFound
+		}
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT end_to_end_id, direction, amount_cents, counterparty, description, created_at
+			FROM entries WHERE account_id = $1 ORDER BY created_at DESC, seq DESC LIMIT $2`, accountID, max(limit, 0))
+		if err != nil {
+			return err
+		}
+		st.Entries, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Entry, error) {
+			var e Entry
+			err := row.Scan(&e.EndToEndID, &e.Direction, &e.AmountCents, &e.Counterparty, &e.Description, &e.CreatedAt)
+			e.CreatedAt = e.CreatedAt.UTC()
+			return e, err
+		})
+		return err
+	})
+	if err != nil {
+		return Statement{}, err
+	}
+	return st, nil
+}
