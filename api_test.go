@@ -55,6 +55,10 @@ func launch(t *testing.T, ctx context.Context, srv *redistest.Server, env map[st
 		"HTTP_ADDR":   addr,
 		"AUTH_SECRET": "test-secret-test-secret-test-secret!",
 		"LOG_LEVEL":   "debug",
+		// A generous budget: on a loaded CI machine running tests in parallel under the race
+		// detector, 100ms is sometimes not enough, and a timeout fails closed. Outage tests
+		// set their own.
+		"REDIS_TIMEOUT": "1s",
 	}
 	if srv != nil {
 		vars["REDIS_URL"] = "redis://" + srv.Addr()
@@ -86,6 +90,29 @@ func launch(t *testing.T, ctx context.Context, srv *redistest.Server, env map[st
 			t.Fatalf("api not healthy within 5s\n%s", logs)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestHealthcheckCommand(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, nil, nil) // embedded Redis: the command needs only /healthz
+	getenv := func(k string) string {
+		if k == "HTTP_ADDR" {
+			return strings.TrimPrefix(a.base, "http://")
+		}
+		return ""
+	}
+	if err := pixlimit.Run(t.Context(), []string{"api", "healthcheck"}, getenv, io.Discard, io.Discard); err != nil {
+		t.Errorf("healthcheck against a serving API: %v", err)
+	}
+	nothing := func(k string) string {
+		if k == "HTTP_ADDR" {
+			return freeAddr(t)
+		}
+		return ""
+	}
+	if err := pixlimit.Run(t.Context(), []string{"api", "healthcheck"}, nothing, io.Discard, io.Discard); err == nil {
+		t.Error("healthcheck with nothing listening: nil, want an error")
 	}
 }
 

@@ -24,7 +24,12 @@ import (
 func fleet(t *testing.T, n int, env map[string]string) []*api {
 	t.Helper()
 	srv := redistest.Start(t)
-	cfg, err := config.Load(func(k string) string { return env[k] })
+	cfg, err := config.Load(func(k string) string {
+		if k == "REDIS_TIMEOUT" && env[k] == "" {
+			return "1s" // see launch
+		}
+		return env[k]
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,13 +30,20 @@ const shutdownGrace = 10 * time.Second
 // starts an embedded one), serves until ctx is done, then drains in-flight requests and returns
 // nil. A configuration error names every offending variable and returns before anything
 // listens. Logs go to stderr.
+//
+// "api healthcheck" instead asks the local server's /healthz and returns an error unless it
+// answers 200: a container HEALTHCHECK for images without curl.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) > 1 {
+	healthcheck := len(args) == 2 && args[1] == "healthcheck"
+	if len(args) > 1 && !healthcheck {
 		return fmt.Errorf("unexpected arguments %q: the API is configured through its environment", args[1:])
 	}
 	cfg, err := config.Load(getenv)
 	if err != nil {
 		return err
+	}
+	if healthcheck {
+		return checkHealth(ctx, cfg.HTTPAddr)
 	}
 	logger := NewLogger(cfg, stderr)
 
@@ -121,6 +128,32 @@ func NewDeps(cfg config.Config, logger *slog.Logger, rdb *redis.Client, secret [
 		return Deps{}, err
 	}
 	return Deps{Logger: logger, Config: cfg, Limiter: limiter, Ledger: ledger, Tokens: tokens, Redis: rdb}, nil
+}
+
+// checkHealth asks the server listening on addr (":8080" means this host) for /healthz.
+func checkHealth(ctx context.Context, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: /healthz answered %d", resp.StatusCode)
+	}
+	return nil
 }
 
 // openLedger opens the PostgreSQL ledger of DATABASE_URL, or an in-memory one when it is empty.

@@ -51,7 +51,7 @@ func TestTargetWithRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	f, err := startFleet(io.Discard, map[string]string{
 		"PIX_WINDOW": "3s", "STATEMENT_WINDOW": "3s", "LOGIN_WINDOW": "60s", "TRUSTED_PROXIES": "127.0.0.1/32",
-		"FAIL_CLOSED_RETRY_AFTER": "2s",
+		"FAIL_CLOSED_RETRY_AFTER": "2s", "REDIS_TIMEOUT": "300ms", // three requests wait it out within the 4s pause
 	}, srv.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func TestTargetWithRedis(t *testing.T) {
 func TestGenerousLimitsFail(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	f, err := startFleet(io.Discard, map[string]string{"PIX_LIMIT": "1000", "TRUSTED_PROXIES": "127.0.0.1/32"}, srv.Addr())
+	f, err := startFleet(io.Discard, map[string]string{"PIX_LIMIT": "1000", "TRUSTED_PROXIES": "127.0.0.1/32", "REDIS_TIMEOUT": "1s"}, srv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
