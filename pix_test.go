@@ -160,3 +160,33 @@ func TestConcurrentTransfers(t *testing.T) {
 	}
 	t.Logf("statuses: %v", statuses)
 }
+
+func TestAlgorithmPerRoute(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), map[string]string{
+		"PIX_ALGORITHM": "token_bucket", "PIX_BURST": "3", "STATEMENT_ALGORITHM": "fixed_window", "LOGIN_ALGORITHM": "gcra",
+	})
+	tok := a.token(demo[0].document, demo[0].password)
+	for i := range 4 {
+		r := a.pix(tok, "bruno@example.com", 1)
+		if want := map[bool]int{true: 429, false: 201}[i == 3]; r.status != want {
+			t.Fatalf("PIX %d with a bucket of 3: %v, want %d", i+1, r, want)
+		}
+		if got, want := r.header.Get("RateLimit-Policy"), `"pix";q=10;w=60;burst=3`; got != want {
+			t.Errorf("RateLimit-Policy = %q, want %q", got, want)
+		}
+		if got := r.header.Get("RateLimit-Limit"); got != "3" {
+			t.Errorf("RateLimit-Limit = %q, want the burst, 3", got)
+		}
+		if i == 3 {
+			// 10 per minute: one token every 6s.
+			if got := r.header.Get("Retry-After"); got != "6" {
+				t.Errorf("Retry-After = %q, want 6 (one token every 6s)", got)
+			}
+		}
+	}
+	r := a.statement(tok)
+	if r.status != 200 || r.header.Get("RateLimit-Remaining") != "29" {
+		t.Errorf("fixed-window statement: %v %v", r, r.header)
+	}
+}

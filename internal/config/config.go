@@ -34,13 +34,19 @@ type Config struct {
 	PIXLimit             int           `env:"PIX_LIMIT" envDefault:"10"`
 	PIXWindow            time.Duration `env:"PIX_WINDOW" envDefault:"1m"`
 	PIXFailMode          string        `env:"PIX_FAIL_MODE" envDefault:"closed"`
+	PIXAlgorithm         string        `env:"PIX_ALGORITHM" envDefault:"sliding_log"`
+	PIXBurst             int           `env:"PIX_BURST"`
 	StatementLimit       int           `env:"STATEMENT_LIMIT" envDefault:"30"`
 	StatementWindow      time.Duration `env:"STATEMENT_WINDOW" envDefault:"1m"`
 	StatementFailMode    string        `env:"STATEMENT_FAIL_MODE" envDefault:"open"`
+	StatementAlgorithm   string        `env:"STATEMENT_ALGORITHM" envDefault:"sliding_log"`
+	StatementBurst       int           `env:"STATEMENT_BURST"`
 	LoginIPLimit         int           `env:"LOGIN_IP_LIMIT" envDefault:"10"`
 	LoginAccountLimit    int           `env:"LOGIN_ACCOUNT_LIMIT" envDefault:"5"`
 	LoginWindow          time.Duration `env:"LOGIN_WINDOW" envDefault:"10m"`
 	LoginFailMode        string        `env:"LOGIN_FAIL_MODE" envDefault:"closed"`
+	LoginAlgorithm       string        `env:"LOGIN_ALGORITHM" envDefault:"sliding_log"`
+	LoginBurst           int           `env:"LOGIN_BURST"`
 	FailClosedRetryAfter time.Duration `env:"FAIL_CLOSED_RETRY_AFTER" envDefault:"5s"`
 	DemoAccounts         bool          `env:"DEMO_ACCOUNTS" envDefault:"true"`
 	LogLevelRaw          string        `env:"LOG_LEVEL" envDefault:"info"`
@@ -147,7 +153,23 @@ func Load(getenv func(string) string) (Config, error) {
 		bad("LOG_FORMAT", "%q: want text or json", cfg.LogFormat)
 	}
 
-	policy := func(name, limitVar string, limit int, window time.Duration, mode, routeVar string) ratelimit.Policy {
+	// route reads one route's algorithm and burst, reporting each problem once.
+	route := func(prefix, algorithm string, burst int) (ratelimit.Algorithm, int) {
+		a, err := ratelimit.ParseAlgorithm(algorithm)
+		if err != nil {
+			bad(prefix+"_ALGORITHM", "%q: want one of %v", algorithm, ratelimit.Algorithms)
+		}
+		_, set := environ[prefix+"_BURST"]
+		switch {
+		case !parsed(prefix+"_BURST") || !set:
+		case burst < 1:
+			bad(prefix+"_BURST", "%d: want at least 1", burst)
+		case err == nil && a != ratelimit.TokenBucket && a != ratelimit.GCRA:
+			bad(prefix+"_BURST", "only token_bucket and gcra take a burst; %s_ALGORITHM is %s", prefix, a)
+		}
+		return a, max(burst, 0)
+	}
+	policy := func(name, limitVar string, limit int, window time.Duration, mode, routeVar string, a ratelimit.Algorithm, burst int) ratelimit.Policy {
 		if parsed(limitVar) && limit < 1 {
 			bad(limitVar, "%d: want at least 1", limit)
 		}
@@ -158,12 +180,15 @@ func Load(getenv func(string) string) (Config, error) {
 		if err != nil {
 			bad(routeVar+"_FAIL_MODE", "%q: want open or closed", mode)
 		}
-		return ratelimit.Policy{Name: name, Limit: limit, Window: window, FailMode: m}
+		return ratelimit.Policy{Name: name, Limit: limit, Window: window, Algorithm: a, Burst: burst, FailMode: m}
 	}
-	cfg.PIX = policy("pix", "PIX_LIMIT", cfg.PIXLimit, cfg.PIXWindow, cfg.PIXFailMode, "PIX")
-	cfg.Statement = policy("statement", "STATEMENT_LIMIT", cfg.StatementLimit, cfg.StatementWindow, cfg.StatementFailMode, "STATEMENT")
-	cfg.LoginIP = policy("login-ip", "LOGIN_IP_LIMIT", cfg.LoginIPLimit, cfg.LoginWindow, cfg.LoginFailMode, "LOGIN")
-	cfg.LoginAccount = policy("login-account", "LOGIN_ACCOUNT_LIMIT", cfg.LoginAccountLimit, cfg.LoginWindow, cfg.LoginFailMode, "LOGIN")
+	a, burst := route("PIX", cfg.PIXAlgorithm, cfg.PIXBurst)
+	cfg.PIX = policy("pix", "PIX_LIMIT", cfg.PIXLimit, cfg.PIXWindow, cfg.PIXFailMode, "PIX", a, burst)
+	a, burst = route("STATEMENT", cfg.StatementAlgorithm, cfg.StatementBurst)
+	cfg.Statement = policy("statement", "STATEMENT_LIMIT", cfg.StatementLimit, cfg.StatementWindow, cfg.StatementFailMode, "STATEMENT", a, burst)
+	a, burst = route("LOGIN", cfg.LoginAlgorithm, cfg.LoginBurst)
+	cfg.LoginIP = policy("login-ip", "LOGIN_IP_LIMIT", cfg.LoginIPLimit, cfg.LoginWindow, cfg.LoginFailMode, "LOGIN", a, burst)
+	cfg.LoginAccount = policy("login-account", "LOGIN_ACCOUNT_LIMIT", cfg.LoginAccountLimit, cfg.LoginWindow, cfg.LoginFailMode, "LOGIN", a, burst)
 
 	if len(problems) > 0 {
 		return Config{}, &Error{Problems: dedupe(problems)}

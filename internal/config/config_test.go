@@ -19,10 +19,10 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]ratelimit.Policy{
-		"pix":           {Name: "pix", Limit: 10, Window: time.Minute, FailMode: ratelimit.FailClosed},
-		"statement":     {Name: "statement", Limit: 30, Window: time.Minute, FailMode: ratelimit.FailOpen},
-		"login-ip":      {Name: "login-ip", Limit: 10, Window: 10 * time.Minute, FailMode: ratelimit.FailClosed},
-		"login-account": {Name: "login-account", Limit: 5, Window: 10 * time.Minute, FailMode: ratelimit.FailClosed},
+		"pix":           {Name: "pix", Limit: 10, Window: time.Minute, Algorithm: ratelimit.SlidingLog, FailMode: ratelimit.FailClosed},
+		"statement":     {Name: "statement", Limit: 30, Window: time.Minute, Algorithm: ratelimit.SlidingLog, FailMode: ratelimit.FailOpen},
+		"login-ip":      {Name: "login-ip", Limit: 10, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog, FailMode: ratelimit.FailClosed},
+		"login-account": {Name: "login-account", Limit: 5, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog, FailMode: ratelimit.FailClosed},
 	}
 	for _, got := range []ratelimit.Policy{cfg.PIX, cfg.Statement, cfg.LoginIP, cfg.LoginAccount} {
 		if got != want[got.Name] {
@@ -80,6 +80,9 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 		"DEMO_ACCOUNTS":           "yes please",
 		"LOG_LEVEL":               "loud",
 		"LOG_FORMAT":              "xml",
+		"PIX_ALGORITHM":           "leaky",
+		"STATEMENT_BURST":         "5", // with the default sliding_log
+		"LOGIN_BURST":             "0",
 	}
 	for name, value := range bad {
 		if value == "" {
@@ -104,6 +107,19 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "short") {
 		t.Errorf("the error shows AUTH_SECRET's value:\n%v", err)
+	}
+}
+
+func TestAlgorithms(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(map[string]string{"PIX_ALGORITHM": "token_bucket", "PIX_BURST": "25", "LOGIN_ALGORITHM": "gcra",
+		"STATEMENT_ALGORITHM": "fixed_window"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.PIX.Algorithm != ratelimit.TokenBucket || cfg.PIX.Burst != 25 || cfg.Statement.Algorithm != ratelimit.FixedWindow ||
+		cfg.LoginIP.Algorithm != ratelimit.GCRA || cfg.LoginAccount.Algorithm != ratelimit.GCRA || cfg.LoginIP.Burst != 0 {
+		t.Errorf("parsed %+v / %+v / %+v", cfg.PIX, cfg.Statement, cfg.LoginIP)
 	}
 }
 

@@ -31,8 +31,11 @@ func SetHeaders(h http.Header, d Decision) {
 		if i > 0 {
 			p.WriteString(", ")
 		}
-		p.WriteString(`"` + r.Policy.Name + `";q=` + strconv.Itoa(r.Limit) +
+		p.WriteString(`"` + r.Policy.Name + `";q=` + strconv.Itoa(r.Policy.Limit) +
 			";w=" + strconv.FormatInt(seconds(r.Policy.Window), 10))
+		if r.Policy.algorithm().bursty() {
+			p.WriteString(";burst=" + strconv.Itoa(r.Limit))
+		}
 	}
 	h.Set("RateLimit-Policy", p.String())
 	h.Set("RateLimit", `"`+w.Policy.Name+`";r=`+strconv.Itoa(w.Remaining)+

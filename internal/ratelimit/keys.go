@@ -11,7 +11,11 @@ import (
 
 // keyer turns (policy, identity) into a Redis key:
 //
-//	prefix:policy:{hash}
+//	prefix:policy:{hash}             with the default algorithm, sliding_log
+//	prefix:policy:algorithm:{hash}   with any other
+//
+// Each algorithm keeps its own kind of value (a sorted set, a counter string), so switching a
+// policy's algorithm starts fresh keys instead of reading another algorithm's state.
 //
 // hash is HMAC-SHA256(secret, identity) truncated to 128 bits and base64url-encoded. Keyed, so
 // that no CPF, account or IP is readable in Redis, and a leaked dump cannot be reversed by hashing
@@ -33,7 +37,11 @@ func newKeyer(prefix string, secret []byte) *keyer {
 
 const hashLen = 16 // bytes of the HMAC kept in the key
 
-func (k *keyer) key(policy, identity string) string {
+func (k *keyer) key(p Policy, identity string) string {
+	policy := p.Name
+	if a := p.algorithm(); a != SlidingLog {
+		policy += ":" + string(a)
+	}
 	mac := k.macs.Get().(hash.Hash)
 	mac.Reset()
 	mac.Write([]byte(identity))

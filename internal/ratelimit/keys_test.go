@@ -7,18 +7,21 @@ import (
 	"testing"
 )
 
-var keyPattern = regexp.MustCompile(`^rl:[a-z0-9_-]{1,32}:\{[A-Za-z0-9_-]{22}\}$`)
+var keyPattern = regexp.MustCompile(`^rl:[a-z0-9_-]{1,32}(:[a-z_]+)?:\{[A-Za-z0-9_-]{22}\}$`)
 
 func TestKeyShape(t *testing.T) {
 	k := newKeyer("rl", testSecret)
-	got := k.key("login-account", "52998224725")
+	got := k.key(Policy{Name: "login-account"}, "52998224725")
 	if !keyPattern.MatchString(got) {
 		t.Errorf("key %q does not match %v", got, keyPattern)
 	}
 	if strings.Contains(got, "52998224725") {
 		t.Errorf("key %q holds the CPF in clear", got)
 	}
-	if other := newKeyer("rl", []byte("another secret, another fleet...")).key("login-account", "52998224725"); other == got {
+	if fw := k.key(Policy{Name: "login-account", Algorithm: FixedWindow}, "52998224725"); !keyPattern.MatchString(fw) || fw == got {
+		t.Errorf("fixed_window key %q: want its own key of the same shape", fw)
+	}
+	if other := newKeyer("rl", []byte("another secret, another fleet...")).key(Policy{Name: "login-account"}, "52998224725"); other == got {
 		t.Error("two secrets give the same key: the hash is not keyed")
 	}
 }
@@ -31,11 +34,12 @@ func FuzzKey(f *testing.F) {
 			t.Skip()
 		}
 		k := newKeyer("rl", testSecret)
-		ka, kb := k.key(policy, a), k.key(policy, b)
+		p := Policy{Name: policy}
+		ka, kb := k.key(p, a), k.key(p, b)
 		if !keyPattern.MatchString(ka) {
 			t.Fatalf("key %q does not match %v", ka, keyPattern)
 		}
-		if ka != k.key(policy, a) {
+		if ka != k.key(p, a) {
 			t.Fatal("key is not deterministic")
 		}
 		if (a == b) != (ka == kb) {

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	_ "embed"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -13,13 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
-
-//go:embed sliding_log.lua
-var slidingLogLua string
-
-// slidingLog runs with EVALSHA and falls back to EVAL on NOSCRIPT (redis.Script.Run), so after
-// the first call on a server only the script's hash travels.
-var slidingLog = redis.NewScript(slidingLogLua)
 
 // ErrUnavailable is wrapped by every error that means Redis could not decide in time: the
 // caller then applies the policy's FailMode.
@@ -55,17 +47,40 @@ func (m FailMode) String() string {
 	return "closed"
 }
 
-// Policy is one limit: at most Limit requests per identity in any interval of length Window.
+// Policy is one limit: Limit requests per identity per Window, counted by Algorithm. With the
+// default, SlidingLog, that is at most Limit requests in any interval of length Window.
 type Policy struct {
 	// Name identifies the policy in Redis keys and in the RateLimit-Policy header; it must be
 	// 1–32 of [a-z0-9_-].
 	Name string
-	// Limit is the number of requests admitted per window, at least 1.
+	// Limit is the number of requests admitted per window (for TokenBucket and GCRA, the
+	// sustained rate: Limit per Window), at least 1.
 	Limit int
-	// Window is the length of the sliding window: a whole number of milliseconds, at least 1ms.
+	// Window is the window's length: a whole number of milliseconds, at least 1ms.
 	Window time.Duration
+	// Algorithm counts; the zero value is SlidingLog.
+	Algorithm Algorithm
+	// Burst is, for TokenBucket and GCRA only, how many requests may come at once: the bucket's
+	// capacity. Zero means Limit. Other algorithms take no Burst.
+	Burst int
 	// FailMode applies when Redis cannot decide; the zero value is FailClosed.
 	FailMode FailMode
+}
+
+// algorithm is p.Algorithm with its default.
+func (p Policy) algorithm() Algorithm {
+	if p.Algorithm == "" {
+		return SlidingLog
+	}
+	return p.Algorithm
+}
+
+// burst is the most requests p admits at once: Burst (default Limit) for a bucket, else Limit.
+func (p Policy) burst() int {
+	if p.algorithm().bursty() && p.Burst > 0 {
+		return p.Burst
+	}
+	return p.Limit
 }
 
 func (p Policy) validate() error {
@@ -82,6 +97,16 @@ func (p Policy) validate() error {
 	}
 	if p.Window < time.Millisecond || p.Window%time.Millisecond != 0 {
 		return fmt.Errorf("policy %s: window %v: want a whole number of milliseconds, at least 1ms", p.Name, p.Window)
+	}
+	if _, err := ParseAlgorithm(string(p.Algorithm)); err != nil {
+		return fmt.Errorf("policy %s: %w", p.Name, err)
+	}
+	if p.Burst < 0 || p.Burst > 0 && !p.algorithm().bursty() {
+		return fmt.Errorf("policy %s: burst %d: only token_bucket and gcra take a burst (at least 1)", p.Name, p.Burst)
+	}
+	// The scripts multiply counts by the window in microseconds; Lua numbers are exact to 2^53.
+	if float64(max(p.Limit, p.burst()))*float64(p.Window.Microseconds()) >= 1<<53 {
+		return fmt.Errorf("policy %s: limit × window too large (%d × %v)", p.Name, max(p.Limit, p.burst()), p.Window)
 	}
 	return nil
 }
@@ -101,7 +126,8 @@ type Result struct {
 	// Allowed reports whether this key had room. In a Decision over several keys a key may have
 	// room while another refuses: the request is then refused and recorded in neither.
 	Allowed bool
-	// Limit is Policy.Limit, the requests admitted per window.
+	// Limit is the most requests the key admits at once: Policy.Limit, or for TokenBucket and
+	// GCRA the burst. Remaining counts down from it.
 	Limit int
 	// Remaining is how many more requests the key admits now, after this one if it was recorded.
 	Remaining int
@@ -226,22 +252,26 @@ func (l *Limiter) decide(ctx context.Context, id string, checks []Check) (Decisi
 		return Decision{}, errors.New("ratelimit: no checks")
 	}
 	keys := make([]string, len(checks))
-	args := make([]any, 2, 2+2*len(checks))
+	args := make([]any, 2, 2+3*len(checks))
 	args[0], args[1] = id, ""
 	if l.now != nil {
 		args[1] = l.now().UnixMicro()
 	}
+	algorithm := checks[0].Policy.algorithm()
 	for i, c := range checks {
 		if err := c.Policy.validate(); err != nil {
 			return Decision{}, fmt.Errorf("ratelimit: %w", err)
 		}
-		keys[i] = l.keys.key(c.Policy.Name, c.Identity)
-		args = append(args, c.Policy.Limit, c.Policy.Window.Microseconds())
+		if c.Policy.algorithm() != algorithm {
+			return Decision{}, fmt.Errorf("ratelimit: one decision mixes %s and %s: checks decided together share an algorithm", algorithm, c.Policy.algorithm())
+		}
+		keys[i] = l.keys.key(c.Policy, c.Identity)
+		args = append(args, c.Policy.Limit, c.Policy.Window.Microseconds(), c.Policy.burst())
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	reply, err := slidingLog.Run(ctx, l.rdb, keys, args...).Int64Slice()
+	reply, err := scripts[algorithm].Run(ctx, l.rdb, keys, args...).Int64Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -257,7 +287,7 @@ func newDecision(allowed bool, pairs []int64, checks []Check) Decision {
 	for i, c := range checks {
 		r := Result{
 			Policy:    c.Policy,
-			Limit:     c.Policy.Limit,
+			Limit:     c.Policy.burst(),
 			Remaining: int(pairs[2*i]),
 			Reset:     time.Duration(pairs[2*i+1]) * time.Microsecond,
 		}

@@ -141,7 +141,7 @@ func TestRefusalByOneKeyRecordsNothingInTheOther(t *testing.T) {
 			t.Errorf("IP key remaining = %d, want %d (nothing recorded)", got, want)
 		}
 	}
-	n, err := rdb.ZCard(context.Background(), l.keys.key(ip.Name, other.Identity)).Result()
+	n, err := rdb.ZCard(context.Background(), l.keys.key(ip, other.Identity)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func TestRetryOfTheSameRequestCountsOnce(t *testing.T) {
 		}
 	}
 	for _, c := range checks {
-		if n := rdb.ZCard(context.Background(), l.keys.key(c.Policy.Name, c.Identity)).Val(); n != 1 {
+		if n := rdb.ZCard(context.Background(), l.keys.key(c.Policy, c.Identity)).Val(); n != 1 {
 			t.Errorf("%s holds %d entries after 5 runs of one request, want 1", c.Policy.Name, n)
 		}
 	}
@@ -336,7 +336,7 @@ func TestMemoryPerKey(t *testing.T) {
 	for range 10 {
 		mustAllow(t, l, Check{p, "ana"})
 	}
-	bytes, err := rdb.MemoryUsage(context.Background(), l.keys.key(p.Name, "ana")).Result()
+	bytes, err := rdb.MemoryUsage(context.Background(), l.keys.key(p, "ana")).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

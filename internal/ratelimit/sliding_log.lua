@@ -9,8 +9,9 @@
 -- KEYS[i]      the sorted set of the i-th identity (all of them on one node; see doc.go)
 -- ARGV[1]      this request's id, unique per request; a retry of the same request reuses it
 -- ARGV[2]      now in microseconds, or '' to read the Redis clock (tests inject time; never production)
--- ARGV[2i+1]   limit of KEYS[i]
--- ARGV[2i+2]   window of KEYS[i] in microseconds (a whole number of milliseconds)
+-- ARGV[3i]     limit of KEYS[i]
+-- ARGV[3i+1]   window of KEYS[i] in microseconds (a whole number of milliseconds)
+-- ARGV[3i+2]   burst of KEYS[i]: unused here (see token_bucket.lua)
 --
 -- Returns {allowed, remaining_1, reset_1, remaining_2, reset_2, ...}: allowed is 1 or 0 for the
 -- whole request; reset_i is the time in microseconds until KEYS[i] has room for one more request
@@ -33,7 +34,7 @@ local limits, windows, counts, oldest = {}, {}, {}, {}
 local full = false
 for i = 1, n do
   local key = KEYS[i]
-  local limit, window = tonumber(ARGV[2 * i + 1]), tonumber(ARGV[2 * i + 2])
+  local limit, window = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]   -- the oldest entry's time, or nil for an empty key
   if first and tonumber(first) <= now - window then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)       -- slide: drop entries admitted a window ago or earlier

@@ -1,0 +1,432 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/redistest"
+)
+
+// A model is a pure-Go statement of what one algorithm's script must decide: the same
+// arithmetic, in plain sight, over in-memory state. TestScriptsMatchModels drives both with the
+// same requests and times.
+type model interface {
+	// decide admits or refuses one request at now (µs) over keys, recording it in every key or in
+	// none, and returns each key's remaining and reset (µs), as the scripts do.
+	decide(now int64, keys []string, policies []Policy) (allowed bool, remaining, reset []int64)
+}
+
+func newModel(a Algorithm) model {
+	switch a {
+	case SlidingLog:
+		return &logModel{entries: map[string][]int64{}}
+	case FixedWindow:
+		return &fixedModel{state: map[string][2]int64{}}
+	case SlidingWindow:
+		return &slidingModel{state: map[string][3]int64{}}
+	case TokenBucket:
+		return &bucketModel{state: map[string][2]int64{}}
+	case GCRA:
+		return &gcraModel{tat: map[string]float64{}}
+	}
+	panic(a)
+}
+
+type logModel struct{ entries map[string][]int64 }
+
+func (m *logModel) decide(now int64, keys []string, ps []Policy) (bool, []int64, []int64) {
+	full := false
+	for i, k := range keys {
+		w := ps[i].Window.Microseconds()
+		kept := m.entries[k][:0:0]
+		for _, t := range m.entries[k] {
+			if t > now-w {
+				kept = append(kept, t)
+			}
+		}
+		m.entries[k] = kept
+		full = full || len(kept) >= ps[i].Limit
+	}
+	rem, reset := make([]int64, len(keys)), make([]int64, len(keys))
+	for i, k := range keys {
+		if !full {
+			m.entries[k] = append(m.entries[k], now)
+		}
+		n, limit := len(m.entries[k]), ps[i].Limit
+		rem[i] = int64(max(0, limit-n))
+		if n > 0 {
+			reset[i] = m.entries[k][max(0, n-limit)] + ps[i].Window.Microseconds() - now
+		}
+	}
+	return !full, rem, reset
+}
+
+type fixedModel struct{ state map[string][2]int64 } // index, count
+
+func (m *fixedModel) decide(now int64, keys []string, ps []Policy) (bool, []int64, []int64) {
+	full := false
+	for i, k := range keys {
+		w := ps[i].Window.Microseconds()
+		if s := m.state[k]; s[0] != now/w {
+			m.state[k] = [2]int64{now / w, 0}
+		}
+		full = full || m.state[k][1] >= int64(ps[i].Limit)
+	}
+	rem, reset := make([]int64, len(keys)), make([]int64, len(keys))
+	for i, k := range keys {
+		w, s := ps[i].Window.Microseconds(), m.state[k]
+		if !full {
+			s[1]++
+			m.state[k] = s
+		}
+		rem[i] = max(0, int64(ps[i].Limit)-s[1])
+		if s[1] > 0 {
+			reset[i] = (s[0]+1)*w - now
+		}
+	}
+	return !full, rem, reset
+}
+
+type slidingModel struct{ state map[string][3]int64 } // index, prev, curr
+
+func (m *slidingModel) decide(now int64, keys []string, ps []Policy) (bool, []int64, []int64) {
+	full := false
+	for i, k := range keys {
+		w, s := ps[i].Window.Microseconds(), m.state[k]
+		switch idx := now / w; {
+		case s[0] == idx:
+		case s[0] == idx-1:
+			s = [3]int64{idx, s[2], 0}
+		default:
+			s = [3]int64{idx, 0, 0}
+		}
+		m.state[k] = s
+		elapsed := now - s[0]*w
+		full = full || s[1]*(w-elapsed)+(s[2]+1)*w > int64(ps[i].Limit)*w
+	}
+	rem, reset := make([]int64, len(keys)), make([]int64, len(keys))
+	for i, k := range keys {
+		w, s, limit := ps[i].Window.Microseconds(), m.state[k], int64(ps[i].Limit)
+		if !full {
+			s[2]++
+			m.state[k] = s
+		}
+		elapsed := now - s[0]*w
+		spent := s[1]*(w-elapsed) + s[2]*w
+		rem[i] = max(0, floorDiv(limit*w-spent, w))
+		target := limit - rem[i] - 1
+		if spent > 0 && target >= 0 {
+			if s[2] <= target {
+				reset[i] = w - floorDiv((target-s[2])*w, s[1]) - elapsed
+			} else {
+				reset[i] = w - elapsed + w - floorDiv(target*w, s[2])
+			}
+		}
+	}
+	return !full, rem, reset
+}
+
+type bucketModel struct{ state map[string][2]int64 } // scaled tokens, time
+
+func (m *bucketModel) decide(now int64, keys []string, ps []Policy) (bool, []int64, []int64) {
+	full := false
+	levels := make([]int64, len(keys))
+	for i, k := range keys {
+		w, limit := ps[i].Window.Microseconds(), int64(ps[i].Limit)
+		capacity := int64(ps[i].burst()) * w
+		levels[i] = capacity
+		if s, ok := m.state[k]; ok {
+			levels[i] = min(capacity, s[0]+max(0, now-s[1])*limit)
+		}
+		full = full || levels[i] < w
+	}
+	rem, reset := make([]int64, len(keys)), make([]int64, len(keys))
+	for i, k := range keys {
+		w, limit := ps[i].Window.Microseconds(), int64(ps[i].Limit)
+		capacity := int64(ps[i].burst()) * w
+		if !full {
+			levels[i] -= w
+			m.state[k] = [2]int64{levels[i], now}
+		}
+		rem[i] = levels[i] / w
+		if levels[i] < capacity {
+			reset[i] = ceilDiv((rem[i]+1)*w-levels[i], limit)
+		}
+	}
+	return !full, rem, reset
+}
+
+type gcraModel struct{ tat map[string]float64 }
+
+func (m *gcraModel) decide(now int64, keys []string, ps []Policy) (bool, []int64, []int64) {
+	full := false
+	tats := make([]float64, len(keys))
+	for i, k := range keys {
+		interval, burst := float64(ps[i].Window.Microseconds())/float64(ps[i].Limit), float64(ps[i].burst())
+		tat, ok := m.tat[k]
+		if !ok || tat < float64(now) {
+			tat = float64(now)
+		}
+		tats[i] = tat
+		full = full || tat+interval-float64(now) > burst*interval
+	}
+	rem, reset := make([]int64, len(keys)), make([]int64, len(keys))
+	for i, k := range keys {
+		interval, burst := float64(ps[i].Window.Microseconds())/float64(ps[i].Limit), float64(ps[i].burst())
+		if !full {
+			tats[i] += interval
+			m.tat[k] = tats[i]
+		}
+		r := math.Floor((burst*interval - (tats[i] - float64(now))) / interval)
+		rem[i] = int64(max(0, r))
+		if tats[i] > float64(now) {
+			reset[i] = int64(math.Ceil(tats[i] - float64(now) - (burst-float64(rem[i])-1)*interval))
+		}
+	}
+	return !full, rem, reset
+}
+
+func floorDiv(a, b int64) int64 { return int64(math.Floor(float64(a) / float64(b))) }
+func ceilDiv(a, b int64) int64  { return int64(math.Ceil(float64(a) / float64(b))) }
+
+// TestScriptsMatchModels drives each script and its model through the same few thousand random
+// requests over two keys, alone and together, with injected time that runs at least as fast as
+// the real clock (so the keys' real TTLs never expire state the model still holds), and requires
+// the same decision, the same Remaining and the same Reset (within a millisecond) at every step.
+func TestScriptsMatchModels(t *testing.T) {
+	for _, a := range Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			l, _, _ := newTestLimiter(t)
+			m := newModel(a)
+			pa := Policy{Name: "a", Limit: 5, Window: 10 * time.Second, Algorithm: a}
+			pb := Policy{Name: "b", Limit: 3, Window: 7 * time.Second, Algorithm: a}
+			if a.bursty() {
+				pa.Burst = 8
+			}
+			rng := rand.New(rand.NewPCG(7, uint64(len(a))))
+			start, base := time.Now(), time.UnixMicro(1_800_000_000_000_000)
+			var jumps time.Duration
+			steps := map[bool]int{}
+			for step := range 3000 {
+				switch r := rng.IntN(100); {
+				case r < 70:
+					jumps += time.Duration(rng.IntN(700)) * time.Millisecond
+				case r < 95:
+					jumps += time.Duration(rng.IntN(3000)) * time.Microsecond
+				default:
+					jumps += time.Duration(rng.IntN(20)) * time.Second
+				}
+				now := base.Add(time.Since(start) + jumps).Truncate(time.Microsecond)
+				l.now = func() time.Time { return now }
+				var checks []Check
+				var keys []string
+				var ps []Policy
+				switch rng.IntN(3) {
+				case 0:
+					checks, keys, ps = []Check{{pa, "x"}}, []string{"a"}, []Policy{pa}
+				case 1:
+					checks, keys, ps = []Check{{pb, "x"}}, []string{"b"}, []Policy{pb}
+				default:
+					checks, keys, ps = []Check{{pa, "x"}, {pb, "x"}}, []string{"a", "b"}, []Policy{pa, pb}
+				}
+				d := mustAllow(t, l, checks...)
+				allowed, rem, reset := m.decide(now.UnixMicro(), keys, ps)
+				steps[allowed]++
+				if d.Allowed != allowed {
+					t.Fatalf("step %d at +%v on %v: script allowed=%v, model %v", step, jumps, keys, d.Allowed, allowed)
+				}
+				for i, r := range d.Results {
+					if int64(r.Remaining) != rem[i] {
+						t.Fatalf("step %d key %s: script remaining %d, model %d", step, keys[i], r.Remaining, rem[i])
+					}
+					if diff := r.Reset.Microseconds() - reset[i]; diff < -1000 || diff > 1000 {
+						t.Fatalf("step %d key %s: script reset %v, model %v", step, keys[i], r.Reset, time.Duration(reset[i])*time.Microsecond)
+					}
+				}
+			}
+			if steps[true] < 300 || steps[false] < 300 {
+				t.Errorf("%d admitted, %d refused: the run did not exercise both sides", steps[true], steps[false])
+			}
+		})
+	}
+}
+
+// TestEveryAlgorithmIsExactUnderConcurrency: 50 concurrent requests over 3 replicas admit
+// exactly what the algorithm allows at once: the limit, or the burst for the buckets.
+func TestEveryAlgorithmIsExactUnderConcurrency(t *testing.T) {
+	srv := redistest.Start(t)
+	ls := replicas(t, srv, 3, generous)
+	for _, a := range Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			p := Policy{Name: "conc", Limit: 10, Window: time.Hour, Algorithm: a}
+			want := 10
+			if a.bursty() {
+				p.Burst, want = 7, 7
+			}
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 50 {
+				wg.Go(func() {
+					d, err := ls[g%3].Allow(context.Background(), p, "one-key")
+					if err != nil {
+						t.Error(err)
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			if got := admitted.Load(); got != int64(want) {
+				t.Errorf("50 concurrent requests over 3 replicas: %d admitted, want exactly %d", got, want)
+			}
+		})
+	}
+}
+
+// boundaryBurst sends limit requests just before a calendar window boundary and limit more just
+// after it, in real time, and returns how many of the second burst were admitted and how far
+// past the boundary they were sent.
+func boundaryBurst(t *testing.T, l *Limiter, p Policy) (int, time.Duration) {
+	t.Helper()
+	w := p.Window
+	boundary := time.Now().Truncate(w).Add(w)
+	if time.Until(boundary) < 150*time.Millisecond {
+		boundary = boundary.Add(w)
+	}
+	time.Sleep(time.Until(boundary) - 100*time.Millisecond)
+	for i := range p.Limit {
+		if !mustAllow(t, l, Check{p, "edge"}).Allowed {
+			t.Fatalf("%s: request %d of the first burst refused", p.Algorithm, i+1)
+		}
+	}
+	time.Sleep(time.Until(boundary) + 10*time.Millisecond)
+	late := time.Since(boundary)
+	second := 0
+	for range p.Limit {
+		if mustAllow(t, l, Check{p, "edge"}).Allowed {
+			second++
+		}
+	}
+	return second, late
+}
+
+// TestBoundaryBursts shows, with the real Redis clock, the hole a fixed window has and the others
+// close: the limit just before a window boundary, the limit again just after.
+func TestBoundaryBursts(t *testing.T) {
+	for _, a := range []Algorithm{FixedWindow, SlidingLog, SlidingWindow} {
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			l, _, _ := newTestLimiter(t)
+			p := Policy{Name: "edge", Limit: 10, Window: time.Second, Algorithm: a}
+			second, late := boundaryBurst(t, l, p)
+			t.Logf("%s: %d of the second burst admitted, %v after the boundary", a, second, late.Round(time.Millisecond))
+			switch a {
+			case FixedWindow:
+				if second != p.Limit {
+					t.Errorf("fixed window admitted %d of the second burst, want all %d: the 2× hole", second, p.Limit)
+				}
+			case SlidingLog:
+				if second != 0 {
+					t.Errorf("sliding log admitted %d right after %d, want 0", second, p.Limit)
+				}
+			case SlidingWindow:
+				// The previous window still weighs (W − elapsed)/W: only limit × elapsed/W fit.
+				bound := int(math.Ceil(float64(p.Limit) * float64(late+50*time.Millisecond) / float64(p.Window)))
+				if second > bound {
+					t.Errorf("sliding window admitted %d, %v into the window; its bound is %d", second, late, bound)
+				}
+			}
+		})
+	}
+}
+
+// TestBucketsBurstThenRefill: a token bucket and GCRA with burst 5 and 20 per second admit 5 at
+// once, then one request per 50ms, evenly, as a client polling every 5ms for a second sees.
+func TestBucketsBurstThenRefill(t *testing.T) {
+	for _, a := range []Algorithm{TokenBucket, GCRA} {
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			l, _, _ := newTestLimiter(t)
+			p := Policy{Name: "bucket", Limit: 20, Window: time.Second, Burst: 5, Algorithm: a}
+			burst := 0
+			for range 10 {
+				if mustAllow(t, l, Check{p, "k"}).Allowed {
+					burst++
+				}
+			}
+			if burst != 5 {
+				t.Fatalf("%s: %d of 10 at once admitted, want the burst of 5", a, burst)
+			}
+			start := time.Now()
+			var admitted []time.Duration
+			for time.Since(start) < time.Second {
+				if mustAllow(t, l, Check{p, "k"}).Allowed {
+					admitted = append(admitted, time.Since(start))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if n := len(admitted); n < 18 || n > 21 {
+				t.Errorf("%s: %d admitted in the second after the burst, want 20 (the refill rate)", a, n)
+			}
+			gaps := make([]time.Duration, 0, len(admitted))
+			for i := 1; i < len(admitted); i++ {
+				gaps = append(gaps, admitted[i]-admitted[i-1])
+			}
+			sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+			if len(gaps) > 0 && (gaps[0] < 40*time.Millisecond || gaps[len(gaps)/2] > 60*time.Millisecond) {
+				t.Errorf("%s: gaps between admissions %v .. median %v, want evenly about 50ms", a, gaps[0], gaps[len(gaps)/2])
+			}
+			t.Logf("%s: burst 5, then %d admitted in 1s, gaps %v", a, len(admitted), fmt.Sprint(gaps[0], "..", gaps[len(gaps)-1]))
+		})
+	}
+}
+
+// TestRetryAfterIsExact: for every algorithm, a full key refuses until exactly RetryAfter has
+// passed, then admits, and insisting in between does not move that moment.
+func TestRetryAfterIsExact(t *testing.T) {
+	for _, a := range Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			l, _, _ := newTestLimiter(t)
+			clk := withClock(l)
+			clk.Add(1234567 * time.Microsecond) // not on a window boundary
+			p := Policy{Name: "exact", Limit: 4, Window: 10 * time.Second, Algorithm: a}
+			var d Decision
+			for range 20 {
+				clk.Add(300 * time.Millisecond)
+				if d = mustAllow(t, l, Check{p, "k"}); !d.Allowed {
+					break
+				}
+			}
+			if d.Allowed || d.RetryAfter <= 0 {
+				t.Fatalf("never refused: %+v", d.Result)
+			}
+			unblock := clk.Now().Add(d.RetryAfter)
+			for range 5 {
+				clk.Add(d.RetryAfter / 7)
+				if d := mustAllow(t, l, Check{p, "k"}); d.Allowed {
+					t.Fatalf("admitted before RetryAfter elapsed")
+				} else if got := clk.Now().Add(d.RetryAfter); got.Sub(unblock).Abs() > time.Microsecond {
+					t.Fatalf("insisting moved the unblock time by %v", got.Sub(unblock))
+				}
+			}
+			clk.Set(unblock.Add(-time.Millisecond))
+			if mustAllow(t, l, Check{p, "k"}).Allowed {
+				t.Fatal("admitted 1ms before RetryAfter elapsed")
+			}
+			clk.Set(unblock)
+			if !mustAllow(t, l, Check{p, "k"}).Allowed {
+				t.Fatal("refused when RetryAfter elapsed")
+			}
+		})
+	}
+}
