@@ -181,7 +181,7 @@ func FuzzRequestBodies(f *testing.F) {
 	}
 	srv := redistest.Start(f)
 	cfg, err := config.Load(func(k string) string {
-		return map[string]string{"PIX_LIMIT": "1000000000", "LOGIN_IP_LIMIT": "1000000000", "LOGIN_ACCOUNT_LIMIT": "1000000000"}[k]
+		return map[string]string{"PIX_LIMIT": "1000000", "LOGIN_IP_LIMIT": "1000000", "LOGIN_ACCOUNT_LIMIT": "1000000"}[k]
 	})
 	if err != nil {
 		f.Fatal(err)

@@ -180,7 +180,11 @@ func Load(getenv func(string) string) (Config, error) {
 		if err != nil {
 			bad(routeVar+"_FAIL_MODE", "%q: want open or closed", mode)
 		}
-		return ratelimit.Policy{Name: name, Limit: limit, Window: window, Algorithm: a, Burst: burst, FailMode: m}
+		p := ratelimit.Policy{Name: name, Limit: limit, Window: window, Algorithm: a, Burst: burst, FailMode: m}
+		if err := p.Validate(); err != nil && len(problems) == 0 {
+			bad(limitVar, "%v", err) // what the individual checks cannot see, such as limit × window
+		}
+		return p
 	}
 	a, burst := route("PIX", cfg.PIXAlgorithm, cfg.PIXBurst)
 	cfg.PIX = policy("pix", "PIX_LIMIT", cfg.PIXLimit, cfg.PIXWindow, cfg.PIXFailMode, "PIX", a, burst)

@@ -123,6 +123,14 @@ func TestAlgorithms(t *testing.T) {
 	}
 }
 
+func TestPolicyBeyondPrecision(t *testing.T) {
+	t.Parallel()
+	_, err := load(map[string]string{"STATEMENT_ALGORITHM": "sliding_window", "STATEMENT_LIMIT": "1000000000", "STATEMENT_WINDOW": "24h"})
+	if err == nil || !strings.Contains(err.Error(), "STATEMENT_LIMIT:") {
+		t.Errorf("err = %v, want STATEMENT_LIMIT named", err)
+	}
+}
+
 func TestRedisURLPasswordIsNotEchoed(t *testing.T) {
 	t.Parallel()
 	_, err := load(map[string]string{"REDIS_URL": "redis://user:hunter2@host:notaport"})

@@ -93,7 +93,7 @@ func (config Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if config.Limiter == nil {
 		return nil, errors.New("ratelimit: middleware needs a Limiter")
 	}
-	if err := config.Policy.validate(); err != nil {
+	if err := config.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("ratelimit: middleware: %w", err)
 	}
 	if config.Skipper == nil {

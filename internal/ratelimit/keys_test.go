@@ -30,7 +30,7 @@ func FuzzKey(f *testing.F) {
 	f.Add("pix", "acct-1", "acct-2")
 	f.Add("login-ip", "2001:db8::1", "")
 	f.Fuzz(func(t *testing.T, policy, a, b string) {
-		if (Policy{Name: policy, Limit: 1, Window: 1e9}).validate() != nil {
+		if (Policy{Name: policy, Limit: 1, Window: 1e9}).Validate() != nil {
 			t.Skip()
 		}
 		k := newKeyer("rl", testSecret)

@@ -83,7 +83,8 @@ func (p Policy) burst() int {
 	return p.Limit
 }
 
-func (p Policy) validate() error {
+// Validate reports what makes p unusable, if anything.
+func (p Policy) Validate() error {
 	if len(p.Name) == 0 || len(p.Name) > 32 {
 		return fmt.Errorf("policy name %q: want 1-32 characters", p.Name)
 	}
@@ -104,8 +105,10 @@ func (p Policy) validate() error {
 	if p.Burst < 0 || p.Burst > 0 && !p.algorithm().bursty() {
 		return fmt.Errorf("policy %s: burst %d: only token_bucket and gcra take a burst (at least 1)", p.Name, p.Burst)
 	}
-	// The scripts multiply counts by the window in microseconds; Lua numbers are exact to 2^53.
-	if float64(max(p.Limit, p.burst()))*float64(p.Window.Microseconds()) >= 1<<53 {
+	// The sliding window and the token bucket multiply counts by the window in microseconds;
+	// Lua numbers are exact integers only below 2^53.
+	if a := p.algorithm(); (a == SlidingWindow || a == TokenBucket) &&
+		float64(max(p.Limit, p.burst()))*float64(p.Window.Microseconds()) >= 1<<53 {
 		return fmt.Errorf("policy %s: limit × window too large (%d × %v)", p.Name, max(p.Limit, p.burst()), p.Window)
 	}
 	return nil
@@ -259,7 +262,7 @@ func (l *Limiter) decide(ctx context.Context, id string, checks []Check) (Decisi
 	}
 	algorithm := checks[0].Policy.algorithm()
 	for i, c := range checks {
-		if err := c.Policy.validate(); err != nil {
+		if err := c.Policy.Validate(); err != nil {
 			return Decision{}, fmt.Errorf("ratelimit: %w", err)
 		}
 		if c.Policy.algorithm() != algorithm {
