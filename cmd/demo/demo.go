@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // demo drives the replicas round robin, one client IP per request through X-Forwarded-For,
@@ -23,6 +25,9 @@ type demo struct {
 	replicas []string
 	next     atomic.Uint64
 	outage   outageControl // nil when the demo cannot stop Redis
+	// lab is where the algorithm lesson runs, straight on the limiter: the self-contained
+	// fleet's Redis, the deployment's (-redis), or an embedded one of its own.
+	lab      *redis.Client
 	scenario string
 	results  []result
 

@@ -17,6 +17,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit"
 )
 
 func main() {
@@ -38,6 +42,7 @@ var scenarios = []struct {
 	{"burst", "PIX burst: the key is the account, not the IP", burst},
 	{"login", "Distributed login attack: two keys, one answer", loginAttack},
 	{"outage", "Redis outage: login and PIX fail closed, the statement fails open", outage},
+	{"hole", "The 2× hole: five algorithms, one boundary", hole},
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -45,7 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.SetOutput(stderr)
 	target := fs.String("target", "", "comma-separated base URLs of running API replicas `URL[,URL...]` (default: start two in this process)")
 	redisURL := fs.String("redis", "", "with -target: the deployment's Redis `URL`, used to pause it for the outage (CLIENT PAUSE) and to clear old limiter state")
-	only := fs.String("scenario", "all", "burst, login, outage or all")
+	only := fs.String("scenario", "all", "burst, login, outage, hole or all")
 	asJSON := fs.Bool("json", false, "print the results as JSON on stdout; the narration goes to stderr")
 	verbose := fs.Bool("v", false, "show the in-process replicas' logs on stderr")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -61,7 +66,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	if len(chosen) == 0 {
-		return fmt.Errorf("-scenario %q: want burst, login, outage or all", *only)
+		return fmt.Errorf("-scenario %q: want burst, login, outage, hole or all", *only)
 	}
 
 	narration := stdout
@@ -83,6 +88,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		defer f.close()
 		d.replicas, d.outage = f.urls, f.redis
+		d.lab = redis.NewClient(&redis.Options{Addr: f.redis.mr.Addr()})
+		defer d.lab.Close()
 		d.out.intro(f.describe())
 	} else {
 		for _, u := range strings.Split(*target, ",") {
@@ -96,7 +103,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				return err
 			}
 			defer r.close()
-			d.outage = r
+			d.outage, d.lab = r, r.rdb
 			n, err := r.clearLimits(ctx)
 			if err != nil {
 				return err
@@ -104,6 +111,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			d.out.intro(fmt.Sprintf("Driving %s. Cleared %d rate-limit keys left by earlier runs, so every story starts fresh.", strings.Join(d.replicas, ", "), n))
 		} else {
 			d.out.intro(fmt.Sprintf("Driving %s. Without -redis, state left by a run in the last window shows up here.", strings.Join(d.replicas, ", ")))
+		}
+		if d.lab == nil { // the algorithm lesson needs a Redis of its own then
+			mr, err := pixlimit.StartEmbeddedRedis()
+			if err != nil {
+				return err
+			}
+			defer mr.Shutdown()
+			d.lab = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+			defer d.lab.Close()
 		}
 		for _, i := range chosen {
 			if scenarios[i].name == "outage" && d.outage == nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/pixlimit/pixlimit/internal/redistest"
 )
 
-// BenchmarkDecision compares one decision of this package with one of go-redis/redis_rate (GCRA,
-// the usual peer) on the same private redis-server, in the same run: 10,000 identities in turn,
+// BenchmarkDecision compares one decision of each algorithm of this package with one of
+// go-redis/redis_rate (GCRA, the usual peer) on the same private redis-server, in the same run: 10,000 identities in turn,
 // 1,000 requests per minute each, so nearly every request is admitted and recorded, the costlier
 // path. p=16 runs 16 goroutines over one client, as 16 concurrent requests on one replica would.
 // Both get the same client and the same per-decision deadline (Limiter applies its Timeout; the
@@ -44,13 +44,16 @@ func BenchmarkDecision(b *testing.B) {
 	fresh := func(name string) Policy { return policy(fmt.Sprint(name, "-", round.Add(1)), 1000, time.Minute) }
 
 	for _, par := range []int{1, 16} {
-		b.Run(fmt.Sprintf("sliding_log/one_key/p=%d", par), func(b *testing.B) {
-			p := fresh("one")
-			run(b, rdb, par, func(i int) error {
-				_, err := l.Allow(ctx, p, ids[i%len(ids)])
-				return err
+		for _, a := range Algorithms {
+			b.Run(fmt.Sprintf("%s/one_key/p=%d", a, par), func(b *testing.B) {
+				p := fresh("one")
+				p.Algorithm = a
+				run(b, rdb, par, func(i int) error {
+					_, err := l.Allow(ctx, p, ids[i%len(ids)])
+					return err
+				})
 			})
-		})
+		}
 		b.Run(fmt.Sprintf("sliding_log/two_keys/p=%d", par), func(b *testing.B) {
 			ip, doc := fresh("ip"), fresh("doc")
 			run(b, rdb, par, func(i int) error {
@@ -114,6 +117,38 @@ func run(b *testing.B, rdb *redis.Client, par int, fn func(i int) error) {
 			usec, _, _ := strings.Cut(rest, ",")
 			if v, err := strconv.ParseFloat(usec, 64); err == nil {
 				b.ReportMetric(v, "redis-µs/op")
+			}
+		}
+	}
+}
+
+// TestMemoryPerKey measures, with MEMORY USAGE, what one key costs Redis for each algorithm
+// when it has admitted as many requests as it holds at once: limit (or burst) 10 and 1000.
+//
+//	go test -run TestMemoryPerKey -v ./internal/ratelimit
+func TestMemoryPerKey(t *testing.T) {
+	t.Parallel()
+	l, rdb, _ := newTestLimiter(t)
+	withClock(l)
+	ctx := context.Background()
+	for _, a := range Algorithms {
+		for _, limit := range []int{10, 1000} {
+			p := Policy{Name: fmt.Sprint("mem", limit), Limit: limit, Window: time.Minute, Algorithm: a}
+			for range limit {
+				if !mustAllow(t, l, Check{p, "k"}).Allowed {
+					t.Fatalf("%s: refused under the limit", a)
+				}
+			}
+			bytes, err := rdb.MemoryUsage(ctx, l.keys.key(p, "k")).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%-14s limit %4d: %6d bytes", a, limit, bytes)
+			switch {
+			case a == SlidingLog && limit == 10 && bytes >= 500:
+				t.Errorf("sliding log at limit 10: %d bytes, want well under 500", bytes)
+			case a != SlidingLog && bytes > 160:
+				t.Errorf("%s at limit %d: %d bytes, want one short value", a, limit, bytes)
 			}
 		}
 	}

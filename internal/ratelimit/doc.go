@@ -91,11 +91,55 @@
 // once. Nothing needs a restart: after Redis returns, go-redis redials within about a second
 // (TestFailModes measures it) and decisions resume.
 //
+// # Other algorithms
+//
+// The sliding log is the default because it is exact. Policy.Algorithm selects one of the
+// others, each its own commented script beside this file with the same contract: the Redis
+// clock, one atomic decision over any number of keys, refusals never recorded, the same Result,
+// headers and fail modes, and the same key hashing (keys of a non-default algorithm carry its
+// name). Measured on this repository's benchmark machine (go test -run TestMemoryPerKey -v;
+// go test -bench Decision; the bounds by the tests named):
+//
+//	algorithm       bytes/key        Redis µs per   burst it lets through        accuracy
+//	                limit 10 / 1000  decision, p=16
+//	sliding_log       344 / 100,224  12.4           none: ≤ limit in any window  exact
+//	sliding_window    136 / 136       9.3           none for the boundary burst  ≤ 2 × limit in a window
+//	                                                (TestBoundaryBursts)         (16 of 10 seen, bursty traffic)
+//	fixed_window      120 / 136       8.5           2 × limit across a boundary  exact per calendar window
+//	token_bucket      136 / 136       8.8           Burst at once, then the rate exact to the µs
+//	gcra               88 / 88        8.8           Burst at once, then evenly   exact to the µs (float TAT)
+//	redis_rate GCRA     — / —         8.2           (the peer, for scale)
+//
+// What each reports:
+//
+//   - sliding_log: Remaining = limit − requests in the last window; Reset = until the oldest of
+//     them leaves it. Policy w = the window.
+//   - sliding_window: Remaining = ⌊limit − estimate⌋ with estimate = previous × (W − elapsed)/W +
+//     current; Reset = until the estimate has decayed enough for one more. w = the window. Worst
+//     case 2 × limit in a window-length interval, when the previous window's traffic sat at its
+//     very end (TestSlidingWindowErrorBound); exact when it was spread evenly.
+//   - fixed_window: Remaining = limit − this calendar window's count; Reset = until the window
+//     ends (aligned to the epoch). w = the window; it admits 2 × limit across a boundary
+//     (TestBoundaryBursts shows the hole).
+//   - token_bucket and gcra: RateLimit-Limit = Burst, Remaining = whole tokens left (requests
+//     that fit now); Reset = until one more token; the policy says q=Limit;w=Window (the
+//     sustained rate) plus burst=Burst. They decide identically for the same Burst and rate:
+//     GCRA stores one number (the theoretical arrival time), the bucket two (tokens and time).
+//
+// Retry-After is exact for every algorithm (TestRetryAfterIsExact): refused until it elapses,
+// admitted when it has. Only the sliding log recognizes a retried request (its entries are
+// request ids); the counters count a retry again. Each script has a pure-Go model in
+// model_test.go that the tests drive alongside it through thousands of random steps.
+//
 // # Performance
 //
-// One decision is one EVALSHA. The script issues 6 Redis commands per key when it admits
-// (TIME, ZREMRANGEBYSCORE, ZCARD, ZADD, PEXPIRE, ZRANGE) and 5 when it refuses; each redis.call
-// costs about a microsecond of bridging, which is why the script checks for a retried request
-// only when a key is full and otherwise lets ZADD NX say so. docs/benchmarks.md has the figures
-// against go-redis/redis_rate (GCRA) on the same server and the command that produced them.
+// One decision is one EVALSHA. Each redis.call inside a script costs about a microsecond of
+// bridging, more than most sorted-set commands themselves, so the sliding log issues only what
+// the answer needs: it reads the oldest entry first (Reset needs it anyway) and prunes only when
+// that entry has left the window, and it checks for a retried request only when a key is full
+// (otherwise ZADD NX says so). Per key that is 4 commands on a new key (ZRANGE, ZADD, PEXPIRE,
+// plus the one TIME), 5 on a busy one, 7 right after entries expire. Even so the log costs Redis
+// 25–50% more time per decision than GCRA's GET and SET (the figure moves between runs on a
+// shared machine): the price of exactness. docs/benchmarks.md has the figures against
+// go-redis/redis_rate on the same server and the command that produced them.
 package ratelimit

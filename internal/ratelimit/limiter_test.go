@@ -329,23 +329,6 @@ func TestEveryKeyHasATTLWithinItsWindow(t *testing.T) {
 	}
 }
 
-func TestMemoryPerKey(t *testing.T) {
-	t.Parallel()
-	l, rdb, _ := newTestLimiter(t)
-	p := policy("pix", 10, time.Minute)
-	for range 10 {
-		mustAllow(t, l, Check{p, "ana"})
-	}
-	bytes, err := rdb.MemoryUsage(context.Background(), l.keys.key(p, "ana")).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("MEMORY USAGE of a full key at limit 10: %d bytes", bytes)
-	if bytes >= 500 {
-		t.Errorf("a full key at limit 10 costs %d bytes, want well under 500", bytes)
-	}
-}
-
 // TestRedisClock uses Redis TIME, as production does, with a short real window.
 func TestRedisClock(t *testing.T) {
 	t.Parallel()

@@ -430,3 +430,34 @@ func TestRetryAfterIsExact(t *testing.T) {
 		})
 	}
 }
+
+// TestSlidingWindowErrorBound runs random bursty traffic through the sliding window counter and
+// checks its documented bound: any interval one window long admits at most 2 × limit (each
+// calendar window's own count never exceeds the limit, and such an interval overlaps two).
+func TestSlidingWindowErrorBound(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	clk := withClock(l)
+	p := Policy{Name: "bound", Limit: 10, Window: 10 * time.Second, Algorithm: SlidingWindow}
+	rng := rand.New(rand.NewPCG(3, 4))
+	var admitted []time.Time
+	for range 4000 {
+		if rng.IntN(10) == 0 {
+			clk.Add(time.Duration(rng.IntN(9000)) * time.Millisecond) // a lull
+		} else {
+			clk.Add(time.Duration(rng.IntN(300)) * time.Millisecond) // a burst
+		}
+		if mustAllow(t, l, Check{p, "k"}).Allowed {
+			admitted = append(admitted, clk.Now())
+		}
+	}
+	worst := 0
+	for i, start := range admitted {
+		j := sort.Search(len(admitted), func(j int) bool { return !admitted[j].Before(start.Add(p.Window)) })
+		worst = max(worst, j-i)
+	}
+	t.Logf("sliding window, limit %d: at most %d admitted in any %v", p.Limit, worst, p.Window)
+	if worst > 2*p.Limit {
+		t.Errorf("%d admitted in one window, want at most %d", worst, 2*p.Limit)
+	}
+}
