@@ -141,35 +141,49 @@ func TestMalformedRequests(t *testing.T) {
 }
 
 // TestShutdownDrainsInFlightRequests stops the server, as SIGTERM does, while a login (a bcrypt
-// comparison, tens of milliseconds) is in flight: the login still gets its answer, and Run
-// returns nil.
+// comparison, tens of milliseconds) is in flight: the login still gets its answer, after the
+// stop began, and Run returns nil. When to stop is a guess (too early and the server has not
+// accepted the connection yet; too late and the login is already answered), so the test tries a
+// few delays and needs one that proves the drain.
 func TestShutdownDrainsInFlightRequests(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	a, done := launch(t, ctx, redistest.Start(t), nil)
-
-	conn, err := net.Dial("tcp", strings.TrimPrefix(a.base, "http://"))
-	if err != nil {
-		t.Fatal(err)
+	srv := redistest.Start(t)
+	for _, delay := range []time.Duration{10, 20, 30, 45, 60} {
+		delay *= time.Millisecond
+		ctx, cancel := context.WithCancel(context.Background())
+		a, done := launch(t, ctx, srv, nil)
+		conn, err := net.Dial("tcp", strings.TrimPrefix(a.base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := `{"document":"529.982.247-25","password":"demo-ana-123"}`
+		fmt.Fprintf(conn, "POST /v1/login HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		time.Sleep(delay)
+		stopped := time.Now()
+		cancel()
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		answered := time.Now()
+		conn.Close()
+		if err := <-done; err != nil {
+			t.Fatalf("Run after shutdown: %v, want nil", err)
+		}
+		if err != nil {
+			t.Logf("stopping after %v: %v (the server had not accepted it yet)", delay, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("in-flight login during shutdown: %d, want 200", resp.StatusCode)
+		}
+		// The server logs a request when it has answered it: after "shutting down", it was drained.
+		logs := a.logs.String()
+		if i := strings.Index(logs, "shutting down"); i >= 0 && i < strings.Index(logs, "route=/v1/login") {
+			t.Logf("stopped %v after sending; the login was answered %v after the stop began", delay, answered.Sub(stopped).Round(time.Millisecond))
+			return
+		}
+		t.Logf("stopping after %v: the login was answered before the stop", delay)
 	}
-	defer conn.Close()
-	body := `{"document":"529.982.247-25","password":"demo-ana-123"}`
-	fmt.Fprintf(conn, "POST /v1/login HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	time.Sleep(10 * time.Millisecond) // let the server read it; bcrypt then holds it for ~60ms
-	cancel()
-
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("in-flight login during shutdown: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("in-flight login during shutdown: %d, want 200", resp.StatusCode)
-	}
-	if err := <-done; err != nil {
-		t.Errorf("Run after shutdown: %v, want nil", err)
-	}
+	t.Fatal("no delay caught a login in flight: the drain was never exercised")
 }
 
 // FuzzRequestBodies throws arbitrary bodies at the login and PIX routes: nothing a client sends

@@ -112,7 +112,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // NewDeps builds a replica's dependencies over one Redis client, one token secret and one
 // ledger; replicas that share all three form one fleet.
-func NewDeps(cfg config.Config, logger *slog.Logger, rdb *redis.Client, secret []byte, ledger pix.Ledger) (Deps, error) {
+func NewDeps(cfg config.Config, logger *slog.Logger, rdb redis.UniversalClient, secret []byte, ledger pix.Ledger) (Deps, error) {
 	quietRedis.Do(func() { redis.SetLogger(redisLogger{logger}) }) // go-redis logs each failed dial
 	tokens, err := auth.NewTokens(secret, cfg.TokenTTL)
 	if err != nil {
@@ -185,9 +185,23 @@ func keySecret(secret []byte) []byte {
 	return m.Sum(nil)
 }
 
-// connectRedis returns a client tuned for the decision budget: of REDIS_URL, or of an embedded
-// in-process Redis when it is empty.
-func connectRedis(cfg config.Config, logger *slog.Logger) (*redis.Client, func(), error) {
+// connectRedis returns a client tuned for the decision budget: of REDIS_URL, of the Redis
+// Cluster of REDIS_CLUSTER_ADDRS, of the master REDIS_SENTINEL_* name, or of an embedded
+// in-process Redis when none is set. go-redis follows MOVED/ASK redirections and sentinel
+// failovers itself; while one is under way, decisions fail and the routes' fail modes answer.
+func connectRedis(cfg config.Config, logger *slog.Logger) (redis.UniversalClient, func(), error) {
+	switch {
+	case len(cfg.RedisCluster) > 0:
+		opt := &redis.UniversalOptions{Addrs: cfg.RedisCluster, IsClusterMode: true}
+		ratelimit.UniversalClientOptions(opt, cfg.RedisTimeout)
+		rdb := redis.NewUniversalClient(opt)
+		return rdb, func() { _ = rdb.Close() }, nil
+	case len(cfg.RedisSentinel) > 0:
+		opt := &redis.UniversalOptions{Addrs: cfg.RedisSentinel, MasterName: cfg.RedisSentinelMaster}
+		ratelimit.UniversalClientOptions(opt, cfg.RedisTimeout)
+		rdb := redis.NewUniversalClient(opt)
+		return rdb, func() { _ = rdb.Close() }, nil
+	}
 	opt := cfg.Redis
 	stop := func() {}
 	if opt == nil {

@@ -26,6 +26,9 @@ import (
 type Config struct {
 	HTTPAddr             string        `env:"HTTP_ADDR" envDefault:":8080"`
 	RedisURL             string        `env:"REDIS_URL"`
+	RedisClusterAddrs    string        `env:"REDIS_CLUSTER_ADDRS"`
+	RedisSentinelAddrs   string        `env:"REDIS_SENTINEL_ADDRS"`
+	RedisSentinelMaster  string        `env:"REDIS_SENTINEL_MASTER"`
 	DatabaseURL          string        `env:"DATABASE_URL"`
 	RedisTimeout         time.Duration `env:"REDIS_TIMEOUT" envDefault:"100ms"`
 	AuthSecret           string        `env:"AUTH_SECRET"`
@@ -54,7 +57,9 @@ type Config struct {
 
 	// Derived by Load.
 	TrustedProxies []netip.Prefix   `env:"-"`
-	Redis          *redis.Options   `env:"-"` // nil when RedisURL is empty: run an embedded Redis
+	Redis          *redis.Options   `env:"-"` // from REDIS_URL; nil in the other modes
+	RedisCluster   []string         `env:"-"` // seed nodes of a Redis Cluster
+	RedisSentinel  []string         `env:"-"` // sentinels watching RedisSentinelMaster
 	LogLevel       slog.Level       `env:"-"`
 	PIX            ratelimit.Policy `env:"-"`
 	Statement      ratelimit.Policy `env:"-"`
@@ -116,6 +121,20 @@ func Load(getenv func(string) string) (Config, error) {
 		} else {
 			cfg.Redis = opt
 		}
+	}
+	cfg.RedisCluster = addrList("REDIS_CLUSTER_ADDRS", cfg.RedisClusterAddrs, bad)
+	cfg.RedisSentinel = addrList("REDIS_SENTINEL_ADDRS", cfg.RedisSentinelAddrs, bad)
+	if (cfg.RedisSentinelAddrs == "") != (cfg.RedisSentinelMaster == "") {
+		bad("REDIS_SENTINEL_MASTER", "REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER go together")
+	}
+	modes := 0
+	for _, v := range []string{cfg.RedisURL, cfg.RedisClusterAddrs, cfg.RedisSentinelAddrs} {
+		if v != "" {
+			modes++
+		}
+	}
+	if modes > 1 {
+		bad("REDIS_URL", "set one of REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS, not several")
 	}
 	if cfg.DatabaseURL != "" {
 		scheme, _, _ := strings.Cut(cfg.DatabaseURL, "://")
@@ -198,6 +217,22 @@ func Load(getenv func(string) string) (Config, error) {
 		return Config{}, &Error{Problems: dedupe(problems)}
 	}
 	return cfg, nil
+}
+
+// addrList parses comma-separated host:port addresses.
+func addrList(name, list string, bad func(string, string, ...any)) []string {
+	var addrs []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad(name, "%q is not host:port", a)
+			continue
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs
 }
 
 // Error lists every invalid variable.

@@ -131,6 +131,29 @@ func TestPolicyBeyondPrecision(t *testing.T) {
 	}
 }
 
+func TestRedisModes(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(map[string]string{"REDIS_CLUSTER_ADDRS": "10.0.0.1:7000, 10.0.0.2:7000"})
+	if err != nil || len(cfg.RedisCluster) != 2 || cfg.Redis != nil {
+		t.Errorf("cluster: %+v, %v", cfg.RedisCluster, err)
+	}
+	cfg, err = load(map[string]string{"REDIS_SENTINEL_ADDRS": "s1:26379,s2:26379,s3:26379", "REDIS_SENTINEL_MASTER": "mymaster"})
+	if err != nil || len(cfg.RedisSentinel) != 3 {
+		t.Errorf("sentinel: %+v, %v", cfg.RedisSentinel, err)
+	}
+	for _, env := range []map[string]string{
+		{"REDIS_URL": "redis://r:6379", "REDIS_CLUSTER_ADDRS": "10.0.0.1:7000"},
+		{"REDIS_CLUSTER_ADDRS": "10.0.0.1:7000", "REDIS_SENTINEL_ADDRS": "s:26379", "REDIS_SENTINEL_MASTER": "m"},
+		{"REDIS_SENTINEL_ADDRS": "s:26379"},
+		{"REDIS_SENTINEL_MASTER": "m"},
+		{"REDIS_CLUSTER_ADDRS": "10.0.0.1"},
+	} {
+		if _, err := load(env); err == nil {
+			t.Errorf("%v: no error", env)
+		}
+	}
+}
+
 func TestRedisURLPasswordIsNotEchoed(t *testing.T) {
 	t.Parallel()
 	_, err := load(map[string]string{"REDIS_URL": "redis://user:hunter2@host:notaport"})

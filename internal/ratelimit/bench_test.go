@@ -48,7 +48,7 @@ func BenchmarkDecision(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/one_key/p=%d", a, par), func(b *testing.B) {
 				p := fresh("one")
 				p.Algorithm = a
-				run(b, rdb, par, func(i int) error {
+				measure(b, rdb, par, func(i int) error {
 					_, err := l.Allow(ctx, p, ids[i%len(ids)])
 					return err
 				})
@@ -56,7 +56,7 @@ func BenchmarkDecision(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("sliding_log/two_keys/p=%d", par), func(b *testing.B) {
 			ip, doc := fresh("ip"), fresh("doc")
-			run(b, rdb, par, func(i int) error {
+			measure(b, rdb, par, func(i int) error {
 				_, err := l.AllowAll(ctx, Check{ip, ids[i%len(ids)]}, Check{doc, ids[(i+1)%len(ids)]})
 				return err
 			})
@@ -64,7 +64,7 @@ func BenchmarkDecision(b *testing.B) {
 		b.Run(fmt.Sprintf("redis_rate_gcra/one_key/p=%d", par), func(b *testing.B) {
 			limit := redis_rate.PerMinute(1000)
 			prefix := fresh("peer").Name + ":"
-			run(b, rdb, par, func(i int) error {
+			measure(b, rdb, par, func(i int) error {
 				// The same budget as ours: a limiter without a deadline can hang a request.
 				ctx, cancel := context.WithTimeout(ctx, time.Second)
 				defer cancel()
@@ -75,14 +75,16 @@ func BenchmarkDecision(b *testing.B) {
 	}
 }
 
-// run calls fn b.N times from par goroutines and reports decisions per second and the Redis CPU
+// measure calls fn b.N times from par goroutines and reports decisions per second and the Redis CPU
 // time per decision (EVALSHA's usec_per_call from INFO commandstats): the figure that bounds a
 // fleet's throughput on one Redis, and one far steadier than wall time on a shared machine.
-func run(b *testing.B, rdb *redis.Client, par int, fn func(i int) error) {
+func measure(b *testing.B, rdb *redis.Client, par int, fn func(i int) error) {
 	b.Helper()
 	ctx := context.Background()
-	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
-		b.Fatal(err)
+	if rdb != nil {
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
 	}
 	var next atomic.Int64
 	var failed atomic.Value
@@ -108,6 +110,9 @@ func run(b *testing.B, rdb *redis.Client, par int, fn func(i int) error) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	if rdb == nil {
+		return // a cluster: each node keeps its own statistics
+	}
 	stats, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
@@ -151,5 +156,49 @@ func TestMemoryPerKey(t *testing.T) {
 				t.Errorf("%s at limit %d: %d bytes, want one short value", a, limit, bytes)
 			}
 		}
+	}
+}
+
+// BenchmarkCluster compares decisions on a 3-master Redis Cluster with decisions on one node,
+// in the same run: one key, and the login's two keys (one script on one node; on the cluster,
+// one script per slot, concurrently, with withdrawals when one refuses).
+//
+//	go test -run '^$' -bench Cluster -benchtime 3s ./internal/ratelimit
+func BenchmarkCluster(b *testing.B) {
+	single := redistest.Start(b).Client(func(o *redis.Options) { ClientOptions(o, time.Second); o.PoolSize = 32 })
+	c := redistest.StartCluster(b, 3, 0)
+	cluster := c.Client(func(o *redis.ClusterOptions) {
+		o.ContextTimeoutEnabled, o.MaxRetries, o.PoolSize = true, -1, 32
+	})
+	ids := make([]string, 10_000)
+	for i := range ids {
+		ids[i] = "user-" + strconv.Itoa(i)
+	}
+	ctx := context.Background()
+	var round atomic.Int64
+	fresh := func(name string) Policy { return policy(fmt.Sprint(name, "-", round.Add(1)), 1000, time.Minute) }
+	for _, target := range []struct {
+		name  string
+		rdb   redis.Scripter
+		stats *redis.Client
+	}{{"single", single, single}, {"cluster", cluster, nil}} {
+		l, err := New(target.rdb, Options{KeySecret: testSecret, Timeout: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(target.name+"/one_key/p=16", func(b *testing.B) {
+			p := fresh("one")
+			measure(b, target.stats, 16, func(i int) error {
+				_, err := l.Allow(ctx, p, ids[i%len(ids)])
+				return err
+			})
+		})
+		b.Run(target.name+"/two_keys/p=16", func(b *testing.B) {
+			ip, doc := fresh("ip"), fresh("doc")
+			measure(b, target.stats, 16, func(i int) error {
+				_, err := l.AllowAll(ctx, Check{ip, ids[i%len(ids)]}, Check{doc, ids[(i+1)%len(ids)]})
+				return err
+			})
+		})
 	}
 }

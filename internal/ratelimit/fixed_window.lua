@@ -12,7 +12,7 @@
 -- ARGV[3i+1]   window of KEYS[i] in microseconds (a whole number of milliseconds)
 -- ARGV[3i+2]   burst: unused
 --
--- Returns {allowed, remaining_1, reset_1, ...}; reset_i is the time in microseconds until the
+-- Returns {allowed, remaining_1, reset_1, ..., now}; reset_i is the time in microseconds until the
 -- window of KEYS[i] ends and its count starts again from zero (0 when nothing is counted).
 
 local now = tonumber(ARGV[2])
@@ -50,4 +50,5 @@ for i = 1, n do
   out[2 * i] = math.max(0, limit - count)
   out[2 * i + 1] = reset
 end
+out[#out + 1] = now                                                -- the time decided, for undo.lua
 return out

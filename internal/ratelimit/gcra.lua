@@ -12,7 +12,7 @@
 -- ARGV[2]      now in microseconds, or '' to read the Redis clock (tests inject time)
 -- ARGV[3i]     limit: requests per window; ARGV[3i+1] window in microseconds; ARGV[3i+2] burst
 --
--- Returns {allowed, remaining_1, reset_1, ...}: remaining_i is how many more requests fit now;
+-- Returns {allowed, remaining_1, reset_1, ..., now}: remaining_i is how many more requests fit now;
 -- reset_i the time in microseconds until one more does (0 when the key is idle).
 
 local now = tonumber(ARGV[2])
@@ -51,4 +51,5 @@ for i = 1, n do
   out[2 * i] = remaining
   out[2 * i + 1] = reset
 end
+out[#out + 1] = now                                                -- the time decided, for undo.lua
 return out

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -175,6 +176,7 @@ type Options struct {
 // KeySecret enforce one limit together.
 type Limiter struct {
 	rdb        redis.Scripter
+	cluster    bool // rdb is a Redis Cluster client: keys of one decision may live on different nodes
 	keys       *keyer
 	timeout    time.Duration
 	retryAfter time.Duration
@@ -182,6 +184,10 @@ type Limiter struct {
 
 	// now, when set (tests only), replaces the Redis clock.
 	now func() time.Time
+	// withdrawals counts undo.lua calls in flight (see cluster.go), so tests can wait for them.
+	withdrawals sync.WaitGroup
+	// withdrawn, when set (tests only), learns how long each withdrawn admission was held.
+	withdrawn func(held time.Duration)
 }
 
 // New returns a Limiter that keeps its state in rdb. Configure the client with ClientOptions so
@@ -211,8 +217,10 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	_, cluster := rdb.(*redis.ClusterClient)
 	return &Limiter{
 		rdb:        rdb,
+		cluster:    cluster,
 		keys:       newKeyer(opts.Prefix, opts.KeySecret),
 		timeout:    opts.Timeout,
 		retryAfter: opts.FailClosedRetryAfter,
@@ -224,6 +232,17 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 // pool wait ends by the budget, the context deadline is honoured, and neither a failed dial nor a
 // failed command is retried (the route's fail mode answers instead). Call it on options from redis.ParseURL.
 func ClientOptions(opt *redis.Options, budget time.Duration) {
+	opt.DialTimeout = budget
+	opt.ReadTimeout = budget
+	opt.WriteTimeout = budget
+	opt.PoolTimeout = budget
+	opt.ContextTimeoutEnabled = true
+	opt.MaxRetries = -1
+	opt.DialerRetries = 1
+}
+
+// UniversalClientOptions is ClientOptions for the options of a cluster or sentinel client.
+func UniversalClientOptions(opt *redis.UniversalOptions, budget time.Duration) {
 	opt.DialTimeout = budget
 	opt.ReadTimeout = budget
 	opt.WriteTimeout = budget
@@ -274,14 +293,28 @@ func (l *Limiter) decide(ctx context.Context, id string, checks []Check) (Decisi
 
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	reply, err := scripts[algorithm].Run(ctx, l.rdb, keys, args...).Int64Slice()
+	if l.cluster && len(checks) > 1 {
+		return l.decideApart(ctx, algorithm, keys, args, checks)
+	}
+	reply, err := run(ctx, l.rdb, algorithm, keys, args)
 	if err != nil {
-		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		l.refreshTopology()
+		return Decision{}, err
 	}
-	if len(reply) != 1+2*len(checks) {
-		return Decision{}, fmt.Errorf("%w: script returned %d values for %d keys", ErrUnavailable, len(reply), len(checks))
+	return newDecision(reply[0] == 1, reply[1:len(reply)-1], checks), nil
+}
+
+// run runs an algorithm's script and checks the shape of its reply:
+// {allowed, remaining_1, reset_1, ..., now}.
+func run(ctx context.Context, rdb redis.Scripter, a Algorithm, keys []string, args []any) ([]int64, error) {
+	reply, err := scripts[a].Run(ctx, rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return newDecision(reply[0] == 1, reply[1:], checks), nil
+	if len(reply) != 2+2*len(keys) {
+		return nil, fmt.Errorf("%w: script returned %d values for %d keys", ErrUnavailable, len(reply), len(keys))
+	}
+	return reply, nil
 }
 
 // newDecision builds a Decision from the script's per-key (remaining, reset µs) pairs.

@@ -13,7 +13,7 @@
 -- ARGV[3i+1]   window of KEYS[i] in microseconds (a whole number of milliseconds)
 -- ARGV[3i+2]   burst of KEYS[i]: unused here (see token_bucket.lua)
 --
--- Returns {allowed, remaining_1, reset_1, remaining_2, reset_2, ...}: allowed is 1 or 0 for the
+-- Returns {allowed, remaining_1, reset_1, remaining_2, reset_2, ..., now}: allowed is 1 or 0 for the
 -- whole request; reset_i is the time in microseconds until KEYS[i] has room for one more request
 -- (0 when it is empty).
 --
@@ -79,4 +79,5 @@ for i = 1, n do
   out[2 * i] = remaining
   out[2 * i + 1] = reset
 end
+out[#out + 1] = now                                                -- the time decided, for undo.lua
 return out

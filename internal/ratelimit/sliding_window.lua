@@ -17,7 +17,7 @@
 -- ARGV[2]      now in microseconds, or '' to read the Redis clock (tests inject time)
 -- ARGV[3i]     limit of KEYS[i]; ARGV[3i+1] window in microseconds; ARGV[3i+2] burst: unused
 --
--- Returns {allowed, remaining_1, reset_1, ...}; reset_i is the time in microseconds until the
+-- Returns {allowed, remaining_1, reset_1, ..., now}; reset_i is the time in microseconds until the
 -- estimate has dropped enough for remaining_i to grow by one (0 when nothing is counted).
 
 local now = tonumber(ARGV[2])
@@ -75,4 +75,5 @@ for i = 1, n do
   out[2 * i] = remaining
   out[2 * i + 1] = reset
 end
+out[#out + 1] = now                                                -- the time decided, for undo.lua
 return out

@@ -34,6 +34,10 @@ type Server struct {
 	mu   sync.Mutex
 	bin  string
 	dir  string
+	args []string // beyond the defaults: cluster, replication or sentinel settings
+	// conf, when set, is written to dir/redis.conf and given to redis-server first: a sentinel
+	// needs a configuration file it can rewrite.
+	conf string
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
 }
@@ -148,10 +152,18 @@ func (s *Server) startLocal() {
 			s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		}
 		_, port, _ := net.SplitHostPort(s.addr)
-		cmd := exec.Command(s.bin,
-			"--bind", "127.0.0.1", "--port", port,
+		var args []string
+		if s.conf != "" {
+			conf := filepath.Join(s.dir, "redis.conf")
+			if err := os.WriteFile(conf, []byte(s.conf), 0o600); err != nil {
+				s.t.Fatalf("redistest: %v", err)
+			}
+			args = append(args, conf)
+		}
+		args = append(args, "--bind", "127.0.0.1", "--port", port,
 			"--save", "", "--appendonly", "no",
 			"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"))
+		cmd := exec.Command(s.bin, append(args, s.args...)...)
 		if err := cmd.Start(); err != nil {
 			s.t.Fatalf("redistest: start redis-server: %v", err)
 		}

@@ -1,0 +1,277 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/redistest"
+)
+
+// TestSplitDecisionWithdraws forces the cluster path on one node, for every algorithm: when the
+// second key refuses, the first key's admission is withdrawn and its quota is whole again.
+func TestSplitDecisionWithdraws(t *testing.T) {
+	for _, a := range Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			l, _, _ := newTestLimiter(t)
+			l.cluster = true
+			open := Check{Policy{Name: "open", Limit: 4, Window: time.Minute, Algorithm: a}, "x"}
+			full := Check{Policy{Name: "full", Limit: 1, Window: time.Minute, Algorithm: a}, "x"}
+			mustAllow(t, l, full)
+			for i := range 5 {
+				l.withdrawals.Wait() // else the last request's admission may still be held (see decideApart)
+				d := mustAllow(t, l, open, full)
+				if d.Allowed {
+					t.Fatalf("request %d admitted with a full key", i+1)
+				}
+				if got := d.Results[0].Remaining; got != 4 {
+					t.Errorf("request %d: open key reports %d remaining, want 4 (its admission given back)", i+1, got)
+				}
+			}
+			l.withdrawals.Wait()
+			if d := mustAllow(t, l, open); !d.Allowed || d.Remaining != 3 {
+				t.Errorf("after 5 refused requests: allowed=%v remaining=%d, want true, 3: the refusals consumed quota", d.Allowed, d.Remaining)
+			}
+		})
+	}
+}
+
+func clusterLimiters(t *testing.T, c *redistest.Cluster, n int, timeout time.Duration) []*Limiter {
+	t.Helper()
+	ls := make([]*Limiter, n)
+	for i := range ls {
+		rc := c.Client(func(o *redis.ClusterOptions) {
+			u := &redis.UniversalOptions{}
+			UniversalClientOptions(u, timeout)
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = u.DialTimeout, u.ReadTimeout, u.WriteTimeout, u.PoolTimeout
+			o.ContextTimeoutEnabled, o.MaxRetries, o.DialerRetries = true, -1, 1
+		})
+		l, err := New(rc, Options{KeySecret: testSecret, Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.cluster {
+			t.Fatal("a cluster client was not recognized")
+		}
+		ls[i] = l
+	}
+	return ls
+}
+
+// TestClusterExactness: 3 clients × 64 goroutines for 20 seconds on a 3-master, 3-replica
+// cluster, over 1,000 single keys (limit 5) and login-like pairs of keys in different slots (100
+// IPs at 10, 50 documents at 5). Every key admits exactly its limit, no decision errs, and after
+// the withdrawals settle every key holds exactly the admissions that involved it: a refused pair
+// consumed nothing.
+func TestClusterExactness(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 1)
+	ls := clusterLimiters(t, c, 3, generous)
+	var heldMu sync.Mutex
+	var held []time.Duration
+	for _, l := range ls {
+		l.withdrawn = func(d time.Duration) { heldMu.Lock(); held = append(held, d); heldMu.Unlock() }
+	}
+	single := Policy{Name: "single", Limit: 5, Window: time.Hour}
+	ip := Policy{Name: "login-ip", Limit: 10, Window: time.Hour}
+	doc := Policy{Name: "login-account", Limit: 5, Window: time.Hour}
+
+	var (
+		mu        sync.Mutex
+		singles   = map[int]int{}
+		ips, docs = map[int]int{}, map[int]int{}
+		decisions atomic.Int64
+		errs      atomic.Int64
+		firstErr  atomic.Value
+	)
+	duration := 20 * time.Second
+	if testing.Short() {
+		duration = 3 * time.Second
+	}
+	stop := time.Now().Add(duration)
+	var wg sync.WaitGroup
+	for r, l := range ls {
+		for g := range 64 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(r), uint64(g)))
+				for time.Now().Before(stop) {
+					if rng.IntN(2) == 0 {
+						k := rng.IntN(1000)
+						d, err := l.Allow(context.Background(), single, fmt.Sprint("k", k))
+						decisions.Add(1)
+						if err != nil {
+							errs.Add(1)
+							firstErr.CompareAndSwap(nil, err)
+							continue
+						}
+						if d.Allowed {
+							mu.Lock()
+							singles[k]++
+							mu.Unlock()
+						}
+						continue
+					}
+					i, j := rng.IntN(100), rng.IntN(50)
+					d, err := l.AllowAll(context.Background(), Check{ip, fmt.Sprint("ip", i)}, Check{doc, fmt.Sprint("doc", j)})
+					decisions.Add(1)
+					if err != nil {
+						errs.Add(1)
+						firstErr.CompareAndSwap(nil, err)
+						continue
+					}
+					if d.Allowed {
+						mu.Lock()
+						ips[i]++
+						docs[j]++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, l := range ls {
+		l.withdrawals.Wait()
+	}
+	t.Logf("%d decisions in %v (%.0f/s), %d errors", decisions.Load(), duration, float64(decisions.Load())/duration.Seconds(), errs.Load())
+	if n := errs.Load(); n > 0 {
+		t.Errorf("%d decisions failed, want none; the first: %v", n, firstErr.Load())
+	}
+	for k := range 1000 {
+		if singles[k] != single.Limit {
+			t.Errorf("key k%d admitted %d, want exactly %d", k, singles[k], single.Limit)
+		}
+	}
+	rc := c.Client(nil)
+	count := func(p Policy, id string) int64 {
+		n, err := rc.ZCard(context.Background(), ls[0].keys.key(p, id)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for j := range 50 {
+		if docs[j] != doc.Limit {
+			t.Errorf("document %d admitted %d, want exactly %d", j, docs[j], doc.Limit)
+		}
+		if n := count(doc, fmt.Sprint("doc", j)); n != int64(docs[j]) {
+			t.Errorf("document %d holds %d entries for %d admissions: refused pairs left quota taken", j, n, docs[j])
+		}
+	}
+	total := 0
+	for i := range 100 {
+		total += ips[i]
+		if ips[i] > ip.Limit {
+			t.Errorf("IP %d admitted %d, over its limit %d", i, ips[i], ip.Limit)
+		}
+		if n := count(ip, fmt.Sprint("ip", i)); n != int64(ips[i]) {
+			t.Errorf("IP %d holds %d entries for %d admissions: refused pairs left quota taken", i, n, ips[i])
+		}
+	}
+	if total != 50*doc.Limit {
+		t.Errorf("%d pairs admitted, want %d (every document's limit)", total, 50*doc.Limit)
+	}
+	slices.Sort(held)
+	if len(held) > 0 {
+		t.Logf("withdrawn admissions: %d; held after the decision for p50 %v, p99 %v, max %v (the window of imprecision)",
+			len(held), held[len(held)/2], held[len(held)*99/100], held[len(held)-1])
+	}
+}
+
+// TestClusterFailover kills the master serving a key while three clients decide on it: during
+// the gap decisions fail within the budget (the route's fail mode answers), the replica takes
+// over, and decisions are exact again on it.
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 1)
+	const budget = 200 * time.Millisecond
+	ls := clusterLimiters(t, c, 3, budget)
+	p := Policy{Name: "failover", Limit: 1_000_000, Window: time.Hour}
+	key := ls[0].keys.key(p, "victim")
+	master := c.MasterOf(key)
+
+	var lastErr, firstOKAfter atomic.Int64 // unix µs
+	var slow atomic.Int64
+	killed := make(chan time.Time, 1)
+	var killedAt atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		for range 8 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					start := time.Now()
+					_, err := l.Allow(context.Background(), p, "victim")
+					if time.Since(start) > budget+100*time.Millisecond {
+						slow.Add(1)
+					}
+					if err != nil {
+						if !errors.Is(err, ErrUnavailable) {
+							t.Errorf("failover: %v, want ErrUnavailable", err)
+						}
+						lastErr.Store(time.Now().UnixMicro())
+						time.Sleep(10 * time.Millisecond)
+					} else if k := killedAt.Load(); k != 0 && lastErr.Load() > k {
+						firstOKAfter.CompareAndSwap(0, time.Now().UnixMicro())
+					}
+				}
+			})
+		}
+	}
+	time.Sleep(time.Second)
+	killedAt.Store(time.Now().UnixMicro())
+	master.Kill()
+	killed <- time.Now()
+	deadline := time.Now().Add(30 * time.Second)
+	for firstOKAfter.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if firstOKAfter.Load() == 0 {
+		t.Fatal("no decision succeeded within 30s of killing the master")
+	}
+	gap := time.Duration(firstOKAfter.Load()-killedAt.Load()) * time.Microsecond
+	t.Logf("master killed: decisions on its slots failed (fail mode) for %v, then the promoted replica answered", gap.Round(time.Millisecond))
+	if n := slow.Load(); n > 0 {
+		t.Errorf("%d decisions waited past the %v budget", n, budget)
+	}
+
+	// Exact again on the promoted replica: 64 concurrent requests, limit 10.
+	c.WaitHealthy(30 * time.Second)
+	exact := Policy{Name: "after-failover", Limit: 10, Window: time.Hour}
+	if c.MasterOf(ls[0].keys.key(exact, "victim")) == master {
+		t.Fatal("the dead master still serves the slot")
+	}
+	var admitted atomic.Int64
+	var wg2 sync.WaitGroup
+	for g := range 64 {
+		wg2.Go(func() {
+			d, err := ls[g%3].Allow(context.Background(), exact, "victim")
+			if err != nil {
+				t.Errorf("after failover: %v", err)
+			}
+			if d.Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg2.Wait()
+	if got := admitted.Load(); got != 10 {
+		t.Errorf("after failover: %d of 64 admitted, want exactly 10", got)
+	}
+}

@@ -1,0 +1,80 @@
+package pixlimit_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/redistest"
+)
+
+// TestOnRedisCluster runs two API processes on a 3-master cluster: the login's two keys live in
+// different slots and still decide as one.
+func TestOnRedisCluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 1)
+	env := map[string]string{"REDIS_CLUSTER_ADDRS": strings.Join(c.Addrs(), ","), "TRUSTED_PROXIES": "127.0.0.1/32"}
+	replicas := []*api{startAPI(t, nil, env), startAPI(t, nil, env)}
+	for i := range 8 { // a botnet on Carla's document: 5 guesses, then the document key refuses
+		r := replicas[i%2].login(demo[2].document, "guess", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i+1))
+		if want := map[bool]int{true: 429, false: 401}[i >= 5]; r.status != want {
+			t.Fatalf("guess %d: %v, want %d", i+1, r, want)
+		}
+	}
+	for i := range 12 { // one IP, many documents: 10, then the IP key refuses
+		r := replicas[i%2].login(cpf(900+i), "guess", "X-Forwarded-For", "198.51.100.99")
+		if want := map[bool]int{true: 429, false: 401}[i >= 10]; r.status != want {
+			t.Fatalf("document %d from one IP: %v, want %d", i+1, r, want)
+		}
+	}
+	// 203.0.113.7's guess was refused by the document key (in another slot, after its own key
+	// had admitted it): that admission was withdrawn, so the IP still has all 10 attempts.
+	time.Sleep(100 * time.Millisecond) // withdrawals run just after the answer
+	for i := range 10 {
+		if r := replicas[i%2].login(cpf(950+i), "guess", "X-Forwarded-For", "203.0.113.7"); r.status != http.StatusUnauthorized {
+			t.Fatalf("attempt %d from an IP whose guess was refused: %v, want 401", i+1, r)
+		}
+	}
+}
+
+// TestSentinelFailover runs the API on a master watched by three sentinels, kills the master,
+// and keeps serving through the replica they promote.
+func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
+	st := redistest.StartSentinel(t, 1)
+	a := startAPI(t, nil, map[string]string{
+		"REDIS_SENTINEL_ADDRS": strings.Join(st.Addrs(), ","), "REDIS_SENTINEL_MASTER": redistest.MasterName,
+		"REDIS_TIMEOUT": "300ms", "PIX_LIMIT": "1000",
+	})
+	tok := a.token(demo[0].document, demo[0].password)
+	if r := a.pix(tok, "bruno@example.com", 1); r.status != http.StatusCreated {
+		t.Fatalf("before the failover: %v", r)
+	}
+	st.Master.Kill()
+	killed := time.Now()
+	refused := 0
+	for {
+		r := a.pix(tok, "bruno@example.com", 1)
+		if r.took > time.Second {
+			t.Errorf("a PIX during the failover took %v, want within the 300ms budget", r.took)
+		}
+		if r.status == http.StatusCreated {
+			break
+		}
+		if r.status != http.StatusTooManyRequests || r.json(t)["error"] != "rate_limiter_unavailable" {
+			t.Fatalf("during the failover: %v, want 429 rate_limiter_unavailable (fail closed)", r)
+		}
+		refused++
+		if time.Since(killed) > 30*time.Second {
+			t.Fatal("not serving 30s after the master died")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("sentinel failover: PIX failed closed %d times for %v, then the promoted replica answered",
+		refused, time.Since(killed).Round(time.Millisecond))
+	if r := a.statement(tok); r.status != http.StatusOK || r.header.Get("RateLimit-Limit") == "" {
+		t.Errorf("after the failover: statement %v %v, want 200 with RateLimit headers", r, r.header)
+	}
+}
