@@ -1,6 +1,7 @@
 package pixlimit
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -11,6 +12,9 @@ import (
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
+
+// statusClientClosedRequest is nginx's 499: logged as what it is rather than as a 500.
+const statusClientClosedRequest = 499
 
 // errorBody is the JSON body of every error but a 429 (ratelimit.ErrorBody).
 type errorBody struct {
@@ -49,6 +53,9 @@ func httpError(err error) (int, any) {
 		he  *echo.HTTPError
 	)
 	switch {
+	case errors.Is(err, context.Canceled):
+		// The client left before the answer; nobody reads it, and it is no server error.
+		return statusClientClosedRequest, errorBody{Error: "client_closed_request", Message: "the client closed the request"}
 	case errors.As(err, &inv):
 		return http.StatusBadRequest, errorBody{"invalid_request", inv.message, inv.fields}
 	case errors.Is(err, auth.ErrInvalidCredentials):

@@ -170,8 +170,13 @@ func (l *PostgresLedger) Transfer(ctx context.Context, r TransferRequest) (Recei
 			// A concurrent request with this idempotency key committed first: answer as its replay.
 			return l.replay(ctx, r)
 		case errors.As(err, &pgErr) && retryable(pgErr) && attempt < maxAttempts:
-			time.Sleep(time.Duration(attempt*attempt) * time.Millisecond * time.Duration(1+rand.IntN(5)))
-			continue
+			backoff := time.Duration(attempt*attempt*(1+rand.IntN(5))) * time.Millisecond // jittered, growing
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-ctx.Done():
+				return Receipt{}, ctx.Err()
+			}
 		}
 		return Receipt{}, err
 	}

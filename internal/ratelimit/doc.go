@@ -134,6 +134,10 @@
 //     sustained rate) plus burst=Burst. They decide identically for the same Burst and rate:
 //     GCRA stores one number (the theoretical arrival time), the bucket two (tokens and time).
 //
+// Every key has a TTL, never longer than its algorithm needs the key: one window for the log and
+// the fixed window, two for the sliding window (the previous count weighs during the next
+// window), and the time to refill for the buckets (TestEveryAlgorithmKeepsTTLs).
+//
 // Retry-After is exact for every algorithm (TestRetryAfterIsExact): refused until it elapses,
 // admitted when it has. Only the sliding log recognizes a retried request (its entries are
 // request ids); the counters count a retry again. Each script has a pure-Go model in

@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -187,5 +189,20 @@ func TestFailModes(t *testing.T) {
 	}
 	if !strings.Contains(out, "policy=pix fail_mode=closed") || !strings.Contains(out, "policy=statement fail_mode=open") {
 		t.Errorf("outage reports do not name policy and fail mode:\n%s", out)
+	}
+}
+
+func TestClientThatLeftIsNotAnOutage(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	e := limitedServer(t, l, policy("pix", 2, time.Minute))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequest(http.MethodGet, "/r", nil).WithContext(ctx)
+	req.Header.Set("X-Account", "ana")
+	c := e.NewContext(req, httptest.NewRecorder())
+	err := l.Enforce(c, Check{policy("pix", 2, time.Minute), "ana"})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Enforce for a client that left: %v, want context.Canceled (neither fail open nor closed)", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -459,5 +460,60 @@ func TestSlidingWindowErrorBound(t *testing.T) {
 	t.Logf("sliding window, limit %d: at most %d admitted in any %v", p.Limit, worst, p.Window)
 	if worst > 2*p.Limit {
 		t.Errorf("%d admitted in one window, want at most %d", worst, 2*p.Limit)
+	}
+}
+
+// TestEveryAlgorithmKeepsTTLs: whatever the algorithm, and whether a request was admitted,
+// refused, or withdrawn, every key Redis holds has a TTL, no longer than the algorithm needs it:
+// a window (sliding log, fixed window), two (sliding window: the previous count weighs during the
+// next window), or the time the bucket takes to fill (Burst/Limit windows).
+func TestEveryAlgorithmKeepsTTLs(t *testing.T) {
+	t.Parallel()
+	l, rdb, _ := newTestLimiter(t)
+	ctx := context.Background()
+	bound := map[Algorithm]time.Duration{}
+	for _, a := range Algorithms {
+		p := Policy{Name: "ttl", Limit: 3, Window: 20 * time.Second, Algorithm: a}
+		q := Policy{Name: "ttl2", Limit: 1, Window: 10 * time.Second, Algorithm: a}
+		bound[a] = p.Window
+		switch a {
+		case SlidingWindow:
+			bound[a] = 2 * p.Window
+		case TokenBucket, GCRA:
+			p.Burst = 6
+			bound[a] = p.Window * 6 / 3
+		}
+		for i := range 8 {
+			mustAllow(t, l, Check{p, fmt.Sprint("id", i%3)}, Check{q, "shared"}) // q fills: most are refused
+			mustAllow(t, l, Check{p, fmt.Sprint("id", i%3)})
+		}
+		l.cluster = true // and through the split path, with withdrawals
+		for i := range 4 {
+			mustAllow(t, l, Check{p, fmt.Sprint("split", i)}, Check{q, "shared"})
+		}
+		l.withdrawals.Wait()
+		l.cluster = false
+	}
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) < 10 {
+		t.Fatalf("only %d keys: the test wrote too little to check anything", len(keys))
+	}
+	for _, k := range keys {
+		ttl, err := rdb.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := SlidingLog
+		for _, alg := range Algorithms[1:] {
+			if strings.Contains(k, ":"+string(alg)+":") {
+				a = alg
+			}
+		}
+		if ttl <= 0 || ttl > bound[a] {
+			t.Errorf("%s key %s: TTL %v, want in (0, %v]", a, k, ttl, bound[a])
+		}
 	}
 }
