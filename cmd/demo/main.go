@@ -45,6 +45,52 @@ var scenarios = []struct {
 	{"hole", "The 2× hole: five algorithms, one boundary", hole},
 }
 
+// selfContained starts the embedded Redis and two replicas in this process.
+func (d *demo) selfContained(redisURL string, logs io.Writer) (func(), error) {
+	if redisURL != "" {
+		return nil, errors.New("-redis goes with -target; the self-contained run has its own Redis")
+	}
+	f, err := startFleet(logs, demoEnv, "")
+	if err != nil {
+		return nil, err
+	}
+	d.replicas, d.outage = f.urls, f.redis
+	d.lab = redis.NewClient(&redis.Options{Addr: f.redis.mr.Addr()})
+	d.out.intro(f.describe())
+	return func() { _ = d.lab.Close(); f.close() }, nil
+}
+
+// against drives a running deployment: the replicas of target, and with redisURL its Redis.
+func (d *demo) against(ctx context.Context, target, redisURL string) (func(), error) {
+	for _, u := range strings.Split(target, ",") {
+		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
+			d.replicas = append(d.replicas, u)
+		}
+	}
+	if redisURL == "" {
+		// The algorithm lesson runs straight on a limiter: give it a Redis of its own.
+		mr, err := pixlimit.StartEmbeddedRedis()
+		if err != nil {
+			return nil, err
+		}
+		d.lab = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		d.out.intro(fmt.Sprintf("Driving %s. Without -redis, state left by a run in the last window shows up here.", strings.Join(d.replicas, ", ")))
+		return func() { _ = d.lab.Close(); mr.Shutdown() }, nil
+	}
+	r, err := newRedisControl(ctx, redisURL)
+	if err != nil {
+		return nil, err
+	}
+	d.outage, d.lab = r, r.rdb
+	n, err := r.clearLimits(ctx)
+	if err != nil {
+		r.close()
+		return nil, err
+	}
+	d.out.intro(fmt.Sprintf("Driving %s. Cleared %d rate-limit keys left by earlier runs, so every story starts fresh.", strings.Join(d.replicas, ", "), n))
+	return r.close, nil
+}
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -74,57 +120,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		narration = stderr
 	}
 	d := &demo{out: newNarrator(narration, getenv)}
+	logs := io.Discard
+	if *verbose {
+		logs = stderr
+	}
+	var cleanup func()
+	var err error
 	if *target == "" {
-		if *redisURL != "" {
-			return errors.New("-redis goes with -target; the self-contained run has its own Redis")
-		}
-		logs := io.Discard
-		if *verbose {
-			logs = stderr
-		}
-		f, err := startFleet(logs, demoEnv, "")
-		if err != nil {
-			return err
-		}
-		defer f.close()
-		d.replicas, d.outage = f.urls, f.redis
-		d.lab = redis.NewClient(&redis.Options{Addr: f.redis.mr.Addr()})
-		defer d.lab.Close()
-		d.out.intro(f.describe())
+		cleanup, err = d.selfContained(*redisURL, logs)
 	} else {
-		for _, u := range strings.Split(*target, ",") {
-			if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
-				d.replicas = append(d.replicas, u)
-			}
-		}
-		if *redisURL != "" {
-			r, err := newRedisControl(ctx, *redisURL)
-			if err != nil {
-				return err
-			}
-			defer r.close()
-			d.outage, d.lab = r, r.rdb
-			n, err := r.clearLimits(ctx)
-			if err != nil {
-				return err
-			}
-			d.out.intro(fmt.Sprintf("Driving %s. Cleared %d rate-limit keys left by earlier runs, so every story starts fresh.", strings.Join(d.replicas, ", "), n))
-		} else {
-			d.out.intro(fmt.Sprintf("Driving %s. Without -redis, state left by a run in the last window shows up here.", strings.Join(d.replicas, ", ")))
-		}
-		if d.lab == nil { // the algorithm lesson needs a Redis of its own then
-			mr, err := pixlimit.StartEmbeddedRedis()
-			if err != nil {
-				return err
-			}
-			defer mr.Shutdown()
-			d.lab = redis.NewClient(&redis.Options{Addr: mr.Addr()})
-			defer d.lab.Close()
-		}
-		for _, i := range chosen {
-			if scenarios[i].name == "outage" && d.outage == nil {
-				return errors.New("the outage scenario against -target needs -redis URL to pause Redis (or pick -scenario burst or login)")
-			}
+		cleanup, err = d.against(ctx, *target, *redisURL)
+	}
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	for _, i := range chosen {
+		if scenarios[i].name == "outage" && d.outage == nil {
+			return errors.New("the outage scenario against -target needs -redis URL to pause Redis (or pick another -scenario)")
 		}
 	}
 	d.client.Timeout = 10 * time.Second
