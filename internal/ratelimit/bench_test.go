@@ -87,7 +87,7 @@ func measure(b *testing.B, rdb *redis.Client, par int, fn func(i int) error) {
 		}
 	}
 	var next atomic.Int64
-	var failed atomic.Value
+	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	for range par {
@@ -98,7 +98,7 @@ func measure(b *testing.B, rdb *redis.Client, par int, fn func(i int) error) {
 					return
 				}
 				if err := fn(int(i)); err != nil {
-					failed.Store(err)
+					failed.CompareAndSwap(nil, &err)
 					return
 				}
 			}
@@ -107,7 +107,7 @@ func measure(b *testing.B, rdb *redis.Client, par int, fn func(i int) error) {
 	wg.Wait()
 	b.StopTimer()
 	if err := failed.Load(); err != nil {
-		b.Fatal(err)
+		b.Fatal(*err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 	if rdb == nil {

@@ -49,12 +49,10 @@ func clusterLimiters(t *testing.T, c *redistest.Cluster, n int, timeout time.Dur
 	t.Helper()
 	ls := make([]*Limiter, n)
 	for i := range ls {
-		rc := c.Client(func(o *redis.ClusterOptions) {
-			u := &redis.UniversalOptions{}
-			UniversalClientOptions(u, timeout)
-			o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = u.DialTimeout, u.ReadTimeout, u.WriteTimeout, u.PoolTimeout
-			o.ContextTimeoutEnabled, o.MaxRetries, o.DialerRetries = true, -1, 1
-		})
+		opt := &redis.UniversalOptions{Addrs: c.Addrs(), IsClusterMode: true}
+		UniversalClientOptions(opt, timeout) // as the API configures it
+		rc := redis.NewUniversalClient(opt)
+		t.Cleanup(func() { _ = rc.Close() })
 		l, err := New(rc, Options{KeySecret: testSecret, Timeout: timeout})
 		if err != nil {
 			t.Fatal(err)
@@ -91,8 +89,22 @@ func TestClusterExactness(t *testing.T) {
 		ips, docs = map[int]int{}, map[int]int{}
 		decisions atomic.Int64
 		errs      atomic.Int64
-		firstErr  atomic.Value
+		firstErr  atomic.Pointer[error]
 	)
+	// record counts one decision, and runs admitted under the lock when it admitted.
+	record := func(allowed bool, err error, admitted func()) {
+		decisions.Add(1)
+		if err != nil {
+			errs.Add(1)
+			firstErr.CompareAndSwap(nil, &err)
+			return
+		}
+		if allowed {
+			mu.Lock()
+			admitted()
+			mu.Unlock()
+		}
+	}
 	duration := 20 * time.Second
 	if testing.Short() {
 		duration = 3 * time.Second
@@ -107,33 +119,12 @@ func TestClusterExactness(t *testing.T) {
 					if rng.IntN(2) == 0 {
 						k := rng.IntN(1000)
 						d, err := l.Allow(context.Background(), single, fmt.Sprint("k", k))
-						decisions.Add(1)
-						if err != nil {
-							errs.Add(1)
-							firstErr.CompareAndSwap(nil, err)
-							continue
-						}
-						if d.Allowed {
-							mu.Lock()
-							singles[k]++
-							mu.Unlock()
-						}
+						record(d.Allowed, err, func() { singles[k]++ })
 						continue
 					}
 					i, j := rng.IntN(100), rng.IntN(50)
 					d, err := l.AllowAll(context.Background(), Check{ip, fmt.Sprint("ip", i)}, Check{doc, fmt.Sprint("doc", j)})
-					decisions.Add(1)
-					if err != nil {
-						errs.Add(1)
-						firstErr.CompareAndSwap(nil, err)
-						continue
-					}
-					if d.Allowed {
-						mu.Lock()
-						ips[i]++
-						docs[j]++
-						mu.Unlock()
-					}
+					record(d.Allowed, err, func() { ips[i]++; docs[j]++ })
 				}
 			})
 		}
@@ -144,7 +135,7 @@ func TestClusterExactness(t *testing.T) {
 	}
 	t.Logf("%d decisions in %v (%.0f/s), %d errors", decisions.Load(), duration, float64(decisions.Load())/duration.Seconds(), errs.Load())
 	if n := errs.Load(); n > 0 {
-		t.Errorf("%d decisions failed, want none; the first: %v", n, firstErr.Load())
+		t.Errorf("%d decisions failed, want none; the first: %v", n, *firstErr.Load())
 	}
 	for k := range 1000 {
 		if singles[k] != single.Limit {
