@@ -129,7 +129,8 @@ func TestProxyConfig(t *testing.T) {
 	dir := t.TempDir()
 	c := strings.NewReplacer("api-1:8080", strings.TrimPrefix(a.base, "http://"), "api-2:8080", strings.TrimPrefix(b.base, "http://"),
 		"listen 8080;", "listen "+public+";", "listen 8081;", "listen "+lab+";").Replace(string(conf))
-	main := fmt.Sprintf("daemon off;\npid %[1]s/nginx.pid;\nerror_log %[1]s/error.log;\nevents {}\nhttp {\naccess_log off;\n"+
+	// One process, no daemon: killing it leaves no orphaned workers behind.
+	main := fmt.Sprintf("daemon off;\nmaster_process off;\npid %[1]s/nginx.pid;\nerror_log %[1]s/error.log;\nevents {}\nhttp {\naccess_log off;\n"+
 		"client_body_temp_path %[1]s; proxy_temp_path %[1]s; fastcgi_temp_path %[1]s; uwsgi_temp_path %[1]s; scgi_temp_path %[1]s;\n%[2]s\n}\n", dir, c)
 	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(main), 0o644); err != nil {
 		t.Fatal(err)
