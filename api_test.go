@@ -3,6 +3,7 @@ package pixlimit_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,13 @@ import (
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/redistest"
 )
+
+// client gives up on a request after 30 s: a test of an API that hangs fails instead of hanging.
+var client = &http.Client{Timeout: 30 * time.Second}
+
+// testSecret is the AUTH_SECRET of every API a test starts, so that the replicas of one test form
+// a fleet. Drawn per run: the API refuses every secret published in the repository.
+var testSecret = rand.Text() + rand.Text()
 
 // api is one running API process (Run on a free port), driven over real HTTP.
 type api struct {
@@ -53,7 +61,7 @@ func launch(t *testing.T, ctx context.Context, srv *redistest.Server, env map[st
 	addr := freeAddr(t)
 	vars := map[string]string{
 		"HTTP_ADDR":   addr,
-		"AUTH_SECRET": "test-secret-test-secret-test-secret!",
+		"AUTH_SECRET": testSecret,
 		"LOG_LEVEL":   "debug",
 		// A generous budget: on a loaded CI machine running tests in parallel under the race
 		// detector, 100ms is sometimes not enough, and a timeout fails closed. Outage tests
@@ -178,7 +186,7 @@ func (a *api) do(method, path string, body any, headers ...string) response {
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		a.t.Fatalf("%s %s: %v", method, path, err)
 	}

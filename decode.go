@@ -1,13 +1,14 @@
 package pixlimit
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"mime"
 	"net/http"
 	"strings"
 
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/labstack/echo/v4"
 )
 
@@ -23,37 +24,79 @@ func invalid(message string, fields map[string]string) error {
 	return &invalidRequest{message: message, fields: fields}
 }
 
-// decodeJSON reads the request body into v strictly: JSON content type, one JSON object, no
-// unknown fields, no trailing data, within the body limit. Every failure is a client error.
+// maxBody bounds every request body; a login or a transfer is a few hundred bytes.
+const maxBody = 16 << 10
+
+// limitBody refuses a declared Content-Length over maxBody at once and caps every other body
+// (chunked ones included) with http.MaxBytesReader, so that reading past the cap fails with
+// *http.MaxBytesError and decodeJSON answers 413 whichever way the body came.
+func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		if req.ContentLength > maxBody {
+			return echo.NewHTTPError(http.StatusRequestEntityTooLarge, "request body too large")
+		}
+		req.Body = http.MaxBytesReader(c.Response(), req.Body, maxBody)
+		return next(c)
+	}
+}
+
+// decodeJSON reads the request body into v strictly: JSON content type, exactly one JSON object,
+// within the body limit, and every member name exactly one of v's fields, once.
+//
+// It uses the json/v2 semantics (github.com/go-json-experiment/json, the module that became
+// encoding/json/v2) rather than encoding/json, which matches names case-insensitively and lets
+// a repeated name win: {"amount_cents": 1, "AMOUNT_CENTS": 400000} would move 400000 cents while
+// a proxy, a WAF or an audit log read 1. json/v2 rejects duplicate names and matches case
+// exactly by default, and RejectUnknownMembers rejects the rest; no hand-written token scanning.
 func decodeJSON(c echo.Context, v any) error {
 	mt, _, err := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
 	if err != nil || mt != echo.MIMEApplicationJSON {
 		return echo.NewHTTPError(http.StatusUnsupportedMediaType, "Content-Type must be application/json")
 	}
-	dec := json.NewDecoder(c.Request().Body)
-	dec.DisallowUnknownFields()
-	err = dec.Decode(v)
-	if err == nil && dec.Decode(&struct{}{}) != io.EOF {
-		err = errors.New("trailing data")
+	dec := jsontext.NewDecoder(c.Request().Body) // rejects duplicate names and invalid UTF-8
+	body, err := dec.ReadValue()
+	switch {
+	case errors.Is(err, io.EOF):
+		return invalid("request body is required", nil)
+	case err == nil && body.Kind() != '{':
+		return invalid("request body is not a single JSON object", nil)
+	case err == nil:
+		body = body.Clone()                                   // valid only until the next read otherwise
+		if _, err = dec.ReadValue(); errors.Is(err, io.EOF) { // nothing may follow the object
+			err = json.Unmarshal(body, v, json.RejectUnknownMembers(true))
+		} else if err == nil {
+			err = errors.New("trailing data")
+		}
 	}
 	var (
 		tooLarge  *http.MaxBytesError
-		typeError *json.UnmarshalTypeError
+		semantic  *json.SemanticError
+		syntactic *jsontext.SyntacticError
 	)
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &tooLarge):
 		return echo.NewHTTPError(http.StatusRequestEntityTooLarge, "request body too large")
-	case errors.Is(err, io.EOF):
-		return invalid("request body is required", nil)
-	case errors.As(err, &typeError) && typeError.Field != "":
-		return invalid("invalid field", map[string]string{typeError.Field: "must be " + jsonKind(typeError.Type.Kind().String())})
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return invalid("unknown field", map[string]string{name: "unknown field"})
+	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syntactic):
+		return invalid("duplicate member name", map[string]string{member(string(syntactic.JSONPointer)): "appears more than once"})
+	case errors.Is(err, json.ErrUnknownName) && errors.As(err, &semantic):
+		return invalid("unknown field", map[string]string{member(string(semantic.JSONPointer)): "unknown field (names are case-sensitive)"})
+	case errors.As(err, &semantic) && semantic.JSONPointer != "" && semantic.GoType != nil:
+		return invalid("invalid field", map[string]string{member(string(semantic.JSONPointer)): "must be " + jsonKind(semantic.GoType.Kind().String())})
 	}
 	return invalid("request body is not a single JSON object", nil)
+}
+
+// member is the top-level member name a JSON Pointer ("/amount_cents") points into.
+func member(pointer string) string {
+	name, _, _ := strings.Cut(strings.TrimPrefix(pointer, "/"), "/")
+	name = strings.NewReplacer("~1", "/", "~0", "~").Replace(name)
+	if name == "" {
+		return "body"
+	}
+	return name
 }
 
 func jsonKind(goKind string) string {

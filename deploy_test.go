@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/pixlimit/pixlimit/internal/config"
 	"github.com/pixlimit/pixlimit/internal/redistest"
 )
 
@@ -34,16 +36,22 @@ type compose struct {
 	} `yaml:"services"`
 }
 
-func TestComposeFile(t *testing.T) {
-	t.Parallel()
-	raw, err := os.ReadFile("docker-compose.yml")
+func readCompose(t *testing.T, name string) compose {
+	t.Helper()
+	raw, err := os.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var c compose
 	if err := yaml.Unmarshal(raw, &c); err != nil {
-		t.Fatalf("docker-compose.yml: %v", err)
+		t.Fatalf("%s: %v", name, err)
 	}
+	return c
+}
+
+func TestComposeFile(t *testing.T) {
+	t.Parallel()
+	c := readCompose(t, "docker-compose.yml")
 	for _, name := range []string{"redis", "postgres", "api-1", "api-2", "proxy"} {
 		s, ok := c.Services[name]
 		if !ok {
@@ -96,17 +104,75 @@ func TestComposeFile(t *testing.T) {
 		t.Errorf("TRUSTED_PROXIES = %q, want only the proxy, %q", got, want)
 	}
 
-	// Lab doors are bound to loopback; the public door is the proxy's 8080.
-	if !slices.Contains(proxy.Ports, "8080:8080") {
-		t.Errorf("proxy ports %v, want 8080:8080", proxy.Ports)
+	// No published secret: compose refuses to start without the operator's own, and says how.
+	if s := api1.Environment["AUTH_SECRET"]; !strings.HasPrefix(s, "${AUTH_SECRET:?") || !strings.Contains(s, "openssl rand") {
+		t.Errorf("AUTH_SECRET = %q, want ${AUTH_SECRET:?<how to make one>}: no default", s)
 	}
+	if api1.Environment["DEMO_ACCOUNTS"] != "true" {
+		t.Errorf("DEMO_ACCOUNTS = %q, want an explicit true: the demo fleet seeds them on purpose", api1.Environment["DEMO_ACCOUNTS"])
+	}
+
+	// A plain `docker compose up` exposes the public door and nothing else.
 	for name, s := range c.Services {
-		for _, p := range s.Ports {
-			if p != "8080:8080" && !strings.HasPrefix(p, "127.0.0.1:") {
-				t.Errorf("%s publishes %q beyond this machine", name, p)
+		if want := map[bool][]string{true: {"8080:8080"}}[name == "proxy"]; !slices.Equal(s.Ports, want) {
+			t.Errorf("%s publishes %v, want %v", name, s.Ports, want)
+		}
+	}
+
+	// The lab doors come only with docker-compose.lab.yml, and only on this machine.
+	lab := readCompose(t, "docker-compose.lab.yml")
+	if got := lab.Services["redis"].Ports; !slices.Equal(got, []string{"127.0.0.1:6380:6379"}) {
+		t.Errorf("lab redis ports %v, want 127.0.0.1:6380:6379", got)
+	}
+	if got := lab.Services["proxy"].Ports; !slices.Equal(got, []string{"127.0.0.1:8081:8081"}) {
+		t.Errorf("lab proxy ports %v, want 127.0.0.1:8081:8081", got)
+	}
+	conf, err := os.ReadFile("deploy/nginx.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(conf), "$http_x_forwarded_for") || strings.Contains(string(conf), "8081") {
+		t.Error("deploy/nginx.conf, served by every fleet, passes the client's X-Forwarded-For through: that is the lab door's job")
+	}
+}
+
+// TestPublishedSecretsAreRefused finds every AUTH_SECRET value written in the repository's
+// documentation and deployment files and checks that the API refuses to start with it.
+func TestPublishedSecretsAreRefused(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := filepath.Glob("deploy/*")
+	files = append(append(files, more...), "README.md", "docker-compose.yml", "docker-compose.lab.yml", "Dockerfile")
+	// NAME=value, NAME: value, "NAME": "value" and compose's ${NAME:-value}, of 16 bytes or more.
+	assignment := regexp.MustCompile(`AUTH_SECRET(?::-|["']?\s*[:=]\s*["']?)([^\s"'$}]{16,})`)
+	texts := map[string]string{ // what this repository once published, as the scan must catch it
+		"old docker-compose.yml": "AUTH_SECRET: ${AUTH_SECRET:-dev-only-secret-change-me-0123456789abcdef}",
+		"old api_test.go":        `"AUTH_SECRET": "test-secret-test-secret-test-secret!",`,
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts[f] = string(raw)
+	}
+	found := 0
+	for f, text := range texts {
+		for _, m := range assignment.FindAllStringSubmatch(text, -1) {
+			found++
+			_, err := config.Load(func(k string) string { return map[string]string{"AUTH_SECRET": m[1]}[k] })
+			if err == nil || !strings.Contains(err.Error(), "AUTH_SECRET:") {
+				t.Errorf("%s publishes AUTH_SECRET %q, and the API accepts it", f, m[1])
 			}
 		}
 	}
+	if found < 2 {
+		t.Fatalf("the scan found %d values, want at least the 2 historical ones", found)
+	}
+	t.Logf("%d literal AUTH_SECRET values in %d texts, all refused", found, len(texts))
 }
 
 // TestProxyConfig runs deploy/nginx.conf for real in front of two API processes (where nginx is
@@ -122,9 +188,13 @@ func TestProxyConfig(t *testing.T) {
 	a, b := startAPI(t, srv, env), startAPI(t, srv, env)
 	public, lab := freeAddr(t), freeAddr(t)
 
-	conf, err := os.ReadFile("deploy/nginx.conf")
-	if err != nil {
-		t.Fatal(err)
+	var conf []byte
+	for _, f := range []string{"deploy/nginx.conf", "deploy/nginx-lab.conf"} { // the lab fleet's proxy
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf = append(conf, b...)
 	}
 	dir := t.TempDir()
 	c := strings.NewReplacer("api-1:8080", strings.TrimPrefix(a.base, "http://"), "api-2:8080", strings.TrimPrefix(b.base, "http://"),

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -23,14 +25,20 @@ type errorBody struct {
 	Fields  map[string]string `json:"fields,omitempty"`
 }
 
-// errorHandler is the one place where errors become HTTP responses.
-func errorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
+// errorHandler is the one place where errors become HTTP responses. ledgerRetryAfter is the
+// Retry-After of a 503 ledger_unavailable: as long as the ledger call was given.
+func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTPErrorHandler {
+	retryAfter := strconv.FormatInt(int64(max(time.Second, ledgerRetryAfter.Round(time.Second))/time.Second), 10)
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
 		}
 		status, body := httpError(err)
-		if status >= http.StatusInternalServerError {
+		switch {
+		case errors.Is(err, pix.ErrUnavailable):
+			logger.Error("ledger unavailable", "route", c.Path(), "err", err)
+			c.Response().Header().Set("Retry-After", retryAfter)
+		case status >= http.StatusInternalServerError:
 			logger.Error("internal error", "route", c.Path(), "err", err)
 		}
 		if status == http.StatusUnauthorized && !errors.Is(err, auth.ErrInvalidCredentials) {
@@ -70,6 +78,8 @@ func httpError(err error) (int, any) {
 		return http.StatusUnprocessableEntity, errorBody{Error: "same_account", Message: err.Error()}
 	case errors.Is(err, pix.ErrIdempotencyConflict):
 		return http.StatusConflict, errorBody{Error: "idempotency_conflict", Message: err.Error()}
+	case errors.Is(err, pix.ErrUnavailable):
+		return http.StatusServiceUnavailable, errorBody{Error: "ledger_unavailable", Message: "the ledger did not answer in time; nothing was changed, try again later"}
 	case errors.Is(err, pix.ErrInvalidAmount):
 		return http.StatusBadRequest, errorBody{"invalid_request", "invalid field", map[string]string{"amount_cents": err.Error()}}
 	case errors.As(err, &he):

@@ -80,7 +80,10 @@ func handleLogin(limiter *ratelimit.Limiter, byIP, byDocument ratelimit.Policy, 
 		if decodeErr == nil && docErr == nil {
 			checks = append(checks, ratelimit.Check{Policy: byDocument, Identity: document})
 		}
-		if err := limiter.Enforce(c, checks...); err != nil {
+		// Unless refused, the headers report the IP key only: the document key would tell anyone
+		// how many attempts were made on someone else's CPF, and when.
+		ipOnly := func(d ratelimit.Decision) ratelimit.Decision { return d.Only(0) }
+		if err := limiter.EnforceReporting(c, ipOnly, checks...); err != nil {
 			return err
 		}
 		if decodeErr != nil {
@@ -145,7 +148,10 @@ func handlePIX(ledger pix.Ledger) echo.HandlerFunc {
 		}
 		fields := map[string]string{}
 		idem := c.Request().Header.Get("Idempotency-Key")
-		if _, present := c.Request().Header["Idempotency-Key"]; present && !idempotencyKey.MatchString(idem) {
+		switch keys := c.Request().Header.Values("Idempotency-Key"); {
+		case len(keys) > 1:
+			fields["Idempotency-Key"] = "must be sent once" // which one would the client mean?
+		case len(keys) == 1 && !idempotencyKey.MatchString(idem):
 			fields["Idempotency-Key"] = "must be 1-64 of A-Z a-z 0-9 _ -"
 		}
 		key, _, err := pix.ParseKey(req.Key)

@@ -95,6 +95,12 @@ func TestMalformedRequests(t *testing.T) {
 		{"pix: bad Idempotency-Key", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100}`, []string{"Idempotency-Key", "has spaces"}, 400},
 		{"pix: long Idempotency-Key", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100}`, []string{"Idempotency-Key", strings.Repeat("k", 65)}, 400},
 		{"pix: huge body", "POST", "/v1/pix", big, nil, 413},
+		{"pix: duplicate member", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":1,"amount_cents":400000}`, nil, 400},
+		{"pix: member differing in case", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":1,"AMOUNT_CENTS":400000}`, nil, 400},
+		{"pix: only a differently cased member", "POST", "/v1/pix", `{"key":"bruno@example.com","Amount_Cents":400000}`, nil, 400},
+		{"login: duplicate member", "POST", "/v1/login", `{"document":"52998224725","password":"x","password":"y"}`, nil, 400},
+		{"login: member differing in case", "POST", "/v1/login", `{"Document":"52998224725","password":"x"}`, nil, 400},
+		{"pix: invalid UTF-8", "POST", "/v1/pix", "{\"key\":\"bruno@example.com\",\"amount_cents\":1,\"description\":\"\xff\"}", nil, 400},
 		{"pix: form content type", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100}`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 415},
 		// statement
 		{"statement: limit 0", "GET", "/v1/statement?limit=0", "", nil, 400},
@@ -137,6 +143,44 @@ func TestMalformedRequests(t *testing.T) {
 		if strings.Contains(logs, secret) {
 			t.Errorf("the log contains %q", secret)
 		}
+	}
+}
+
+// TestBodiesAndHeadersThatCouldMeanTwoThings: a chunked body over the limit is 413 like a
+// declared one, and a second Idempotency-Key header is 400 rather than silently ignored.
+func TestBodiesAndHeadersThatCouldMeanTwoThings(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), nil)
+	token := a.token(demo[1].document, demo[1].password)
+	send := func(body io.Reader, header http.Header) response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, a.base+"/v1/pix", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = header
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return response{status: resp.StatusCode, header: resp.Header, body: b}
+	}
+	// A reader of unknown length makes the client send the body chunked, with no Content-Length.
+	chunked := io.MultiReader(strings.NewReader(`{"key":"ana@example.com","amount_cents":1,"description":"`),
+		strings.NewReader(strings.Repeat("x", 20_000)), strings.NewReader(`"}`))
+	if r := send(chunked, http.Header{}); r.status != http.StatusRequestEntityTooLarge || r.json(t)["error"] != "request_too_large" {
+		t.Errorf("chunked body of 20 KB: %v, want 413 request_too_large", r)
+	}
+	two := http.Header{"Idempotency-Key": {"first", "second"}}
+	if r := send(strings.NewReader(`{"key":"ana@example.com","amount_cents":1}`), two); r.status != http.StatusBadRequest {
+		t.Errorf("two Idempotency-Key headers: %v, want 400", r)
+	}
+	if got := a.balance(token); got != 500_000 {
+		t.Errorf("Bruno's balance %d, want 500000: nothing may move", got)
 	}
 }
 

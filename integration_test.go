@@ -37,7 +37,7 @@ func fleet(t *testing.T, n int, env map[string]string) []*api {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret := []byte("fleet-secret-fleet-secret-fleet-secret")
+	secret := []byte(testSecret)
 	replicas := make([]*api, n)
 	for i := range replicas {
 		rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, cfg.RedisTimeout) })
@@ -121,6 +121,11 @@ func TestConfigErrorsStopTheProgram(t *testing.T) {
 		{map[string]string{"LOGIN_WINDOW": "90ms"}, []string{"LOGIN_WINDOW"}},
 		{map[string]string{"TRUSTED_PROXIES": "10.0.0.0/33"}, []string{"TRUSTED_PROXIES"}},
 		{map[string]string{"AUTH_SECRET": "too-short", "STATEMENT_FAIL_MODE": "ajar"}, []string{"AUTH_SECRET", "STATEMENT_FAIL_MODE"}},
+		// A fleet with a random secret per replica would multiply every limit by its size.
+		{map[string]string{"REDIS_URL": "redis://127.0.0.1:1"}, []string{"AUTH_SECRET"}},
+		{map[string]string{"REDIS_CLUSTER_ADDRS": "127.0.0.1:1"}, []string{"AUTH_SECRET"}},
+		{map[string]string{"AUTH_SECRET": "dev-only-secret-change-me-0123456789abcdef"}, []string{"AUTH_SECRET"}},
+		{map[string]string{"REDIS_SENTINEL_ADDRS": "s:sentinel", "REDIS_SENTINEL_MASTER": "m", "AUTH_SECRET": testSecret}, []string{"REDIS_SENTINEL_ADDRS"}},
 	} {
 		addr := freeAddr(t)
 		env := map[string]string{"HTTP_ADDR": addr}

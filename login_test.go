@@ -24,8 +24,8 @@ func TestLoginIssuesATokenTheAPIAccepts(t *testing.T) {
 	if body["token_type"] != "Bearer" || body["expires_in"] != 900.0 || body["account_id"] == "" || body["access_token"] == "" {
 		t.Errorf("login body = %v, want token_type Bearer, expires_in 900, an account_id and a token", body)
 	}
-	if got, want := r.header.Get("RateLimit-Policy"), `"login-ip";q=10;w=600, "login-account";q=5;w=600`; got != want {
-		t.Errorf("RateLimit-Policy = %q, want %q", got, want)
+	if got, want := r.header.Get("RateLimit-Policy"), `"login-ip";q=10;w=600`; got != want {
+		t.Errorf("RateLimit-Policy = %q, want %q: an admitted login reports its IP key only", got, want)
 	}
 	if got := a.login("52998224725", "demo-ana-123").json(t)["account_id"]; got != body["account_id"] {
 		t.Errorf("the document without punctuation logs into %v, want %v", got, body["account_id"])
@@ -113,6 +113,31 @@ func TestLoginRefusalsByEitherKeyLookTheSame(t *testing.T) {
 	}
 	if !slices.Equal(slices.Sorted(maps.Keys(byDocument.header)), slices.Sorted(maps.Keys(byIP.header))) {
 		t.Errorf("the two refusals carry different headers: %v vs %v", byDocument.header, byIP.header)
+	}
+}
+
+// TestALoginDoesNotRevealSomeoneElsesActivity: three guesses at Ana's document from other IPs,
+// then a stranger logs in with Ana's CPF from a fresh IP, and with a CPF no account has. Neither
+// answer says how many attempts the document has had: both report the stranger's own IP key.
+func TestALoginDoesNotRevealSomeoneElsesActivity(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"})
+	for i := range 3 {
+		a.login(demo[0].document, "guess", "X-Forwarded-For", fmt.Sprintf("192.0.2.%d", i+1))
+		a.login(cpf(7), "guess", "X-Forwarded-For", fmt.Sprintf("192.0.2.%d", i+1))
+	}
+	for name, r := range map[string]response{
+		"Ana's CPF":    a.login(demo[0].document, "guess", "X-Forwarded-For", "198.51.100.50"),
+		"unknown CPF":  a.login(cpf(7), "guess", "X-Forwarded-For", "198.51.100.51"),
+		"Ana herself":  a.login(demo[0].document, demo[0].password, "X-Forwarded-For", "198.51.100.52"),
+		"invalid body": a.login("not a CPF", "x", "X-Forwarded-For", "198.51.100.53"),
+	} {
+		if got, want := r.header.Get("RateLimit"), `"login-ip";r=9;t=600`; got != want {
+			t.Errorf("%s from a fresh IP: RateLimit %q, want %q (its own IP key only)", name, got, want)
+		}
+		if got, want := r.header.Get("RateLimit-Policy"), `"login-ip";q=10;w=600`; got != want {
+			t.Errorf("%s: RateLimit-Policy %q, want %q", name, got, want)
+		}
 	}
 }
 

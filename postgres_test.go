@@ -3,6 +3,7 @@ package pixlimit_test
 import (
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 func TestPostgresFleet(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	env := map[string]string{"DATABASE_URL": pgtest.URL(t)}
+	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "DEMO_ACCOUNTS": "true"}
 	a, b := startAPI(t, srv, env), startAPI(t, srv, env)
 
 	ana := a.token(demo[0].document, demo[0].password)
@@ -57,7 +58,7 @@ func TestPostgresFleet(t *testing.T) {
 func TestPostgresFleetUnderLoad(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "PIX_LIMIT": "100000", "STATEMENT_LIMIT": "100000", "LOG_LEVEL": "warn"}
+	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "DEMO_ACCOUNTS": "true", "PIX_LIMIT": "100000", "STATEMENT_LIMIT": "100000", "LOG_LEVEL": "warn"}
 	replicas := []*api{startAPI(t, srv, env), startAPI(t, srv, env)}
 	tokens := make([]string, len(demo))
 	for i, d := range demo {
@@ -103,5 +104,82 @@ func TestPostgresFleetUnderLoad(t *testing.T) {
 	}
 	if total != 1_850_000 {
 		t.Errorf("sum of balances %d, want 1850000", total)
+	}
+}
+
+// TestAHungDatabaseDoesNotHangTheAPI freezes PostgreSQL (a gate in front of it stops passing
+// bytes, as SIGSTOP would): login, PIX and statement each answer 503 ledger_unavailable with
+// Retry-After within about DB_TIMEOUT, and everything works again once it thaws. The PIX that
+// failed is retried with its Idempotency-Key and moves money once.
+func TestAHungDatabaseDoesNotHangTheAPI(t *testing.T) {
+	t.Parallel()
+	gate := pgtest.NewGate(t, pgtest.URL(t))
+	a := startAPI(t, redistest.Start(t), map[string]string{
+		"DATABASE_URL": gate.URL, "DEMO_ACCOUNTS": "true", "DB_TIMEOUT": "300ms",
+	})
+	ana := a.token(demo[0].document, demo[0].password)
+
+	gate.Close()
+	for name, send := range map[string]func() response{
+		"login":     func() response { return a.login(demo[1].document, demo[1].password) },
+		"PIX":       func() response { return a.pix(ana, "bruno@example.com", 700, "Idempotency-Key", "hung-1") },
+		"statement": func() response { return a.statement(ana) },
+	} {
+		r := send()
+		if r.status != http.StatusServiceUnavailable || r.json(t)["error"] != "ledger_unavailable" || r.header.Get("Retry-After") != "1" {
+			t.Errorf("%s with the database frozen: %v Retry-After %q, want 503 ledger_unavailable, Retry-After 1",
+				name, r, r.header.Get("Retry-After"))
+		}
+		if r.took > 2*time.Second {
+			t.Errorf("%s took %v with DB_TIMEOUT 300ms", name, r.took)
+		}
+	}
+	gate.Open()
+
+	if r := a.pix(ana, "bruno@example.com", 700, "Idempotency-Key", "hung-1"); r.status != http.StatusCreated {
+		t.Fatalf("the retry after the thaw: %v, want 201", r)
+	}
+	if r := a.pix(ana, "bruno@example.com", 700, "Idempotency-Key", "hung-1"); r.status != http.StatusCreated {
+		t.Fatalf("a second retry: %v, want the original 201", r)
+	}
+	if got := a.balance(ana); got != 1_000_000-700 {
+		t.Errorf("balance %d, want %d: one transfer", got, 1_000_000-700)
+	}
+}
+
+// TestConcurrentRetriesGetTheOriginalAnswer: 20 PIX requests at once with one Idempotency-Key,
+// for an amount Diego's balance covers once: every one is the original 201, none a 422.
+func TestConcurrentRetriesGetTheOriginalAnswer(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "DEMO_ACCOUNTS": "true", "PIX_LIMIT": "100"}
+	replicas := []*api{startAPI(t, redistest.Start(t), env)}
+	diego := replicas[0].token(demo[3].document, demo[3].password)
+	bodies := map[string]int{}
+	var mu sync.Mutex
+	statuses := burst(replicas, 20, func(a *api, _ int) response {
+		r := a.pix(diego, "ana@example.com", 60_000, "Idempotency-Key", "retry-after-timeout")
+		mu.Lock()
+		bodies[string(r.body)]++
+		mu.Unlock()
+		return r
+	})
+	if statuses[http.StatusCreated] != 20 || len(bodies) != 1 {
+		t.Errorf("statuses %v with %d distinct bodies, want 20 × 201, one body", statuses, len(bodies))
+	}
+	if got := replicas[0].balance(diego); got != 40_000 {
+		t.Errorf("Diego's balance %d, want 40000", got)
+	}
+}
+
+// TestDemoAccountsAreNotSeededIntoARealDatabaseByDefault: DATABASE_URL set and DEMO_ACCOUNTS
+// unset, the published demo passwords open nothing.
+func TestDemoAccountsAreNotSeededIntoARealDatabaseByDefault(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), map[string]string{"DATABASE_URL": pgtest.URL(t)})
+	if r := a.login(demo[0].document, demo[0].password); r.status != http.StatusUnauthorized {
+		t.Errorf("Ana's published password: %v, want 401", r)
+	}
+	if strings.Contains(a.logs.String(), "seeding the demo accounts") {
+		t.Errorf("the log says demo accounts were seeded:\n%s", a.logs)
 	}
 }

@@ -163,14 +163,21 @@ func openLedger(ctx context.Context, cfg config.Config, logger *slog.Logger) (pi
 		accounts = pix.DemoAccounts()
 	}
 	if cfg.DatabaseURL == "" {
+		if cfg.DemoAccounts {
+			logger.Info("seeding the demo accounts into the in-memory ledger")
+		}
 		logger.Warn("DATABASE_URL is empty: the ledger is in this process's memory; balances are " +
 			"lost on restart and not shared with other replicas, so set DATABASE_URL for a fleet")
 		l, err := pix.NewMemoryLedger(accounts)
 		return l, func() {}, err
 	}
+	if cfg.DemoAccounts {
+		logger.Warn("DEMO_ACCOUNTS=true: seeding the demo accounts, whose passwords are published, into " +
+			"the PostgreSQL ledger; never do this in a real deployment")
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	l, err := pix.OpenPostgres(ctx, cfg.DatabaseURL, accounts)
+	l, err := pix.OpenPostgres(ctx, cfg.DatabaseURL, cfg.DBTimeout, accounts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -223,38 +230,27 @@ func connectRedis(cfg config.Config, logger *slog.Logger) (redis.UniversalClient
 // for one replica and for the demo. Close stops it; Restart brings it back on the same address.
 type EmbeddedRedis struct {
 	*miniredis.Miniredis
-	stop chan struct{}
-	once sync.Once
 }
 
-// StartEmbeddedRedis starts an EmbeddedRedis. miniredis only expires keys when told time has
-// passed, so a ticker tells it once a second: key TTLs then hold as in Redis.
+// StartEmbeddedRedis starts an EmbeddedRedis whose keys expire when the clock says so.
+//
+// miniredis only expires keys when told that time has passed. Telling it from a ticker, by whole
+// ticks, expires a key set just before a tick up to a tick early: a sliding log could then forget
+// admissions still inside its window and admit before the Retry-After it announced. ClockTTL
+// instead advances every TTL by the clock time elapsed, exactly, on each command, so a key
+// expires at the first command after its deadline, never before; scripts decide by time, so
+// expiring late changes no decision.
 func StartEmbeddedRedis() (*EmbeddedRedis, error) {
 	mr := miniredis.NewMiniRedis()
+	mr.ClockTTL(true)
 	if err := mr.Start(); err != nil {
 		return nil, fmt.Errorf("embedded redis: %w", err)
 	}
-	e := &EmbeddedRedis{Miniredis: mr, stop: make(chan struct{})}
-	go func() {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-tick.C:
-				mr.FastForward(time.Second)
-			case <-e.stop:
-				return
-			}
-		}
-	}()
-	return e, nil
+	return &EmbeddedRedis{Miniredis: mr}, nil
 }
 
-// Shutdown stops the server and its expiry ticker for good.
-func (e *EmbeddedRedis) Shutdown() {
-	e.once.Do(func() { close(e.stop) })
-	e.Close()
-}
+// Shutdown stops the server for good.
+func (e *EmbeddedRedis) Shutdown() { e.Close() }
 
 // NewLogger returns the process's logger per LOG_LEVEL and LOG_FORMAT.
 func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {

@@ -36,19 +36,16 @@ type Deps struct {
 	}
 }
 
-// maxBody bounds every request body; a login or a transfer is a few hundred bytes.
-const maxBody = "16K"
-
 // NewServer returns the API's handler.
 func NewServer(d Deps) (http.Handler, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.IPExtractor = auth.IPExtractor(d.Config.TrustedProxies)
-	e.HTTPErrorHandler = errorHandler(d.Logger)
+	e.HTTPErrorHandler = errorHandler(d.Logger, d.Config.DBTimeout)
 	e.Use(
 		middleware.Recover(), // a panic becomes a logged 500, never a dropped connection
 		logRequests(d.Logger),
-		middleware.BodyLimit(maxBody),
+		limitBody,
 	)
 	if err := addRoutes(e, d); err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,6 +31,7 @@ type Config struct {
 	RedisSentinelAddrs   string        `env:"REDIS_SENTINEL_ADDRS"`
 	RedisSentinelMaster  string        `env:"REDIS_SENTINEL_MASTER"`
 	DatabaseURL          string        `env:"DATABASE_URL"`
+	DBTimeout            time.Duration `env:"DB_TIMEOUT" envDefault:"2s"`
 	RedisTimeout         time.Duration `env:"REDIS_TIMEOUT" envDefault:"100ms"`
 	AuthSecret           string        `env:"AUTH_SECRET"`
 	TokenTTL             time.Duration `env:"TOKEN_TTL" envDefault:"15m"`
@@ -51,11 +53,14 @@ type Config struct {
 	LoginAlgorithm       string        `env:"LOGIN_ALGORITHM" envDefault:"sliding_log"`
 	LoginBurst           int           `env:"LOGIN_BURST"`
 	FailClosedRetryAfter time.Duration `env:"FAIL_CLOSED_RETRY_AFTER" envDefault:"5s"`
-	DemoAccounts         bool          `env:"DEMO_ACCOUNTS" envDefault:"true"`
+	DemoAccountsRaw      string        `env:"DEMO_ACCOUNTS"`
 	LogLevelRaw          string        `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat            string        `env:"LOG_FORMAT" envDefault:"text"`
 
 	// Derived by Load.
+	// DemoAccounts says whether to seed the demo accounts: DEMO_ACCOUNTS when set, else only
+	// into the in-memory ledger (never, unasked, into a DATABASE_URL database).
+	DemoAccounts   bool             `env:"-"`
 	TrustedProxies []netip.Prefix   `env:"-"`
 	Redis          *redis.Options   `env:"-"` // from REDIS_URL; nil in the other modes
 	RedisCluster   []string         `env:"-"` // seed nodes of a Redis Cluster
@@ -145,8 +150,28 @@ func Load(getenv func(string) string) (Config, error) {
 	if parsed("REDIS_TIMEOUT") && (cfg.RedisTimeout < time.Millisecond || cfg.RedisTimeout > time.Minute) {
 		bad("REDIS_TIMEOUT", "%v: want between 1ms and 1m", cfg.RedisTimeout)
 	}
-	if cfg.AuthSecret != "" && len(cfg.AuthSecret) < 32 {
-		bad("AUTH_SECRET", "%d bytes: want at least 32 (or unset for a random one)", len(cfg.AuthSecret))
+	if parsed("DB_TIMEOUT") && (cfg.DBTimeout < 10*time.Millisecond || cfg.DBTimeout > time.Minute) {
+		bad("DB_TIMEOUT", "%v: want between 10ms and 1m", cfg.DBTimeout)
+	}
+	switch {
+	case cfg.AuthSecret != "" && len(cfg.AuthSecret) < 32:
+		bad("AUTH_SECRET", "%d bytes: want at least 32 random bytes (openssl rand -base64 48)", len(cfg.AuthSecret))
+	case slices.Contains(publishedSecrets, cfg.AuthSecret):
+		bad("AUTH_SECRET", "this value is published in pixlimit's repository: anyone could sign tokens with it; "+
+			"make your own (openssl rand -base64 48)")
+	case cfg.AuthSecret == "" && modes > 0:
+		// Each replica would draw its own: tokens would not cross replicas, and every limit would
+		// be multiplied by the number of replicas, since each keys Redis with its own hash.
+		bad("AUTH_SECRET", "required with a shared Redis (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): "+
+			"every replica must use the same one (openssl rand -base64 48)")
+	}
+	cfg.DemoAccounts = cfg.DatabaseURL == ""
+	if cfg.DemoAccountsRaw != "" {
+		seed, err := strconv.ParseBool(cfg.DemoAccountsRaw)
+		if err != nil {
+			bad("DEMO_ACCOUNTS", "%q: want true or false", cfg.DemoAccountsRaw)
+		}
+		cfg.DemoAccounts = seed
 	}
 	if parsed("TOKEN_TTL") && cfg.TokenTTL < time.Second {
 		bad("TOKEN_TTL", "%v: want at least 1s", cfg.TokenTTL)
@@ -219,15 +244,28 @@ func Load(getenv func(string) string) (Config, error) {
 	return cfg, nil
 }
 
-// addrList parses comma-separated host:port addresses.
+// publishedSecrets are AUTH_SECRET values that appear, or once appeared, in this repository
+// (compose file, documentation, tests): anyone can read them, so none may sign a real token.
+// TestPublishedSecretsAreRefused checks that every AUTH_SECRET written in the repository is here.
+var publishedSecrets = []string{
+	"dev-only-secret-change-me-0123456789abcdef",
+	"test-secret-test-secret-test-secret!",
+	"fleet-secret-fleet-secret-fleet-secret",
+	"0123456789abcdef0123456789abcdef",
+	"another-secret-another-secret-xx",
+	"ssssssssssssssssssssssssssssssss",
+}
+
+// addrList parses comma-separated host:port addresses, each with a host and a numeric port.
 func addrList(name, list string, bad func(string, string, ...any)) []string {
 	var addrs []string
 	for _, a := range strings.Split(list, ",") {
 		if a = strings.TrimSpace(a); a == "" {
 			continue
 		}
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			bad(name, "%q is not host:port", a)
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			bad(name, "%q is not host:port with a port from 1 to 65535", a)
 			continue
 		}
 		addrs = append(addrs, a)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/rand"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func TestValidValues(t *testing.T) {
 	cfg, err := load(map[string]string{
 		"REDIS_URL": "redis://:pw@10.0.0.5:6380/2", "TRUSTED_PROXIES": "10.0.0.0/8, fd00::/8",
 		"PIX_LIMIT": "3", "PIX_WINDOW": "30s", "STATEMENT_FAIL_MODE": "closed", "LOG_LEVEL": "debug", "LOG_FORMAT": "json",
-		"AUTH_SECRET": strings.Repeat("s", 32), "DEMO_ACCOUNTS": "false",
+		"AUTH_SECRET": rand.Text() + rand.Text(), "DEMO_ACCOUNTS": "false",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +63,7 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 		"HTTP_ADDR":               "8080",
 		"REDIS_URL":               "http://redis:6379",
 		"DATABASE_URL":            "mysql://db/pixlimit",
+		"DB_TIMEOUT":              "1ms",
 		"REDIS_TIMEOUT":           "soon",
 		"AUTH_SECRET":             "short",
 		"TOKEN_TTL":               "0s",
@@ -88,7 +90,11 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 		if value == "" {
 			continue // empty means the default
 		}
-		_, err := load(map[string]string{name: value})
+		env := map[string]string{name: value}
+		if name != "AUTH_SECRET" {
+			env["AUTH_SECRET"] = rand.Text() + rand.Text() // a shared Redis requires one
+		}
+		_, err := load(env)
 		if err == nil || !strings.Contains(err.Error(), name+":") {
 			t.Errorf("%s=%q: error %v, want one naming %s", name, value, err, name)
 		}
@@ -133,11 +139,12 @@ func TestPolicyBeyondPrecision(t *testing.T) {
 
 func TestRedisModes(t *testing.T) {
 	t.Parallel()
-	cfg, err := load(map[string]string{"REDIS_CLUSTER_ADDRS": "10.0.0.1:7000, 10.0.0.2:7000"})
+	secret := rand.Text() + rand.Text()
+	cfg, err := load(map[string]string{"REDIS_CLUSTER_ADDRS": "10.0.0.1:7000, 10.0.0.2:7000", "AUTH_SECRET": secret})
 	if err != nil || len(cfg.RedisCluster) != 2 || cfg.Redis != nil {
 		t.Errorf("cluster: %+v, %v", cfg.RedisCluster, err)
 	}
-	cfg, err = load(map[string]string{"REDIS_SENTINEL_ADDRS": "s1:26379,s2:26379,s3:26379", "REDIS_SENTINEL_MASTER": "mymaster"})
+	cfg, err = load(map[string]string{"REDIS_SENTINEL_ADDRS": "s1:26379,s2:26379,s3:26379", "REDIS_SENTINEL_MASTER": "mymaster", "AUTH_SECRET": secret})
 	if err != nil || len(cfg.RedisSentinel) != 3 {
 		t.Errorf("sentinel: %+v, %v", cfg.RedisSentinel, err)
 	}
@@ -147,7 +154,13 @@ func TestRedisModes(t *testing.T) {
 		{"REDIS_SENTINEL_ADDRS": "s:26379"},
 		{"REDIS_SENTINEL_MASTER": "m"},
 		{"REDIS_CLUSTER_ADDRS": "10.0.0.1"},
+		{"REDIS_CLUSTER_ADDRS": "10.0.0.1:redis"},
+		{"REDIS_CLUSTER_ADDRS": "10.0.0.1:7000,10.0.0.2:0"},
+		{"REDIS_CLUSTER_ADDRS": ":7000"},
+		{"REDIS_SENTINEL_ADDRS": "s:65536", "REDIS_SENTINEL_MASTER": "m"},
+		{"REDIS_SENTINEL_ADDRS": "s:-1", "REDIS_SENTINEL_MASTER": "m"},
 	} {
+		env["AUTH_SECRET"] = secret
 		if _, err := load(env); err == nil {
 			t.Errorf("%v: no error", env)
 		}
@@ -159,5 +172,66 @@ func TestRedisURLPasswordIsNotEchoed(t *testing.T) {
 	_, err := load(map[string]string{"REDIS_URL": "redis://user:hunter2@host:notaport"})
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("err = %v, want an error without the password", err)
+	}
+}
+
+func TestAuthSecret(t *testing.T) {
+	t.Parallel()
+	own := rand.Text() + rand.Text()
+	tests := []struct {
+		name string
+		env  map[string]string
+		ok   bool
+	}{
+		{"embedded Redis, no secret: a random one, with a warning", nil, true},
+		{"embedded Redis, own secret", map[string]string{"AUTH_SECRET": own}, true},
+		{"shared Redis, own secret", map[string]string{"REDIS_URL": "redis://r:6379", "AUTH_SECRET": own}, true},
+		{"too short", map[string]string{"AUTH_SECRET": own[:31]}, false},
+		{"REDIS_URL without a secret", map[string]string{"REDIS_URL": "redis://r:6379"}, false},
+		{"cluster without a secret", map[string]string{"REDIS_CLUSTER_ADDRS": "r:7000"}, false},
+		{"sentinel without a secret", map[string]string{"REDIS_SENTINEL_ADDRS": "s:26379", "REDIS_SENTINEL_MASTER": "m"}, false},
+	}
+	for _, published := range publishedSecrets {
+		tests = append(tests, struct {
+			name string
+			env  map[string]string
+			ok   bool
+		}{"published " + published[:8] + "...", map[string]string{"AUTH_SECRET": published}, false})
+	}
+	for _, tt := range tests {
+		_, err := load(tt.env)
+		if got := err == nil; got != tt.ok {
+			t.Errorf("%s: err = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "AUTH_SECRET:") {
+			t.Errorf("%s: %v does not name AUTH_SECRET", tt.name, err)
+		}
+		if s := tt.env["AUTH_SECRET"]; err != nil && s != "" && strings.Contains(err.Error(), s) {
+			t.Errorf("%s: the error shows the secret", tt.name)
+		}
+	}
+}
+
+func TestDemoAccountsAreSeededIntoMemoryOnlyUnlessAsked(t *testing.T) {
+	t.Parallel()
+	const db = "postgres://u:p@db:5432/pixlimit"
+	tests := []struct {
+		env  map[string]string
+		want bool
+	}{
+		{nil, true},
+		{map[string]string{"DEMO_ACCOUNTS": "false"}, false},
+		{map[string]string{"DATABASE_URL": db}, false},
+		{map[string]string{"DATABASE_URL": db, "DEMO_ACCOUNTS": "true"}, true},
+		{map[string]string{"DATABASE_URL": db, "DEMO_ACCOUNTS": "false"}, false},
+	}
+	for _, tt := range tests {
+		cfg, err := load(tt.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.DemoAccounts != tt.want {
+			t.Errorf("%v: DemoAccounts = %v, want %v", tt.env, cfg.DemoAccounts, tt.want)
+		}
 	}
 }

@@ -116,3 +116,95 @@ func redact(s string) string {
 	}
 	return strings.SplitN(s, "@", 2)[0]
 }
+
+// Gate is a TCP proxy in front of a database that a test can freeze, as SIGSTOP freezes a
+// server: while closed, connections are accepted and bytes are read, but nothing is forwarded
+// either way, so clients wait on a server that neither answers nor hangs up.
+type Gate struct {
+	// URL is the database's URL through the gate.
+	URL string
+
+	mu     sync.Mutex
+	closed bool
+	open   *sync.Cond
+}
+
+// NewGate starts a gate in front of the database of url, open, and stops it when t ends.
+func NewGate(t testing.TB, dbURL string) *Gate {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	upstream := u.Host
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	g := &Gate{}
+	g.open = sync.NewCond(&g.mu)
+	u.Host = ln.Addr().String()
+	g.URL = u.String()
+	var conns sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		g.Open()
+		conns.Wait()
+	})
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", upstream)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			conns.Add(2)
+			go func() { defer conns.Done(); g.pipe(server, client) }()
+			go func() { defer conns.Done(); g.pipe(client, server) }()
+		}
+	}()
+	return g
+}
+
+// Close freezes the gate: nothing more is forwarded until Open.
+func (g *Gate) Close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+}
+
+// Open lets bytes through again, those held included.
+func (g *Gate) Open() {
+	g.mu.Lock()
+	g.closed = false
+	g.mu.Unlock()
+	g.open.Broadcast()
+}
+
+// pipe copies src to dst, waiting at each chunk while the gate is closed, and closes both ends
+// when either side ends.
+func (g *Gate) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		g.mu.Lock()
+		for g.closed {
+			g.open.Wait()
+		}
+		g.mu.Unlock()
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

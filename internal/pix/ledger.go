@@ -15,6 +15,10 @@ var (
 	ErrSameAccount         = errors.New("payer and payee are the same account")
 	ErrIdempotencyConflict = errors.New("idempotency key already used with a different request")
 	ErrInvalidAmount       = errors.New("amount must be a positive number of cents")
+	// ErrUnavailable is wrapped by every error that means the ledger could not answer within
+	// its deadline (or at all): nothing was changed, and the caller may retry later, a
+	// transfer with its IdempotencyKey.
+	ErrUnavailable = errors.New("ledger unavailable")
 )
 
 // Account is a customer account. Its balance lives in the Ledger.

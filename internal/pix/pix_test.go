@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pixlimit/pixlimit/internal/pgtest"
 )
 
@@ -133,7 +135,7 @@ func backends(t *testing.T) map[string]func(t *testing.T) Ledger {
 			return l
 		},
 		"postgres": func(t *testing.T) Ledger {
-			l, err := OpenPostgres(context.Background(), pgtest.URL(t), DemoAccounts())
+			l, err := OpenPostgres(context.Background(), pgtest.URL(t), 0, DemoAccounts())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -167,6 +169,8 @@ func TestTransferErrors(t *testing.T) {
 			{TransferRequest{From: "acct-diego", ToKey: "93541134780", AmountCents: 1}, ErrSameAccount},
 			{TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: 100_001}, ErrInsufficientFunds},
 			{TransferRequest{From: "acct-nobody", ToKey: "ana@example.com", AmountCents: 1}, ErrAccountNotFound},
+			// A token for an account that no longer exists fails as such, whatever key it names.
+			{TransferRequest{From: "acct-nobody", ToKey: "nobody@example.com", AmountCents: 1}, ErrAccountNotFound},
 		} {
 			if _, err := l.Transfer(ctx, tt.req); !errors.Is(err, tt.want) {
 				t.Errorf("Transfer(%+v) = %v, want %v", tt.req, err, tt.want)
@@ -271,6 +275,72 @@ func TestIdempotency(t *testing.T) {
 	})
 }
 
+// TestConcurrentRetriesOfATransferTheBalanceCoversOnce: a client that retries after a timeout
+// sends the same request again while the first is still running. Diego's balance covers the
+// amount once; every request with the key must get the original receipt, never
+// ErrInsufficientFunds for a payment that went through.
+func TestConcurrentRetriesOfATransferTheBalanceCoversOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, l Ledger) {
+		ctx := context.Background()
+		req := TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: 60_000, IdempotencyKey: "retry-1"}
+		receipts := make([]Receipt, 20)
+		errs := make([]error, len(receipts))
+		release := holdAccount(t, l, "acct-diego", 2) // so that the requests surely overlap
+		var wg sync.WaitGroup
+		for i := range receipts {
+			wg.Go(func() { receipts[i], errs[i] = l.Transfer(ctx, req) })
+		}
+		release()
+		wg.Wait()
+		for i := range receipts {
+			if errs[i] != nil || receipts[i] != receipts[0] {
+				t.Errorf("request %d: %+v, %v; want the original receipt %+v", i, receipts[i], errs[i], receipts[0])
+			}
+		}
+		if st, _ := l.Statement(ctx, "acct-diego", 50); st.BalanceCents != 40_000 || len(st.Entries) != 1 {
+			t.Errorf("Diego: balance %d with %d entries, want 40000 with 1", st.BalanceCents, len(st.Entries))
+		}
+	})
+}
+
+// holdAccount locks an account's row in PostgreSQL, as a long transfer would, and returns the
+// function that waits until at least waiters transactions are blocked behind it, then releases
+// it. The memory ledger serializes transfers under one mutex, so there is nothing to hold.
+func holdAccount(t *testing.T, l Ledger, id string, waiters int) (release func()) {
+	t.Helper()
+	pg, ok := l.(*PostgresLedger)
+	if !ok {
+		return func() {}
+	}
+	ctx := context.Background()
+	tx, err := pg.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE", id); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := pgx.ConnectConfig(ctx, pg.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		defer watch.Close(ctx)
+		defer tx.Rollback(ctx) //nolint:errcheck // releasing is all that matters
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			var n int
+			if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n >= waiters {
+				return
+			}
+		}
+		t.Fatalf("fewer than %d transactions waited for %s's row within 10s", waiters, id)
+	}
+}
+
 func TestConcurrentTransfersKeepTheBooks(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, l Ledger) {
 		ctx := context.Background()
@@ -339,7 +409,7 @@ func TestPostgresSurvivesRestartsAndConcurrentStarts(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 { // four replicas starting at once on an empty database
 		wg.Go(func() {
-			l, err := OpenPostgres(ctx, url, DemoAccounts())
+			l, err := OpenPostgres(ctx, url, 0, DemoAccounts())
 			if err != nil {
 				t.Errorf("concurrent start: %v", err)
 				return
@@ -348,7 +418,7 @@ func TestPostgresSurvivesRestartsAndConcurrentStarts(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	l, err := OpenPostgres(ctx, url, DemoAccounts())
+	l, err := OpenPostgres(ctx, url, 0, DemoAccounts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +428,7 @@ func TestPostgresSurvivesRestartsAndConcurrentStarts(t *testing.T) {
 	}
 	l.Close()
 
-	l, err = OpenPostgres(ctx, url, DemoAccounts()) // seeding again changes nothing
+	l, err = OpenPostgres(ctx, url, 0, DemoAccounts()) // seeding again changes nothing
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,19 +23,38 @@ var migrations embed.FS
 // PostgresLedger is the Ledger of a fleet: every replica reads and writes one PostgreSQL
 // database, so balances, statements and idempotency records are the same whichever replica
 // answers, and survive restarts.
+//
+// Every call ends within the ledger's timeout: a hung or unreachable database answers
+// ErrUnavailable, never a request that waits until its client gives up. The deadline is kept
+// twice: on the client, as a context deadline on each call (pgx then abandons the connection),
+// and on the server, as statement_timeout, so a statement the client gave up on does not keep
+// holding row locks.
 type PostgresLedger struct {
-	pool *pgxpool.Pool
-	now  func() time.Time
+	pool    *pgxpool.Pool
+	timeout time.Duration
+	now     func() time.Time
 }
 
+// DefaultTimeout is the deadline of one ledger call when OpenPostgres is given none.
+const DefaultTimeout = 2 * time.Second
+
 // OpenPostgres connects to url, brings the schema up to date and, when given accounts, seeds
-// those that do not exist yet. Any number of replicas may open one database at once.
-func OpenPostgres(ctx context.Context, url string, seed []Account) (*PostgresLedger, error) {
-	pool, err := pgxpool.New(ctx, url)
+// those that do not exist yet. Any number of replicas may open one database at once. timeout
+// bounds each later call (zero means DefaultTimeout); opening itself is bounded by ctx.
+func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed []Account) (*PostgresLedger, error) {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("pix: postgres: %w", err)
 	}
-	l := &PostgresLedger{pool: pool, now: time.Now}
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(1, timeout.Milliseconds()), 10)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pix: postgres: %w", err)
+	}
+	l := &PostgresLedger{pool: pool, timeout: timeout, now: time.Now}
 	if err := l.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -50,8 +69,32 @@ func OpenPostgres(ctx context.Context, url string, seed []Account) (*PostgresLed
 // Close closes the connection pool.
 func (l *PostgresLedger) Close() { l.pool.Close() }
 
-// Ping checks the database answers.
-func (l *PostgresLedger) Ping(ctx context.Context) error { return l.pool.Ping(ctx) }
+// Ping checks the database answers within the ledger's timeout.
+func (l *PostgresLedger) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	return unavailable(l.pool.Ping(ctx))
+}
+
+// unavailable wraps err in ErrUnavailable when it means the database did not answer in time
+// or could not be reached: a deadline passed (a client that left is context.Canceled, not an
+// outage), the server cancelled a statement at statement_timeout, or no connection could be
+// made. Domain errors (ErrInsufficientFunds, ...) pass unchanged.
+func unavailable(err error) error {
+	var (
+		pgErr   *pgconn.PgError
+		connErr *pgconn.ConnectError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err),
+		errors.As(err, &pgErr) && pgErr.Code == "57014", // query_canceled: statement_timeout
+		errors.As(err, &connErr):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
 
 // migrationLock is the advisory lock that serializes migrations across replicas starting at once.
 const migrationLock = 0x706978_6c696d // "pixlim"
@@ -134,6 +177,8 @@ func (l *PostgresLedger) seed(ctx context.Context, accounts []Account) error {
 
 // AccountByDocument implements Ledger.
 func (l *PostgresLedger) AccountByDocument(ctx context.Context, document string) (Account, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
 	var a Account
 	var hash string
 	err := l.pool.QueryRow(ctx, "SELECT id, name, document, password_hash FROM accounts WHERE document = $1", document).
@@ -142,7 +187,7 @@ func (l *PostgresLedger) AccountByDocument(ctx context.Context, document string)
 		return Account{}, ErrAccountNotFound
 	}
 	if err != nil {
-		return Account{}, fmt.Errorf("pix: account: %w", err)
+		return Account{}, fmt.Errorf("pix: account: %w", unavailable(err))
 	}
 	a.PasswordHash = []byte(hash)
 	return a, nil
@@ -154,12 +199,21 @@ func (l *PostgresLedger) AccountByDocument(ctx context.Context, document string)
 const maxAttempts = 5
 
 // Transfer implements Ledger in one transaction: lock both accounts in id order (so two opposite
-// transfers cannot deadlock), debit only if the balance covers the amount, credit, record the
-// transfer with its idempotency key and both entries; all of it commits or none does.
+// transfers cannot deadlock), look for an earlier transfer with the idempotency key again now
+// that no other transfer of the payer can commit, debit only if the balance covers the amount,
+// credit, record the transfer with its idempotency key and both entries; all of it commits or
+// none does. The whole call, retries included, ends within the ledger's timeout.
 func (l *PostgresLedger) Transfer(ctx context.Context, r TransferRequest) (Receipt, error) {
 	if r.AmountCents <= 0 {
 		return Receipt{}, ErrInvalidAmount
 	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	receipt, err := l.transferWithRetries(ctx, r)
+	return receipt, unavailable(err)
+}
+
+func (l *PostgresLedger) transferWithRetries(ctx context.Context, r TransferRequest) (Receipt, error) {
 	for attempt := 1; ; attempt++ {
 		receipt, err := l.transfer(ctx, r)
 		var pgErr *pgconn.PgError
@@ -201,7 +255,7 @@ func (l *PostgresLedger) transfer(ctx context.Context, r TransferRequest) (Recei
 		err := tx.QueryRow(ctx, `SELECT a.id, a.name FROM pix_keys k JOIN accounts a ON a.id = k.account_id WHERE k.key = $1`, r.ToKey).
 			Scan(&payee, &payeeName)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrKeyNotFound
+			return keyNotFound(ctx, tx, r.From)
 		}
 		if err != nil {
 			return err
@@ -219,6 +273,16 @@ func (l *PostgresLedger) transfer(ctx context.Context, r TransferRequest) (Recei
 		}
 		if !slices.Contains(locked, r.From) {
 			return ErrAccountNotFound
+		}
+		if r.IdempotencyKey != "" {
+			// Looked up again under the payer's lock: a concurrent request with this key that
+			// committed while this one waited for the lock is found now, and answered as its
+			// replay, rather than judged against the balance it already spent.
+			prior, found, err := findReplay(ctx, tx, r)
+			if err != nil || found {
+				receipt = prior
+				return err
+			}
 		}
 		var balance int64
 		var payerName string
@@ -253,6 +317,20 @@ func (l *PostgresLedger) transfer(ctx context.Context, r TransferRequest) (Recei
 		return nil
 	})
 	return receipt, err
+}
+
+// keyNotFound is the error for a transfer whose key has no owner: ErrAccountNotFound when the
+// payer's account does not exist either (a valid token for an account since removed is an
+// authentication failure, whatever key it names), else ErrKeyNotFound.
+func keyNotFound(ctx context.Context, q querier, payer string) error {
+	var exists bool
+	if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)", payer).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		return ErrAccountNotFound
+	}
+	return ErrKeyNotFound
 }
 
 // replay answers a request whose idempotency key is already recorded.
@@ -295,6 +373,8 @@ func findReplay(ctx context.Context, q querier, r TransferRequest) (Receipt, boo
 
 // Statement implements Ledger from one snapshot, so the balance and the entries agree.
 func (l *PostgresLedger) Statement(ctx context.Context, accountID string, limit int) (Statement, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
 	st := Statement{AccountID: accountID, Entries: []Entry{}}
 	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, "SELECT balance_cents FROM accounts WHERE id = $1", accountID).Scan(&st.BalanceCents)
@@ -318,7 +398,7 @@ func (l *PostgresLedger) Statement(ctx context.Context, accountID string, limit 
 		return err
 	})
 	if err != nil {
-		return Statement{}, err
+		return Statement{}, unavailable(err)
 	}
 	return st, nil
 }

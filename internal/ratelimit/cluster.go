@@ -2,18 +2,11 @@ package ratelimit
 
 import (
 	"context"
-	_ "embed"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-//go:embed undo.lua
-var undoLua string
-
-var undo = redis.NewScript(undoLua)
 
 // decideApart decides a request whose keys may live on different Redis Cluster nodes, where one
 // script cannot see them all (CROSSSLOT). Each key is decided by its own script, all at once,
@@ -50,6 +43,9 @@ func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, a
 	}
 	pairs := make([]int64, 0, 2*len(keys))
 	for i := range keys {
+		if errs[i] != nil {
+			l.withdrawLate(a, keys[i:i+1], args[0].(string), errs[i]) // it may still run after the deadline
+		}
 		if errs[i] == nil && replies[i][0] == 1 && (!allowed || failed != nil) {
 			l.withdraw(a, keys[i], args[0], replies[i][3], args[2+3*i:5+3*i], decided)
 			replies[i][1]++ // the place it held is given back
@@ -74,23 +70,4 @@ func (l *Limiter) refreshTopology() {
 	if rc, ok := l.rdb.(*redis.ClusterClient); ok {
 		rc.ReloadState(context.Background())
 	}
-}
-
-// withdraw takes back one admission in the background, within its own budget.
-func (l *Limiter) withdraw(a Algorithm, key string, id any, at int64, policy []any, decided time.Time) {
-	l.withdrawals.Add(1)
-	go func() {
-		defer l.withdrawals.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-		defer cancel()
-		args := append([]any{string(a), id, at}, policy...)
-		if err := undo.Run(ctx, l.rdb, []string{key}, args...).Err(); err != nil {
-			// The admission stays counted until its window passes: stricter, never looser.
-			l.outages.logger.Warn("rate limiter could not withdraw an admission", "algorithm", a, "cause", fmt.Sprint(err))
-			return
-		}
-		if l.withdrawn != nil {
-			l.withdrawn(time.Since(decided))
-		}
-	}()
 }

@@ -99,6 +99,19 @@
 // once. Nothing needs a restart: after Redis returns, go-redis redials within about a second
 // (TestFailModes measures it) and decisions resume.
 //
+// # Late answers are withdrawn
+//
+// A decision that misses its budget was answered by the fail mode, but its script was sent: a
+// slow or frozen Redis may run it afterwards and record a request that the client was told
+// could not be decided. With the sliding log each admission is the request's own entry, so the
+// limiter removes it by its id (undo.lua, ZREM) in the background, a few times over about
+// 2.6 s in case the script runs after an attempt, at most 256 withdrawals at once, and Close
+// waits for them. That is exact: ZREM of an id the script refused, or never ran, removes nothing.
+// The counting algorithms (fixed and sliding window, token bucket, GCRA) store counts, not
+// requests: they cannot tell whether this request was counted, and giving back a unit it did not
+// take would admit past the limit. Their late admissions stay counted until they leave the
+// window, on the strict side.
+//
 // # Other algorithms
 //
 // The sliding log is the default because it is exact. Policy.Algorithm selects one of the

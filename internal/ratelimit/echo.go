@@ -32,6 +32,13 @@ type ErrorBody struct {
 // request is refused with rate_limiter_unavailable and the configured Retry-After; otherwise it
 // proceeds with no RateLimit headers, since nothing was decided. Either way the outage is logged.
 func (l *Limiter) Enforce(c echo.Context, checks ...Check) error {
+	return l.EnforceReporting(c, nil, checks...)
+}
+
+// EnforceReporting is Enforce whose headers report report(d) instead of the whole decision d
+// when the request is admitted; a refusal always reports d. The login uses it to report only its
+// IP key unless refused, so that nobody reads another person's login activity.
+func (l *Limiter) EnforceReporting(c echo.Context, report func(Decision) Decision, checks ...Check) error {
 	ctx := c.Request().Context()
 	d, err := l.AllowAll(ctx, checks...)
 	if err != nil {
@@ -52,7 +59,11 @@ func (l *Limiter) Enforce(c echo.Context, checks ...Check) error {
 	for _, ch := range checks {
 		l.outages.decided(ch.Policy)
 	}
-	SetHeaders(c.Response().Header(), d)
+	if d.Allowed && report != nil {
+		SetHeaders(c.Response().Header(), report(d))
+	} else {
+		SetHeaders(c.Response().Header(), d)
+	}
 	if !d.Allowed {
 		// The body never names the key that refused: a login refused by its IP key and one refused
 		// by its document key read the same.

@@ -152,6 +152,12 @@ type Decision struct {
 	Results []Result
 }
 
+// Only returns the Decision as if it had checked only its i-th check: the request's verdict,
+// with that check's Result as the worst and only one.
+func (d Decision) Only(i int) Decision {
+	return Decision{Result: d.Results[i], Results: d.Results[i : i+1 : i+1]}
+}
+
 // Options configure a Limiter. The zero value of each field but KeySecret has a default.
 type Options struct {
 	// KeySecret keys the HMAC that turns identities into Redis keys, so that no CPF or IP is
@@ -184,8 +190,10 @@ type Limiter struct {
 
 	// now, when set (tests only), replaces the Redis clock.
 	now func() time.Time
-	// withdrawals counts undo.lua calls in flight (see cluster.go), so tests can wait for them.
+	// withdrawals counts undo.lua calls in flight (withdraw.go), for Close to wait on.
 	withdrawals sync.WaitGroup
+	// late holds a slot per withdrawal of a late decision in flight (withdrawLate).
+	late chan struct{}
 	// withdrawn, when set (tests only), learns how long each withdrawn admission was held.
 	withdrawn func(held time.Duration)
 }
@@ -225,6 +233,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		timeout:    opts.Timeout,
 		retryAfter: opts.FailClosedRetryAfter,
 		outages:    newOutageLog(opts.Logger, opts.OutageLogEvery),
+		late:       make(chan struct{}, maxLateWithdrawals),
 	}, nil
 }
 
@@ -299,6 +308,7 @@ func (l *Limiter) decide(ctx context.Context, id string, checks []Check) (Decisi
 	reply, err := run(ctx, l.rdb, algorithm, keys, args)
 	if err != nil {
 		l.refreshTopology()
+		l.withdrawLate(algorithm, keys, id, err)
 		return Decision{}, err
 	}
 	return newDecision(reply[0] == 1, reply[1:len(reply)-1], checks), nil

@@ -35,6 +35,7 @@ func replicas(t *testing.T, srv *redistest.Server, n int, timeout time.Duration)
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { l.Close() }) // before the client closes: withdrawals may be in flight
 		ls[i] = l
 	}
 	return ls
@@ -401,5 +402,31 @@ func TestBadPolicyIsAnError(t *testing.T) {
 	}
 	if _, err := New(redis.NewClient(&redis.Options{}), Options{KeySecret: []byte("short")}); err == nil {
 		t.Error("New with a 5-byte secret: want an error")
+	}
+}
+
+// TestALateDecisionIsWithdrawn: Redis frozen (SIGSTOP), 8 decisions on one key time out and are
+// answered unavailable; their scripts still wait in the server's sockets and run when it thaws,
+// admitting up to the limit. Each is withdrawn by its id, so none consumes quota in the end.
+func TestALateDecisionIsWithdrawn(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l := replicas(t, srv, 1, budget)[0]
+	c := Check{policy("login-account", 5, time.Minute), "52998224725"}
+	mustAllow(t, l, c) // connected and warm: one entry
+	srv.Pause()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, err := l.AllowAll(context.Background(), c); !errors.Is(err, ErrUnavailable) {
+				t.Errorf("frozen Redis: err = %v, want ErrUnavailable", err)
+			}
+		})
+	}
+	wg.Wait()
+	srv.Resume()
+	l.Close() // waits for the withdrawals
+	if n := srv.Client(nil).ZCard(context.Background(), l.keys.key(c.Policy, c.Identity)).Val(); n != 1 {
+		t.Errorf("%d entries after 8 late decisions, want 1: late admissions consumed quota", n)
 	}
 }
