@@ -1,8 +1,12 @@
-// Package pixlimit is the HTTP API of pixlimit: its routes, handlers, request decoding and the
-// one error handler that maps domain errors to the contract's status codes and JSON bodies. Run
-// wires it to its configuration, Redis and ledger; NewServer builds the handler from explicit
-// dependencies, so tests and the demo can run several replicas over one Redis and one ledger.
+// Package pixlimit is a Go reference implementation of a PIX banking API whose rate limiting is
+// fleet-wide, exact and honest. The program is cmd/api; the demo, cmd/demo. The packages below
+// own one concern each:
 //
-// The domain lives below: internal/ratelimit (limits), internal/auth (who is asking),
-// internal/pix (accounts and money), internal/config (environment).
+//   - internal/ratelimit: the limiter, its algorithms and their Lua scripts (no HTTP);
+//   - internal/httpapi: routes, handlers, RateLimit headers, the middleware and the error mapping;
+//   - internal/auth: who is asking (client IP, passwords, tokens); internal/pix: the money;
+//   - internal/config: the environment; internal/memredis: the embedded Redis.
+//
+// This package holds only this documentation and integration_test.go: several replicas built
+// from those public pieces, over one real Redis, holding every limit together.
 package pixlimit

@@ -30,10 +30,6 @@ type demo struct {
 	lab      *redis.Client
 	scenario string
 	results  []result
-
-	// carlaLogins counts Carla's logins earlier in the run: they count against her document key
-	// in the login story, which runs well within one login window.
-	carlaLogins int
 }
 
 // outageControl stops and restores the Redis behind the API.
@@ -50,9 +46,11 @@ type result struct {
 	OK          bool   `json:"ok"`
 }
 
-func (d *demo) expect(expectation string, ok bool, observed string) {
+// expect records an expectation and what was seen, and returns whether it held.
+func (d *demo) expect(expectation string, ok bool, observed string) bool {
 	d.results = append(d.results, result{d.scenario, expectation, observed, ok})
 	d.out.verdict(expectation, ok, observed)
+	return ok
 }
 
 // reply is one response as the demo sees it.

@@ -14,8 +14,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pixlimit/pixlimit"
+	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/config"
+	"github.com/pixlimit/pixlimit/internal/httpapi"
+	"github.com/pixlimit/pixlimit/internal/memredis"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
@@ -34,16 +36,18 @@ var demoEnv = map[string]string{
 
 // fleet is two API replicas in this process over one Redis and one ledger.
 type fleet struct {
-	cfg     config.Config
-	urls    []string
-	redis   *embeddedOutage // nil when the fleet uses an outside Redis
-	servers []*http.Server
-	clients []*redis.Client
+	cfg      config.Config
+	urls     []string
+	redis    *embeddedOutage // nil when the fleet uses an outside Redis
+	servers  []*http.Server
+	clients  []*redis.Client
+	limiters []*ratelimit.Limiter
 }
 
 // startFleet starts two replicas configured by env, over the Redis at redisAddr, or over an
-// embedded one when redisAddr is empty.
-func startFleet(logs io.Writer, env map[string]string, redisAddr string) (*fleet, error) {
+// embedded one when redisAddr is empty. Each is built as cmd/api builds one, from the public
+// pieces: its own Redis client and Limiter, the shared ledger and token secret, httpapi.NewServer.
+func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fleet, err error) {
 	cfg, err := config.Load(func(k string) string { return env[k] })
 	if err != nil {
 		return nil, err
@@ -52,34 +56,43 @@ func startFleet(logs io.Writer, env map[string]string, redisAddr string) (*fleet
 	if err != nil {
 		return nil, err
 	}
-	f := &fleet{cfg: cfg}
+	f = &fleet{cfg: cfg}
+	defer func() {
+		if err != nil {
+			f.close()
+		}
+	}()
 	if redisAddr == "" {
-		mr, err := pixlimit.StartEmbeddedRedis()
+		mr, err := memredis.Start()
 		if err != nil {
 			return nil, err
 		}
 		f.redis, redisAddr = &embeddedOutage{mr}, mr.Addr()
 	}
 	secret := []byte(rand.Text() + rand.Text()) // shared by both replicas, as AUTH_SECRET would be
+	tokens, err := auth.NewTokens(secret, cfg.TokenTTL)
+	if err != nil {
+		return nil, err
+	}
 	for i := range 2 {
 		opt := &redis.Options{Addr: redisAddr}
 		ratelimit.ClientOptions(opt, cfg.RedisTimeout)
 		rdb := redis.NewClient(opt)
 		f.clients = append(f.clients, rdb)
 		logger := slog.New(slog.NewTextHandler(logs, nil)).With("replica", i+1)
-		deps, err := pixlimit.NewDeps(cfg, logger, rdb, secret, ledger)
+		limiter, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: auth.DeriveKey(secret, "ratelimit keys"),
+			Timeout: cfg.RedisTimeout, Logger: logger})
 		if err != nil {
-			f.close()
 			return nil, err
 		}
-		h, err := pixlimit.NewServer(deps)
+		f.limiters = append(f.limiters, limiter)
+		h, err := httpapi.NewServer(httpapi.Deps{Logger: logger, Limiter: limiter, Limits: httpapi.Limits(cfg.Limits),
+			Ledger: ledger, Tokens: tokens, TrustedProxies: cfg.TrustedProxies})
 		if err != nil {
-			f.close()
 			return nil, err
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			f.close()
 			return nil, err
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
@@ -97,8 +110,8 @@ requests alternate between them, so every limit you see holds across the fleet.
 Short windows keep the run brief: PIX %d per %v, statement %d per %v, login %d per IP and %d per document per %v.
 Both replicas trust loopback as their proxy, so the demo plays many client IPs with X-Forwarded-For
 (a real deployment trusts only its own proxy's address).`,
-		strings.Join(f.urls, ", "), c.PIX.Limit, c.PIX.Window, c.Statement.Limit, c.Statement.Window,
-		c.LoginIP.Limit, c.LoginAccount.Limit, c.LoginWindow)
+		strings.Join(f.urls, ", "), c.Limits.PIX.Limit, c.Limits.PIX.Window, c.Limits.Statement.Limit, c.Limits.Statement.Window,
+		c.Limits.LoginIP.Limit, c.Limits.LoginAccount.Limit, c.Limits.LoginIP.Window)
 }
 
 func (f *fleet) close() {
@@ -107,16 +120,19 @@ func (f *fleet) close() {
 		_ = s.Shutdown(ctx)
 		cancel()
 	}
+	for _, l := range f.limiters {
+		_ = l.Close() // waits for withdrawals in flight, before their clients close
+	}
 	for _, c := range f.clients {
 		_ = c.Close()
 	}
 	if f.redis != nil {
-		f.redis.mr.Shutdown()
+		f.redis.mr.Close()
 	}
 }
 
 // embeddedOutage stops the embedded Redis and brings it back on the same address, data intact.
-type embeddedOutage struct{ mr *pixlimit.EmbeddedRedis }
+type embeddedOutage struct{ mr *memredis.Server }
 
 func (e *embeddedOutage) stop(context.Context) (string, error) {
 	e.mr.Close()

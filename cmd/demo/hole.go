@@ -14,98 +14,122 @@ import (
 // against a fixed window, the sliding log and the sliding window counter, then a token bucket's
 // burst and refill, drawn as timelines.
 func hole(ctx context.Context, d *demo) error {
-	rdb := d.lab
-	l, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: []byte(rand.Text() + rand.Text()), Timeout: time.Second})
+	l, err := ratelimit.New(d.lab, ratelimit.Options{KeySecret: []byte(rand.Text() + rand.Text()), Timeout: time.Second})
 	if err != nil {
 		return err
 	}
-	const limit, window = 5, 2 * time.Second
-	run := rand.Text()[:6] // fresh keys for every run
-	ask := func(p ratelimit.Policy) bool {
-		r, err := l.Allow(ctx, p, run)
-		return err == nil && r.Allowed
+	defer l.Close()
+	lab := &lesson{d: d, l: l, identity: rand.Text()[:6]} // fresh keys for every run
+	if err := lab.boundary(ctx); err != nil {
+		return err
 	}
-	marks := func(p ratelimit.Policy, n int) (string, int) {
-		var b strings.Builder
-		admitted := 0
-		for range n {
-			if ask(p) {
-				b.WriteString(d.out.paint("32", "✔"))
-				admitted++
-			} else {
-				b.WriteString(d.out.paint("31", "✘"))
-			}
-		}
-		return b.String(), admitted
-	}
+	return lab.buckets(ctx)
+}
 
+// lesson runs one identity's requests straight on a limiter and draws them.
+type lesson struct {
+	d        *demo
+	l        *ratelimit.Limiter
+	identity string
+}
+
+const lessonLimit, lessonWindow = 5, 2 * time.Second
+
+func lessonPolicy(a ratelimit.Algorithm) ratelimit.Policy {
+	p := ratelimit.Policy{Name: "hole", Limit: lessonLimit, Window: lessonWindow, Algorithm: a}
+	if a.Bursty() {
+		p.Burst = lessonLimit
+	}
+	return p
+}
+
+// marks sends n requests under a's policy and draws each: ✔ admitted, ✘ refused.
+func (s *lesson) marks(ctx context.Context, a ratelimit.Algorithm, n int) (string, int) {
+	var b strings.Builder
+	admitted := 0
+	for range n {
+		if dec, err := s.l.Allow(ctx, lessonPolicy(a), s.identity); err == nil && dec.Allowed {
+			b.WriteString(s.d.out.paint("32", "✔"))
+			admitted++
+		} else {
+			b.WriteString(s.d.out.paint("31", "✘"))
+		}
+	}
+	return b.String(), admitted
+}
+
+// boundary sends the limit just before a calendar window boundary and the limit again just
+// after, to a fixed window, the sliding log and the sliding window counter.
+func (s *lesson) boundary(ctx context.Context) error {
 	// Fixed windows start on multiples of the window in Redis time: aim 300ms before the next one.
-	t, err := rdb.Time(ctx).Result()
+	t, err := s.d.lab.Time(ctx).Result()
 	if err != nil {
 		return err
 	}
 	skew := time.Until(t)
-	boundary := t.Truncate(window).Add(window)
+	boundary := t.Truncate(lessonWindow).Add(lessonWindow)
 	if boundary.Sub(t) < 400*time.Millisecond {
-		boundary = boundary.Add(window)
+		boundary = boundary.Add(lessonWindow)
 	}
-	d.out.say("Each algorithm allows %d requests per %v. A client sends %d just before a window boundary and %d just after.",
-		limit, window, limit, limit)
+	s.d.out.say("Each algorithm allows %d requests per %v. A client sends %d just before a window boundary and %d just after.",
+		lessonLimit, lessonWindow, lessonLimit, lessonLimit)
 	if err := sleepUntil(ctx, boundary.Add(-300*time.Millisecond-skew)); err != nil {
 		return err
 	}
 	algos := []ratelimit.Algorithm{ratelimit.FixedWindow, ratelimit.SlidingLog, ratelimit.SlidingWindow}
-	before := map[ratelimit.Algorithm]string{}
-	total := map[ratelimit.Algorithm]int{}
+	before, total := map[ratelimit.Algorithm]string{}, map[ratelimit.Algorithm]int{}
 	for _, a := range algos {
-		before[a], total[a] = marks(ratelimit.Policy{Name: "hole", Limit: limit, Window: window, Algorithm: a}, limit)
+		before[a], total[a] = s.marks(ctx, a, lessonLimit)
 	}
 	if err := sleepUntil(ctx, boundary.Add(100*time.Millisecond-skew)); err != nil {
 		return err
 	}
-	fmt.Fprintf(d.out.w, "\n  %-15s %-12s | %-12s  %s\n", "", "t−0.3s", "t+0.1s", "(t = a window boundary)")
+	fmt.Fprintf(s.d.out.w, "\n  %-15s %-12s | %-12s  %s\n", "", "t−0.3s", "t+0.1s", "(t = a window boundary)")
 	for _, a := range algos {
-		after, n := marks(ratelimit.Policy{Name: "hole", Limit: limit, Window: window, Algorithm: a}, limit)
+		after, n := s.marks(ctx, a, lessonLimit)
 		total[a] += n
-		fmt.Fprintf(d.out.w, "  %-15s %s        | %s         %d admitted in 0.4s\n", a, before[a], after, total[a])
+		fmt.Fprintf(s.d.out.w, "  %-15s %s        | %s         %d admitted in 0.4s\n", a, before[a], after, total[a])
 	}
-	d.expect(fmt.Sprintf("fixed window: %d admitted across the boundary, twice its limit", 2*limit),
-		total[ratelimit.FixedWindow] == 2*limit, fmt.Sprint(total[ratelimit.FixedWindow]))
-	d.expect(fmt.Sprintf("sliding log: %d, never more than the limit in any window", limit),
-		total[ratelimit.SlidingLog] == limit, fmt.Sprint(total[ratelimit.SlidingLog]))
-	d.expect("sliding window counter: the hole closed too (≤ the limit + 1)",
-		total[ratelimit.SlidingWindow] <= limit+1, fmt.Sprint(total[ratelimit.SlidingWindow]))
+	s.d.expect(fmt.Sprintf("fixed window: %d admitted across the boundary, twice its limit", 2*lessonLimit),
+		total[ratelimit.FixedWindow] == 2*lessonLimit, fmt.Sprint(total[ratelimit.FixedWindow]))
+	s.d.expect(fmt.Sprintf("sliding log: %d, never more than the limit in any window", lessonLimit),
+		total[ratelimit.SlidingLog] == lessonLimit, fmt.Sprint(total[ratelimit.SlidingLog]))
+	s.d.expect("sliding window counter: the hole closed too (≤ the limit + 1)",
+		total[ratelimit.SlidingWindow] <= lessonLimit+1, fmt.Sprint(total[ratelimit.SlidingWindow]))
+	return nil
+}
 
-	every := window / limit / 2
-	d.out.say("A token bucket and GCRA, each %d at once and %d per %v after (one every %v): %d requests at once,\n"+
-		"then one every %v for %v.", limit, limit, window, window/limit, 2*limit, every, window)
-	buckets := []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.GCRA}
-	burst, lines, atOnce, refilled := map[ratelimit.Algorithm]string{}, map[ratelimit.Algorithm]*strings.Builder{}, map[ratelimit.Algorithm]int{}, map[ratelimit.Algorithm]int{}
-	policy := func(a ratelimit.Algorithm) ratelimit.Policy {
-		return ratelimit.Policy{Name: "hole", Limit: limit, Window: window, Burst: limit, Algorithm: a}
-	}
-	for _, a := range buckets {
-		burst[a], atOnce[a] = marks(policy(a), 2*limit)
+// buckets sends twice the burst at once to a token bucket and GCRA, then one request every half
+// interval for a window: the burst, then the refill rate.
+func (s *lesson) buckets(ctx context.Context) error {
+	every := lessonWindow / lessonLimit / 2
+	s.d.out.say("A token bucket and GCRA, each %d at once and %d per %v after (one every %v): %d requests at once,\n"+
+		"then one every %v for %v.", lessonLimit, lessonLimit, lessonWindow, lessonWindow/lessonLimit, 2*lessonLimit, every, lessonWindow)
+	algos := []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.GCRA}
+	burst, lines := map[ratelimit.Algorithm]string{}, map[ratelimit.Algorithm]*strings.Builder{}
+	atOnce, refilled := map[ratelimit.Algorithm]int{}, map[ratelimit.Algorithm]int{}
+	for _, a := range algos {
+		burst[a], atOnce[a] = s.marks(ctx, a, 2*lessonLimit)
 		lines[a] = &strings.Builder{}
 	}
-	for start := time.Now(); time.Since(start) < window; {
+	for start := time.Now(); time.Since(start) < lessonWindow; {
 		if err := sleepUntil(ctx, time.Now().Add(every)); err != nil {
 			return err
 		}
-		for _, a := range buckets {
-			m, n := marks(policy(a), 1)
+		for _, a := range algos {
+			m, n := s.marks(ctx, a, 1)
 			lines[a].WriteString(m + " ")
 			refilled[a] += n
 		}
 	}
-	fmt.Fprintln(d.out.w)
-	for _, a := range buckets {
-		fmt.Fprintf(d.out.w, "  %-15s %s | %s\n", a, burst[a], lines[a].String())
+	fmt.Fprintln(s.d.out.w)
+	for _, a := range algos {
+		fmt.Fprintf(s.d.out.w, "  %-15s %s | %s\n", a, burst[a], lines[a].String())
 	}
-	for _, a := range buckets {
-		d.expect(fmt.Sprintf("%s: a burst of %d at once", a, limit), atOnce[a] == limit, fmt.Sprint(atOnce[a]))
-		d.expect(fmt.Sprintf("%s: then the refill rate, about %d in %v, every other request", a, limit, window),
-			refilled[a] >= limit-1 && refilled[a] <= limit+1, fmt.Sprint(refilled[a]))
+	for _, a := range algos {
+		s.d.expect(fmt.Sprintf("%s: a burst of %d at once", a, lessonLimit), atOnce[a] == lessonLimit, fmt.Sprint(atOnce[a]))
+		s.d.expect(fmt.Sprintf("%s: then the refill rate, about %d in %v, every other request", a, lessonLimit, lessonWindow),
+			refilled[a] >= lessonLimit-1 && refilled[a] <= lessonLimit+1, fmt.Sprint(refilled[a]))
 	}
 	return nil
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pixlimit/pixlimit"
+	"github.com/pixlimit/pixlimit/internal/memredis"
 )
 
 func main() {
@@ -69,13 +69,13 @@ func (d *demo) against(ctx context.Context, target, redisURL string) (func(), er
 	}
 	if redisURL == "" {
 		// The algorithm lesson runs straight on a limiter: give it a Redis of its own.
-		mr, err := pixlimit.StartEmbeddedRedis()
+		mr, err := memredis.Start()
 		if err != nil {
 			return nil, err
 		}
 		d.lab = redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		d.out.intro(fmt.Sprintf("Driving %s. Without -redis, state left by a run in the last window shows up here.", strings.Join(d.replicas, ", ")))
-		return func() { _ = d.lab.Close(); mr.Shutdown() }, nil
+		return func() { _ = d.lab.Close(); mr.Close() }, nil
 	}
 	r, err := newRedisControl(ctx, redisURL)
 	if err != nil {
@@ -91,58 +91,71 @@ func (d *demo) against(ctx context.Context, target, redisURL string) (func(), er
 	return r.close, nil
 }
 
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// options are the demo's flags.
+type options struct {
+	target, redisURL string
+	chosen           []int // indexes into scenarios
+	asJSON, verbose  bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	target := fs.String("target", "", "comma-separated base URLs of running API replicas `URL[,URL...]` (default: start two in this process)")
-	redisURL := fs.String("redis", "", "with -target: the deployment's Redis `URL`, used to pause it for the outage (CLIENT PAUSE) and to clear old limiter state")
+	fs.StringVar(&o.target, "target", "", "comma-separated base URLs of running API replicas `URL[,URL...]` (default: start two in this process)")
+	fs.StringVar(&o.redisURL, "redis", "", "with -target: the deployment's Redis `URL`, used to pause it for the outage (CLIENT PAUSE) and to clear old limiter state")
 	only := fs.String("scenario", "all", "burst, login, outage, hole or all")
-	asJSON := fs.Bool("json", false, "print the results as JSON on stdout; the narration goes to stderr")
-	verbose := fs.Bool("v", false, "show the in-process replicas' logs on stderr")
+	fs.BoolVar(&o.asJSON, "json", false, "print the results as JSON on stdout; the narration goes to stderr")
+	fs.BoolVar(&o.verbose, "v", false, "show the in-process replicas' logs on stderr")
 	if err := fs.Parse(args[1:]); err != nil {
-		return err
+		return o, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	var chosen []int
 	for i, s := range scenarios {
 		if *only == "all" || *only == s.name {
-			chosen = append(chosen, i)
+			o.chosen = append(o.chosen, i)
 		}
 	}
-	if len(chosen) == 0 {
-		return fmt.Errorf("-scenario %q: want burst, login, outage, hole or all", *only)
+	if len(o.chosen) == 0 {
+		return o, fmt.Errorf("-scenario %q: want burst, login, outage, hole or all", *only)
 	}
+	return o, nil
+}
 
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
 	narration := stdout
-	if *asJSON {
+	if o.asJSON {
 		narration = stderr
 	}
 	d := &demo{out: newNarrator(narration, getenv)}
 	logs := io.Discard
-	if *verbose {
+	if o.verbose {
 		logs = stderr
 	}
 	var cleanup func()
-	var err error
-	if *target == "" {
-		cleanup, err = d.selfContained(*redisURL, logs)
+	if o.target == "" {
+		cleanup, err = d.selfContained(o.redisURL, logs)
 	} else {
-		cleanup, err = d.against(ctx, *target, *redisURL)
+		cleanup, err = d.against(ctx, o.target, o.redisURL)
 	}
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	for _, i := range chosen {
+	for _, i := range o.chosen {
 		if scenarios[i].name == "outage" && d.outage == nil {
 			return errors.New("the outage scenario against -target needs -redis URL to pause Redis (or pick another -scenario)")
 		}
 	}
 	d.client.Timeout = 10 * time.Second
 
-	for _, i := range chosen {
+	for _, i := range o.chosen {
 		s := scenarios[i]
 		d.scenario = s.name
 		d.out.title(s.title)
@@ -152,7 +165,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	d.out.table(d.results)
-	if *asJSON {
+	if o.asJSON {
 		if err := writeJSON(stdout, d.results); err != nil {
 			return err
 		}

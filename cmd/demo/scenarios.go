@@ -13,18 +13,18 @@ import (
 	"github.com/pixlimit/pixlimit/internal/pix"
 )
 
-// The contract's default limits: what the demo expects a deployment to enforce.
-const (
-	pixLimit          = 10
-	loginIPLimit      = 10
-	loginAccountLimit = 5
-)
+// maxStoryLimit is the largest limit a story can show: a burst of limit+5 requests must stay
+// readable, and within the demo accounts' balances.
+const maxStoryLimit = 50
+
+// account is a demo account as a customer knows it.
+type account struct{ document, password string }
 
 var (
-	ana   = struct{ document, password string }{"529.982.247-25", "demo-ana-123"}
-	bruno = struct{ document, password string }{"390.533.447-05", "demo-bruno-123"}
-	carla = struct{ document, password string }{"111.444.777-35", "demo-carla-123"}
-	diego = struct{ document, password string }{"935.411.347-80", "demo-diego-123"}
+	ana   = account{"529.982.247-25", "demo-ana-123"}
+	bruno = account{"390.533.447-05", "demo-bruno-123"}
+	carla = account{"111.444.777-35", "demo-carla-123"}
+	diego = account{"935.411.347-80", "demo-diego-123"}
 )
 
 func pixBody(key string, cents int64) map[string]any {
@@ -32,49 +32,50 @@ func pixBody(key string, cents int64) map[string]any {
 }
 
 // burst: one office, one IP, three customers. Ana's burst is cut at her account's limit;
-// her colleagues are untouched; only admitted transfers move money; Retry-After is honest.
+// her colleagues are untouched; only admitted transfers move money; Retry-After is honest. The
+// limit is the deployment's own, read from the RateLimit-Policy of Ana's first PIX.
 func burst(ctx context.Context, d *demo) error {
 	const office = "198.51.100.10"
-	d.out.say("Ana, Bruno and Carla work in one office: all their requests leave through one IP, %s.", office)
-	anaToken, err := d.login(ctx, office, ana.document, ana.password)
-	if err != nil {
-		return err
+	d.out.say("Ana, Bruno and Diego work in one office: all their requests leave through one IP, %s.", office)
+	tokens := map[string]string{}
+	for _, who := range []account{ana, bruno, diego} {
+		t, err := d.login(ctx, office, who.document, who.password)
+		if err != nil {
+			return err
+		}
+		tokens[who.document] = t
 	}
-	brunoToken, err := d.login(ctx, office, bruno.document, bruno.password)
-	if err != nil {
-		return err
-	}
-	carlaToken, err := d.login(ctx, office, carla.document, carla.password)
-	if err != nil {
-		return err
-	}
-	d.carlaLogins++
+	anaToken := tokens[ana.document]
 	before, err := d.balance(ctx, office, anaToken)
 	if err != nil {
 		return err
 	}
 
-	d.out.say("Ana (balance %s) sends 15 PIX of R$ 15,00 to Bruno at once, alternating replicas.", brl(before))
-	replies := d.burst(15, func(int) reply {
-		return d.call(ctx, office, "POST", "/v1/pix", anaToken, pixBody("bruno@example.com", 1500))
-	})
-	n, seen := count(replies)
-	d.expect(fmt.Sprintf("15 PIX at once: %d × 201, %d × 429", pixLimit, 15-pixLimit),
-		n[http.StatusCreated] == pixLimit && n[http.StatusTooManyRequests] == 15-pixLimit, seen)
-	wait, honest := 0, n[http.StatusTooManyRequests] > 0
-	for _, r := range replies {
-		if r.status == http.StatusTooManyRequests {
-			s, err := strconv.Atoi(r.header.Get("Retry-After"))
-			honest = honest && err == nil && s >= 1 && r.code() == "rate_limit_exceeded"
-			wait = max(wait, s)
-		}
+	d.out.say("Ana (balance %s) sends a PIX of R$ 15,00 to Bruno; its answer declares the limit.", brl(before))
+	first := d.show(d.call(ctx, office, "POST", "/v1/pix", anaToken, pixBody("bruno@example.com", 1500)))
+	limit, ok := declaredLimit(first.header, "pix")
+	if !d.expect("the PIX answer declares its limit in RateLimit-Policy", ok, first.header.Get("RateLimit-Policy")) {
+		return nil
 	}
+	if !d.expect(fmt.Sprintf("the PIX limit is small enough to show a burst (at most %d)", maxStoryLimit),
+		limit <= maxStoryLimit, fmt.Sprintf("%d", limit)) {
+		return nil
+	}
+	n := limit + 4
+	d.out.say("Then %d more at once, alternating replicas: %d in all, 5 past her limit of %d.", n, n+1, limit)
+	replies := append([]reply{first}, d.burst(n, func(int) reply {
+		return d.call(ctx, office, "POST", "/v1/pix", anaToken, pixBody("bruno@example.com", 1500))
+	})...)
+	counts, seen := count(replies)
+	d.expect(fmt.Sprintf("%d PIX: %d × 201, 5 × 429", n+1, limit),
+		counts[http.StatusCreated] == limit && counts[http.StatusTooManyRequests] == 5, seen)
+	wait, honest := retryAfter(replies)
 	d.expect("every 429 says rate_limit_exceeded and carries Retry-After", honest, fmt.Sprintf("Retry-After up to %ds", wait))
 
-	d.out.say("Bruno and Carla, behind the same IP, each send R$ 1,00 to Diego while Ana is blocked.")
-	b := d.show(d.call(ctx, office, "POST", "/v1/pix", brunoToken, pixBody("diego@example.com", 100)))
-	c := d.show(d.call(ctx, office, "POST", "/v1/pix", carlaToken, pixBody("diego@example.com", 100)))
-	d.expect("Bruno and Carla are unaffected: the key is the account, not the IP",
+	d.out.say("Bruno and Diego, behind the same IP, each send R$ 1,00 to Carla while Ana is blocked.")
+	b := d.show(d.call(ctx, office, "POST", "/v1/pix", tokens[bruno.document], pixBody("carla@example.com", 100)))
+	c := d.show(d.call(ctx, office, "POST", "/v1/pix", tokens[diego.document], pixBody("carla@example.com", 100)))
+	d.expect("Bruno and Diego are unaffected: the key is the account, not the IP",
 		b.status == http.StatusCreated && c.status == http.StatusCreated, b.summary()+", "+c.summary())
 
 	after, err := d.balance(ctx, office, anaToken)
@@ -83,8 +84,8 @@ func burst(ctx context.Context, d *demo) error {
 	}
 	moved := before - after
 	d.out.say("Ana's balance: %s before, %s after.", brl(before), brl(after))
-	d.expect("only the admitted PIX moved money", moved == int64(n[http.StatusCreated])*1500,
-		fmt.Sprintf("%s moved for %d × 201", brl(moved), n[http.StatusCreated]))
+	d.expect("only the admitted PIX moved money", moved == int64(counts[http.StatusCreated])*1500,
+		fmt.Sprintf("%s moved for %d × 201", brl(moved), counts[http.StatusCreated]))
 
 	if wait == 0 {
 		return nil
@@ -97,35 +98,72 @@ func burst(ctx context.Context, d *demo) error {
 	return nil
 }
 
+// retryAfter is the longest Retry-After among the 429s of replies, in seconds, and whether
+// there were some and each said rate_limit_exceeded with a Retry-After of at least 1.
+func retryAfter(replies []reply) (wait int, honest bool) {
+	refused, honest := 0, true
+	for _, r := range replies {
+		if r.status != http.StatusTooManyRequests {
+			continue
+		}
+		refused++
+		s, err := strconv.Atoi(r.header.Get("Retry-After"))
+		honest = honest && err == nil && s >= 1 && r.code() == "rate_limit_exceeded"
+		wait = max(wait, s)
+	}
+	return wait, honest && refused > 0
+}
+
+// declaredLimit reads policy's capacity from a RateLimit-Policy header such as
+// `"login-ip";q=10;w=600, "login-account";q=5;w=600`: its burst when it has one, else q.
+func declaredLimit(h http.Header, policy string) (int, bool) {
+	for _, item := range strings.Split(h.Get("RateLimit-Policy"), ",") {
+		params := strings.Split(strings.TrimSpace(item), ";")
+		if params[0] != strconv.Quote(policy) {
+			continue
+		}
+		limit := 0
+		for _, p := range params[1:] {
+			if k, v, _ := strings.Cut(p, "="); k == "q" && limit == 0 || k == "burst" {
+				limit, _ = strconv.Atoi(v)
+			}
+		}
+		return limit, limit > 0
+	}
+	return 0, false
+}
+
 // loginAttack: a botnet spreads guesses over many IPs, so only the document key stops it; one
 // IP spreads guesses over many documents, so only the IP key stops it; both refusals look the
 // same; and the owner of an attacked account is locked out too.
 func loginAttack(ctx context.Context, d *demo) error {
-	guesses := loginAccountLimit - d.carlaLogins
 	d.out.say("A botnet of 20 machines tries passwords for Carla's document, one guess from each IP.")
-	if d.carlaLogins > 0 {
-		d.out.say("Carla logged in %d time(s) earlier in this window, and every login counts against her document,\n"+
-			"successful ones too: the botnet has %d of the %d attempts left.", d.carlaLogins, guesses, loginAccountLimit)
-	}
 	var bots []reply
 	for i := range 20 {
 		ip := fmt.Sprintf("203.0.113.%d", i+1)
 		bots = append(bots, d.show(d.call(ctx, ip, "POST", "/v1/login", "",
 			map[string]string{"document": carla.document, "password": fmt.Sprintf("guess-%d", i+1)})))
 	}
-	d.expect(fmt.Sprintf("20 IPs, one guess each: %d × 401, then 429 from the document key", guesses),
-		inOrder(bots, guesses, http.StatusUnauthorized, http.StatusTooManyRequests), sequence(bots))
+	// The refusal lists every key decided: it declares the document key's limit.
+	guesses, _ := declaredLimit(bots[len(bots)-1].header, "login-account")
+	d.expect(fmt.Sprintf("20 IPs, one guess each: %d × 401 (the document key's limit), then 429", guesses),
+		guesses > 0 && inOrder(bots, guesses, http.StatusUnauthorized, http.StatusTooManyRequests), sequence(bots))
 
 	const single = "198.51.100.66"
-	d.out.say("One machine, %s, tries 15 different documents, one guess each.", single)
-	var sweep []reply
-	for i := range 15 {
-		doc, _ := pix.CompleteCPF(strconv.Itoa(700000000 + i*7919))
-		sweep = append(sweep, d.show(d.call(ctx, single, "POST", "/v1/login", "",
-			map[string]string{"document": doc, "password": "123456"})))
+	first := d.show(d.call(ctx, single, "POST", "/v1/login", "", map[string]string{"document": sweepCPF(0), "password": "123456"}))
+	perIP, ok := declaredLimit(first.header, "login-ip")
+	if !d.expect(fmt.Sprintf("the login declares its IP key's limit, small enough for the story (at most %d)", maxStoryLimit),
+		ok && perIP <= maxStoryLimit, first.header.Get("RateLimit-Policy")) {
+		return nil
 	}
-	d.expect(fmt.Sprintf("one IP, 15 documents: %d × 401, then 429 from the IP key", loginIPLimit),
-		inOrder(sweep, loginIPLimit, http.StatusUnauthorized, http.StatusTooManyRequests), sequence(sweep))
+	d.out.say("One machine, %s, tries %d different documents, one guess each (that was the first).", single, perIP+5)
+	sweep := []reply{first}
+	for i := 1; i < perIP+5; i++ {
+		sweep = append(sweep, d.show(d.call(ctx, single, "POST", "/v1/login", "",
+			map[string]string{"document": sweepCPF(i), "password": "123456"})))
+	}
+	d.expect(fmt.Sprintf("one IP, %d documents: %d × 401, then 429 from the IP key", perIP+5, perIP),
+		inOrder(sweep, perIP, http.StatusUnauthorized, http.StatusTooManyRequests), sequence(sweep))
 
 	byDoc, byIP := bots[len(bots)-1], sweep[len(sweep)-1]
 	same := byDoc.status == byIP.status && byDoc.code() == byIP.code() && byDoc.str("message") == byIP.str("message") &&
@@ -140,6 +178,12 @@ func loginAttack(ctx context.Context, d *demo) error {
 		"and it lets that botnet lock the owner out until the window slides past the guesses (Retry-After\n" +
 		"tells her when). Banks soften it with a second factor or a trusted-device path; the limit stays.")
 	return nil
+}
+
+// sweepCPF is the i-th document of the one-IP sweep: valid CPFs that no demo account has.
+func sweepCPF(i int) string {
+	doc, _ := pix.CompleteCPF(strconv.Itoa(700000000 + i*7919))
+	return doc
 }
 
 // outage: with Redis gone, login and PIX fail closed, the statement fails open, nothing waits

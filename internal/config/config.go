@@ -1,6 +1,7 @@
 // Package config owns the process's configuration: every environment variable of the contract,
 // its default, and its validation. Load reports every invalid variable at once, by name, so an
-// operator fixes a deployment in one pass.
+// operator fixes a deployment in one pass. The rules of the domain (what makes a rate-limit
+// policy valid) are the domain packages' own: config calls them and names the variable.
 package config
 
 import (
@@ -25,223 +26,273 @@ import (
 // Config is the validated configuration. The env-tagged fields mirror the contract's table; the
 // others are derived from them by Load.
 type Config struct {
-	HTTPAddr             string        `env:"HTTP_ADDR" envDefault:":8080"`
-	RedisURL             string        `env:"REDIS_URL"`
-	RedisClusterAddrs    string        `env:"REDIS_CLUSTER_ADDRS"`
-	RedisSentinelAddrs   string        `env:"REDIS_SENTINEL_ADDRS"`
-	RedisSentinelMaster  string        `env:"REDIS_SENTINEL_MASTER"`
-	DatabaseURL          string        `env:"DATABASE_URL"`
-	DBTimeout            time.Duration `env:"DB_TIMEOUT" envDefault:"2s"`
-	RedisTimeout         time.Duration `env:"REDIS_TIMEOUT" envDefault:"100ms"`
-	AuthSecret           string        `env:"AUTH_SECRET"`
-	TokenTTL             time.Duration `env:"TOKEN_TTL" envDefault:"15m"`
-	TrustedProxiesRaw    string        `env:"TRUSTED_PROXIES"`
-	PIXLimit             int           `env:"PIX_LIMIT" envDefault:"10"`
-	PIXWindow            time.Duration `env:"PIX_WINDOW" envDefault:"1m"`
-	PIXFailMode          string        `env:"PIX_FAIL_MODE" envDefault:"closed"`
-	PIXAlgorithm         string        `env:"PIX_ALGORITHM" envDefault:"sliding_log"`
-	PIXBurst             int           `env:"PIX_BURST"`
-	StatementLimit       int           `env:"STATEMENT_LIMIT" envDefault:"30"`
-	StatementWindow      time.Duration `env:"STATEMENT_WINDOW" envDefault:"1m"`
-	StatementFailMode    string        `env:"STATEMENT_FAIL_MODE" envDefault:"open"`
-	StatementAlgorithm   string        `env:"STATEMENT_ALGORITHM" envDefault:"sliding_log"`
-	StatementBurst       int           `env:"STATEMENT_BURST"`
-	LoginIPLimit         int           `env:"LOGIN_IP_LIMIT" envDefault:"10"`
-	LoginAccountLimit    int           `env:"LOGIN_ACCOUNT_LIMIT" envDefault:"5"`
-	LoginWindow          time.Duration `env:"LOGIN_WINDOW" envDefault:"10m"`
-	LoginFailMode        string        `env:"LOGIN_FAIL_MODE" envDefault:"closed"`
-	LoginAlgorithm       string        `env:"LOGIN_ALGORITHM" envDefault:"sliding_log"`
-	LoginBurst           int           `env:"LOGIN_BURST"`
-	FailClosedRetryAfter time.Duration `env:"FAIL_CLOSED_RETRY_AFTER" envDefault:"5s"`
-	DemoAccountsRaw      string        `env:"DEMO_ACCOUNTS"`
-	LogLevelRaw          string        `env:"LOG_LEVEL" envDefault:"info"`
-	LogFormat            string        `env:"LOG_FORMAT" envDefault:"text"`
+	HTTPAddr             string         `env:"HTTP_ADDR" envDefault:":8080"`
+	RedisURL             string         `env:"REDIS_URL"`
+	RedisClusterAddrs    string         `env:"REDIS_CLUSTER_ADDRS"`
+	RedisSentinelAddrs   string         `env:"REDIS_SENTINEL_ADDRS"`
+	RedisSentinelMaster  string         `env:"REDIS_SENTINEL_MASTER"`
+	RedisTimeout         time.Duration  `env:"REDIS_TIMEOUT" envDefault:"100ms"`
+	DatabaseURL          string         `env:"DATABASE_URL"`
+	DBTimeout            time.Duration  `env:"DB_TIMEOUT" envDefault:"2s"`
+	AuthSecret           string         `env:"AUTH_SECRET"`
+	TokenTTL             time.Duration  `env:"TOKEN_TTL" envDefault:"15m"`
+	TrustedProxies       []netip.Prefix `env:"TRUSTED_PROXIES"`
+	FailClosedRetryAfter time.Duration  `env:"FAIL_CLOSED_RETRY_AFTER" envDefault:"5s"`
+	DemoAccountsSet      *bool          `env:"DEMO_ACCOUNTS"` // nil when unset
+	LogLevel             slog.Level     `env:"LOG_LEVEL" envDefault:"info"`
+	LogFormat            string         `env:"LOG_FORMAT" envDefault:"text"`
+
+	// The routes, each read with its prefix (PIX_LIMIT, STATEMENT_WINDOW, LOGIN_IP_LIMIT, ...).
+	PIX       Route      `env:"-"`
+	Statement Route      `env:"-"`
+	Login     LoginRoute `env:"-"`
 
 	// Derived by Load.
+	Redis         *redis.Options `env:"-"` // from REDIS_URL; nil in the other modes
+	RedisCluster  []string       `env:"-"` // seed nodes of a Redis Cluster
+	RedisSentinel []string       `env:"-"` // sentinels watching RedisSentinelMaster
 	// DemoAccounts says whether to seed the demo accounts: DEMO_ACCOUNTS when set, else only
 	// into the in-memory ledger (never, unasked, into a DATABASE_URL database).
-	DemoAccounts   bool             `env:"-"`
-	TrustedProxies []netip.Prefix   `env:"-"`
-	Redis          *redis.Options   `env:"-"` // from REDIS_URL; nil in the other modes
-	RedisCluster   []string         `env:"-"` // seed nodes of a Redis Cluster
-	RedisSentinel  []string         `env:"-"` // sentinels watching RedisSentinelMaster
-	LogLevel       slog.Level       `env:"-"`
-	PIX            ratelimit.Policy `env:"-"`
-	Statement      ratelimit.Policy `env:"-"`
-	LoginIP        ratelimit.Policy `env:"-"`
-	LoginAccount   ratelimit.Policy `env:"-"`
+	DemoAccounts bool   `env:"-"`
+	Limits       Limits `env:"-"`
+}
+
+// Route is one limited route's variables, read with the route's prefix.
+type Route struct {
+	Limit     int                 `env:"LIMIT"`
+	Window    time.Duration       `env:"WINDOW"`
+	FailMode  ratelimit.FailMode  `env:"FAIL_MODE"`
+	Algorithm ratelimit.Algorithm `env:"ALGORITHM"`
+	Burst     int                 `env:"BURST"`
+}
+
+// Policy is the route's rate-limit policy under the given name.
+func (r Route) Policy(name string) ratelimit.Policy {
+	return ratelimit.Policy{Name: name, Limit: r.Limit, Window: r.Window, Algorithm: r.Algorithm, Burst: r.Burst, FailMode: r.FailMode}
+}
+
+// LoginRoute is the login's variables: two limits, by client IP and by document, over one window,
+// fail mode and algorithm (the two keys are decided in one script).
+type LoginRoute struct {
+	IPLimit      int                 `env:"IP_LIMIT"`
+	AccountLimit int                 `env:"ACCOUNT_LIMIT"`
+	Window       time.Duration       `env:"WINDOW"`
+	FailMode     ratelimit.FailMode  `env:"FAIL_MODE"`
+	Algorithm    ratelimit.Algorithm `env:"ALGORITHM"`
+	Burst        int                 `env:"BURST"`
+}
+
+// Limits are the routes' validated rate-limit policies and the Retry-After of a fail-closed
+// route that cannot decide: the shape of httpapi.Limits, which converts from it.
+type Limits struct {
+	PIX, Statement, LoginIP, LoginAccount ratelimit.Policy
+	FailClosedRetryAfter                  time.Duration
+}
+
+// defaults are the contract's defaults of the route variables.
+func defaults() Config {
+	return Config{
+		PIX:       Route{Limit: 10, Window: time.Minute, FailMode: ratelimit.FailClosed, Algorithm: ratelimit.SlidingLog},
+		Statement: Route{Limit: 30, Window: time.Minute, FailMode: ratelimit.FailOpen, Algorithm: ratelimit.SlidingLog},
+		Login: LoginRoute{IPLimit: 10, AccountLimit: 5, Window: 10 * time.Minute, FailMode: ratelimit.FailClosed,
+			Algorithm: ratelimit.SlidingLog},
+	}
 }
 
 // Load reads the configuration through getenv (os.Getenv in production; a map in tests, so they
-// can run in parallel). Its error lists every invalid variable, one per line, each as
-// "NAME: why".
+// can run in parallel). Its error, an *Error, lists every invalid variable, each as "NAME: why".
 func Load(getenv func(string) string) (Config, error) {
-	var cfg Config
-	environ := map[string]string{}
-	params, err := env.GetFieldParams(&cfg)
+	cfg := defaults()
+	var p problems
+	parts := []struct {
+		prefix string
+		target any
+	}{{"", &cfg}, {"PIX_", &cfg.PIX}, {"STATEMENT_", &cfg.Statement}, {"LOGIN_", &cfg.Login}}
+	for _, part := range parts {
+		if err := parse(part.target, part.prefix, getenv, &p); err != nil {
+			return Config{}, err
+		}
+	}
+	for prefix, burst := range map[string]int{"PIX_": cfg.PIX.Burst, "STATEMENT_": cfg.Statement.Burst, "LOGIN_": cfg.Login.Burst} {
+		if getenv(prefix+"BURST") != "" && burst < 1 { // zero means "the limit" only when unset
+			p.add(prefix+"BURST", "%d: want at least 1", burst)
+		}
+	}
+	cfg.check(&p)
+	if len(p.list) > 0 {
+		return Config{}, &Error{Problems: p.list}
+	}
+	return cfg, nil
+}
+
+// problems collects "NAME: why", at most one per variable: a variable that failed to parse is
+// not checked again.
+type problems struct{ list []string }
+
+func (p *problems) add(name, format string, args ...any) {
+	if !p.has(name) {
+		p.list = append(p.list, name+": "+fmt.Sprintf(format, args...))
+	}
+}
+
+func (p *problems) has(name string) bool {
+	return slices.ContainsFunc(p.list, func(s string) bool { return strings.HasPrefix(s, name+": ") })
+}
+
+// parse fills target from the variables under prefix, reporting each that does not parse.
+func parse(target any, prefix string, getenv func(string) string, p *problems) error {
+	opts := env.Options{Prefix: prefix, FuncMap: map[reflect.Type]env.ParserFunc{
+		reflect.TypeFor[[]netip.Prefix](): parsePrefixes,
+	}}
+	params, err := env.GetFieldParamsWithOptions(target, opts)
 	if err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
+		return fmt.Errorf("config: %w", err)
 	}
-	for _, p := range params {
-		if v := getenv(p.Key); v != "" {
-			environ[p.Key] = v
+	opts.Environment = map[string]string{}
+	for _, f := range params {
+		if v := getenv(f.Key); v != "" {
+			opts.Environment[f.Key] = v
 		}
 	}
+	err = env.ParseWithOptions(target, opts)
+	var agg env.AggregateError
+	if err == nil {
+		return nil
+	} else if !errors.As(err, &agg) {
+		return fmt.Errorf("config: %w", err)
+	}
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if !errors.As(e, &pe) {
+			return fmt.Errorf("config: %w", e)
+		}
+		f, _ := reflect.TypeOf(target).Elem().FieldByName(pe.Name)
+		name := prefix + f.Tag.Get("env")
+		if name == "AUTH_SECRET" {
+			p.add(name, "invalid")
+			continue
+		}
+		p.add(name, "%q is not a valid %s", opts.Environment[name], kind(pe.Type, pe.Err))
+	}
+	return nil
+}
 
-	var problems []string
-	bad := func(name, format string, args ...any) {
-		problems = append(problems, name+": "+fmt.Sprintf(format, args...))
-	}
-	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
-		var agg env.AggregateError
-		if !errors.As(err, &agg) {
-			return Config{}, fmt.Errorf("config: %w", err)
-		}
-		for _, e := range agg.Errors {
-			var pe env.ParseError
-			if !errors.As(e, &pe) {
-				return Config{}, fmt.Errorf("config: %w", e)
-			}
-			f, _ := reflect.TypeFor[Config]().FieldByName(pe.Name)
-			name := f.Tag.Get("env")
-			bad(name, "%q is not a valid %s", environ[name], kind(pe.Type))
-		}
-	}
-	parsed := func(name string) bool { // a variable that failed to parse is reported once
-		for _, p := range problems {
-			if strings.HasPrefix(p, name+":") {
-				return false
-			}
-		}
-		return true
-	}
-
-	if _, _, err := net.SplitHostPort(cfg.HTTPAddr); err != nil {
-		bad("HTTP_ADDR", "%q is not host:port", cfg.HTTPAddr)
-	}
-	if cfg.RedisURL != "" {
-		opt, err := redis.ParseURL(cfg.RedisURL)
-		if err != nil {
-			bad("REDIS_URL", "not a redis://, rediss:// or unix:// URL (%v)", redactURLError(err, cfg.RedisURL))
-		} else {
-			cfg.Redis = opt
-		}
-	}
-	cfg.RedisCluster = addrList("REDIS_CLUSTER_ADDRS", cfg.RedisClusterAddrs, bad)
-	cfg.RedisSentinel = addrList("REDIS_SENTINEL_ADDRS", cfg.RedisSentinelAddrs, bad)
-	if (cfg.RedisSentinelAddrs == "") != (cfg.RedisSentinelMaster == "") {
-		bad("REDIS_SENTINEL_MASTER", "REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER go together")
-	}
-	modes := 0
-	for _, v := range []string{cfg.RedisURL, cfg.RedisClusterAddrs, cfg.RedisSentinelAddrs} {
-		if v != "" {
-			modes++
-		}
-	}
-	if modes > 1 {
-		bad("REDIS_URL", "set one of REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS, not several")
-	}
-	if cfg.DatabaseURL != "" {
-		scheme, _, _ := strings.Cut(cfg.DatabaseURL, "://")
-		if _, err := pgxpool.ParseConfig(cfg.DatabaseURL); err != nil || (scheme != "postgres" && scheme != "postgresql") {
-			bad("DATABASE_URL", "not a postgres:// URL")
-		}
-	}
-	if parsed("REDIS_TIMEOUT") && (cfg.RedisTimeout < time.Millisecond || cfg.RedisTimeout > time.Minute) {
-		bad("REDIS_TIMEOUT", "%v: want between 1ms and 1m", cfg.RedisTimeout)
-	}
-	if parsed("DB_TIMEOUT") && (cfg.DBTimeout < 10*time.Millisecond || cfg.DBTimeout > time.Minute) {
-		bad("DB_TIMEOUT", "%v: want between 10ms and 1m", cfg.DBTimeout)
-	}
-	switch {
-	case cfg.AuthSecret != "" && len(cfg.AuthSecret) < 32:
-		bad("AUTH_SECRET", "%d bytes: want at least 32 random bytes (openssl rand -base64 48)", len(cfg.AuthSecret))
-	case slices.Contains(publishedSecrets, cfg.AuthSecret):
-		bad("AUTH_SECRET", "this value is published in pixlimit's repository: anyone could sign tokens with it; "+
-			"make your own (openssl rand -base64 48)")
-	case cfg.AuthSecret == "" && modes > 0:
-		// Each replica would draw its own: tokens would not cross replicas, and every limit would
-		// be multiplied by the number of replicas, since each keys Redis with its own hash.
-		bad("AUTH_SECRET", "required with a shared Redis (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): "+
-			"every replica must use the same one (openssl rand -base64 48)")
-	}
-	cfg.DemoAccounts = cfg.DatabaseURL == ""
-	if cfg.DemoAccountsRaw != "" {
-		seed, err := strconv.ParseBool(cfg.DemoAccountsRaw)
-		if err != nil {
-			bad("DEMO_ACCOUNTS", "%q: want true or false", cfg.DemoAccountsRaw)
-		}
-		cfg.DemoAccounts = seed
-	}
-	if parsed("TOKEN_TTL") && cfg.TokenTTL < time.Second {
-		bad("TOKEN_TTL", "%v: want at least 1s", cfg.TokenTTL)
-	}
-	for _, s := range strings.Split(cfg.TrustedProxiesRaw, ",") {
+// parsePrefixes parses comma-separated CIDRs with netip, forgiving spaces ("10.0.0.0/8, fd00::/8")
+// and host bits.
+func parsePrefixes(list string) (any, error) {
+	var prefixes []netip.Prefix
+	for _, s := range strings.Split(list, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
 		}
-		p, err := netip.ParsePrefix(s)
+		pfx, err := netip.ParsePrefix(s)
 		if err != nil {
-			bad("TRUSTED_PROXIES", "%q is not a CIDR (like 10.0.0.0/8 or fd00::/8)", s)
-			continue
+			return nil, err
 		}
-		cfg.TrustedProxies = append(cfg.TrustedProxies, p.Masked())
+		prefixes = append(prefixes, pfx.Masked())
 	}
-	if parsed("FAIL_CLOSED_RETRY_AFTER") && (cfg.FailClosedRetryAfter < time.Second || cfg.FailClosedRetryAfter%time.Second != 0) {
-		bad("FAIL_CLOSED_RETRY_AFTER", "%v: want whole seconds, at least 1s", cfg.FailClosedRetryAfter)
+	return prefixes, nil
+}
+
+// check validates what parsed and derives the rest.
+func (cfg *Config) check(p *problems) {
+	if _, _, err := net.SplitHostPort(cfg.HTTPAddr); err != nil {
+		p.add("HTTP_ADDR", "%q is not host:port", cfg.HTTPAddr)
 	}
-	if err := cfg.LogLevel.UnmarshalText([]byte(cfg.LogLevelRaw)); err != nil || !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(cfg.LogLevelRaw)) {
-		bad("LOG_LEVEL", "%q: want debug, info, warn or error", cfg.LogLevelRaw)
+	cfg.checkRedis(p)
+	if cfg.DatabaseURL != "" {
+		scheme, _, _ := strings.Cut(cfg.DatabaseURL, "://")
+		if _, err := pgxpool.ParseConfig(cfg.DatabaseURL); err != nil || (scheme != "postgres" && scheme != "postgresql") {
+			p.add("DATABASE_URL", "not a postgres:// URL")
+		}
+	}
+	between(p, "REDIS_TIMEOUT", cfg.RedisTimeout, time.Millisecond, time.Minute)
+	between(p, "DB_TIMEOUT", cfg.DBTimeout, 10*time.Millisecond, time.Minute)
+	between(p, "TOKEN_TTL", cfg.TokenTTL, time.Second, 365*24*time.Hour)
+	if cfg.FailClosedRetryAfter%time.Second != 0 {
+		p.add("FAIL_CLOSED_RETRY_AFTER", "%v: want whole seconds", cfg.FailClosedRetryAfter)
+	}
+	between(p, "FAIL_CLOSED_RETRY_AFTER", cfg.FailClosedRetryAfter, time.Second, time.Hour)
+	cfg.checkSecret(p)
+	cfg.DemoAccounts = cfg.DatabaseURL == ""
+	if cfg.DemoAccountsSet != nil {
+		cfg.DemoAccounts = *cfg.DemoAccountsSet
+	}
+	if !slices.Contains([]slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}, cfg.LogLevel) {
+		p.add("LOG_LEVEL", "%v: want debug, info, warn or error", cfg.LogLevel)
 	}
 	if !slices.Contains([]string{"text", "json"}, cfg.LogFormat) {
-		bad("LOG_FORMAT", "%q: want text or json", cfg.LogFormat)
+		p.add("LOG_FORMAT", "%q: want text or json", cfg.LogFormat)
 	}
+	cfg.Limits = Limits{
+		PIX:                  policy(p, "PIX_", cfg.PIX.Policy("pix")),
+		Statement:            policy(p, "STATEMENT_", cfg.Statement.Policy("statement")),
+		LoginIP:              policy(p, "LOGIN_", cfg.Login.policy("login-ip", cfg.Login.IPLimit), "IP_LIMIT"),
+		LoginAccount:         policy(p, "LOGIN_", cfg.Login.policy("login-account", cfg.Login.AccountLimit), "ACCOUNT_LIMIT"),
+		FailClosedRetryAfter: cfg.FailClosedRetryAfter,
+	}
+}
 
-	// route reads one route's algorithm and burst, reporting each problem once.
-	route := func(prefix, algorithm string, burst int) (ratelimit.Algorithm, int) {
-		a, err := ratelimit.ParseAlgorithm(algorithm)
-		if err != nil {
-			bad(prefix+"_ALGORITHM", "%q: want one of %v", algorithm, ratelimit.Algorithms)
-		}
-		_, set := environ[prefix+"_BURST"]
-		switch {
-		case !parsed(prefix+"_BURST") || !set:
-		case burst < 1:
-			bad(prefix+"_BURST", "%d: want at least 1", burst)
-		case err == nil && a != ratelimit.TokenBucket && a != ratelimit.GCRA:
-			bad(prefix+"_BURST", "only token_bucket and gcra take a burst; %s_ALGORITHM is %s", prefix, a)
-		}
-		return a, max(burst, 0)
-	}
-	policy := func(name, limitVar string, limit int, window time.Duration, mode, routeVar string, a ratelimit.Algorithm, burst int) ratelimit.Policy {
-		if parsed(limitVar) && limit < 1 {
-			bad(limitVar, "%d: want at least 1", limit)
-		}
-		if parsed(routeVar+"_WINDOW") && (window < time.Second || window%time.Second != 0) {
-			bad(routeVar+"_WINDOW", "%v: want whole seconds, at least 1s", window)
-		}
-		m, err := ratelimit.ParseFailMode(mode)
-		if err != nil {
-			bad(routeVar+"_FAIL_MODE", "%q: want open or closed", mode)
-		}
-		p := ratelimit.Policy{Name: name, Limit: limit, Window: window, Algorithm: a, Burst: burst, FailMode: m}
-		if err := p.Validate(); err != nil && len(problems) == 0 {
-			bad(limitVar, "%v", err) // what the individual checks cannot see, such as limit × window
-		}
-		return p
-	}
-	a, burst := route("PIX", cfg.PIXAlgorithm, cfg.PIXBurst)
-	cfg.PIX = policy("pix", "PIX_LIMIT", cfg.PIXLimit, cfg.PIXWindow, cfg.PIXFailMode, "PIX", a, burst)
-	a, burst = route("STATEMENT", cfg.StatementAlgorithm, cfg.StatementBurst)
-	cfg.Statement = policy("statement", "STATEMENT_LIMIT", cfg.StatementLimit, cfg.StatementWindow, cfg.StatementFailMode, "STATEMENT", a, burst)
-	a, burst = route("LOGIN", cfg.LoginAlgorithm, cfg.LoginBurst)
-	cfg.LoginIP = policy("login-ip", "LOGIN_IP_LIMIT", cfg.LoginIPLimit, cfg.LoginWindow, cfg.LoginFailMode, "LOGIN", a, burst)
-	cfg.LoginAccount = policy("login-account", "LOGIN_ACCOUNT_LIMIT", cfg.LoginAccountLimit, cfg.LoginWindow, cfg.LoginFailMode, "LOGIN", a, burst)
+func (l LoginRoute) policy(name string, limit int) ratelimit.Policy {
+	return Route{Limit: limit, Window: l.Window, FailMode: l.FailMode, Algorithm: l.Algorithm, Burst: l.Burst}.Policy(name)
+}
 
-	if len(problems) > 0 {
-		return Config{}, &Error{Problems: dedupe(problems)}
+// policy validates pol with the limiter's own rules and reports a problem under the variable
+// that holds the offending field: prefix + LIMIT (or limitVar), WINDOW, ALGORITHM or BURST.
+// Windows must also be whole seconds, as the RateLimit headers count in seconds.
+func policy(p *problems, prefix string, pol ratelimit.Policy, limitVar ...string) ratelimit.Policy {
+	vars := map[string]string{"Limit": "LIMIT", "Window": "WINDOW", "Algorithm": "ALGORITHM", "Burst": "BURST"}
+	if len(limitVar) > 0 {
+		vars["Limit"] = limitVar[0]
 	}
-	return cfg, nil
+	if joined, ok := pol.Validate().(interface{ Unwrap() []error }); ok {
+		for _, err := range joined.Unwrap() {
+			var pe *ratelimit.PolicyError
+			if errors.As(err, &pe) {
+				p.add(prefix+vars[pe.Field], "%s", pe.Reason)
+			}
+		}
+	}
+	if pol.Window%time.Second != 0 || pol.Window < time.Second {
+		p.add(prefix+"WINDOW", "%v: want whole seconds, at least 1s", pol.Window)
+	}
+	return pol
+}
+
+func between(p *problems, name string, d, lo, hi time.Duration) {
+	if d < lo || d > hi {
+		p.add(name, "%v: want between %v and %v", d, lo, hi)
+	}
+}
+
+// checkRedis parses the Redis mode: REDIS_URL, a cluster's seeds or sentinels, at most one.
+func (cfg *Config) checkRedis(p *problems) {
+	if cfg.RedisURL != "" {
+		opt, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			p.add("REDIS_URL", "not a redis://, rediss:// or unix:// URL (%v)", redactURLError(err, cfg.RedisURL))
+		}
+		cfg.Redis = opt
+	}
+	cfg.RedisCluster = addrList(p, "REDIS_CLUSTER_ADDRS", cfg.RedisClusterAddrs)
+	cfg.RedisSentinel = addrList(p, "REDIS_SENTINEL_ADDRS", cfg.RedisSentinelAddrs)
+	if (cfg.RedisSentinelAddrs == "") != (cfg.RedisSentinelMaster == "") {
+		p.add("REDIS_SENTINEL_MASTER", "REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER go together")
+	}
+	if cfg.redisModes() > 1 {
+		p.add("REDIS_URL", "set one of REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS, not several")
+	}
+}
+
+// redisModes counts the Redis modes set; zero means the embedded Redis.
+func (cfg *Config) redisModes() int {
+	n := 0
+	for _, v := range []string{cfg.RedisURL, cfg.RedisClusterAddrs, cfg.RedisSentinelAddrs} {
+		if v != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // publishedSecrets are AUTH_SECRET values that appear, or once appeared, in this repository
@@ -256,8 +307,25 @@ var publishedSecrets = []string{
 	"ssssssssssssssssssssssssssssssss",
 }
 
+// checkSecret refuses a short or published AUTH_SECRET, and an empty one with a shared Redis.
+// The value never appears in a message.
+func (cfg *Config) checkSecret(p *problems) {
+	switch {
+	case cfg.AuthSecret != "" && len(cfg.AuthSecret) < 32:
+		p.add("AUTH_SECRET", "%d bytes: want at least 32 random bytes (openssl rand -base64 48)", len(cfg.AuthSecret))
+	case slices.Contains(publishedSecrets, cfg.AuthSecret):
+		p.add("AUTH_SECRET", "this value is published in pixlimit's repository: anyone could sign tokens with it; "+
+			"make your own (openssl rand -base64 48)")
+	case cfg.AuthSecret == "" && cfg.redisModes() > 0:
+		// Each replica would draw its own: tokens would not cross replicas, and every limit would
+		// be multiplied by the number of replicas, since each keys Redis with its own hash.
+		p.add("AUTH_SECRET", "required with a shared Redis (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): "+
+			"every replica must use the same one (openssl rand -base64 48)")
+	}
+}
+
 // addrList parses comma-separated host:port addresses, each with a host and a numeric port.
-func addrList(name, list string, bad func(string, string, ...any)) []string {
+func addrList(p *problems, name, list string) []string {
 	var addrs []string
 	for _, a := range strings.Split(list, ",") {
 		if a = strings.TrimSpace(a); a == "" {
@@ -265,7 +333,7 @@ func addrList(name, list string, bad func(string, string, ...any)) []string {
 		}
 		host, port, err := net.SplitHostPort(a)
 		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-			bad(name, "%q is not host:port with a port from 1 to 65535", a)
+			p.add(name, "%q is not host:port with a port from 1 to 65535", a)
 			continue
 		}
 		addrs = append(addrs, a)
@@ -283,16 +351,25 @@ func (e *Error) Error() string {
 	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
 }
 
-func kind(t reflect.Type) string {
+// kind names what a variable of type t should hold, with the parser's reason when it has one.
+func kind(t reflect.Type, err error) string {
 	switch t {
 	case reflect.TypeFor[time.Duration]():
 		return "duration (like 100ms, 1m)"
-	case reflect.TypeFor[bool]():
+	case reflect.TypeFor[*bool]():
 		return "boolean (true or false)"
 	case reflect.TypeFor[int]():
 		return "integer"
+	case reflect.TypeFor[[]netip.Prefix]():
+		return "list of CIDRs (like 10.0.0.0/8,fd00::/8)"
+	case reflect.TypeFor[slog.Level]():
+		return "level: debug, info, warn or error"
 	}
-	return t.String()
+	var inner interface{ Unwrap() error }
+	if errors.As(err, &inner) && inner.Unwrap() != nil {
+		return fmt.Sprintf("value: %v", inner.Unwrap())
+	}
+	return fmt.Sprintf("value (%v)", err)
 }
 
 // redactURLError keeps a password in REDIS_URL out of the error message.
@@ -304,16 +381,4 @@ func redactURLError(err error, url string) string {
 		}
 	}
 	return msg
-}
-
-func dedupe(ss []string) []string {
-	seen := map[string]bool{}
-	out := ss[:0]
-	for _, s := range ss {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
 }

@@ -25,7 +25,7 @@ func TestDefaults(t *testing.T) {
 		"login-ip":      {Name: "login-ip", Limit: 10, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog, FailMode: ratelimit.FailClosed},
 		"login-account": {Name: "login-account", Limit: 5, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog, FailMode: ratelimit.FailClosed},
 	}
-	for _, got := range []ratelimit.Policy{cfg.PIX, cfg.Statement, cfg.LoginIP, cfg.LoginAccount} {
+	for _, got := range []ratelimit.Policy{cfg.Limits.PIX, cfg.Limits.Statement, cfg.Limits.LoginIP, cfg.Limits.LoginAccount} {
 		if got != want[got.Name] {
 			t.Errorf("policy %s = %+v, want %+v", got.Name, got, want[got.Name])
 		}
@@ -52,7 +52,7 @@ func TestValidValues(t *testing.T) {
 	if len(cfg.TrustedProxies) != 2 || cfg.TrustedProxies[1].String() != "fd00::/8" {
 		t.Errorf("TRUSTED_PROXIES parsed as %v", cfg.TrustedProxies)
 	}
-	if cfg.PIX.Limit != 3 || cfg.PIX.Window != 30*time.Second || cfg.Statement.FailMode != ratelimit.FailClosed || cfg.DemoAccounts {
+	if cfg.Limits.PIX.Limit != 3 || cfg.Limits.PIX.Window != 30*time.Second || cfg.Limits.Statement.FailMode != ratelimit.FailClosed || cfg.DemoAccounts {
 		t.Errorf("parsed %+v", cfg)
 	}
 }
@@ -123,9 +123,9 @@ func TestAlgorithms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.PIX.Algorithm != ratelimit.TokenBucket || cfg.PIX.Burst != 25 || cfg.Statement.Algorithm != ratelimit.FixedWindow ||
-		cfg.LoginIP.Algorithm != ratelimit.GCRA || cfg.LoginAccount.Algorithm != ratelimit.GCRA || cfg.LoginIP.Burst != 0 {
-		t.Errorf("parsed %+v / %+v / %+v", cfg.PIX, cfg.Statement, cfg.LoginIP)
+	if cfg.Limits.PIX.Algorithm != ratelimit.TokenBucket || cfg.Limits.PIX.Burst != 25 || cfg.Limits.Statement.Algorithm != ratelimit.FixedWindow ||
+		cfg.Limits.LoginIP.Algorithm != ratelimit.GCRA || cfg.Limits.LoginAccount.Algorithm != ratelimit.GCRA || cfg.Limits.LoginIP.Burst != 0 {
+		t.Errorf("parsed %+v / %+v / %+v", cfg.Limits.PIX, cfg.Limits.Statement, cfg.Limits.LoginIP)
 	}
 }
 

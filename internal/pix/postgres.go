@@ -297,24 +297,8 @@ func (l *PostgresLedger) transfer(ctx context.Context, r TransferRequest) (Recei
 		if _, err := tx.Exec(ctx, "UPDATE accounts SET balance_cents = balance_cents + $2 WHERE id = $1", payee, r.AmountCents); err != nil {
 			return err // 22003 numeric overflow: unreachable while money is only moved
 		}
-		now := l.now().UTC().Truncate(time.Microsecond)
-		id := NewEndToEndID(now)
-		var idem *string
-		if r.IdempotencyKey != "" {
-			idem = &r.IdempotencyKey
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO transfers (end_to_end_id, payer_id, payee_id, to_key, amount_cents,
-			description, idempotency_key, payer_balance_after, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-			id, r.From, payee, r.ToKey, r.AmountCents, r.Description, idem, balance, now); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO entries (account_id, end_to_end_id, direction, amount_cents, counterparty, description, created_at)
-			VALUES ($1, $3, 'out', $5, $7, $6, $8), ($2, $3, 'in', $5, $4, $6, $8)`,
-			r.From, payee, id, payerName, r.AmountCents, r.Description, payeeName, now); err != nil {
-			return err
-		}
-		receipt = Receipt{EndToEndID: id, AmountCents: r.AmountCents, BalanceCents: balance, ToKey: r.ToKey, ToName: payeeName, CreatedAt: now}
-		return nil
+		receipt, err = l.record(ctx, tx, r, payee, payerName, payeeName, balance)
+		return err
 	})
 	return receipt, err
 }
@@ -331,6 +315,28 @@ func keyNotFound(ctx context.Context, q querier, payer string) error {
 		return ErrAccountNotFound
 	}
 	return ErrKeyNotFound
+}
+
+// record writes a transfer whose money has moved: the transfer row (the idempotency record) and
+// its two statement entries, and returns its receipt.
+func (l *PostgresLedger) record(ctx context.Context, tx pgx.Tx, r TransferRequest, payee, payerName, payeeName string, balance int64) (Receipt, error) {
+	now := l.now().UTC().Truncate(time.Microsecond)
+	id := NewEndToEndID(now)
+	var idem *string
+	if r.IdempotencyKey != "" {
+		idem = &r.IdempotencyKey
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO transfers (end_to_end_id, payer_id, payee_id, to_key, amount_cents,
+		description, idempotency_key, payer_balance_after, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		id, r.From, payee, r.ToKey, r.AmountCents, r.Description, idem, balance, now); err != nil {
+		return Receipt{}, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO entries (account_id, end_to_end_id, direction, amount_cents, counterparty, description, created_at)
+		VALUES ($1, $3, 'out', $5, $7, $6, $8), ($2, $3, 'in', $5, $4, $6, $8)`,
+		r.From, payee, id, payerName, r.AmountCents, r.Description, payeeName, now); err != nil {
+		return Receipt{}, err
+	}
+	return Receipt{EndToEndID: id, AmountCents: r.AmountCents, BalanceCents: balance, ToKey: r.ToKey, ToName: payeeName, CreatedAt: now}, nil
 }
 
 // replay answers a request whose idempotency key is already recorded.

@@ -8,15 +8,15 @@ import (
 )
 
 // Algorithm is how a policy counts. Every algorithm is one Lua script beside this file, decides
-// one or several keys atomically with the Redis clock, never records a refused request, and
-// reports the same Result; they differ in memory, accuracy and what bursts they let through. The
-// package documentation compares them with measured figures.
+// one or several keys atomically with the Redis clock, never records a refused request, can
+// withdraw an admission, and reports the same Result; they differ in memory, accuracy and what
+// bursts they let through (see the package documentation).
 type Algorithm string
 
 // The algorithms.
 const (
-	// SlidingLog keeps one entry per admitted request: exact, no boundary burst, the only one
-	// that recognizes a retried request; memory grows with the limit. The default.
+	// SlidingLog keeps one entry per admitted request: exact, no boundary burst, and an
+	// admission can be withdrawn by its request id; memory grows with the limit. The default.
 	SlidingLog Algorithm = "sliding_log"
 	// SlidingWindow weighs the previous calendar window's count by how much of it the sliding
 	// window still covers: two counters, no boundary burst for the classic attack, approximate.
@@ -33,9 +33,29 @@ const (
 )
 
 // Algorithms lists every algorithm, the default first.
-var Algorithms = []Algorithm{SlidingLog, SlidingWindow, FixedWindow, TokenBucket, GCRA}
+func Algorithms() []Algorithm {
+	return []Algorithm{SlidingLog, SlidingWindow, FixedWindow, TokenBucket, GCRA}
+}
+
+// UnmarshalText parses an algorithm's name; "" is SlidingLog.
+func (a *Algorithm) UnmarshalText(text []byte) error {
+	if len(text) == 0 {
+		*a = SlidingLog
+		return nil
+	}
+	if _, ok := scripts[Algorithm(text)]; !ok {
+		return fmt.Errorf("want one of %v", Algorithms())
+	}
+	*a = Algorithm(text)
+	return nil
+}
+
+// Bursty reports whether the algorithm takes a Burst: a capacity distinct from the rate.
+func (a Algorithm) Bursty() bool { return a == TokenBucket || a == GCRA }
 
 var (
+	//go:embed prelude.lua
+	preludeLua string
 	//go:embed sliding_log.lua
 	slidingLogLua string
 	//go:embed sliding_window.lua
@@ -48,27 +68,14 @@ var (
 	gcraLua string
 )
 
-// scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (redis.Script.Run), so after the
-// first call on a server only a script's hash travels.
+// scripts are each algorithm's script after the shared prelude (the clock, the arguments, the
+// reply), so each algorithm's stored format lives in one file, deciding and withdrawing alike.
+// They run with EVALSHA and fall back to EVAL on NOSCRIPT (redis.Script.Run), so after the first
+// call on a server only a script's hash travels. Built once, never modified.
 var scripts = map[Algorithm]*redis.Script{
-	SlidingLog:    redis.NewScript(slidingLogLua),
-	SlidingWindow: redis.NewScript(slidingWindowLua),
-	FixedWindow:   redis.NewScript(fixedWindowLua),
-	TokenBucket:   redis.NewScript(tokenBucketLua),
-	GCRA:          redis.NewScript(gcraLua),
+	SlidingLog:    redis.NewScript(preludeLua + slidingLogLua),
+	SlidingWindow: redis.NewScript(preludeLua + slidingWindowLua),
+	FixedWindow:   redis.NewScript(preludeLua + fixedWindowLua),
+	TokenBucket:   redis.NewScript(preludeLua + tokenBucketLua),
+	GCRA:          redis.NewScript(preludeLua + gcraLua),
 }
-
-// ParseAlgorithm parses an algorithm's name; "" is SlidingLog.
-func ParseAlgorithm(s string) (Algorithm, error) {
-	if s == "" {
-		return SlidingLog, nil
-	}
-	a := Algorithm(s)
-	if _, ok := scripts[a]; !ok {
-		return "", fmt.Errorf("algorithm %q: want one of %v", s, Algorithms)
-	}
-	return a, nil
-}
-
-// bursty reports whether the algorithm takes a Burst: a capacity distinct from the rate.
-func (a Algorithm) bursty() bool { return a == TokenBucket || a == GCRA }

@@ -44,7 +44,7 @@ func BenchmarkDecision(b *testing.B) {
 	fresh := func(name string) Policy { return policy(fmt.Sprint(name, "-", round.Add(1)), 1000, time.Minute) }
 
 	for _, par := range []int{1, 16} {
-		for _, a := range Algorithms {
+		for _, a := range Algorithms() {
 			b.Run(fmt.Sprintf("%s/one_key/p=%d", a, par), func(b *testing.B) {
 				p := fresh("one")
 				p.Algorithm = a
@@ -136,7 +136,7 @@ func TestMemoryPerKey(t *testing.T) {
 	l, rdb, _ := newTestLimiter(t)
 	withClock(l)
 	ctx := context.Background()
-	for _, a := range Algorithms {
+	for _, a := range Algorithms() {
 		for _, limit := range []int{10, 1000} {
 			p := Policy{Name: fmt.Sprint("mem", limit), Limit: limit, Window: time.Minute, Algorithm: a}
 			for range limit {

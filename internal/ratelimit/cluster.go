@@ -4,16 +4,14 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // decideApart decides a request whose keys may live on different Redis Cluster nodes, where one
 // script cannot see them all (CROSSSLOT). Each key is decided by its own script, all at once,
 // under the same request id and within the same budget. If every key admits, the request is
 // admitted and recorded everywhere, as on one node. If any key refuses, or cannot answer, the
-// admissions the others made are withdrawn (undo.lua), so a refused request consumes no quota in
-// the end; the withdrawals run after the answer is sent, so they never delay it.
+// admissions the others made are withdrawn (each script's withdrawal mode), so a refused request
+// consumes no quota in the end; the withdrawals run after the answer is sent, so they never delay it.
 //
 // The price: between a key's admission and its withdrawal (about one round trip after the
 // decision, measured by TestClusterExactness) a refused request holds one place in that key, and
@@ -26,7 +24,7 @@ func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, a
 	var wg sync.WaitGroup
 	for i := range keys {
 		wg.Go(func() {
-			replies[i], errs[i] = run(ctx, l.rdb, a, keys[i:i+1], append(args[:2:2], args[2+3*i:5+3*i]...))
+			replies[i], errs[i] = run(ctx, l.rdb, a, keys[i:i+1], append(args[:3:3], args[3+3*i:6+3*i]...))
 		})
 	}
 	wg.Wait()
@@ -44,10 +42,10 @@ func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, a
 	pairs := make([]int64, 0, 2*len(keys))
 	for i := range keys {
 		if errs[i] != nil {
-			l.withdrawLate(a, keys[i:i+1], args[0].(string), errs[i]) // it may still run after the deadline
+			l.withdrawLate(a, keys[i:i+1], append(args[:3:3], args[3+3*i:6+3*i]...), errs[i]) // it may still run late
 		}
 		if errs[i] == nil && replies[i][0] == 1 && (!allowed || failed != nil) {
-			l.withdraw(a, keys[i], args[0], replies[i][3], args[2+3*i:5+3*i], decided)
+			l.withdraw(a, keys[i], args[0], replies[i][3], args[3+3*i:6+3*i], decided)
 			replies[i][1]++ // the place it held is given back
 		}
 		if errs[i] == nil {
@@ -67,7 +65,7 @@ func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, a
 // would keep dialing the dead node. The reload is asynchronous and coalesced, so a burst of
 // failures costs a few CLUSTER SLOTS, not one each.
 func (l *Limiter) refreshTopology() {
-	if rc, ok := l.rdb.(*redis.ClusterClient); ok {
+	if rc, ok := l.rdb.(interface{ ReloadState(context.Context) }); ok {
 		rc.ReloadState(context.Background())
 	}
 }

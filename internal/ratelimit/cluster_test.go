@@ -19,7 +19,7 @@ import (
 // TestSplitDecisionWithdraws forces the cluster path on one node, for every algorithm: when the
 // second key refuses, the first key's admission is withdrawn and its quota is whole again.
 func TestSplitDecisionWithdraws(t *testing.T) {
-	for _, a := range Algorithms {
+	for _, a := range Algorithms() {
 		t.Run(string(a), func(t *testing.T) {
 			t.Parallel()
 			l, _, _ := newTestLimiter(t)
@@ -38,8 +38,8 @@ func TestSplitDecisionWithdraws(t *testing.T) {
 				}
 			}
 			l.withdrawals.Wait()
-			if d := mustAllow(t, l, open); !d.Allowed || d.Remaining != 3 {
-				t.Errorf("after 5 refused requests: allowed=%v remaining=%d, want true, 3: the refusals consumed quota", d.Allowed, d.Remaining)
+			if d := mustAllow(t, l, open); !d.Allowed || d.Worst.Remaining != 3 {
+				t.Errorf("after 5 refused requests: allowed=%v remaining=%d, want true, 3: the refusals consumed quota", d.Allowed, d.Worst.Remaining)
 			}
 		})
 	}
@@ -264,5 +264,26 @@ func TestClusterFailover(t *testing.T) {
 	wg2.Wait()
 	if got := admitted.Load(); got != 10 {
 		t.Errorf("after failover: %d of 64 admitted, want exactly 10", got)
+	}
+}
+
+// TestClusterModeSurvivesAWrapper: a client that wraps a cluster client is not recognized by its
+// type, so Options.Cluster declares it; nothing is decided in one script across slots then.
+func TestClusterModeSurvivesAWrapper(t *testing.T) {
+	t.Parallel()
+	type wrapped struct{ redis.Scripter }
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer plain.Close()
+	for _, tt := range []struct {
+		opts Options
+		want bool
+	}{{Options{KeySecret: testSecret}, false}, {Options{KeySecret: testSecret, Cluster: true}, true}} {
+		l, err := New(wrapped{plain}, tt.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.cluster != tt.want {
+			t.Errorf("Options.Cluster=%v: cluster mode %v, want %v", tt.opts.Cluster, l.cluster, tt.want)
+		}
 	}
 }

@@ -19,7 +19,7 @@ import (
 //
 // hash is HMAC-SHA256(secret, identity) truncated to 128 bits and base64url-encoded. Keyed, so
 // that no CPF, account or IP is readable in Redis, and a leaked dump cannot be reversed by hashing
-// the 200 million possible CPFs; truncated, because 128 bits leave collisions out of reach and
+// the possible CPFs (about 10^9); truncated, because 128 bits leave collisions out of reach and
 // keep the key short. The braces make the hash a Redis Cluster hash tag, so every key of one
 // identity lives in one slot.
 type keyer struct {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,7 +136,7 @@ func TestRefusalByOneKeyRecordsNothingInTheOther(t *testing.T) {
 		if d.Allowed {
 			t.Fatalf("request %d admitted with the document key full", i)
 		}
-		if got, want := d.Policy.Name, "login-account"; got != want {
+		if got, want := d.Worst.Policy.Name, "login-account"; got != want {
 			t.Errorf("worst policy = %q, want %q", got, want)
 		}
 		if got, want := d.Results[0].Remaining, 10; got != want {
@@ -159,18 +160,18 @@ func TestWorstKeyIsReported(t *testing.T) {
 	mustAllow(t, l, Check{a, "x"}) // a: 1 entry at t0
 	clk.Add(10 * time.Second)
 	d := mustAllow(t, l, Check{a, "x"}, Check{b, "x"}) // a: 2 entries, b: 1
-	if got, want := d.Policy.Name, "a"; got != want {
+	if got, want := d.Worst.Policy.Name, "a"; got != want {
 		t.Errorf("worst = %q, want %q (fewer remaining)", got, want)
 	}
-	if got, want := d.Remaining, 2; got != want {
+	if got, want := d.Worst.Remaining, 2; got != want {
 		t.Errorf("remaining = %d, want %d", got, want)
 	}
-	if got, want := d.Reset, 50*time.Second; got != want {
+	if got, want := d.Worst.Reset, 50*time.Second; got != want {
 		t.Errorf("reset = %v, want %v (oldest entry of a leaves the window)", got, want)
 	}
 	mustAllow(t, l, Check{b, "x"}) // a: 2, b: 2: tie on remaining, b resets later
 	d = mustAllow(t, l, Check{a, "x"}, Check{b, "x"})
-	if got, want := d.Policy.Name, "b"; got != want {
+	if got, want := d.Worst.Policy.Name, "b"; got != want {
 		t.Errorf("on a tie, worst = %q, want %q (longer reset)", got, want)
 	}
 }
@@ -225,8 +226,8 @@ func TestInsistingDoesNotExtendTheBlock(t *testing.T) {
 	c := Check{p, "ana"}
 	for i := range 10 {
 		clk.Add(time.Second) // admitted at t0+1s … t0+10s
-		if d := mustAllow(t, l, c); !d.Allowed || d.Remaining != 9-i {
-			t.Fatalf("request %d: allowed=%v remaining=%d, want true, %d", i, d.Allowed, d.Remaining, 9-i)
+		if d := mustAllow(t, l, c); !d.Allowed || d.Worst.Remaining != 9-i {
+			t.Fatalf("request %d: allowed=%v remaining=%d, want true, %d", i, d.Allowed, d.Worst.Remaining, 9-i)
 		}
 	}
 	t0 := clk.Now()
@@ -234,8 +235,8 @@ func TestInsistingDoesNotExtendTheBlock(t *testing.T) {
 	if d.Allowed {
 		t.Fatal("11th request admitted")
 	}
-	unblock := t0.Add(d.RetryAfter)
-	if got, want := d.RetryAfter, 51*time.Second; got != want {
+	unblock := t0.Add(d.Worst.RetryAfter)
+	if got, want := d.Worst.RetryAfter, 51*time.Second; got != want {
 		t.Fatalf("RetryAfter = %v, want %v (first entry at t0-9s leaves the 60s window)", got, want)
 	}
 	for range 200 { // hammer the full key: the unblock time never moves
@@ -244,7 +245,7 @@ func TestInsistingDoesNotExtendTheBlock(t *testing.T) {
 		if d.Allowed {
 			t.Fatalf("admitted at %v, before the unblock time %v", clk.Now().Sub(t0), unblock.Sub(t0))
 		}
-		if got := clk.Now().Add(d.RetryAfter); !got.Equal(unblock) {
+		if got := clk.Now().Add(d.Worst.RetryAfter); !got.Equal(unblock) {
 			t.Fatalf("hammering moved the unblock time to %v, want %v", got.Sub(t0), unblock.Sub(t0))
 		}
 	}
@@ -258,29 +259,8 @@ func TestInsistingDoesNotExtendTheBlock(t *testing.T) {
 	}
 	if d := mustAllow(t, l, c); d.Allowed {
 		t.Fatal("two admitted when RetryAfter elapsed, want exactly one")
-	} else if got, want := d.RetryAfter, time.Second; got != want {
+	} else if got, want := d.Worst.RetryAfter, time.Second; got != want {
 		t.Errorf("next RetryAfter = %v, want %v (the second entry is 1s younger)", got, want)
-	}
-}
-
-func TestRetryOfTheSameRequestCountsOnce(t *testing.T) {
-	t.Parallel()
-	l, rdb, _ := newTestLimiter(t)
-	p := policy("pix", 3, time.Minute)
-	checks := []Check{{p, "ana"}, {policy("second", 3, time.Minute), "ana"}}
-	for range 5 {
-		d, err := l.decide(context.Background(), "same-request", checks)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !d.Allowed || d.Remaining != 2 {
-			t.Fatalf("retry: allowed=%v remaining=%d, want true, 2", d.Allowed, d.Remaining)
-		}
-	}
-	for _, c := range checks {
-		if n := rdb.ZCard(context.Background(), l.keys.key(c.Policy, c.Identity)).Val(); n != 1 {
-			t.Errorf("%s holds %d entries after 5 runs of one request, want 1", c.Policy.Name, n)
-		}
 	}
 }
 
@@ -290,8 +270,8 @@ func TestSameMicrosecondBothCount(t *testing.T) {
 	withClock(l) // the clock never moves: every request in the same microsecond
 	p := policy("pix", 5, time.Minute)
 	for i := range 5 {
-		if d := mustAllow(t, l, Check{p, "ana"}); !d.Allowed || d.Remaining != 4-i {
-			t.Fatalf("request %d: allowed=%v remaining=%d, want true, %d", i, d.Allowed, d.Remaining, 4-i)
+		if d := mustAllow(t, l, Check{p, "ana"}); !d.Allowed || d.Worst.Remaining != 4-i {
+			t.Fatalf("request %d: allowed=%v remaining=%d, want true, %d", i, d.Allowed, d.Worst.Remaining, 4-i)
 		}
 	}
 	if mustAllow(t, l, Check{p, "ana"}).Allowed {
@@ -341,10 +321,10 @@ func TestRedisClock(t *testing.T) {
 		}
 	}
 	d := mustAllow(t, l, Check{p, "x"})
-	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > p.Window {
-		t.Fatalf("4th: allowed=%v RetryAfter=%v, want refused with 0 < RetryAfter <= %v", d.Allowed, d.RetryAfter, p.Window)
+	if d.Allowed || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > p.Window {
+		t.Fatalf("4th: allowed=%v RetryAfter=%v, want refused with 0 < RetryAfter <= %v", d.Allowed, d.Worst.RetryAfter, p.Window)
 	}
-	time.Sleep(d.RetryAfter + 5*time.Millisecond)
+	time.Sleep(d.Worst.RetryAfter + 5*time.Millisecond)
 	if !mustAllow(t, l, Check{p, "x"}).Allowed {
 		t.Fatal("refused after RetryAfter elapsed")
 	}
@@ -380,25 +360,54 @@ func TestOutageIsDecidedWithinBudget(t *testing.T) {
 	srv.Kill()
 	outage("killed server")
 	srv.Restart()
-	if d := mustAllow(t, l, c); !d.Allowed || d.Remaining != 9 {
-		t.Fatalf("after restart: allowed=%v remaining=%d, want true, 9 (an empty server)", d.Allowed, d.Remaining)
+	if d := mustAllow(t, l, c); !d.Allowed || d.Worst.Remaining != 9 {
+		t.Fatalf("after restart: allowed=%v remaining=%d, want true, 9 (an empty server)", d.Allowed, d.Worst.Remaining)
 	}
 }
 
-func TestBadPolicyIsAnError(t *testing.T) {
+func TestPolicyValidation(t *testing.T) {
 	t.Parallel()
-	l, _, _ := newTestLimiter(t)
-	for _, p := range []Policy{
-		{Name: "", Limit: 1, Window: time.Second},
-		{Name: "Pix", Limit: 1, Window: time.Second},
-		{Name: "a b", Limit: 1, Window: time.Second},
-		{Name: "pix", Limit: 0, Window: time.Second},
-		{Name: "pix", Limit: 1, Window: 0},
-		{Name: "pix", Limit: 1, Window: 1500 * time.Microsecond},
-	} {
-		if _, err := l.Allow(context.Background(), p, "x"); err == nil || errors.Is(err, ErrUnavailable) {
-			t.Errorf("policy %+v: err = %v, want a configuration error", p, err)
+	tests := []struct {
+		p     Policy
+		field string // "" for a valid policy
+	}{
+		{Policy{Name: "pix", Limit: 10, Window: time.Minute}, ""},
+		{Policy{Name: "pix", Limit: 10, Window: time.Minute, Algorithm: GCRA, Burst: 20}, ""},
+		{Policy{Name: "", Limit: 1, Window: time.Second}, "Name"},
+		{Policy{Name: "Pix", Limit: 1, Window: time.Second}, "Name"},
+		{Policy{Name: "a b", Limit: 1, Window: time.Second}, "Name"},
+		{Policy{Name: "pix", Limit: 0, Window: time.Second}, "Limit"},
+		{Policy{Name: "pix", Limit: 1, Window: 0}, "Window"},
+		{Policy{Name: "pix", Limit: 1, Window: 1500 * time.Microsecond}, "Window"},
+		{Policy{Name: "pix", Limit: 1, Window: time.Second, Algorithm: "leaky"}, "Algorithm"},
+		{Policy{Name: "pix", Limit: 1, Window: time.Second, Burst: 5}, "Burst"},
+		{Policy{Name: "pix", Limit: 1, Window: time.Second, Algorithm: TokenBucket, Burst: -1}, "Burst"},
+		{Policy{Name: "pix", Limit: 1 << 30, Window: 24 * time.Hour, Algorithm: SlidingWindow}, "Limit"},
+		{Policy{Name: "Pix", Limit: 0, Window: time.Second}, "Name Limit"}, // every problem, not the first
+
+	}
+	for _, tt := range tests {
+		var fields []string
+		if joined, ok := tt.p.Validate().(interface{ Unwrap() []error }); ok {
+			for _, err := range joined.Unwrap() {
+				var pe *PolicyError
+				if !errors.As(err, &pe) {
+					t.Fatalf("%+v: %v is not a *PolicyError", tt.p, err)
+				}
+				fields = append(fields, pe.Field)
+			}
 		}
+		if got := strings.Join(fields, " "); got != tt.field {
+			t.Errorf("%+v: problems with %q, want %q", tt.p, got, tt.field)
+		}
+	}
+	a, b := policy("a", 1, time.Second), policy("b", 1, time.Second)
+	if err := ValidateTogether(a, b); err != nil {
+		t.Errorf("two sliding logs: %v", err)
+	}
+	b.Algorithm = GCRA
+	if err := ValidateTogether(a, b); err == nil {
+		t.Error("a sliding log with a GCRA in one decision: want an error")
 	}
 	if _, err := New(redis.NewClient(&redis.Options{}), Options{KeySecret: []byte("short")}); err == nil {
 		t.Error("New with a 5-byte secret: want an error")

@@ -141,7 +141,7 @@ func (m *bucketModel) decide(now int64, keys []string, ps []Policy) (bool, []int
 	levels := make([]int64, len(keys))
 	for i, k := range keys {
 		w, limit := ps[i].Window.Microseconds(), int64(ps[i].Limit)
-		capacity := int64(ps[i].burst()) * w
+		capacity := int64(ps[i].Capacity()) * w
 		levels[i] = capacity
 		if s, ok := m.state[k]; ok {
 			levels[i] = min(capacity, s[0]+max(0, now-s[1])*limit)
@@ -151,7 +151,7 @@ func (m *bucketModel) decide(now int64, keys []string, ps []Policy) (bool, []int
 	rem, reset := make([]int64, len(keys)), make([]int64, len(keys))
 	for i, k := range keys {
 		w, limit := ps[i].Window.Microseconds(), int64(ps[i].Limit)
-		capacity := int64(ps[i].burst()) * w
+		capacity := int64(ps[i].Capacity()) * w
 		if !full {
 			levels[i] -= w
 			m.state[k] = [2]int64{levels[i], now}
@@ -170,7 +170,7 @@ func (m *gcraModel) decide(now int64, keys []string, ps []Policy) (bool, []int64
 	full := false
 	tats := make([]float64, len(keys))
 	for i, k := range keys {
-		interval, burst := float64(ps[i].Window.Microseconds())/float64(ps[i].Limit), float64(ps[i].burst())
+		interval, burst := float64(ps[i].Window.Microseconds())/float64(ps[i].Limit), float64(ps[i].Capacity())
 		tat, ok := m.tat[k]
 		if !ok || tat < float64(now) {
 			tat = float64(now)
@@ -180,7 +180,7 @@ func (m *gcraModel) decide(now int64, keys []string, ps []Policy) (bool, []int64
 	}
 	rem, reset := make([]int64, len(keys)), make([]int64, len(keys))
 	for i, k := range keys {
-		interval, burst := float64(ps[i].Window.Microseconds())/float64(ps[i].Limit), float64(ps[i].burst())
+		interval, burst := float64(ps[i].Window.Microseconds())/float64(ps[i].Limit), float64(ps[i].Capacity())
 		if !full {
 			tats[i] += interval
 			m.tat[k] = tats[i]
@@ -202,14 +202,14 @@ func ceilDiv(a, b int64) int64  { return int64(math.Ceil(float64(a) / float64(b)
 // the real clock (so the keys' real TTLs never expire state the model still holds), and requires
 // the same decision, the same Remaining and the same Reset (within a millisecond) at every step.
 func TestScriptsMatchModels(t *testing.T) {
-	for _, a := range Algorithms {
+	for _, a := range Algorithms() {
 		t.Run(string(a), func(t *testing.T) {
 			t.Parallel()
 			l, _, _ := newTestLimiter(t)
 			m := newModel(a)
 			pa := Policy{Name: "a", Limit: 5, Window: 10 * time.Second, Algorithm: a}
 			pb := Policy{Name: "b", Limit: 3, Window: 7 * time.Second, Algorithm: a}
-			if a.bursty() {
+			if a.Bursty() {
 				pa.Burst = 8
 			}
 			rng := rand.New(rand.NewPCG(7, uint64(len(a))))
@@ -265,11 +265,11 @@ func TestScriptsMatchModels(t *testing.T) {
 func TestEveryAlgorithmIsExactUnderConcurrency(t *testing.T) {
 	srv := redistest.Start(t)
 	ls := replicas(t, srv, 3, generous)
-	for _, a := range Algorithms {
+	for _, a := range Algorithms() {
 		t.Run(string(a), func(t *testing.T) {
 			p := Policy{Name: "conc", Limit: 10, Window: time.Hour, Algorithm: a}
 			want := 10
-			if a.bursty() {
+			if a.Bursty() {
 				p.Burst, want = 7, 7
 			}
 			var admitted atomic.Int64
@@ -394,7 +394,7 @@ func TestBucketsBurstThenRefill(t *testing.T) {
 // TestRetryAfterIsExact: for every algorithm, a full key refuses until exactly RetryAfter has
 // passed, then admits, and insisting in between does not move that moment.
 func TestRetryAfterIsExact(t *testing.T) {
-	for _, a := range Algorithms {
+	for _, a := range Algorithms() {
 		t.Run(string(a), func(t *testing.T) {
 			t.Parallel()
 			l, _, _ := newTestLimiter(t)
@@ -408,15 +408,15 @@ func TestRetryAfterIsExact(t *testing.T) {
 					break
 				}
 			}
-			if d.Allowed || d.RetryAfter <= 0 {
-				t.Fatalf("never refused: %+v", d.Result)
+			if d.Allowed || d.Worst.RetryAfter <= 0 {
+				t.Fatalf("never refused: %+v", d.Worst)
 			}
-			unblock := clk.Now().Add(d.RetryAfter)
+			unblock := clk.Now().Add(d.Worst.RetryAfter)
 			for range 5 {
-				clk.Add(d.RetryAfter / 7)
+				clk.Add(d.Worst.RetryAfter / 7)
 				if d := mustAllow(t, l, Check{p, "k"}); d.Allowed {
 					t.Fatalf("admitted before RetryAfter elapsed")
-				} else if got := clk.Now().Add(d.RetryAfter); got.Sub(unblock).Abs() > time.Microsecond {
+				} else if got := clk.Now().Add(d.Worst.RetryAfter); got.Sub(unblock).Abs() > time.Microsecond {
 					t.Fatalf("insisting moved the unblock time by %v", got.Sub(unblock))
 				}
 			}
@@ -472,7 +472,7 @@ func TestEveryAlgorithmKeepsTTLs(t *testing.T) {
 	l, rdb, _ := newTestLimiter(t)
 	ctx := context.Background()
 	bound := map[Algorithm]time.Duration{}
-	for _, a := range Algorithms {
+	for _, a := range Algorithms() {
 		p := Policy{Name: "ttl", Limit: 3, Window: 20 * time.Second, Algorithm: a}
 		q := Policy{Name: "ttl2", Limit: 1, Window: 10 * time.Second, Algorithm: a}
 		bound[a] = p.Window
@@ -507,7 +507,7 @@ func TestEveryAlgorithmKeepsTTLs(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := SlidingLog
-		for _, alg := range Algorithms[1:] {
+		for _, alg := range Algorithms()[1:] {
 			if strings.Contains(k, ":"+string(alg)+":") {
 				a = alg
 			}

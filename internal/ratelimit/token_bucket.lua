@@ -1,63 +1,63 @@
 -- token_bucket.lua: a token bucket with continuous refill, over one or more keys, decided
--- atomically.
+-- atomically. (prelude.lua, prepended, reads the clock and the arguments and builds the reply.)
 --
 -- A bucket holds up to `burst` tokens and gains `limit` tokens per `window`, continuously; a
 -- request takes one token or is refused. Tokens are kept multiplied by the window in
 -- microseconds (a "scaled" token is 1/window of a token), so the refill of `limit` scaled units
--- per microsecond is exact integer arithmetic. A full bucket needs no key at all: the key lives
--- exactly until the bucket would be full again.
---
--- KEYS[i]      "<scaled tokens>:<time of that count, µs>" of the i-th identity
--- ARGV[1]      this request's id: unused (a bucket cannot tell a retry from a new request)
--- ARGV[2]      now in microseconds, or '' to read the Redis clock (tests inject time)
--- ARGV[3i]     limit: tokens per window; ARGV[3i+1] window in microseconds; ARGV[3i+2] burst
---
--- Returns {allowed, remaining_1, reset_1, ..., now}: remaining_i is the whole tokens left; reset_i the
--- time in microseconds until there is one more (0 when the bucket is full).
+-- per microsecond is exact integer arithmetic. Each key holds "<scaled tokens>:<time of that
+-- count, µs>"; a full bucket needs no key at all: the key lives exactly until the bucket would be
+-- full again. remaining_i is the whole tokens left; reset_i the time until there is one more.
 
-local now = tonumber(ARGV[2])
-if now == nil then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
+-- level(i) is KEYS[i]'s scaled tokens now, refilled since they were stored; an absent key is full.
+local function level(i)
+  local capacity = bursts[i] * windows[i]                          -- a full bucket, scaled
+  local v = redis.call('GET', KEYS[i])
+  if not v then return capacity end
+  local tokens, at = string.match(v, '^(%d+):(%d+)$')
+  tokens, at = tonumber(tokens), tonumber(at)
+  local elapsed = math.max(0, now - at)
+  if elapsed >= (capacity - tokens) / limits[i] then
+    return capacity                                                -- refilled to the brim (and no overflow)
+  end
+  return tokens + elapsed * limits[i]                              -- refill since it was stored
 end
 
-local n = #KEYS
-local limits, windows, capacities, levels = {}, {}, {}, {}
+-- store(i, l) keeps level l of KEYS[i] until the bucket is full again, or drops a full one.
+local function store(i, l)
+  local capacity = bursts[i] * windows[i]
+  if l >= capacity then
+    redis.call('DEL', KEYS[i])                                     -- a full bucket needs no key
+  else
+    redis.call('SET', KEYS[i], string.format('%d:%d', l, now),
+      'PX', math.max(1, math.ceil((capacity - l) / limits[i] / 1000)))
+  end
+end
+
+if undo_at then                                                    -- withdraw: give the token back, now
+  for i = 1, n do
+    store(i, math.min(bursts[i] * windows[i], level(i) + windows[i]))
+  end
+  return n
+end
+
+local levels = {}
 local full = false
 for i = 1, n do
-  local limit, window, burst = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2])
-  local capacity = burst * window                                  -- a full bucket, scaled
-  local level = capacity                                           -- no key: full
-  local v = redis.call('GET', KEYS[i])
-  if v then
-    local tokens, at = string.match(v, '^(%d+):(%d+)$')
-    tokens, at = tonumber(tokens), tonumber(at)
-    local elapsed = math.max(0, now - at)
-    if elapsed >= (capacity - tokens) / limit then
-      level = capacity                                             -- refilled to the brim (and no overflow)
-    else
-      level = tokens + elapsed * limit                             -- refill since the last admission
-    end
-  end
-  limits[i], windows[i], capacities[i], levels[i] = limit, window, capacity, level
-  if level < window then full = true end                           -- less than one token: refuse the whole request
+  levels[i] = level(i)
+  if levels[i] < windows[i] then full = true end                   -- less than one token: refuse the whole request
 end
 
-local out = {full and 0 or 1}
+local remaining, reset = {}, {}
 for i = 1, n do
-  local limit, window, capacity, level = limits[i], windows[i], capacities[i], levels[i]
+  local limit, window, l = limits[i], windows[i], levels[i]
   if not full then
-    level = level - window                                         -- take one token; a refusal takes none
-    redis.call('SET', KEYS[i], string.format('%d:%d', level, now),
-      'PX', math.max(1, math.ceil((capacity - level) / limit / 1000))) -- gone when full again
+    l = l - window                                                 -- take one token; a refusal takes none
+    store(i, l)
   end
-  local remaining = math.floor(level / window)
-  local reset = 0
-  if level < capacity then
-    reset = math.ceil(((remaining + 1) * window - level) / limit)  -- until the next whole token
+  remaining[i] = math.floor(l / window)
+  reset[i] = 0
+  if l < bursts[i] * window then
+    reset[i] = math.ceil(((remaining[i] + 1) * window - l) / limit) -- until the next whole token
   end
-  out[2 * i] = remaining
-  out[2 * i + 1] = reset
 end
-out[#out + 1] = now                                                -- the time decided, for undo.lua
-return out
+return reply(not full, remaining, reset)

@@ -2,19 +2,21 @@ package ratelimit
 
 import (
 	"context"
-	_ "embed"
 	"errors"
-	"fmt"
 	"net"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-//go:embed undo.lua
-var undoLua string
-
-var undo = redis.NewScript(undoLua)
+// withdrawArgs are the arguments that make an algorithm's script withdraw the request id,
+// admitted at `at` (the `now` its decision returned), from a key of the given limit, window and
+// capacity (three values, as a decision passes them).
+func (l *Limiter) withdrawArgs(id any, at int64, policy []any) []any {
+	now := any("")
+	if l.now != nil {
+		now = l.now().UnixMicro()
+	}
+	return append([]any{id, now, at}, policy...)
+}
 
 // withdraw takes back one admission in the background, within its own budget: the cluster path's
 // admission in a key whose sibling refused (see decideApart).
@@ -24,10 +26,9 @@ func (l *Limiter) withdraw(a Algorithm, key string, id any, at int64, policy []a
 		defer l.withdrawals.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 		defer cancel()
-		args := append([]any{string(a), id, at}, policy...)
-		if err := undo.Run(ctx, l.rdb, []string{key}, args...).Err(); err != nil {
+		if err := scripts[a].Run(ctx, l.rdb, []string{key}, l.withdrawArgs(id, at, policy)...).Err(); err != nil {
 			// The admission stays counted until its window passes: stricter, never looser.
-			l.outages.logger.Warn("rate limiter could not withdraw an admission", "algorithm", a, "cause", fmt.Sprint(err))
+			l.logger.Warn("rate limiter could not withdraw an admission", "algorithm", a, "cause", err.Error())
 			return
 		}
 		if l.withdrawn != nil {
@@ -47,20 +48,20 @@ var lateRetries = [...]time.Duration{0, 100 * time.Millisecond, 500 * time.Milli
 const maxLateWithdrawals = 256
 
 // withdrawLate takes back, in the background, a request whose decision did not come back within
-// the budget. The caller answered it as unavailable (fail open or closed), yet Redis may still
-// have run the script, then or later, and recorded it: with the sliding log, each attempt removes
-// the request's own entry by its id (ZREM), exact, and harmless if the script refused it or never
-// ran. The other algorithms keep counts, not requests, and cannot tell whether this request was
-// counted, so giving one back could admit past the limit: their late admissions stay counted
+// the budget (args are the decision's). The caller answered it as unavailable, yet Redis may
+// still have run the script, then or later, and recorded it. With the sliding log each attempt
+// removes the request's own entry by its id: exact, and harmless if the script refused it or
+// never ran. The other algorithms keep counts, not requests, and cannot tell whether this request
+// was counted, so giving one back could admit past the limit: their late admissions stay counted
 // until they leave the window, the strict side.
-func (l *Limiter) withdrawLate(a Algorithm, keys []string, id string, cause error) {
+func (l *Limiter) withdrawLate(a Algorithm, keys []string, args []any, cause error) {
 	if a != SlidingLog || !mayHaveRun(cause) {
 		return
 	}
 	select {
 	case l.late <- struct{}{}:
 	default:
-		l.outages.logger.Debug("rate limiter: too many late decisions to withdraw; this one stays counted")
+		l.logger.Debug("rate limiter: too many late decisions to withdraw; this one stays counted")
 		return
 	}
 	l.withdrawals.Add(1)
@@ -69,21 +70,21 @@ func (l *Limiter) withdrawLate(a Algorithm, keys []string, id string, cause erro
 		var err error
 		for _, wait := range lateRetries {
 			time.Sleep(wait)
-			removed := 0
-			for _, key := range keys {
+			removed := int64(0)
+			for i, key := range keys { // one key per call: on a cluster they live apart
 				ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 				var n int64
-				n, err = undo.Run(ctx, l.rdb, []string{key}, string(a), id).Int64()
+				n, err = scripts[a].Run(ctx, l.rdb, []string{key}, l.withdrawArgs(args[0], 0, args[3+3*i:6+3*i])...).Int64()
 				cancel()
-				removed += int(n)
+				removed += n
 			}
 			if removed > 0 {
-				l.outages.logger.Debug("rate limiter withdrew a late decision", "keys", removed)
+				l.logger.Debug("rate limiter withdrew a late decision", "keys", removed)
 				return
 			}
 		}
 		if err != nil {
-			l.outages.logger.Warn("rate limiter could not withdraw a late decision; it may stay counted until its window passes",
+			l.logger.Warn("rate limiter could not withdraw a late decision; it may stay counted until its window passes",
 				"cause", err.Error())
 		}
 	}()

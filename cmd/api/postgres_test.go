@@ -1,4 +1,4 @@
-package pixlimit_test
+package main
 
 import (
 	"math/rand/v2"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pixlimit/pixlimit/internal/apitest"
 	"github.com/pixlimit/pixlimit/internal/pgtest"
 	"github.com/pixlimit/pixlimit/internal/redistest"
 )
@@ -21,34 +22,34 @@ func TestPostgresFleet(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "DEMO_ACCOUNTS": "true"}
 	a, b := startAPI(t, srv, env), startAPI(t, srv, env)
 
-	ana := a.token(demo[0].document, demo[0].password)
-	first := a.pix(ana, "carla@example.com", 1234, "Idempotency-Key", "fleet-1")
-	if first.status != http.StatusCreated {
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	first := a.PIX(ana, "carla@example.com", 1234, "Idempotency-Key", "fleet-1")
+	if first.Status != http.StatusCreated {
 		t.Fatalf("PIX through A: %v", first)
 	}
-	id := first.json(t)["end_to_end_id"]
-	st := b.statement(ana).json(t)
+	id := first.JSON(t)["end_to_end_id"]
+	st := b.Statement(ana).JSON(t)
 	if entries := st["entries"].([]any); len(entries) != 1 || entries[0].(map[string]any)["end_to_end_id"] != id {
 		t.Errorf("B's statement %v, want A's transfer %v", st, id)
 	}
-	replay := b.pix(ana, "carla@example.com", 1234, "Idempotency-Key", "fleet-1")
-	if replay.status != http.StatusCreated || string(replay.body) != string(first.body) {
+	replay := b.PIX(ana, "carla@example.com", 1234, "Idempotency-Key", "fleet-1")
+	if replay.Status != http.StatusCreated || string(replay.Body) != string(first.Body) {
 		t.Errorf("replay through B: %v, want A's %v", replay, first)
 	}
-	if got := b.balance(ana); got != 1_000_000-1234 {
+	if got := b.Balance(ana); got != 1_000_000-1234 {
 		t.Errorf("balance %d, want %d: the replay moved money", got, 1_000_000-1234)
 	}
 
 	srv.Kill()
-	r := b.statement(ana)
-	if r.status != http.StatusOK || r.header.Get("RateLimit-Limit") != "" || int64(r.json(t)["balance_cents"].(float64)) != 1_000_000-1234 {
-		t.Errorf("statement with Redis down: %v %v, want 200 from PostgreSQL without RateLimit headers", r, r.header)
+	r := b.Statement(ana)
+	if r.Status != http.StatusOK || r.Header.Get("RateLimit-Limit") != "" || int64(r.JSON(t)["balance_cents"].(float64)) != 1_000_000-1234 {
+		t.Errorf("statement with Redis down: %v %v, want 200 from PostgreSQL without RateLimit headers", r, r.Header)
 	}
 	srv.Restart()
 
 	// A new process on the same database finds everything where it was.
 	c := startAPI(t, srv, env)
-	if got := c.balance(c.token(demo[0].document, demo[0].password)); got != 1_000_000-1234 {
+	if got := c.Balance(c.Token(demo[0].Document, demo[0].Password)); got != 1_000_000-1234 {
 		t.Errorf("after a restart: balance %d, want %d", got, 1_000_000-1234)
 	}
 }
@@ -62,7 +63,7 @@ func TestPostgresFleetUnderLoad(t *testing.T) {
 	replicas := []*api{startAPI(t, srv, env), startAPI(t, srv, env)}
 	tokens := make([]string, len(demo))
 	for i, d := range demo {
-		tokens[i] = replicas[i%2].token(d.document, d.password)
+		tokens[i] = replicas[i%2].Token(d.Document, d.Password)
 	}
 	var mu sync.Mutex
 	statuses := map[int]int{}
@@ -74,9 +75,9 @@ func TestPostgresFleetUnderLoad(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(r), uint64(g)))
 				for range 100 {
 					from, to := rng.IntN(4), rng.IntN(4)
-					resp := replicas[r].pix(tokens[from], demo[to].key, int64(1+rng.IntN(60_000)))
+					resp := replicas[r].PIX(tokens[from], demo[to].Key, int64(1+rng.IntN(60_000)))
 					mu.Lock()
-					statuses[resp.status]++
+					statuses[resp.Status]++
 					mu.Unlock()
 				}
 			})
@@ -96,9 +97,9 @@ func TestPostgresFleetUnderLoad(t *testing.T) {
 	}
 	var total int64
 	for i, tok := range tokens {
-		b := replicas[(i+1)%2].balance(tok)
+		b := replicas[(i+1)%2].Balance(tok)
 		if b < 0 {
-			t.Errorf("%s: negative balance %d", demo[i].name, b)
+			t.Errorf("%s: negative balance %d", demo[i].Name, b)
 		}
 		total += b
 	}
@@ -117,32 +118,32 @@ func TestAHungDatabaseDoesNotHangTheAPI(t *testing.T) {
 	a := startAPI(t, redistest.Start(t), map[string]string{
 		"DATABASE_URL": gate.URL, "DEMO_ACCOUNTS": "true", "DB_TIMEOUT": "300ms",
 	})
-	ana := a.token(demo[0].document, demo[0].password)
+	ana := a.Token(demo[0].Document, demo[0].Password)
 
 	gate.Close()
-	for name, send := range map[string]func() response{
-		"login":     func() response { return a.login(demo[1].document, demo[1].password) },
-		"PIX":       func() response { return a.pix(ana, "bruno@example.com", 700, "Idempotency-Key", "hung-1") },
-		"statement": func() response { return a.statement(ana) },
+	for name, send := range map[string]func() apitest.Response{
+		"login":     func() apitest.Response { return a.Login(demo[1].Document, demo[1].Password) },
+		"PIX":       func() apitest.Response { return a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", "hung-1") },
+		"statement": func() apitest.Response { return a.Statement(ana) },
 	} {
 		r := send()
-		if r.status != http.StatusServiceUnavailable || r.json(t)["error"] != "ledger_unavailable" || r.header.Get("Retry-After") != "1" {
+		if r.Status != http.StatusServiceUnavailable || r.JSON(t)["error"] != "ledger_unavailable" || r.Header.Get("Retry-After") != "1" {
 			t.Errorf("%s with the database frozen: %v Retry-After %q, want 503 ledger_unavailable, Retry-After 1",
-				name, r, r.header.Get("Retry-After"))
+				name, r, r.Header.Get("Retry-After"))
 		}
-		if r.took > 2*time.Second {
-			t.Errorf("%s took %v with DB_TIMEOUT 300ms", name, r.took)
+		if r.Took > 2*time.Second {
+			t.Errorf("%s took %v with DB_TIMEOUT 300ms", name, r.Took)
 		}
 	}
 	gate.Open()
 
-	if r := a.pix(ana, "bruno@example.com", 700, "Idempotency-Key", "hung-1"); r.status != http.StatusCreated {
+	if r := a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", "hung-1"); r.Status != http.StatusCreated {
 		t.Fatalf("the retry after the thaw: %v, want 201", r)
 	}
-	if r := a.pix(ana, "bruno@example.com", 700, "Idempotency-Key", "hung-1"); r.status != http.StatusCreated {
+	if r := a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", "hung-1"); r.Status != http.StatusCreated {
 		t.Fatalf("a second retry: %v, want the original 201", r)
 	}
-	if got := a.balance(ana); got != 1_000_000-700 {
+	if got := a.Balance(ana); got != 1_000_000-700 {
 		t.Errorf("balance %d, want %d: one transfer", got, 1_000_000-700)
 	}
 }
@@ -152,21 +153,21 @@ func TestAHungDatabaseDoesNotHangTheAPI(t *testing.T) {
 func TestConcurrentRetriesGetTheOriginalAnswer(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "DEMO_ACCOUNTS": "true", "PIX_LIMIT": "100"}
-	replicas := []*api{startAPI(t, redistest.Start(t), env)}
-	diego := replicas[0].token(demo[3].document, demo[3].password)
+	a := startAPI(t, redistest.Start(t), env)
+	diego := a.Token(demo[3].Document, demo[3].Password)
 	bodies := map[string]int{}
 	var mu sync.Mutex
-	statuses := burst(replicas, 20, func(a *api, _ int) response {
-		r := a.pix(diego, "ana@example.com", 60_000, "Idempotency-Key", "retry-after-timeout")
+	statuses := apitest.Burst([]*apitest.Client{a.Client}, 20, func(c *apitest.Client, _ int) apitest.Response {
+		r := c.PIX(diego, "ana@example.com", 60_000, "Idempotency-Key", "retry-after-timeout")
 		mu.Lock()
-		bodies[string(r.body)]++
+		bodies[string(r.Body)]++
 		mu.Unlock()
 		return r
 	})
 	if statuses[http.StatusCreated] != 20 || len(bodies) != 1 {
 		t.Errorf("statuses %v with %d distinct bodies, want 20 × 201, one body", statuses, len(bodies))
 	}
-	if got := replicas[0].balance(diego); got != 40_000 {
+	if got := a.Balance(diego); got != 40_000 {
 		t.Errorf("Diego's balance %d, want 40000", got)
 	}
 }
@@ -176,7 +177,7 @@ func TestConcurrentRetriesGetTheOriginalAnswer(t *testing.T) {
 func TestDemoAccountsAreNotSeededIntoARealDatabaseByDefault(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t, redistest.Start(t), map[string]string{"DATABASE_URL": pgtest.URL(t)})
-	if r := a.login(demo[0].document, demo[0].password); r.status != http.StatusUnauthorized {
+	if r := a.Login(demo[0].Document, demo[0].Password); r.Status != http.StatusUnauthorized {
 		t.Errorf("Ana's published password: %v, want 401", r)
 	}
 	if strings.Contains(a.logs.String(), "seeding the demo accounts") {

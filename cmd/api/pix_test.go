@@ -1,4 +1,4 @@
-package pixlimit_test
+package main
 
 import (
 	"fmt"
@@ -15,30 +15,30 @@ import (
 func TestPIXLimitIsPerAccountAndRefusalsMoveNoMoney(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t, redistest.Start(t), nil) // every request from 127.0.0.1: one office, one IP
-	ana := a.token(demo[0].document, demo[0].password)
-	before := a.balance(ana)
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	before := a.Balance(ana)
 	for i := range 11 {
-		r := a.pix(ana, "bruno@example.com", 100)
-		if want := map[bool]int{true: 429, false: 201}[i == 10]; r.status != want {
+		r := a.PIX(ana, "bruno@example.com", 100)
+		if want := map[bool]int{true: 429, false: 201}[i == 10]; r.Status != want {
 			t.Fatalf("PIX %d: %v, want %d", i+1, r, want)
 		}
 		if i == 10 {
-			if r.header.Get("Retry-After") == "" || r.json(t)["error"] != "rate_limit_exceeded" {
-				t.Errorf("11th PIX: %v %v, want Retry-After and rate_limit_exceeded", r, r.header)
+			if r.Header.Get("Retry-After") == "" || r.JSON(t)["error"] != "rate_limit_exceeded" {
+				t.Errorf("11th PIX: %v %v, want Retry-After and rate_limit_exceeded", r, r.Header)
 			}
-		} else if got := r.header.Get("RateLimit-Remaining"); got != fmt.Sprint(9-i) {
+		} else if got := r.Header.Get("RateLimit-Remaining"); got != fmt.Sprint(9-i) {
 			t.Errorf("PIX %d: RateLimit-Remaining %s, want %d", i+1, got, 9-i)
 		}
 	}
-	if got, want := a.balance(ana), before-10*100; got != want {
+	if got, want := a.Balance(ana), before-10*100; got != want {
 		t.Errorf("Ana's balance = %d, want %d: only the 10 admitted transfers move money", got, want)
 	}
 	// Bruno and Carla, behind the same IP, have their whole quota.
 	for _, who := range demo[1:3] {
-		tok := a.token(who.document, who.password)
+		tok := a.Token(who.Document, who.Password)
 		for i := range 10 {
-			if r := a.pix(tok, "diego@example.com", 1); r.status != http.StatusCreated {
-				t.Fatalf("%s's PIX %d behind Ana's IP: %v, want 201", who.name, i+1, r)
+			if r := a.PIX(tok, "diego@example.com", 1); r.Status != http.StatusCreated {
+				t.Fatalf("%s's PIX %d behind Ana's IP: %v, want 201", who.Name, i+1, r)
 			}
 		}
 	}
@@ -47,10 +47,10 @@ func TestPIXLimitIsPerAccountAndRefusalsMoveNoMoney(t *testing.T) {
 func TestStatementLimit(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t, redistest.Start(t), nil)
-	tok := a.token(demo[1].document, demo[1].password)
+	tok := a.Token(demo[1].Document, demo[1].Password)
 	for i := range 31 {
-		r := a.statement(tok)
-		if want := map[bool]int{true: 429, false: 200}[i == 30]; r.status != want {
+		r := a.Statement(tok)
+		if want := map[bool]int{true: 429, false: 200}[i == 30]; r.Status != want {
 			t.Fatalf("statement %d: %v, want %d", i+1, r, want)
 		}
 	}
@@ -59,20 +59,20 @@ func TestStatementLimit(t *testing.T) {
 func TestIdempotentPIX(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t, redistest.Start(t), nil)
-	tok := a.token(demo[0].document, demo[0].password)
-	before := a.balance(tok)
-	first := a.pix(tok, "carla@example.com", 700, "Idempotency-Key", "order-1")
-	again := a.pix(tok, "carla@example.com", 700, "Idempotency-Key", "order-1")
-	if first.status != 201 || again.status != 201 || string(first.body) != string(again.body) {
+	tok := a.Token(demo[0].Document, demo[0].Password)
+	before := a.Balance(tok)
+	first := a.PIX(tok, "carla@example.com", 700, "Idempotency-Key", "order-1")
+	again := a.PIX(tok, "carla@example.com", 700, "Idempotency-Key", "order-1")
+	if first.Status != 201 || again.Status != 201 || string(first.Body) != string(again.Body) {
 		t.Fatalf("replay: %v then %v, want the same 201", first, again)
 	}
-	if r := a.pix(tok, "carla@example.com", 701, "Idempotency-Key", "order-1"); r.status != http.StatusConflict || r.json(t)["error"] != "idempotency_conflict" {
+	if r := a.PIX(tok, "carla@example.com", 701, "Idempotency-Key", "order-1"); r.Status != http.StatusConflict || r.JSON(t)["error"] != "idempotency_conflict" {
 		t.Errorf("same key, other body: %v, want 409 idempotency_conflict", r)
 	}
-	if got, want := a.balance(tok), before-700; got != want {
+	if got, want := a.Balance(tok), before-700; got != want {
 		t.Errorf("balance %d, want %d: a replay moves no money", got, want)
 	}
-	id := first.json(t)["end_to_end_id"].(string)
+	id := first.JSON(t)["end_to_end_id"].(string)
 	if len(id) != 32 || !strings.HasPrefix(id, "E99999999"+time.Now().UTC().Format("20060102")) {
 		t.Errorf("end_to_end_id %q: want E + ISPB + yyyyMMddHHmm + 11 alphanumerics", id)
 	}
@@ -81,7 +81,7 @@ func TestIdempotentPIX(t *testing.T) {
 func TestPIXDomainErrors(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t, redistest.Start(t), nil)
-	diego := a.token(demo[3].document, demo[3].password)
+	diego := a.Token(demo[3].Document, demo[3].Password)
 	for _, tt := range []struct {
 		key   string
 		cents int64
@@ -95,8 +95,8 @@ func TestPIXDomainErrors(t *testing.T) {
 		{"93541134780", 1, 422, "same_account"},
 		{"+5511987654321", 5, 201, ""},
 	} {
-		r := a.pix(diego, tt.key, tt.cents)
-		if r.status != tt.want || tt.code != "" && r.json(t)["error"] != tt.code {
+		r := a.PIX(diego, tt.key, tt.cents)
+		if r.Status != tt.want || tt.code != "" && r.JSON(t)["error"] != tt.code {
 			t.Errorf("PIX to %s of %d: %v, want %d %s", tt.key, tt.cents, r, tt.want, tt.code)
 		}
 	}
@@ -110,7 +110,7 @@ func TestConcurrentTransfers(t *testing.T) {
 	a := startAPI(t, redistest.Start(t), map[string]string{"PIX_LIMIT": "100000", "STATEMENT_LIMIT": "100000"})
 	tokens := make([]string, len(demo))
 	for i, d := range demo {
-		tokens[i] = a.token(d.document, d.password)
+		tokens[i] = a.Token(d.Document, d.Password)
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -120,9 +120,9 @@ func TestConcurrentTransfers(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(g), 7))
 			for range 100 {
 				from, to := rng.IntN(4), rng.IntN(4)
-				r := a.pix(tokens[from], demo[to].key, int64(1+rng.IntN(60_000)))
+				r := a.PIX(tokens[from], demo[to].Key, int64(1+rng.IntN(60_000)))
 				mu.Lock()
-				statuses[r.status]++
+				statuses[r.Status]++
 				mu.Unlock()
 			}
 		})
@@ -139,11 +139,11 @@ func TestConcurrentTransfers(t *testing.T) {
 	var total int64
 	seen := map[string]int{}
 	for i, tok := range tokens {
-		r := a.do(http.MethodGet, "/v1/statement?limit=100", nil, "Authorization", "Bearer "+tok)
-		body := r.json(t)
+		r := a.Do(http.MethodGet, "/v1/statement?limit=100", nil, "Authorization", "Bearer "+tok)
+		body := r.JSON(t)
 		balance := int64(body["balance_cents"].(float64))
 		if balance < 0 {
-			t.Errorf("%s: negative balance %d", demo[i].name, balance)
+			t.Errorf("%s: negative balance %d", demo[i].Name, balance)
 		}
 		total += balance
 		for _, e := range body["entries"].([]any) {
@@ -166,27 +166,27 @@ func TestAlgorithmPerRoute(t *testing.T) {
 	a := startAPI(t, redistest.Start(t), map[string]string{
 		"PIX_ALGORITHM": "token_bucket", "PIX_BURST": "3", "STATEMENT_ALGORITHM": "fixed_window", "LOGIN_ALGORITHM": "gcra",
 	})
-	tok := a.token(demo[0].document, demo[0].password)
+	tok := a.Token(demo[0].Document, demo[0].Password)
 	for i := range 4 {
-		r := a.pix(tok, "bruno@example.com", 1)
-		if want := map[bool]int{true: 429, false: 201}[i == 3]; r.status != want {
+		r := a.PIX(tok, "bruno@example.com", 1)
+		if want := map[bool]int{true: 429, false: 201}[i == 3]; r.Status != want {
 			t.Fatalf("PIX %d with a bucket of 3: %v, want %d", i+1, r, want)
 		}
-		if got, want := r.header.Get("RateLimit-Policy"), `"pix";q=10;w=60;burst=3`; got != want {
+		if got, want := r.Header.Get("RateLimit-Policy"), `"pix";q=10;w=60;burst=3`; got != want {
 			t.Errorf("RateLimit-Policy = %q, want %q", got, want)
 		}
-		if got := r.header.Get("RateLimit-Limit"); got != "3" {
+		if got := r.Header.Get("RateLimit-Limit"); got != "3" {
 			t.Errorf("RateLimit-Limit = %q, want the burst, 3", got)
 		}
 		if i == 3 {
 			// 10 per minute: one token every 6s.
-			if got := r.header.Get("Retry-After"); got != "6" {
+			if got := r.Header.Get("Retry-After"); got != "6" {
 				t.Errorf("Retry-After = %q, want 6 (one token every 6s)", got)
 			}
 		}
 	}
-	r := a.statement(tok)
-	if r.status != 200 || r.header.Get("RateLimit-Remaining") != "29" {
-		t.Errorf("fixed-window statement: %v %v", r, r.header)
+	r := a.Statement(tok)
+	if r.Status != 200 || r.Header.Get("RateLimit-Remaining") != "29" {
+		t.Errorf("fixed-window statement: %v %v", r, r.Header)
 	}
 }

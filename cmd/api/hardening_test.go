@@ -1,24 +1,17 @@
-package pixlimit_test
+package main
 
 import (
 	"bufio"
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/pixlimit/pixlimit"
-	"github.com/pixlimit/pixlimit/internal/config"
-	"github.com/pixlimit/pixlimit/internal/pix"
-	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/apitest"
 	"github.com/pixlimit/pixlimit/internal/redistest"
 )
 
@@ -31,11 +24,11 @@ func TestMalformedRequests(t *testing.T) {
 	})
 	tokens := make([]string, len(demo))
 	for i, d := range demo {
-		tokens[i] = a.token(d.document, d.password)
+		tokens[i] = a.Token(d.Document, d.Password)
 	}
 	balances := func() (b []int64) {
 		for _, tok := range tokens {
-			b = append(b, a.balance(tok))
+			b = append(b, a.Balance(tok))
 		}
 		return b
 	}
@@ -120,22 +113,22 @@ func TestMalformedRequests(t *testing.T) {
 		if tt.method == http.MethodPost {
 			body = tt.body // with the JSON content type, even when empty
 		}
-		r := a.do(tt.method, tt.path, body, headers...)
-		if r.status != tt.want {
+		r := a.Do(tt.method, tt.path, body, headers...)
+		if r.Status != tt.want {
 			t.Errorf("%s: %v, want %d", tt.name, r, tt.want)
 			continue
 		}
-		if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 			t.Errorf("%s: Content-Type %q, want JSON", tt.name, ct)
 		}
-		if code, _ := r.json(t)["error"].(string); code == "" {
-			t.Errorf("%s: body %s has no error code", tt.name, r.body)
+		if code, _ := r.JSON(t)["error"].(string); code == "" {
+			t.Errorf("%s: body %s has no error code", tt.name, r.Body)
 		}
 	}
 	after := balances()
 	for i := range before {
 		if before[i] != after[i] {
-			t.Errorf("%s's balance moved from %d to %d", demo[i].name, before[i], after[i])
+			t.Errorf("%s's balance moved from %d to %d", demo[i].Name, before[i], after[i])
 		}
 	}
 	logs := a.logs.String()
@@ -151,35 +144,29 @@ func TestMalformedRequests(t *testing.T) {
 func TestBodiesAndHeadersThatCouldMeanTwoThings(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t, redistest.Start(t), nil)
-	token := a.token(demo[1].document, demo[1].password)
-	send := func(body io.Reader, header http.Header) response {
+	token := a.Token(demo[1].Document, demo[1].Password)
+	send := func(body io.Reader, header http.Header) apitest.Response {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, a.base+"/v1/pix", body)
+		req, err := http.NewRequest(http.MethodPost, a.Base+"/v1/pix", body)
 		if err != nil {
 			t.Fatal(err)
 		}
 		req.Header = header
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return response{status: resp.StatusCode, header: resp.Header, body: b}
+		return a.Send(req)
 	}
 	// A reader of unknown length makes the client send the body chunked, with no Content-Length.
 	chunked := io.MultiReader(strings.NewReader(`{"key":"ana@example.com","amount_cents":1,"description":"`),
 		strings.NewReader(strings.Repeat("x", 20_000)), strings.NewReader(`"}`))
-	if r := send(chunked, http.Header{}); r.status != http.StatusRequestEntityTooLarge || r.json(t)["error"] != "request_too_large" {
+	if r := send(chunked, http.Header{}); r.Status != http.StatusRequestEntityTooLarge || r.JSON(t)["error"] != "request_too_large" {
 		t.Errorf("chunked body of 20 KB: %v, want 413 request_too_large", r)
 	}
 	two := http.Header{"Idempotency-Key": {"first", "second"}}
-	if r := send(strings.NewReader(`{"key":"ana@example.com","amount_cents":1}`), two); r.status != http.StatusBadRequest {
+	if r := send(strings.NewReader(`{"key":"ana@example.com","amount_cents":1}`), two); r.Status != http.StatusBadRequest {
 		t.Errorf("two Idempotency-Key headers: %v, want 400", r)
 	}
-	if got := a.balance(token); got != 500_000 {
+	if got := a.Balance(token); got != 500_000 {
 		t.Errorf("Bruno's balance %d, want 500000: nothing may move", got)
 	}
 }
@@ -196,7 +183,7 @@ func TestShutdownDrainsInFlightRequests(t *testing.T) {
 		delay *= time.Millisecond
 		ctx, cancel := context.WithCancel(context.Background())
 		a, done := launch(t, ctx, srv, nil)
-		conn, err := net.Dial("tcp", strings.TrimPrefix(a.base, "http://"))
+		conn, err := net.Dial("tcp", strings.TrimPrefix(a.Base, "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,51 +215,4 @@ func TestShutdownDrainsInFlightRequests(t *testing.T) {
 		t.Logf("stopping after %v: the login was answered before the stop", delay)
 	}
 	t.Fatal("no delay caught a login in flight: the drain was never exercised")
-}
-
-// FuzzRequestBodies throws arbitrary bodies at the login and PIX routes: nothing a client sends
-// may produce a 5xx, and only a 201 may move money.
-func FuzzRequestBodies(f *testing.F) {
-	for _, s := range []string{`{"key":"bruno@example.com","amount_cents":1}`, `{"document":"52998224725","password":"x"}`,
-		`{"amount_cents":-1}`, `[`, `{"key":"+5511987654321","amount_cents":9223372036854775807,"description":"\u0000"}`} {
-		f.Add(s)
-	}
-	srv := redistest.Start(f)
-	cfg, err := config.Load(func(k string) string {
-		return map[string]string{"PIX_LIMIT": "1000000", "LOGIN_IP_LIMIT": "1000000", "LOGIN_ACCOUNT_LIMIT": "1000000"}[k]
-	})
-	if err != nil {
-		f.Fatal(err)
-	}
-	ledger, _ := pix.NewMemoryLedger(pix.DemoAccounts())
-	rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, time.Second) })
-	deps, err := pixlimit.NewDeps(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), rdb, []byte(strings.Repeat("k", 32)), ledger)
-	if err != nil {
-		f.Fatal(err)
-	}
-	h, err := pixlimit.NewServer(deps)
-	if err != nil {
-		f.Fatal(err)
-	}
-	token, _ := deps.Tokens.Issue("acct-diego")
-	balance := func() int64 {
-		st, _ := ledger.Statement(context.Background(), "acct-diego", 1)
-		return st.BalanceCents
-	}
-	f.Fuzz(func(t *testing.T, body string) {
-		for _, path := range []string{"/v1/pix", "/v1/login"} {
-			before := balance()
-			req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+token)
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
-			if rec.Code >= 500 {
-				t.Fatalf("%s %q: %d %s", path, body, rec.Code, rec.Body)
-			}
-			if rec.Code != http.StatusCreated && balance() != before {
-				t.Fatalf("%s %q: %d and the balance moved", path, body, rec.Code)
-			}
-		}
-	})
 }

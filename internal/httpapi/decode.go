@@ -1,4 +1,4 @@
-package pixlimit
+package httpapi
 
 import (
 	"errors"
@@ -12,18 +12,6 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// invalidRequest is a 400 with the offending fields, each with why.
-type invalidRequest struct {
-	message string
-	fields  map[string]string
-}
-
-func (e *invalidRequest) Error() string { return e.message }
-
-func invalid(message string, fields map[string]string) error {
-	return &invalidRequest{message: message, fields: fields}
-}
-
 // maxBody bounds every request body; a login or a transfer is a few hundred bytes.
 const maxBody = 16 << 10
 
@@ -34,7 +22,7 @@ func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
 		if req.ContentLength > maxBody {
-			return echo.NewHTTPError(http.StatusRequestEntityTooLarge, "request body too large")
+			return &Error{Code: "request_too_large", Message: "request body too large"}
 		}
 		req.Body = http.MaxBytesReader(c.Response(), req.Body, maxBody)
 		return next(c)
@@ -52,7 +40,7 @@ func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 func decodeJSON(c echo.Context, v any) error {
 	mt, _, err := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
 	if err != nil || mt != echo.MIMEApplicationJSON {
-		return echo.NewHTTPError(http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+		return &Error{Code: "unsupported_media_type", Message: "Content-Type must be application/json"}
 	}
 	dec := jsontext.NewDecoder(c.Request().Body) // rejects duplicate names and invalid UTF-8
 	body, err := dec.ReadValue()
@@ -78,7 +66,7 @@ func decodeJSON(c echo.Context, v any) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &tooLarge):
-		return echo.NewHTTPError(http.StatusRequestEntityTooLarge, "request body too large")
+		return &Error{Code: "request_too_large", Message: "request body too large"}
 	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syntactic):
 		return invalid("duplicate member name", map[string]string{member(string(syntactic.JSONPointer)): "appears more than once"})
 	case errors.Is(err, json.ErrUnknownName) && errors.As(err, &semantic):

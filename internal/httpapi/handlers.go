@@ -1,9 +1,8 @@
-package pixlimit
+package httpapi
 
 import (
 	"context"
 	"net/http"
-	"net/netip"
 	"regexp"
 	"strconv"
 	"time"
@@ -23,41 +22,28 @@ func handleHealthz() echo.HandlerFunc {
 	}
 }
 
-// handleReadyz reports whether this replica can do its job: Redis answers (else limited routes
-// fail open or closed) and, with a PostgreSQL ledger, the database answers.
-func handleReadyz(rdb Pinger, db interface{ Ping(context.Context) error }, timeout time.Duration) echo.HandlerFunc {
-	type status struct {
-		Status   string `json:"status"`
-		Redis    string `json:"redis"`
-		Database string `json:"database,omitempty"`
-	}
-	upDown := func(err error) string {
-		if err != nil {
-			return "down"
-		}
-		return "up"
-	}
+// handleReadyz reports whether this replica can do its job: each probe answers within its
+// timeout (Redis, else limited routes fail open or closed; the database, if there is one).
+func handleReadyz(probes []Probe) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		ctx, cancel := context.WithTimeout(c.Request().Context(), timeout)
-		defer cancel()
-		s := status{Status: "ready", Redis: upDown(rdb.Ping(ctx).Err())}
-		if db != nil {
-			dbCtx, cancel := context.WithTimeout(c.Request().Context(), time.Second)
-			defer cancel()
-			s.Database = upDown(db.Ping(dbCtx))
+		body := map[string]string{"status": "ready"}
+		status := http.StatusOK
+		for _, p := range probes {
+			ctx, cancel := context.WithTimeout(c.Request().Context(), p.Timeout)
+			body[p.Name] = "up"
+			if err := p.Ping(ctx); err != nil {
+				body[p.Name], body["status"], status = "down", "degraded", http.StatusServiceUnavailable
+			}
+			cancel()
 		}
-		if s.Redis == "down" || s.Database == "down" {
-			s.Status = "degraded"
-			return c.JSON(http.StatusServiceUnavailable, s)
-		}
-		return c.JSON(http.StatusOK, s)
+		return c.JSON(status, body)
 	}
 }
 
 // handleLogin checks the client IP and, when the document is a valid CPF, the document too, in
 // one limiter decision made before anything else: a refused login costs no bcrypt and reveals
 // nothing, and every attempt counts, malformed ones included.
-func handleLogin(limiter *ratelimit.Limiter, byIP, byDocument ratelimit.Policy, accounts auth.AccountFinder, tokens *auth.Tokens) echo.HandlerFunc {
+func handleLogin(limiter limiter, byIP, byDocument ratelimit.Policy, accounts auth.AccountFinder, tokens *auth.Tokens) echo.HandlerFunc {
 	type request struct {
 		Document string `json:"document"`
 		Password string `json:"password"`
@@ -71,9 +57,9 @@ func handleLogin(limiter *ratelimit.Limiter, byIP, byDocument ratelimit.Policy, 
 	return func(c echo.Context) error {
 		var req request
 		decodeErr := decodeJSON(c, &req)
-		addr, err := netip.ParseAddr(c.RealIP())
+		addr, err := clientIP(c)
 		if err != nil {
-			return invalid("cannot tell the client address", nil)
+			return err
 		}
 		checks := []ratelimit.Check{{Policy: byIP, Identity: ratelimit.IPIdentity(addr)}}
 		document, docErr := pix.ParseCPF(req.Document)
@@ -83,7 +69,7 @@ func handleLogin(limiter *ratelimit.Limiter, byIP, byDocument ratelimit.Policy, 
 		// Unless refused, the headers report the IP key only: the document key would tell anyone
 		// how many attempts were made on someone else's CPF, and when.
 		ipOnly := func(d ratelimit.Decision) ratelimit.Decision { return d.Only(0) }
-		if err := limiter.EnforceReporting(c, ipOnly, checks...); err != nil {
+		if err := limiter.enforce(c, ipOnly, checks...); err != nil {
 			return err
 		}
 		if decodeErr != nil {

@@ -1,4 +1,4 @@
-package pixlimit
+package httpapi
 
 import (
 	"github.com/labstack/echo/v4"
@@ -13,23 +13,25 @@ import (
 // never reaches the ledger.
 func addRoutes(e *echo.Echo, d Deps) error {
 	requireAccount := auth.RequireAccount(d.Tokens)
-	limitPIX, err := limitByAccount(d.Limiter, d.Config.PIX)
+	limitPIX, err := limitByAccount(d, d.Limits.PIX)
 	if err != nil {
 		return err
 	}
-	limitStatement, err := limitByAccount(d.Limiter, d.Config.Statement)
+	limitStatement, err := limitByAccount(d, d.Limits.Statement)
 	if err != nil {
 		return err
 	}
+	login := limiter{l: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter}
 
 	e.GET("/healthz", handleHealthz())
-	e.GET("/readyz", handleReadyz(d.Redis, d.Database, d.Config.RedisTimeout))
-	e.POST("/v1/login", handleLogin(d.Limiter, d.Config.LoginIP, d.Config.LoginAccount, d.Ledger, d.Tokens))
+	e.GET("/readyz", handleReadyz(d.Probes))
+	e.POST("/v1/login", handleLogin(login, d.Limits.LoginIP, d.Limits.LoginAccount, d.Ledger, d.Tokens))
 	e.POST("/v1/pix", handlePIX(d.Ledger), requireAccount, limitPIX)
 	e.GET("/v1/statement", handleStatement(d.Ledger), requireAccount, limitStatement)
 	return nil
 }
 
-func limitByAccount(l *ratelimit.Limiter, p ratelimit.Policy) (echo.MiddlewareFunc, error) {
-	return ratelimit.Config{Limiter: l, Policy: p, Identify: auth.AccountID}.ToMiddleware()
+func limitByAccount(d Deps, p ratelimit.Policy) (echo.MiddlewareFunc, error) {
+	return RateLimitConfig{Limiter: d.Limiter, Policy: p, Identify: auth.AccountID,
+		FailClosedRetryAfter: d.Limits.FailClosedRetryAfter}.ToMiddleware()
 }

@@ -1,4 +1,4 @@
-package pixlimit_test
+package main
 
 import (
 	"fmt"
@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/pixlimit/pixlimit/internal/apitest"
 	"github.com/pixlimit/pixlimit/internal/config"
 	"github.com/pixlimit/pixlimit/internal/redistest"
 )
@@ -36,6 +37,9 @@ type compose struct {
 	} `yaml:"services"`
 }
 
+// repo is a path from the repository's root, where these files live (tests run in cmd/api).
+func repo(path string) string { return filepath.Join("..", "..", path) }
+
 func readCompose(t *testing.T, name string) compose {
 	t.Helper()
 	raw, err := os.ReadFile(name)
@@ -51,7 +55,7 @@ func readCompose(t *testing.T, name string) compose {
 
 func TestComposeFile(t *testing.T) {
 	t.Parallel()
-	c := readCompose(t, "docker-compose.yml")
+	c := readCompose(t, repo("docker-compose.yml"))
 	for _, name := range []string{"redis", "postgres", "api-1", "api-2", "proxy"} {
 		s, ok := c.Services[name]
 		if !ok {
@@ -120,14 +124,14 @@ func TestComposeFile(t *testing.T) {
 	}
 
 	// The lab doors come only with docker-compose.lab.yml, and only on this machine.
-	lab := readCompose(t, "docker-compose.lab.yml")
+	lab := readCompose(t, repo("docker-compose.lab.yml"))
 	if got := lab.Services["redis"].Ports; !slices.Equal(got, []string{"127.0.0.1:6380:6379"}) {
 		t.Errorf("lab redis ports %v, want 127.0.0.1:6380:6379", got)
 	}
 	if got := lab.Services["proxy"].Ports; !slices.Equal(got, []string{"127.0.0.1:8081:8081"}) {
 		t.Errorf("lab proxy ports %v, want 127.0.0.1:8081:8081", got)
 	}
-	conf, err := os.ReadFile("deploy/nginx.conf")
+	conf, err := os.ReadFile(repo("deploy/nginx.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +144,12 @@ func TestComposeFile(t *testing.T) {
 // documentation and deployment files and checks that the API refuses to start with it.
 func TestPublishedSecretsAreRefused(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("docs/*.md")
+	files, err := filepath.Glob(repo("docs/*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	more, _ := filepath.Glob("deploy/*")
-	files = append(append(files, more...), "README.md", "docker-compose.yml", "docker-compose.lab.yml", "Dockerfile")
+	more, _ := filepath.Glob(repo("deploy/*"))
+	files = append(append(files, more...), repo("README.md"), repo("docker-compose.yml"), repo("docker-compose.lab.yml"), repo("Dockerfile"))
 	// NAME=value, NAME: value, "NAME": "value" and compose's ${NAME:-value}, of 16 bytes or more.
 	assignment := regexp.MustCompile(`AUTH_SECRET(?::-|["']?\s*[:=]\s*["']?)([^\s"'$}]{16,})`)
 	texts := map[string]string{ // what this repository once published, as the scan must catch it
@@ -186,18 +190,18 @@ func TestProxyConfig(t *testing.T) {
 	srv := redistest.Start(t)
 	env := map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "LOGIN_IP_LIMIT": "3"}
 	a, b := startAPI(t, srv, env), startAPI(t, srv, env)
-	public, lab := freeAddr(t), freeAddr(t)
+	public, lab := apitest.FreeAddr(t), apitest.FreeAddr(t)
 
 	var conf []byte
 	for _, f := range []string{"deploy/nginx.conf", "deploy/nginx-lab.conf"} { // the lab fleet's proxy
-		b, err := os.ReadFile(f)
+		b, err := os.ReadFile(repo(f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		conf = append(conf, b...)
 	}
 	dir := t.TempDir()
-	c := strings.NewReplacer("api-1:8080", strings.TrimPrefix(a.base, "http://"), "api-2:8080", strings.TrimPrefix(b.base, "http://"),
+	c := strings.NewReplacer("api-1:8080", strings.TrimPrefix(a.Base, "http://"), "api-2:8080", strings.TrimPrefix(b.Base, "http://"),
 		"listen 8080;", "listen "+public+";", "listen 8081;", "listen "+lab+";").Replace(string(conf))
 	// One process, no daemon: killing it leaves no orphaned workers behind.
 	main := fmt.Sprintf("daemon off;\nmaster_process off;\npid %[1]s/nginx.pid;\nerror_log %[1]s/error.log;\nevents {}\nhttp {\naccess_log off;\n"+
@@ -221,16 +225,16 @@ func TestProxyConfig(t *testing.T) {
 		}
 	}
 
-	door := func(addr string) *api { return &api{t: t, base: "http://" + addr, logs: &syncBuffer{}} }
+	door := func(addr string) *apitest.Client { return &apitest.Client{T: t, Base: "http://" + addr} }
 	for i := range 4 { // rotating X-Forwarded-For through the public door: still one client
-		r := door(public).do(http.MethodPost, "/v1/login", `{"document":"x","password":"y"}`, "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i))
-		if want := map[bool]int{true: 429, false: 400}[i == 3]; r.status != want {
+		r := door(public).Do(http.MethodPost, "/v1/login", `{"document":"x","password":"y"}`, "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i))
+		if want := map[bool]int{true: 429, false: 400}[i == 3]; r.Status != want {
 			t.Fatalf("public door, spoofed X-Forwarded-For, request %d: %v, want %d", i+1, r, want)
 		}
 	}
 	for i := range 4 { // the lab door: each forwarded address is its own client
-		r := door(lab).do(http.MethodPost, "/v1/login", `{"document":"x","password":"y"}`, "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i))
-		if r.status != http.StatusBadRequest {
+		r := door(lab).Do(http.MethodPost, "/v1/login", `{"document":"x","password":"y"}`, "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i))
+		if r.Status != http.StatusBadRequest {
 			t.Fatalf("lab door, client %d: %v, want 400 (not limited)", i+1, r)
 		}
 	}

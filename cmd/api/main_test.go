@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/apitest"
+	"github.com/pixlimit/pixlimit/internal/redistest"
+)
+
+// testSecret is the AUTH_SECRET of every API a test starts, so that the replicas of one test form
+// a fleet. Drawn per run: the API refuses every secret published in the repository.
+var testSecret = rand.Text() + rand.Text()
+
+// demo holds the contract's demo accounts.
+var demo = apitest.Demo
+
+// api is one running API program (run on a free port), driven over real HTTP.
+type api struct {
+	*apitest.Client
+	logs *apitest.Logs
+}
+
+// startAPI runs the program against srv with env on top of a test baseline, waits for /healthz,
+// and at the end of the test stops it as SIGTERM would and checks it exits cleanly.
+func startAPI(t *testing.T, srv *redistest.Server, env map[string]string) *api {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	a, done := launch(t, ctx, srv, env)
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("api exit: %v, want nil after shutdown", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("api did not stop within 15s of shutdown")
+		}
+	})
+	return a
+}
+
+// launch runs the program until ctx is done and waits until it is healthy. run's result arrives
+// on the channel.
+func launch(t *testing.T, ctx context.Context, srv *redistest.Server, env map[string]string) (*api, <-chan error) {
+	t.Helper()
+	addr := apitest.FreeAddr(t)
+	vars := map[string]string{
+		"HTTP_ADDR":   addr,
+		"AUTH_SECRET": testSecret,
+		"LOG_LEVEL":   "debug",
+		// A generous budget: on a loaded CI machine running tests in parallel under the race
+		// detector, 100ms is sometimes not enough, and a timeout fails closed. Outage tests
+		// set their own.
+		"REDIS_TIMEOUT": "1s",
+	}
+	if srv != nil {
+		vars["REDIS_URL"] = "redis://" + srv.Addr()
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	logs := &apitest.Logs{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"api"}, func(k string) string { return vars[k] }, io.Discard, logs)
+	}()
+	a := &api{Client: &apitest.Client{T: t, Base: "http://" + addr}, logs: logs}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get(a.Base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return a, done
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("api exited before serving: %v\n%s", err, logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("api not healthy within 5s\n%s", logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestHealthcheckCommand(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, nil, nil) // embedded Redis: the command needs only /healthz
+	getenv := func(k string) string {
+		if k == "HTTP_ADDR" {
+			return strings.TrimPrefix(a.Base, "http://")
+		}
+		return ""
+	}
+	if err := run(t.Context(), []string{"api", "healthcheck"}, getenv, io.Discard, io.Discard); err != nil {
+		t.Errorf("healthcheck against a serving API: %v", err)
+	}
+	nothing := func(k string) string {
+		if k == "HTTP_ADDR" {
+			return apitest.FreeAddr(t)
+		}
+		return ""
+	}
+	if err := run(t.Context(), []string{"api", "healthcheck"}, nothing, io.Discard, io.Discard); err == nil {
+		t.Error("healthcheck with nothing listening: nil, want an error")
+	}
+}
+
+func TestConfigErrorsStopTheProgram(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		env   map[string]string
+		names []string
+	}{
+		{map[string]string{"PIX_LIMIT": "0"}, []string{"PIX_LIMIT"}},
+		{map[string]string{"LOGIN_WINDOW": "90ms"}, []string{"LOGIN_WINDOW"}},
+		{map[string]string{"TRUSTED_PROXIES": "10.0.0.0/33"}, []string{"TRUSTED_PROXIES"}},
+		{map[string]string{"AUTH_SECRET": "too-short", "STATEMENT_FAIL_MODE": "ajar"}, []string{"AUTH_SECRET", "STATEMENT_FAIL_MODE"}},
+		// A fleet with a random secret per replica would multiply every limit by its size.
+		{map[string]string{"REDIS_URL": "redis://127.0.0.1:1"}, []string{"AUTH_SECRET"}},
+		{map[string]string{"REDIS_CLUSTER_ADDRS": "127.0.0.1:1"}, []string{"AUTH_SECRET"}},
+		{map[string]string{"AUTH_SECRET": "dev-only-secret-change-me-0123456789abcdef"}, []string{"AUTH_SECRET"}},
+		{map[string]string{"REDIS_SENTINEL_ADDRS": "s:sentinel", "REDIS_SENTINEL_MASTER": "m", "AUTH_SECRET": testSecret}, []string{"REDIS_SENTINEL_ADDRS"}},
+	} {
+		addr := apitest.FreeAddr(t)
+		env := map[string]string{"HTTP_ADDR": addr}
+		for k, v := range tt.env {
+			env[k] = v
+		}
+		err := run(t.Context(), []string{"api"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+		if err == nil {
+			t.Fatalf("%v: run returned nil", tt.env)
+		}
+		for _, name := range tt.names {
+			if !strings.Contains(err.Error(), name+":") {
+				t.Errorf("%v: error does not name %s:\n%v", tt.env, name, err)
+			}
+		}
+		if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			t.Errorf("%v: something listens on %s after a configuration error", tt.env, addr)
+		}
+	}
+}

@@ -1,0 +1,15 @@
+package auth
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+)
+
+// DeriveKey derives from the process's secret (AUTH_SECRET) the key of one purpose, such as
+// "ratelimit keys": one variable configures every key, and no key can be computed from another
+// key's use. HMAC-SHA256(secret, "pixlimit " + purpose + " v1"), 32 bytes.
+func DeriveKey(secret []byte, purpose string) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("pixlimit " + purpose + " v1"))
+	return m.Sum(nil)
+}

@@ -1,0 +1,177 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+)
+
+// setHeaders writes a decision to h as the contract's headers, after the IETF draft
+// "RateLimit header fields for HTTP" and the older, widely parsed RateLimit-Limit/-Remaining/
+// -Reset triple:
+//
+//	RateLimit-Limit: 10
+//	RateLimit-Remaining: 7
+//	RateLimit-Reset: 42
+//	RateLimit-Policy: "pix";q=10;w=60
+//	RateLimit: "pix";r=7;t=42
+//
+// RateLimit-Policy lists every policy of d; everything else reports d.Worst. Times are whole
+// seconds rounded up, so a client that waits what it is told is never early. (Retry-After, on a
+// refusal, is the error handler's to write.)
+func setHeaders(h http.Header, d ratelimit.Decision) {
+	w := d.Worst
+	h.Set("RateLimit-Limit", strconv.Itoa(w.Capacity))
+	h.Set("RateLimit-Remaining", strconv.Itoa(w.Remaining))
+	h.Set("RateLimit-Reset", strconv.FormatInt(seconds(w.Reset), 10))
+	var p strings.Builder
+	for i, r := range d.Results {
+		if i > 0 {
+			p.WriteString(", ")
+		}
+		p.WriteString(`"` + r.Policy.Name + `";q=` + strconv.Itoa(r.Policy.Limit) +
+			";w=" + strconv.FormatInt(seconds(r.Policy.Window), 10))
+		if r.Policy.Algorithm.Bursty() { // q and w stay the sustained rate
+
+			p.WriteString(";burst=" + strconv.Itoa(r.Capacity))
+		}
+	}
+	h.Set("RateLimit-Policy", p.String())
+	h.Set("RateLimit", `"`+w.Policy.Name+`";r=`+strconv.Itoa(w.Remaining)+";t="+strconv.FormatInt(seconds(w.Reset), 10))
+}
+
+// seconds rounds d up to whole seconds.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// retrySeconds is seconds(d) but at least 1: "Retry-After: 0" would invite an immediate retry
+// that the limiter refuses again.
+func retrySeconds(d time.Duration) int64 {
+	return max(1, seconds(d))
+}
+
+// limiter applies rate-limit decisions to HTTP requests: headers, refusals and fail modes.
+type limiter struct {
+	l *ratelimit.Limiter
+	// failClosedRetryAfter is the Retry-After of a fail-closed policy that could not decide.
+	failClosedRetryAfter time.Duration
+}
+
+// enforce decides the request in c against checks and prepares the response: it sets the
+// RateLimit headers (they stay on whatever the handler answers next, 4xx included) and returns
+// nil when the request may proceed, or a 429 *Error when it may not. report, when not nil,
+// chooses what the headers of an admitted request report (a refusal reports the whole
+// decision); handlers call enforce directly when the identity comes from the body, as the login.
+//
+// When Redis cannot decide in time the policies' fail modes apply: if any check fails closed the
+// request is refused with rate_limiter_unavailable; otherwise it proceeds with no RateLimit
+// headers, since nothing was decided. The limiter logs the outage.
+func (r limiter) enforce(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, checks ...ratelimit.Check) error {
+	d, err := r.l.AllowAll(c.Request().Context(), checks...)
+	if err != nil {
+		if !errors.Is(err, ratelimit.ErrUnavailable) || c.Request().Context().Err() != nil {
+			return err // a client that left: nothing to fail open or closed
+		}
+		for _, ch := range checks {
+			if ch.Policy.FailMode == ratelimit.FailClosed {
+				return &Error{Code: "rate_limiter_unavailable", RetryAfter: r.failClosedRetryAfter, cause: err,
+					Message: "the rate limiter cannot decide right now; try again later"}
+			}
+		}
+		return nil
+	}
+	if d.Allowed && report != nil {
+		d = report(d)
+	}
+	setHeaders(c.Response().Header(), d)
+	if !d.Allowed {
+		// The body never names the key that refused: a login refused by its IP key and one refused
+		// by its document key read the same.
+		return &Error{Code: "rate_limit_exceeded", RetryAfter: d.Worst.RetryAfter,
+			Message: "too many requests; retry after the time given"}
+	}
+	return nil
+}
+
+// RateLimitConfig configures the middleware that limits a route by one policy, in the manner of
+// Echo's own middleware.
+type RateLimitConfig struct {
+	// Skipper skips the limiter for requests it returns true for. Default: none skipped.
+	Skipper middleware.Skipper
+	// Limiter decides. Required.
+	Limiter *ratelimit.Limiter
+	// Policy is the limit applied. Required, and valid (ratelimit.Policy.Validate).
+	Policy ratelimit.Policy
+	// Identify names the client of a request; its error is answered as is (such as 401 for a
+	// route limited per account). Default: the client IP from c.RealIP, as
+	// ratelimit.IPIdentity, which is only as trustworthy as Echo's IPExtractor.
+	Identify func(c echo.Context) (string, error)
+	// FailClosedRetryAfter is the Retry-After when a fail-closed Policy cannot be decided.
+	// Default 5s.
+	FailClosedRetryAfter time.Duration
+}
+
+// ToMiddleware validates the configuration and returns the middleware.
+func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
+	if config.Limiter == nil {
+		return nil, errors.New("httpapi: rate limit middleware needs a Limiter")
+	}
+	if err := config.Policy.Validate(); err != nil {
+		return nil, fmt.Errorf("httpapi: rate limit middleware: %w", err)
+	}
+	if config.Skipper == nil {
+		config.Skipper = middleware.DefaultSkipper
+	}
+	if config.Identify == nil {
+		config.Identify = identifyByIP
+	}
+	if config.FailClosedRetryAfter == 0 {
+		config.FailClosedRetryAfter = 5 * time.Second
+	}
+	r := limiter{l: config.Limiter, failClosedRetryAfter: config.FailClosedRetryAfter}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if config.Skipper(c) {
+				return next(c)
+			}
+			id, err := config.Identify(c)
+			if err != nil {
+				return err
+			}
+			if err := r.enforce(c, nil, ratelimit.Check{Policy: config.Policy, Identity: id}); err != nil {
+				return err
+			}
+			return next(c)
+		}
+	}, nil
+}
+
+// clientIP is the request's client address as Echo's IPExtractor found it.
+func clientIP(c echo.Context) (netip.Addr, error) {
+	addr, err := netip.ParseAddr(c.RealIP())
+	if err != nil {
+		return netip.Addr{}, invalid("cannot tell the client address", nil)
+	}
+	return addr, nil
+}
+
+func identifyByIP(c echo.Context) (string, error) {
+	addr, err := clientIP(c)
+	if err != nil {
+		return "", err
+	}
+	return ratelimit.IPIdentity(addr), nil
+}

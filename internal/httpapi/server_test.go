@@ -1,0 +1,101 @@
+package httpapi_test
+
+import (
+	"context"
+	"crypto/rand"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/httpapi"
+	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/redistest"
+)
+
+// server is one replica over srv with the demo accounts and the given limits, built from the
+// public pieces as cmd/api builds it.
+type server struct {
+	h      http.Handler
+	ledger *pix.MemoryLedger
+	tokens *auth.Tokens
+}
+
+// lax limits let a test send 1000 requests a minute of every kind.
+func lax() httpapi.Limits {
+	p := func(name string) ratelimit.Policy {
+		return ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}
+	}
+	return httpapi.Limits{PIX: p("pix"), Statement: p("statement"), LoginIP: p("login-ip"), LoginAccount: p("login-account")}
+}
+
+func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits) server {
+	t.Helper()
+	lax := func(name string) ratelimit.Policy {
+		return ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}
+	}
+	for _, p := range []*ratelimit.Policy{&limits.PIX, &limits.Statement, &limits.LoginIP, &limits.LoginAccount} {
+		if p.Name == "" {
+			*p = lax(map[*ratelimit.Policy]string{&limits.PIX: "pix", &limits.Statement: "statement",
+				&limits.LoginIP: "login-ip", &limits.LoginAccount: "login-account"}[p])
+		}
+	}
+	ledger, err := pix.NewMemoryLedger(pix.DemoAccounts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := []byte(rand.Text() + rand.Text())
+	tokens, err := auth.NewTokens(secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, time.Second) })
+	limiter, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: auth.DeriveKey(secret, "ratelimit keys"), Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Limiter: limiter, Limits: limits, Ledger: ledger, Tokens: tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return server{h: h, ledger: ledger, tokens: tokens}
+}
+
+// FuzzRequestBodies throws arbitrary bodies at the login and PIX routes: nothing a client sends
+// may produce a 5xx, and only a 201 may move money.
+func FuzzRequestBodies(f *testing.F) {
+	for _, s := range []string{`{"key":"bruno@example.com","amount_cents":1}`, `{"document":"52998224725","password":"x"}`,
+		`{"amount_cents":-1}`, `[`, `{"key":"+5511987654321","amount_cents":9223372036854775807,"description":"\u0000"}`} {
+		f.Add(s)
+	}
+	s := newServer(f, redistest.Start(f), lax())
+	token, _ := s.tokens.Issue("acct-diego")
+	balance := func() int64 {
+		st, _ := s.ledger.Statement(context.Background(), "acct-diego", 1)
+		return st.BalanceCents
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, path := range []string{"/v1/pix", "/v1/login"} {
+			before := balance()
+			req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+token)
+			rec := httptest.NewRecorder()
+			s.h.ServeHTTP(rec, req)
+			if rec.Code >= 500 {
+				t.Fatalf("%s %q: %d %s", path, body, rec.Code, rec.Body)
+			}
+			if rec.Code != http.StatusCreated && balance() != before {
+				t.Fatalf("%s %q: %d and the balance moved", path, body, rec.Code)
+			}
+		}
+	})
+}

@@ -1,0 +1,138 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Policy is one limit: Limit requests per identity per Window, counted by Algorithm. With the
+// default, SlidingLog, that is at most Limit requests in any interval of length Window.
+//
+// A Policy is plain data, checked once by Validate where it is built (the configuration, a
+// server's constructor); a Limiter trusts the policies it is given.
+type Policy struct {
+	// Name identifies the policy in Redis keys and in the RateLimit-Policy header; it must be
+	// 1–32 of [a-z0-9_-].
+	Name string
+	// Limit is the number of requests admitted per Window (for TokenBucket and GCRA, the
+	// sustained rate: Limit per Window), at least 1.
+	Limit int
+	// Window is the window's length: a whole number of milliseconds, at least 1ms.
+	Window time.Duration
+	// Algorithm counts; the zero value is SlidingLog.
+	Algorithm Algorithm
+	// Burst is, for TokenBucket and GCRA only, how many requests may come at once: the bucket's
+	// capacity. Zero means Limit. Other algorithms take no Burst.
+	Burst int
+	// FailMode says what the caller does when the Limiter cannot decide; the zero value is
+	// FailClosed.
+	FailMode FailMode
+}
+
+// Capacity is the most requests p admits at once: Burst (default Limit) for a bucket, else Limit.
+func (p Policy) Capacity() int {
+	if p.algorithm().Bursty() && p.Burst > 0 {
+		return p.Burst
+	}
+	return p.Limit
+}
+
+// algorithm is p.Algorithm with its default.
+func (p Policy) algorithm() Algorithm {
+	if p.Algorithm == "" {
+		return SlidingLog
+	}
+	return p.Algorithm
+}
+
+// PolicyError says which field of a policy is unusable and why.
+type PolicyError struct {
+	Policy string // the policy's name
+	Field  string // "Name", "Limit", "Window", "Algorithm" or "Burst"
+	Reason string
+}
+
+func (e *PolicyError) Error() string {
+	return fmt.Sprintf("policy %q: %s: %s", e.Policy, e.Field, e.Reason)
+}
+
+// Validate reports what makes p unusable, if anything: one *PolicyError per unusable field,
+// joined (errors.Join).
+func (p Policy) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &PolicyError{Policy: p.Name, Field: field, Reason: fmt.Sprintf(format, args...)})
+	}
+	if len(p.Name) == 0 || len(p.Name) > 32 || strings.Trim(p.Name, "abcdefghijklmnopqrstuvwxyz0123456789_-") != "" {
+		bad("Name", "want 1-32 of [a-z0-9_-]")
+	}
+	if p.Limit < 1 {
+		bad("Limit", "%d: want at least 1", p.Limit)
+	}
+	if p.Window < time.Millisecond || p.Window%time.Millisecond != 0 {
+		bad("Window", "%v: want a whole number of milliseconds, at least 1ms", p.Window)
+	}
+	if _, ok := scripts[p.algorithm()]; !ok {
+		bad("Algorithm", "%q: want one of %v", p.Algorithm, Algorithms())
+	}
+	if p.Burst < 0 || p.Burst > 0 && !p.algorithm().Bursty() {
+		bad("Burst", "%d: only token_bucket and gcra take a burst (at least 1)", p.Burst)
+	}
+	// The sliding window and the token bucket multiply counts by the window in microseconds;
+	// Lua numbers are exact integers only below 2^53.
+	if a := p.algorithm(); (a == SlidingWindow || a == TokenBucket) &&
+		float64(max(p.Limit, p.Capacity()))*float64(p.Window.Microseconds()) >= 1<<53 {
+		bad("Limit", "limit × window too large for exact arithmetic (%d × %v)", max(p.Limit, p.Capacity()), p.Window)
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateTogether validates policies that are decided together, in one AllowAll: each must be
+// valid, and all must share an algorithm, since one script decides them all.
+func ValidateTogether(ps ...Policy) error {
+	for _, p := range ps {
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		if p.algorithm() != ps[0].algorithm() {
+			return &PolicyError{Policy: p.Name, Field: "Algorithm",
+				Reason: fmt.Sprintf("%s, decided together with %s's %s: policies decided together share an algorithm",
+					p.algorithm(), ps[0].Name, ps[0].algorithm())}
+		}
+	}
+	return nil
+}
+
+// FailMode says what a caller does with a request that the Limiter could not decide in time.
+type FailMode int
+
+const (
+	// FailClosed refuses the request: the safe choice where an unlimited route is a risk
+	// (login, money). It is the zero value, so a policy fails closed unless it says otherwise.
+	FailClosed FailMode = iota
+	// FailOpen serves the request unlimited: the choice where unavailability costs more than
+	// abuse (reading one's own statement).
+	FailOpen
+)
+
+func (m FailMode) String() string {
+	if m == FailOpen {
+		return "open"
+	}
+	return "closed"
+}
+
+// UnmarshalText parses "open" or "closed".
+func (m *FailMode) UnmarshalText(text []byte) error {
+	switch string(text) {
+	case "closed":
+		*m = FailClosed
+	case "open":
+		*m = FailOpen
+	default:
+		return errors.New("want open or closed")
+	}
+	return nil
+}
