@@ -19,18 +19,12 @@ import (
 	"github.com/pixlimit/pixlimit/internal/redistest"
 )
 
-// fleet starts n replicas as separate HTTP servers over one Redis (each with its own client and
-// Limiter, as separate processes would have), one token secret and one ledger, wired as
-// cmd/api wires them.
-func fleet(t *testing.T, n int, env map[string]string) []*apitest.Client {
+// fleet starts n replicas as separate HTTP servers over srv (each with its own client and
+// Limiter, as separate processes would have), one token secret and ledger, configured by env and
+// wired as cmd/api wires them. It returns their clients and the fleet's token issuer.
+func fleet(t testing.TB, srv *redistest.Server, ledger pix.Ledger, n int, env map[string]string) ([]*apitest.Client, *auth.Tokens) {
 	t.Helper()
-	srv := redistest.Start(t)
-	env["REDIS_TIMEOUT"] = "1s" // generous: a loaded CI machine sometimes needs more than 100ms
 	cfg, err := config.Load(func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	ledger, err := pix.NewMemoryLedger(pix.DemoAccounts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +36,9 @@ func fleet(t *testing.T, n int, env map[string]string) []*apitest.Client {
 	replicas := make([]*apitest.Client, n)
 	for i := range replicas {
 		rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, cfg.RedisTimeout) })
-		limiter, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: auth.DeriveKey(secret, "ratelimit keys"), Timeout: cfg.RedisTimeout})
+		opts := cfg.LimiterOptions()
+		opts.KeySecret = auth.DeriveKey(secret, "ratelimit keys")
+		limiter, err := ratelimit.New(rdb, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,12 +54,17 @@ func fleet(t *testing.T, n int, env map[string]string) []*apitest.Client {
 		t.Cleanup(hs.Close)
 		replicas[i] = &apitest.Client{T: t, Base: hs.URL}
 	}
-	return replicas
+	return replicas, tokens
 }
 
 func TestFleetLimitsHoldExactly(t *testing.T) {
 	t.Parallel()
-	replicas := fleet(t, 3, map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"})
+	ledger, err := pix.NewMemoryLedger(pix.DemoAccounts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A generous budget: a loaded CI machine sometimes needs more than 100ms.
+	replicas, _ := fleet(t, redistest.Start(t), ledger, 3, map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "REDIS_TIMEOUT": "1s"})
 
 	// A token from one replica works on every other.
 	ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)

@@ -110,11 +110,9 @@ func wire(ctx context.Context, cfg config.Config, logger *slog.Logger) (h http.H
 		logger.Warn("AUTH_SECRET is empty: using a random secret for this process; its tokens and " +
 			"rate-limit keys are not shared with other processes")
 	}
-	limiter, err := ratelimit.New(rdb, ratelimit.Options{
-		KeySecret: auth.DeriveKey(secret, "ratelimit keys"),
-		Timeout:   cfg.RedisTimeout,
-		Logger:    logger,
-	})
+	opts := cfg.LimiterOptions()
+	opts.KeySecret, opts.Logger = auth.DeriveKey(secret, "ratelimit keys"), logger
+	limiter, err := ratelimit.New(rdb, opts)
 	if err != nil {
 		return nil, nil, err
 	}

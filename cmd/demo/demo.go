@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
 // demo drives the replicas round robin, one client IP per request through X-Forwarded-For,
@@ -30,6 +32,22 @@ type demo struct {
 	lab      *redis.Client
 	scenario string
 	results  []result
+	// limiters are the in-process replicas' (nil against -target): their Stats tell what
+	// happened inside, which a client cannot see.
+	limiters []*ratelimit.Limiter
+}
+
+// stats sums the in-process replicas' limiter counters; ok is false against -target.
+func (d *demo) stats() (sum ratelimit.Stats, ok bool) {
+	for _, l := range d.limiters {
+		s := l.Stats()
+		sum.Redis += s.Redis
+		sum.Local += s.Local
+		sum.ShortCircuited += s.ShortCircuited
+		sum.CachedKeys += s.CachedKeys
+		sum.BreakerOpen = sum.BreakerOpen || s.BreakerOpen
+	}
+	return sum, len(d.limiters) > 0
 }
 
 // outageControl stops and restores the Redis behind the API.

@@ -80,8 +80,9 @@ func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fle
 		rdb := redis.NewClient(opt)
 		f.clients = append(f.clients, rdb)
 		logger := slog.New(slog.NewTextHandler(logs, nil)).With("replica", i+1)
-		limiter, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: auth.DeriveKey(secret, "ratelimit keys"),
-			Timeout: cfg.RedisTimeout, Logger: logger})
+		opts := cfg.LimiterOptions()
+		opts.KeySecret, opts.Logger = auth.DeriveKey(secret, "ratelimit keys"), logger
+		limiter, err := ratelimit.New(rdb, opts)
 		if err != nil {
 			return nil, err
 		}

@@ -137,6 +137,7 @@ func declaredLimit(h http.Header, policy string) (int, bool) {
 // IP spreads guesses over many documents, so only the IP key stops it; both refusals look the
 // same; and the owner of an attacked account is locked out too.
 func loginAttack(ctx context.Context, d *demo) error {
+	before, inside := d.stats()
 	d.out.say("A botnet of 20 machines tries passwords for Carla's document, one guess from each IP.")
 	var bots []reply
 	for i := range 20 {
@@ -174,6 +175,21 @@ func loginAttack(ctx context.Context, d *demo) error {
 	d.out.say("During the attack Carla herself logs in, with her password, from a new IP.")
 	r := d.show(d.call(ctx, "192.0.2.55", "POST", "/v1/login", "", map[string]string{"document": carla.document, "password": carla.password}))
 	d.expect("Carla is refused too: the known cost of a per-account key", r.status == http.StatusTooManyRequests, r.summary())
+
+	if after, ok := d.stats(); ok && inside {
+		refused := 0
+		for _, r := range append(append(bots, sweep...), r) {
+			if r.status == http.StatusTooManyRequests {
+				refused++
+			}
+		}
+		local := int(after.Local - before.Local)
+		d.out.say("Inside the replicas: %d of the %d refusals were answered from the replica's own memory of a full key,\n"+
+			"with no Redis call; %d decisions reached Redis. A replica asks Redis to learn that a key is full,\n"+
+			"then again at most every 5 s while it stays full.", local, refused, after.Redis-before.Redis)
+		d.expect("most refusals cost no Redis call: the replicas remember full keys",
+			2*local > refused, fmt.Sprintf("%d of %d refusals answered locally", local, refused))
+	}
 	d.out.say("That is the trade-off the account key pays: it is what stops a botnet that never reuses an IP,\n" +
 		"and it lets that botnet lock the owner out until the window slides past the guesses (Retry-After\n" +
 		"tells her when). Banks soften it with a second factor or a trusted-device path; the limit stays.")
@@ -217,6 +233,16 @@ func outage(ctx context.Context, d *demo) (err error) {
 	d.expect("PIX fails closed: 429 rate_limiter_unavailable",
 		p.status == http.StatusTooManyRequests && p.code() == "rate_limiter_unavailable", p.summary())
 	s := d.show(d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil))
+	if before, ok := d.stats(); ok {
+		d.out.say("Ten more statements: after 5 failures in a row, each replica's circuit breaker opens and\n" +
+			"stops asking Redis for a second, so the fail mode answers at once instead of after the Redis timeout.")
+		for range 10 {
+			d.show(d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil))
+		}
+		after, _ := d.stats()
+		d.expect("the breaker opens: decisions fail at once, without asking Redis", after.BreakerOpen && after.ShortCircuited > before.ShortCircuited,
+			fmt.Sprintf("open=%v, %d decisions short-circuited", after.BreakerOpen, after.ShortCircuited-before.ShortCircuited))
+	}
 	d.expect("statement fails open: 200 without RateLimit headers",
 		s.status == http.StatusOK && s.header.Get("RateLimit-Limit") == "", fmt.Sprintf("%s, RateLimit-Limit %q", s.summary(), s.header.Get("RateLimit-Limit")))
 	d.expect("the refused PIX moved no money", s.status == http.StatusOK && s.cents("balance_cents") == before,
@@ -229,13 +255,19 @@ func outage(ctx context.Context, d *demo) (err error) {
 	resumed = true
 	d.out.say("Redis returns: %s.", what)
 	start := time.Now()
-	for time.Since(start) < 10*time.Second {
+	for decided := 0; decided < len(d.replicas) && time.Since(start) < 10*time.Second; { // every replica in turn
 		if r := d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil); r.header.Get("RateLimit-Limit") != "" {
-			break
+			decided++
+			continue
 		}
+		decided = 0
 		time.Sleep(100 * time.Millisecond)
 	}
-	d.out.say("Limiting resumed %v after Redis returned.", time.Since(start).Round(10*time.Millisecond))
+	d.out.say("Limiting resumed %v after Redis returned (an open breaker waits out its cool-down, then probes).",
+		time.Since(start).Round(10*time.Millisecond))
+	if st, ok := d.stats(); ok {
+		d.expect("the breaker closed again", !st.BreakerOpen, fmt.Sprintf("open=%v", st.BreakerOpen))
+	}
 	p = d.show(d.call(ctx, ip, "POST", "/v1/pix", token, pixBody("bruno@example.com", 1500)))
 	l = d.show(d.call(ctx, ip, "POST", "/v1/login", "", map[string]string{"document": diego.document, "password": diego.password}))
 	d.expect("back to normal, no restart: PIX 201 and login 200, with RateLimit headers",

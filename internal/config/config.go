@@ -38,6 +38,9 @@ type Config struct {
 	TokenTTL             time.Duration  `env:"TOKEN_TTL" envDefault:"15m"`
 	TrustedProxies       []netip.Prefix `env:"TRUSTED_PROXIES"`
 	FailClosedRetryAfter time.Duration  `env:"FAIL_CLOSED_RETRY_AFTER" envDefault:"5s"`
+	LocalCacheSize       int            `env:"RATELIMIT_LOCAL_CACHE_SIZE" envDefault:"100000"`
+	BreakerFailures      int            `env:"RATELIMIT_BREAKER_FAILURES" envDefault:"5"`
+	BreakerCooldown      time.Duration  `env:"RATELIMIT_BREAKER_COOLDOWN" envDefault:"1s"`
 	DemoAccountsSet      *bool          `env:"DEMO_ACCOUNTS"` // nil when unset
 	LogLevel             slog.Level     `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat            string         `env:"LOG_FORMAT" envDefault:"text"`
@@ -213,6 +216,13 @@ func (cfg *Config) check(p *problems) {
 		p.add("FAIL_CLOSED_RETRY_AFTER", "%v: want whole seconds", cfg.FailClosedRetryAfter)
 	}
 	between(p, "FAIL_CLOSED_RETRY_AFTER", cfg.FailClosedRetryAfter, time.Second, time.Hour)
+	if cfg.LocalCacheSize < 0 || cfg.LocalCacheSize > 10_000_000 {
+		p.add("RATELIMIT_LOCAL_CACHE_SIZE", "%d: want 0 (off) to 10000000", cfg.LocalCacheSize)
+	}
+	if cfg.BreakerFailures < 0 {
+		p.add("RATELIMIT_BREAKER_FAILURES", "%d: want 0 (off) or more", cfg.BreakerFailures)
+	}
+	between(p, "RATELIMIT_BREAKER_COOLDOWN", cfg.BreakerCooldown, 10*time.Millisecond, time.Minute)
 	cfg.checkSecret(p)
 	cfg.DemoAccounts = cfg.DatabaseURL == ""
 	if cfg.DemoAccountsSet != nil {
@@ -282,6 +292,19 @@ func (cfg *Config) checkRedis(p *problems) {
 	if cfg.redisModes() > 1 {
 		p.add("REDIS_URL", "set one of REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS, not several")
 	}
+}
+
+// LimiterOptions are the limiter's options from RATELIMIT_*: the deny cache and the breaker,
+// where 0 in the environment means off (negative in ratelimit.Options).
+func (cfg *Config) LimiterOptions() ratelimit.Options {
+	off := func(n int) int {
+		if n == 0 {
+			return -1
+		}
+		return n
+	}
+	return ratelimit.Options{Timeout: cfg.RedisTimeout, LocalCacheSize: off(cfg.LocalCacheSize),
+		BreakerFailures: off(cfg.BreakerFailures), BreakerCooldown: cfg.BreakerCooldown}
 }
 
 // redisModes counts the Redis modes set; zero means the embedded Redis.

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,12 +54,16 @@ type Decision struct {
 	Worst Result
 	// Results holds one Result per check, in the order the checks were given.
 	Results []Result
+	// Local says the request was refused by this Limiter's deny cache, without asking Redis:
+	// Worst is a key known to be full, and the Results of keys not known to be full carry their
+	// Capacity as Remaining, since nothing was asked of them.
+	Local bool
 }
 
 // Only returns the Decision as if it had checked only its i-th check: the same verdict, with
 // that check's Result as the worst and only one.
 func (d Decision) Only(i int) Decision {
-	return Decision{Allowed: d.Allowed, Worst: d.Results[i], Results: d.Results[i : i+1 : i+1]}
+	return Decision{Allowed: d.Allowed, Worst: d.Results[i], Results: d.Results[i : i+1 : i+1], Local: d.Local}
 }
 
 // Options configure a Limiter. The zero value of each field but KeySecret has a default.
@@ -78,7 +84,31 @@ type Options struct {
 	Logger *slog.Logger
 	// OutageLogEvery throttles outage reports. Default 10s.
 	OutageLogEvery time.Duration
+	// LocalCacheSize bounds the keys this Limiter remembers as full, to refuse requests on them
+	// without asking Redis (see denyCache). Default 100,000 (about 15 MB); negative disables.
+	LocalCacheSize int
+	// LocalCacheHold is the longest the deny cache keeps a block before asking Redis again, even
+	// when the key stays full longer: if Redis loses its state (a restart, a failover, an
+	// operator's DEL), a replica refuses on stale knowledge for at most this long. Default 5s.
+	LocalCacheHold time.Duration
+	// BreakerFailures is how many consecutive failed decisions open the circuit breaker, which
+	// then fails decisions at once for BreakerCooldown before letting one probe through.
+	// Default 5; negative disables. A cluster Limiter has no breaker.
+	BreakerFailures int
+	// BreakerCooldown is how long an open breaker fails decisions at once. Default 1s.
+	BreakerCooldown time.Duration
 }
+
+// ping is the breaker's probe: the cheapest script, so it needs only redis.Scripter.
+var ping = redis.NewScript("return 1")
+
+// Option defaults that are not zero.
+const (
+	defaultLocalCacheSize  = 100_000
+	defaultLocalCacheHold  = 5 * time.Second
+	defaultBreakerFailures = 5
+	defaultBreakerCooldown = time.Second
+)
 
 // Limiter decides requests against policies whose state lives in Redis. It is safe for
 // concurrent use, and any number of Limiters on any number of hosts sharing one Redis and one
@@ -90,6 +120,14 @@ type Limiter struct {
 	timeout time.Duration
 	outages *outageLog
 	logger  *slog.Logger
+
+	// deny remembers keys known to be full (local.go), each for at most hold; nil when disabled.
+	deny *denyCache
+	hold time.Duration
+	// breaker fails decisions at once while Redis keeps failing (breaker.go); nil when disabled.
+	breaker *breaker
+	// stats counts what the limiter did, for Stats.
+	stats stats
 
 	// withdrawals counts withdrawals in flight (withdraw.go), for Close to wait on.
 	withdrawals sync.WaitGroup
@@ -111,7 +149,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if len(opts.KeySecret) < 16 {
 		return nil, fmt.Errorf("ratelimit: key secret of %d bytes: want at least 16", len(opts.KeySecret))
 	}
-	if opts.Timeout < 0 || opts.OutageLogEvery < 0 {
+	if opts.Timeout < 0 || opts.OutageLogEvery < 0 || opts.BreakerCooldown < 0 || opts.LocalCacheHold < 0 {
 		return nil, errors.New("ratelimit: negative duration in options")
 	}
 	if opts.Prefix == "" {
@@ -127,7 +165,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		opts.Logger = slog.Default()
 	}
 	_, isCluster := rdb.(*redis.ClusterClient)
-	return &Limiter{
+	l := &Limiter{
 		rdb:     rdb,
 		cluster: opts.Cluster || isCluster,
 		keys:    newKeyer(opts.Prefix, opts.KeySecret),
@@ -135,7 +173,19 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		outages: newOutageLog(opts.Logger, opts.OutageLogEvery),
 		logger:  opts.Logger,
 		late:    make(chan struct{}, maxLateWithdrawals),
-	}, nil
+	}
+	if opts.LocalCacheSize >= 0 {
+		l.deny = newDenyCache(cmp.Or(opts.LocalCacheSize, defaultLocalCacheSize))
+		l.hold = cmp.Or(opts.LocalCacheHold, defaultLocalCacheHold)
+	}
+	// On a cluster one master's failure fails only its slots: a breaker for the whole Limiter
+	// would turn that into an outage of every slot, so a cluster has none.
+	if opts.BreakerFailures >= 0 && !l.cluster {
+		failures, cooldown := cmp.Or(opts.BreakerFailures, defaultBreakerFailures), cmp.Or(opts.BreakerCooldown, defaultBreakerCooldown)
+		probe := func(ctx context.Context) error { return ping.Run(ctx, rdb, nil).Err() }
+		l.breaker = newBreaker(failures, cooldown, opts.Timeout, probe, l.clock, opts.Logger)
+	}
+	return l, nil
 }
 
 // ClientOptions tunes Redis client options for a decision budget: every dial, read, write and
@@ -163,18 +213,60 @@ func (l *Limiter) Allow(ctx context.Context, p Policy, identity string) (Decisio
 // trip: the request is admitted only if every key has room, and is then recorded in every key;
 // otherwise it is recorded in none. The checks' policies must be valid and share an algorithm
 // (ValidateTogether, at startup). The error wraps ErrUnavailable when Redis did not answer
-// within the budget; the caller then applies the fail mode, and the outage is logged here.
+// within the budget (or the breaker is open); the caller then applies the fail mode, and the
+// outage is logged here.
+//
+// A request on a key this Limiter knows to be full is refused without asking Redis
+// (Decision.Local), exactly as the script would refuse it, recording nothing; this holds while
+// Redis is down too. A block is kept until the key can have room again, or for LocalCacheHold,
+// whichever is sooner; the Retry-After of a local refusal is the key's own, which can be longer. A refusal teaches the cache, unless its keys may see withdrawals that free
+// room early: a split decision on a cluster, whose sibling admissions are withdrawn, is never
+// cached. (A late decision's withdrawal, after a timeout, can still free room in a key another
+// replica has cached: for at most that key's Reset, the cache then refuses on the strict side.)
 func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, error) {
 	if len(checks) == 0 {
 		return Decision{}, errors.New("ratelimit: no checks")
 	}
-	d, err := l.decide(ctx, requestID(), checks)
+	sent := l.clock() // before asking Redis, which decides later: deadlines from here are never late
+	keys := make([]string, len(checks))
+	for i, c := range checks {
+		keys[i] = l.keys.key(c.Policy, c.Identity)
+	}
+	if d, ok := l.refuseLocally(keys, checks, sent); ok {
+		l.stats.local.Add(1)
+		return d, nil
+	}
+	if l.breaker != nil && !l.breaker.allow() {
+		err := fmt.Errorf("%w: circuit breaker open after consecutive failures", ErrUnavailable)
+		l.stats.shortCircuited.Add(1)
+		for _, c := range checks {
+			l.outages.failed(c.Policy, err)
+		}
+		return Decision{}, err
+	}
+	l.stats.redis.Add(1)
+	d, err := l.decide(ctx, requestID(), checks, keys)
 	switch {
 	case err == nil:
+		if l.breaker != nil {
+			l.breaker.success()
+		}
 		for _, c := range checks {
 			l.outages.decided(c.Policy)
 		}
+		if !d.Allowed && l.deny != nil && !(l.cluster && len(checks) > 1) {
+			for i, r := range d.Results {
+				// Redis's TIME counts whole microseconds, so its now can be up to 1µs behind
+				// the true moment it decided: the entry stops answering that microsecond early.
+				if wait := r.RetryAfter - time.Microsecond; wait > 0 {
+					l.deny.block(keys[i], sent.Add(min(wait, l.hold)), sent.Add(r.RetryAfter))
+				}
+			}
+		}
 	case errors.Is(err, ErrUnavailable) && ctx.Err() == nil: // a client that left is no outage
+		if l.breaker != nil {
+			l.breaker.failure()
+		}
 		for _, c := range checks {
 			l.outages.failed(c.Policy, err)
 		}
@@ -182,19 +274,76 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	return d, err
 }
 
-// decide runs the checks' script for the request named id. The arguments are those of
-// prelude.lua: id, now (” for the Redis clock), ” (decide, not withdraw), then each key's
-// limit, window in microseconds and capacity.
-func (l *Limiter) decide(ctx context.Context, id string, checks []Check) (Decision, error) {
+// refuseLocally refuses the request if any of its keys is known to be full at now, as the script
+// would: recording nothing, reporting the blocked key with the longest wait. Keys not known to be
+// full are reported with their Capacity as Remaining, since nothing was asked of them.
+func (l *Limiter) refuseLocally(keys []string, checks []Check, now time.Time) (Decision, bool) {
+	if l.deny == nil {
+		return Decision{}, false
+	}
+	d := Decision{Local: true, Results: make([]Result, len(checks))}
+	blocked := false
+	for i, c := range checks {
+		r := Result{Policy: c.Policy, Capacity: c.Policy.Capacity(), Remaining: c.Policy.Capacity()}
+		if until, ok := l.deny.blockedUntil(keys[i], now); ok {
+			r.Remaining, r.Reset, r.RetryAfter = 0, until.Sub(now), until.Sub(now)
+			if !blocked || r.Reset > d.Worst.Reset {
+				d.Worst = r
+			}
+			blocked = true
+		}
+		d.Results[i] = r
+	}
+	return d, blocked
+}
+
+// clock is the replica's time: the monotonic clock, or the injected one in tests.
+func (l *Limiter) clock() time.Time {
+	if l.now != nil {
+		return l.now()
+	}
+	return time.Now()
+}
+
+// Stats counts what a Limiter did since it was made.
+type Stats struct {
+	// Redis is how many decisions asked Redis.
+	Redis int64
+	// Local is how many requests were refused by the deny cache, without asking Redis.
+	Local int64
+	// ShortCircuited is how many decisions the open breaker failed without asking Redis.
+	ShortCircuited int64
+	// CachedKeys is how many keys the deny cache holds (expired ones until they are seen).
+	CachedKeys int
+	// BreakerOpen says the breaker is open or half-open: decisions fail at once.
+	BreakerOpen bool
+}
+
+type stats struct{ redis, local, shortCircuited atomic.Int64 }
+
+// Stats returns the Limiter's counters.
+func (l *Limiter) Stats() Stats {
+	s := Stats{Redis: l.stats.redis.Load(), Local: l.stats.local.Load(), ShortCircuited: l.stats.shortCircuited.Load()}
+	if l.deny != nil {
+		s.CachedKeys = l.deny.len()
+	}
+	if l.breaker != nil {
+		s.BreakerOpen = !l.breaker.closed.Load()
+	}
+	return s
+}
+
+// decide runs the checks' script for the request named id over their keys. The arguments are
+// those of prelude.lua: id, now (” for the Redis clock), ” (decide, not withdraw), then each
+// key's limit, window in microseconds and capacity.
+func (l *Limiter) decide(ctx context.Context, id string, checks []Check, keys []string) (Decision, error) {
 	a := checks[0].Policy.algorithm()
-	keys := make([]string, len(checks))
 	args := make([]any, 3, 3+3*len(checks))
 	args[0], args[1], args[2] = id, "", ""
 	if l.now != nil {
 		args[1] = l.now().UnixMicro()
 	}
-	for i, c := range checks {
-		keys[i] = l.keys.key(c.Policy, c.Identity)
+	for _, c := range checks {
 		args = append(args, c.Policy.Limit, c.Policy.Window.Microseconds(), c.Policy.Capacity())
 	}
 

@@ -98,9 +98,13 @@ func mayHaveRun(err error) bool {
 		errors.As(err, &ne) && ne.Timeout()
 }
 
-// Close waits for the withdrawals in flight (bounded: each is a few attempts of one budget).
+// Close waits for the withdrawals and the breaker's probe in flight (bounded: each is a few
+// attempts of one budget).
 // The Limiter must not be used after Close; the Redis client stays the caller's to close.
 func (l *Limiter) Close() error {
 	l.withdrawals.Wait()
+	if l.breaker != nil {
+		l.breaker.probes.Wait()
+	}
 	return nil
 }

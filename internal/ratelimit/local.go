@@ -1,0 +1,111 @@
+package ratelimit
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+)
+
+// denyCache remembers, per Redis key, until when this replica knows the key is full, so that a
+// request on a blocked key is refused here, with no Redis call: under attack almost every request
+// is such a refusal.
+//
+// It never refuses a request that Redis would admit. A refusal by Redis at its time T says the
+// key has no room until T + Reset, and, for every algorithm, nothing any replica does can bring
+// that moment nearer: a refused request records nothing; the sliding log's entries only leave by
+// ageing; the sliding window's estimate and the buckets' levels only decay with time, and
+// admissions, the only other change, make room later, not sooner; the fixed window ends on its
+// calendar. The deadline is counted from when this replica sent the request, on its monotonic
+// clock: Redis decided later, so the key's true unblocking is never before sent + Reset. It can
+// be up to one round trip after it, which costs one extra Redis call, never a wrong refusal.
+// Only a withdrawal (of a late decision, or of a cluster split's admission) frees room early;
+// see Limiter.AllowAll for how they are kept out of the cache.
+//
+// An entry answers until the deadline or for at most LocalCacheHold, whichever is sooner: the
+// guarantee rests on Redis keeping its state, and if it loses it (a restart without persistence,
+// a failover, an operator's DEL), stale blocks outlive it by at most the hold.
+//
+// Memory is bounded by max entries (about 160 bytes each: the key, its map slot and its heap
+// slot; TestDenyCacheMemory measures it); when full, the entry that expires soonest goes first,
+// which is an expired one whenever there is one.
+type denyCache struct {
+	max int
+
+	mu      sync.Mutex
+	entries map[string]*denied
+	byUntil untilHeap
+}
+
+type denied struct {
+	key      string
+	until    time.Time // when this entry stops answering: the deadline, or sooner (LocalCacheHold)
+	deadline time.Time // when the key can have room again, as Redis said
+	index    int       // in byUntil
+}
+
+func newDenyCache(max int) *denyCache {
+	return &denyCache{max: max, entries: make(map[string]*denied)}
+}
+
+// blockedUntil reports until when key is known to be full, if the entry still answers at now.
+func (c *denyCache) blockedUntil(key string, now time.Time) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	if !ok {
+		return time.Time{}, false
+	}
+	if !now.Before(e.until) {
+		heap.Remove(&c.byUntil, e.index)
+		delete(c.entries, key)
+		return time.Time{}, false
+	}
+	return e.deadline, true
+}
+
+// block records that key is full until deadline, an entry that answers until until (≤ deadline).
+func (c *denyCache) block(key string, until, deadline time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[key]; ok {
+		e.until, e.deadline = until, deadline
+		heap.Fix(&c.byUntil, e.index)
+		return
+	}
+	if len(c.entries) >= c.max {
+		oldest := heap.Pop(&c.byUntil).(*denied)
+		delete(c.entries, oldest.key)
+	}
+	e := &denied{key: key, until: until, deadline: deadline}
+	heap.Push(&c.byUntil, e)
+	c.entries[key] = e
+}
+
+// len is the number of entries, expired ones included until they are found or pushed out.
+func (c *denyCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}
+
+// untilHeap orders entries by deadline, soonest first (container/heap).
+type untilHeap []*denied
+
+func (h untilHeap) Len() int           { return len(h) }
+func (h untilHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h untilHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *untilHeap) Push(x any) {
+	e := x.(*denied)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *untilHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
+}

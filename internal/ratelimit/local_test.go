@@ -1,0 +1,302 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/redistest"
+)
+
+// world is a fleet of replicas over one Redis, with one injected clock, and with or without the
+// deny cache; its keys have their own prefix, so two worlds share a server without meeting.
+func world(t *testing.T, srv *redistest.Server, prefix string, replicas, cache int, clk *clock) []*Limiter {
+	t.Helper()
+	ls := make([]*Limiter, replicas)
+	for i := range ls {
+		c := srv.Client(func(o *redis.Options) { ClientOptions(o, generous) })
+		l, err := New(c, Options{KeySecret: testSecret, Timeout: generous, Prefix: prefix, LocalCacheSize: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		l.now = clk.Now
+		ls[i] = l
+	}
+	return ls
+}
+
+// TestTheDenyCacheDecidesAsRedisDoes drives the same random trace through two fleets of three
+// replicas over one real Redis, one with the deny cache and one without, for every algorithm:
+// many identities, one- and two-key decisions, injected time with jumps short and long. Every
+// decision must be the same: the verdict always, and the key reported with its Remaining, Reset
+// and Retry-After whenever the cached fleet asked Redis; when it refused locally, every key it
+// reports blocked must be full in the uncached fleet with the same Retry-After. The cache must
+// also have answered a good share of the refusals, or the test proves nothing.
+func TestTheDenyCacheDecidesAsRedisDoes(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, a := range Algorithms() {
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			clk := &clock{now: time.UnixMicro(1_800_000_000_000_000)}
+			plain := world(t, srv, "plain-"+string(a), 3, -1, clk)
+			cached := world(t, srv, "cached-"+string(a), 3, 1000, clk)
+			pa := Policy{Name: "a", Limit: 4, Window: 10 * time.Second, Algorithm: a}
+			pb := Policy{Name: "b", Limit: 3, Window: 7 * time.Second, Algorithm: a}
+			if a.Bursty() {
+				pa.Burst = 6
+			}
+			rng := rand.New(rand.NewPCG(13, uint64(len(a))))
+			local, refused := 0, 0
+			for step := range 4000 {
+				switch r := rng.IntN(100); {
+				case r < 80:
+					clk.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
+				case r < 95:
+					clk.Add(time.Duration(rng.IntN(2000)) * time.Microsecond)
+				default:
+					clk.Add(time.Duration(rng.IntN(12)) * time.Second)
+				}
+				clk.Set(clk.Now().Truncate(time.Microsecond))
+				x, y := fmt.Sprint(rng.IntN(3)), fmt.Sprint(rng.IntN(3))
+				var checks []Check
+				switch rng.IntN(3) {
+				case 0:
+					checks = []Check{{pa, x}}
+				case 1:
+					checks = []Check{{pb, y}}
+				default:
+					checks = []Check{{pa, x}, {pb, y}}
+				}
+				replica := rng.IntN(3)
+				want := mustAllow(t, plain[replica], checks...)
+				got := mustAllow(t, cached[replica], checks...)
+				if got.Allowed != want.Allowed {
+					t.Fatalf("step %d %v: cached allowed=%v (local=%v), Redis alone %v", step, checks, got.Allowed, got.Local, want.Allowed)
+				}
+				if !want.Allowed {
+					refused++
+				}
+				if !got.Local {
+					if !sameResult(got.Worst, want.Worst) {
+						t.Fatalf("step %d: cached reports %+v, Redis alone %+v", step, got.Worst, want.Worst)
+					}
+					continue
+				}
+				local++
+				for i, r := range got.Results {
+					if r.RetryAfter == 0 {
+						continue // not known to be full: nothing was asked of it
+					}
+					if w := want.Results[i]; w.Remaining != 0 || !sameWait(r.RetryAfter, w.RetryAfter) {
+						t.Fatalf("step %d key %d: refused locally for %v, Redis alone says remaining %d, retry after %v",
+							step, i, r.RetryAfter, w.Remaining, w.RetryAfter)
+					}
+				}
+			}
+			t.Logf("%d decisions, %d refused, %d of them by the deny cache", 4000, refused, local)
+			if refused < 800 || local < refused/4 {
+				t.Errorf("%d refused, %d locally: the trace did not exercise the cache", refused, local)
+			}
+		})
+	}
+}
+
+// sameWait allows the sliding window its one microsecond of integer rounding, which may fall on
+// either side once the deadline crosses into the next calendar window.
+func sameWait(a, b time.Duration) bool { return (a - b).Abs() <= time.Microsecond }
+
+func sameResult(a, b Result) bool {
+	return a.Policy == b.Policy && a.Remaining == b.Remaining && sameWait(a.Reset, b.Reset) && sameWait(a.RetryAfter, b.RetryAfter)
+}
+
+// TestALocallyBlockedKeyIsRefusedWhileRedisIsDown: a key this replica knows to be full is
+// refused as rate_limit_exceeded, with its wait counting down, with no Redis at all; another key
+// gets ErrUnavailable.
+func TestALocallyBlockedKeyIsRefusedWhileRedisIsDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l := replicas(t, srv, 1, budget)[0]
+	p := policy("pix", 2, time.Minute)
+	for range 2 {
+		mustAllow(t, l, Check{p, "ana"})
+	}
+	first := mustAllow(t, l, Check{p, "ana"})
+	if first.Allowed || first.Local {
+		t.Fatalf("3rd request: allowed=%v local=%v, want refused by Redis", first.Allowed, first.Local)
+	}
+	srv.Kill()
+	before := l.Stats()
+	d, err := l.AllowAll(context.Background(), Check{p, "ana"})
+	if err != nil || d.Allowed || !d.Local || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > first.Worst.RetryAfter {
+		t.Fatalf("with Redis down: %+v, %v; want refused locally, waiting at most %v", d, err, first.Worst.RetryAfter)
+	}
+	if after := l.Stats(); after.Redis != before.Redis || after.Local != before.Local+1 {
+		t.Errorf("stats %+v after %+v: want one local refusal and no Redis call", after, before)
+	}
+	if _, err := l.AllowAll(context.Background(), Check{p, "bruno"}); err == nil {
+		t.Error("another key with Redis down: no error, want ErrUnavailable")
+	}
+}
+
+// TestDenyCacheIsBounded: at its size the cache drops what expires soonest, expired entries
+// first, and stays at its size.
+func TestDenyCacheIsBounded(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	c := newDenyCache(3)
+	c.block("expired", now.Add(-time.Second), now.Add(-time.Second))
+	c.block("soon", now.Add(time.Second), now.Add(time.Second))
+	c.block("late", now.Add(time.Hour), now.Add(time.Hour))
+	c.block("new", now.Add(time.Minute), now.Add(time.Minute)) // pushes out "expired"
+	c.block("newer", now.Add(time.Minute), now.Add(time.Minute))
+	if c.len() != 3 {
+		t.Fatalf("%d entries, want 3", c.len())
+	}
+	for key, want := range map[string]bool{"expired": false, "soon": false, "late": true, "new": true, "newer": true} {
+		if _, got := c.blockedUntil(key, now); got != want {
+			t.Errorf("%s blocked = %v, want %v", key, got, want)
+		}
+	}
+}
+
+// TestDenyCacheMemory measures the bytes per entry that the package documentation states.
+func TestDenyCacheMemory(t *testing.T) {
+	const n = 100_000
+	keyer := newKeyer("rl", testSecret)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = keyer.key(policy("login-account", 5, time.Minute), fmt.Sprint(i))
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c := newDenyCache(n)
+	until := time.Now().Add(time.Hour)
+	for _, k := range keys {
+		c.block(k, until, until)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("%.0f bytes per entry (keys of %d bytes, held by the caller too): %.1f MB for %d", per, len(keys[0]), per*n/1e6, n)
+	if per > 250 {
+		t.Errorf("%.0f bytes per entry, want at most 250 (the package documentation says about 150)", per)
+	}
+	runtime.KeepAlive(c)
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestBreaker: three decisions time out against a frozen Redis, the breaker opens and the next
+// decisions fail at once; after the cool-down it probes Redis in the background while decisions
+// keep failing at once, and once Redis is back the probe closes it and decisions are made again.
+func TestBreaker(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client(func(o *redis.Options) { ClientOptions(o, budget) })
+	var logs syncBuffer
+	l, err := New(c, Options{KeySecret: testSecret, Timeout: budget, BreakerFailures: 3, BreakerCooldown: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	check := Check{policy("statement", 100, time.Minute), "ana"}
+	mustAllow(t, l, check)
+	srv.Pause()
+	for i := range 3 {
+		start := time.Now()
+		if _, err := l.AllowAll(context.Background(), check); err == nil || time.Since(start) < budget/2 {
+			t.Fatalf("failure %d: %v after %v, want ErrUnavailable after the budget", i+1, err, time.Since(start))
+		}
+	}
+	// Open, then half-open with the probe failing against the frozen Redis: never a wait.
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		start := time.Now()
+		_, err := l.AllowAll(context.Background(), check)
+		if took := time.Since(start); err == nil || took > 5*time.Millisecond {
+			t.Fatalf("breaker open: %v after %v, want ErrUnavailable at once", err, took)
+		}
+	}
+	if s := l.Stats(); s.ShortCircuited < 50 || !s.BreakerOpen {
+		t.Errorf("stats %+v: want the breaker open and most decisions short-circuited", s)
+	}
+	srv.Resume()
+	var d Decision
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if d, err = l.AllowAll(context.Background(), check); err == nil {
+			break
+		}
+	}
+	if err != nil || !d.Allowed || l.Stats().BreakerOpen {
+		t.Fatalf("after Redis returned: %+v, %v, stats %+v; want decisions again within a cool-down and a probe", d, err, l.Stats())
+	}
+	out := logs.String()
+	for _, want := range []string{"rate limiter circuit open", "rate limiter circuit closed"} {
+		if n := strings.Count(out, want); n != 1 {
+			t.Errorf("%q logged %d times, want once:\n%s", want, n, out)
+		}
+	}
+}
+
+// TestBreakerProbesOneAtATime: once the cool-down is over, the first call starts one probe and
+// every call fails at once meanwhile; a failed probe reopens the breaker, a good one closes it.
+func TestBreakerProbesOneAtATime(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	results := make(chan error)
+	var probes atomic.Int64
+	b := newBreaker(1, time.Second, time.Second, func(context.Context) error { probes.Add(1); return <-results }, clock, slog.New(slog.DiscardHandler))
+	b.failure()
+	advance(999 * time.Millisecond)
+	if b.allow() || probes.Load() != 0 {
+		t.Fatal("allowed, or probed, during the cool-down")
+	}
+	advance(time.Millisecond)
+	for range 10 {
+		if b.allow() {
+			t.Fatal("allowed while the probe runs")
+		}
+	}
+	results <- errors.New("still down")
+	b.probes.Wait()
+	if probes.Load() != 1 {
+		t.Fatalf("%d probes, want 1", probes.Load())
+	}
+	advance(500 * time.Millisecond)
+	if b.allow() {
+		t.Fatal("allowed during the second cool-down")
+	}
+	advance(500 * time.Millisecond)
+	b.allow()
+	results <- nil
+	b.probes.Wait()
+	if !b.allow() || !b.allow() {
+		t.Fatal("refused after a good probe")
+	}
+}
