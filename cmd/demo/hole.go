@@ -11,8 +11,8 @@ import (
 )
 
 // hole: the algorithms side by side, straight on the limiter (no HTTP): the same boundary burst
-// against a fixed window, the sliding log and the sliding window counter, then a token bucket's
-// burst and refill, drawn as timelines.
+// against a fixed window, the sliding log (sorted and packed) and the sliding window counter,
+// then a token bucket's burst and refill, drawn as timelines.
 func hole(ctx context.Context, d *demo) error {
 	l, err := ratelimit.New(d.lab, ratelimit.Options{KeySecret: []byte(rand.Text() + rand.Text()), Timeout: time.Second})
 	if err != nil {
@@ -76,7 +76,7 @@ func (s *lesson) boundary(ctx context.Context) error {
 	if err := sleepUntil(ctx, boundary.Add(-300*time.Millisecond-skew)); err != nil {
 		return err
 	}
-	algos := []ratelimit.Algorithm{ratelimit.FixedWindow, ratelimit.SlidingLog, ratelimit.SlidingWindow}
+	algos := []ratelimit.Algorithm{ratelimit.FixedWindow, ratelimit.SlidingLog, ratelimit.SlidingLogPacked, ratelimit.SlidingWindow}
 	before, total := map[ratelimit.Algorithm]string{}, map[ratelimit.Algorithm]int{}
 	for _, a := range algos {
 		before[a], total[a] = s.marks(ctx, a, lessonLimit)
@@ -84,16 +84,19 @@ func (s *lesson) boundary(ctx context.Context) error {
 	if err := sleepUntil(ctx, boundary.Add(100*time.Millisecond-skew)); err != nil {
 		return err
 	}
-	fmt.Fprintf(s.d.out.w, "\n  %-15s %-12s | %-12s  %s\n", "", "t−0.3s", "t+0.1s", "(t = a window boundary)")
+	fmt.Fprintf(s.d.out.w, "\n  %-18s %-12s | %-12s  %s\n", "", "t−0.3s", "t+0.1s", "(t = a window boundary)")
 	for _, a := range algos {
 		after, n := s.marks(ctx, a, lessonLimit)
 		total[a] += n
-		fmt.Fprintf(s.d.out.w, "  %-15s %s        | %s         %d admitted in 0.4s\n", a, before[a], after, total[a])
+		fmt.Fprintf(s.d.out.w, "  %-18s %s        | %s         %d admitted in 0.4s\n", a, before[a], after, total[a])
 	}
 	s.d.expect(fmt.Sprintf("fixed window: %d admitted across the boundary, twice its limit", 2*lessonLimit),
 		total[ratelimit.FixedWindow] == 2*lessonLimit, fmt.Sprint(total[ratelimit.FixedWindow]))
 	s.d.expect(fmt.Sprintf("sliding log: %d, never more than the limit in any window", lessonLimit),
 		total[ratelimit.SlidingLog] == lessonLimit, fmt.Sprint(total[ratelimit.SlidingLog]))
+	s.d.expect("the packed log decides as the sorted one, in one string",
+		before[ratelimit.SlidingLogPacked] == before[ratelimit.SlidingLog] && total[ratelimit.SlidingLogPacked] == total[ratelimit.SlidingLog],
+		fmt.Sprint(total[ratelimit.SlidingLogPacked]))
 	s.d.expect("sliding window counter: the hole closed too (≤ the limit + 1)",
 		total[ratelimit.SlidingWindow] <= lessonLimit+1, fmt.Sprint(total[ratelimit.SlidingWindow]))
 	return nil
@@ -124,7 +127,7 @@ func (s *lesson) buckets(ctx context.Context) error {
 	}
 	fmt.Fprintln(s.d.out.w)
 	for _, a := range algos {
-		fmt.Fprintf(s.d.out.w, "  %-15s %s | %s\n", a, burst[a], lines[a].String())
+		fmt.Fprintf(s.d.out.w, "  %-18s %s | %s\n", a, burst[a], lines[a].String())
 	}
 	for _, a := range algos {
 		s.d.expect(fmt.Sprintf("%s: a burst of %d at once", a, lessonLimit), atOnce[a] == lessonLimit, fmt.Sprint(atOnce[a]))

@@ -65,7 +65,7 @@
 //
 // A decision that misses its budget was answered by the fail mode, but its script was sent: a
 // slow or frozen Redis may run it afterwards and record a request that the client was told could
-// not be decided. With the sliding log each admission is the request's own entry, so the limiter
+// not be decided. With the sorted-set sliding log each admission is the request's own entry, so the limiter
 // removes it by its id in the background, a few times over about 2.6 s in case the script runs
 // after an attempt, at most 256 withdrawals at once; Close waits for them. That is exact: removing
 // an id the script refused, or never ran, removes nothing. The counting algorithms store counts,
@@ -101,6 +101,13 @@
 //
 //   - SlidingLog: Remaining = limit − requests in the last window; Reset = until the oldest of
 //     them leaves it.
+//   - SlidingLogPacked: the same log, deciding identically (TestPackedLogDecidesAsTheSortedSet,
+//     on one node and on a cluster), stored as one string of 4-byte admission times per key
+//     (sliding_log_packed.lua): a decision is one GET and at most one SET whatever the limit, and
+//     a key at limit 10 is 40 bytes of times. The sorted set keeps a member per request, which
+//     lets a late decision be withdrawn by its id and lets an operator see who was admitted: the
+//     textbook form. The packed string is the production form. Its windows are under 35 minutes
+//     (times are kept modulo 2^32 µs).
 //   - SlidingWindow: Remaining = ⌊limit − estimate⌋ with estimate = previous × (W − elapsed)/W +
 //     current; Reset = until the estimate has decayed enough for one more. Up to 2 × limit in a
 //     window when the previous window's traffic sat at its very end (TestSlidingWindowErrorBound);

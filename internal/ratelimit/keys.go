@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"hash"
 	"net/netip"
+	"strings"
 	"sync"
 )
 
@@ -40,7 +41,7 @@ const hashLen = 16 // bytes of the HMAC kept in the key
 func (k *keyer) key(p Policy, identity string) string {
 	policy := p.Name
 	if a := p.algorithm(); a != SlidingLog {
-		policy += ":" + string(a)
+		policy += ":" + a.keyTag()
 	}
 	mac := k.macs.Get().(hash.Hash)
 	mac.Reset()
@@ -50,14 +51,17 @@ func (k *keyer) key(p Policy, identity string) string {
 	k.macs.Put(mac)
 
 	enc := base64.RawURLEncoding
-	b := make([]byte, 0, len(k.prefix)+len(policy)+4+enc.EncodedLen(hashLen))
-	b = append(b, k.prefix...)
-	b = append(b, ':')
-	b = append(b, policy...)
-	b = append(b, ":{"...)
-	b = enc.AppendEncode(b, sum[:hashLen])
-	b = append(b, '}')
-	return string(b)
+	var b strings.Builder // one allocation: the key itself
+	b.Grow(len(k.prefix) + len(policy) + 4 + enc.EncodedLen(hashLen))
+	b.WriteString(k.prefix)
+	b.WriteByte(':')
+	b.WriteString(policy)
+	b.WriteString(":{")
+	var hash [22]byte // enc.EncodedLen(hashLen)
+	enc.Encode(hash[:], sum[:hashLen])
+	b.Write(hash[:])
+	b.WriteByte('}')
+	return b.String()
 }
 
 // IPIdentity is the identity of a client address for a Check. An IPv4 address (also one mapped

@@ -129,6 +129,10 @@ type Limiter struct {
 	// stats counts what the limiter did, for Stats.
 	stats stats
 
+	// args holds each policy's script arguments, boxed once (policyArgs).
+	argsMu sync.RWMutex
+	args   map[Policy][3]any
+
 	// withdrawals counts withdrawals in flight (withdraw.go), for Close to wait on.
 	withdrawals sync.WaitGroup
 	// late holds a slot per withdrawal of a late decision in flight (withdrawLate).
@@ -173,6 +177,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		outages: newOutageLog(opts.Logger, opts.OutageLogEvery),
 		logger:  opts.Logger,
 		late:    make(chan struct{}, maxLateWithdrawals),
+		args:    make(map[Policy][3]any),
 	}
 	if opts.LocalCacheSize >= 0 {
 		l.deny = newDenyCache(cmp.Or(opts.LocalCacheSize, defaultLocalCacheSize))
@@ -245,7 +250,7 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 		return Decision{}, err
 	}
 	l.stats.redis.Add(1)
-	d, err := l.decide(ctx, requestID(), checks, keys)
+	d, err := l.decide(ctx, checks, keys)
 	switch {
 	case err == nil:
 		if l.breaker != nil {
@@ -281,20 +286,25 @@ func (l *Limiter) refuseLocally(keys []string, checks []Check, now time.Time) (D
 	if l.deny == nil {
 		return Decision{}, false
 	}
-	d := Decision{Local: true, Results: make([]Result, len(checks))}
-	blocked := false
+	var d Decision // built only when a key is blocked: the common path allocates nothing here
 	for i, c := range checks {
-		r := Result{Policy: c.Policy, Capacity: c.Policy.Capacity(), Remaining: c.Policy.Capacity()}
-		if until, ok := l.deny.blockedUntil(keys[i], now); ok {
-			r.Remaining, r.Reset, r.RetryAfter = 0, until.Sub(now), until.Sub(now)
-			if !blocked || r.Reset > d.Worst.Reset {
-				d.Worst = r
+		until, ok := l.deny.blockedUntil(keys[i], now)
+		if !ok {
+			continue
+		}
+		if d.Results == nil {
+			d = Decision{Local: true, Results: make([]Result, len(checks))}
+			for j, c := range checks {
+				d.Results[j] = Result{Policy: c.Policy, Capacity: c.Policy.Capacity(), Remaining: c.Policy.Capacity()}
 			}
-			blocked = true
+		}
+		r := Result{Policy: c.Policy, Capacity: c.Policy.Capacity(), Reset: until.Sub(now), RetryAfter: until.Sub(now)}
+		if d.Worst.Policy.Name == "" || r.Reset > d.Worst.Reset {
+			d.Worst = r
 		}
 		d.Results[i] = r
 	}
-	return d, blocked
+	return d, d.Results != nil
 }
 
 // clock is the replica's time: the monotonic clock, or the injected one in tests.
@@ -336,15 +346,19 @@ func (l *Limiter) Stats() Stats {
 // decide runs the checks' script for the request named id over their keys. The arguments are
 // those of prelude.lua: id, now (” for the Redis clock), ” (decide, not withdraw), then each
 // key's limit, window in microseconds and capacity.
-func (l *Limiter) decide(ctx context.Context, id string, checks []Check, keys []string) (Decision, error) {
+func (l *Limiter) decide(ctx context.Context, checks []Check, keys []string) (Decision, error) {
 	a := checks[0].Policy.algorithm()
 	args := make([]any, 3, 3+3*len(checks))
-	args[0], args[1], args[2] = id, "", ""
+	args[0], args[1], args[2] = "", "", ""
+	if a == SlidingLog {
+		args[0] = requestID() // only the sorted set records the request itself
+	}
 	if l.now != nil {
 		args[1] = l.now().UnixMicro()
 	}
 	for _, c := range checks {
-		args = append(args, c.Policy.Limit, c.Policy.Window.Microseconds(), c.Policy.Capacity())
+		pa := l.policyArgs(c.Policy)
+		args = append(args, pa[0], pa[1], pa[2])
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
@@ -359,6 +373,24 @@ func (l *Limiter) decide(ctx context.Context, id string, checks []Check, keys []
 		return Decision{}, err
 	}
 	return newDecision(reply[0] == 1, reply[1:len(reply)-1], checks), nil
+}
+
+// policyArgs are a policy's three script arguments (limit, window in µs, capacity), boxed once
+// per policy: boxing an int above 255 allocates, and a decision would otherwise pay three.
+func (l *Limiter) policyArgs(p Policy) [3]any {
+	l.argsMu.RLock()
+	args, ok := l.args[p]
+	l.argsMu.RUnlock()
+	if ok {
+		return args
+	}
+	args = [3]any{p.Limit, p.Window.Microseconds(), p.Capacity()}
+	l.argsMu.Lock()
+	if len(l.args) < 1024 { // policies are few; a caller minting new ones forever is not cached
+		l.args[p] = args
+	}
+	l.argsMu.Unlock()
+	return args
 }
 
 // run runs an algorithm's script to decide and checks the shape of its reply:

@@ -26,7 +26,7 @@ type model interface {
 
 func newModel(a Algorithm) model {
 	switch a {
-	case SlidingLog:
+	case SlidingLog, SlidingLogPacked: // one log, two encodings
 		return &logModel{entries: map[string][]int64{}}
 	case FixedWindow:
 		return &fixedModel{state: map[string][2]int64{}}
