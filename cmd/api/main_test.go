@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pixlimit/pixlimit/internal/apitest"
+	"github.com/pixlimit/pixlimit/internal/config"
 	"github.com/pixlimit/pixlimit/internal/redistest"
 )
 
@@ -59,6 +60,7 @@ func launch(t *testing.T, ctx context.Context, srv *redistest.Server, env map[st
 		// detector, 100ms is sometimes not enough, and a timeout fails closed. Outage tests
 		// set their own.
 		"REDIS_TIMEOUT": "1s",
+		"METRICS_ADDR":  "", // tests that read metrics ask for a free port
 	}
 	if srv != nil {
 		vars["REDIS_URL"] = "redis://" + srv.Addr()
@@ -69,7 +71,7 @@ func launch(t *testing.T, ctx context.Context, srv *redistest.Server, env map[st
 	logs := &apitest.Logs{}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"api"}, func(k string) string { return vars[k] }, io.Discard, logs)
+		done <- run(ctx, []string{"api"}, config.Map(vars), io.Discard, logs)
 	}()
 	a := &api{Client: &apitest.Client{T: t, Base: "http://" + addr}, logs: logs}
 	deadline := time.Now().Add(5 * time.Second)
@@ -96,21 +98,11 @@ func launch(t *testing.T, ctx context.Context, srv *redistest.Server, env map[st
 func TestHealthcheckCommand(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t, nil, nil) // embedded Redis: the command needs only /healthz
-	getenv := func(k string) string {
-		if k == "HTTP_ADDR" {
-			return strings.TrimPrefix(a.Base, "http://")
-		}
-		return ""
-	}
-	if err := run(t.Context(), []string{"api", "healthcheck"}, getenv, io.Discard, io.Discard); err != nil {
+	serving := config.Map(map[string]string{"HTTP_ADDR": strings.TrimPrefix(a.Base, "http://")})
+	if err := run(t.Context(), []string{"api", "healthcheck"}, serving, io.Discard, io.Discard); err != nil {
 		t.Errorf("healthcheck against a serving API: %v", err)
 	}
-	nothing := func(k string) string {
-		if k == "HTTP_ADDR" {
-			return apitest.FreeAddr(t)
-		}
-		return ""
-	}
+	nothing := config.Map(map[string]string{"HTTP_ADDR": apitest.FreeAddr(t)})
 	if err := run(t.Context(), []string{"api", "healthcheck"}, nothing, io.Discard, io.Discard); err == nil {
 		t.Error("healthcheck with nothing listening: nil, want an error")
 	}
@@ -137,7 +129,7 @@ func TestConfigErrorsStopTheProgram(t *testing.T) {
 		for k, v := range tt.env {
 			env[k] = v
 		}
-		err := run(t.Context(), []string{"api"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+		err := run(t.Context(), []string{"api"}, config.Map(env), io.Discard, io.Discard)
 		if err == nil {
 			t.Fatalf("%v: run returned nil", tt.env)
 		}

@@ -11,6 +11,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
@@ -24,19 +27,19 @@ import (
 // shutdownGrace is how long a stopping server waits for in-flight requests.
 const shutdownGrace = 10 * time.Second
 
-// run is the API program: it loads the configuration through getenv, connects to Redis (or
+// run is the API program: it loads the configuration through lookupEnv (os.LookupEnv), connects to Redis (or
 // starts an embedded one) and the ledger, serves until ctx is done, then drains in-flight
 // requests and returns nil. A configuration error names every offending variable and returns
 // before anything listens. Logs go to stderr.
 //
 // "api healthcheck" instead asks the local server's /healthz and returns an error unless it
 // answers 200: a container HEALTHCHECK for images without curl.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
 	healthcheck := len(args) == 2 && args[1] == "healthcheck"
 	if len(args) > 1 && !healthcheck {
 		return fmt.Errorf("unexpected arguments %q: the API is configured through its environment", args[1:])
 	}
-	cfg, err := config.Load(getenv)
+	cfg, err := config.Load(lookupEnv)
 	if err != nil {
 		return err
 	}
@@ -45,7 +48,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger := newLogger(cfg, stderr)
 
-	handler, closeAll, err := wire(ctx, cfg, logger)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	handler, closeAll, err := wire(ctx, cfg, logger, reg)
 	if err != nil {
 		return err
 	}
@@ -53,6 +58,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
+	}
+	if cfg.MetricsAddr != "" {
+		stop, err := serveMetrics(cfg.MetricsAddr, reg, logger)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stop()
 	}
 	srv := &http.Server{
 		Handler:           handler,
@@ -84,9 +97,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
+// serveMetrics serves reg's metrics in the Prometheus text format on their own listener, never
+// through the public door; stop closes it.
+func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 15 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	logger.Info("metrics", "addr", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
+}
+
 // wire builds the server from the configuration: Redis and the limiter, the ledger, the token
-// secret, and the handler over them. closeAll releases them in reverse order.
-func wire(ctx context.Context, cfg config.Config, logger *slog.Logger) (h http.Handler, closeAll func(), err error) {
+// secret, its metrics in reg, and the handler over them. closeAll releases them in reverse order.
+func wire(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prometheus.Registerer) (h http.Handler, closeAll func(), err error) {
 	var closers []func()
 	closeAll = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -132,7 +160,12 @@ func wire(ctx context.Context, cfg config.Config, logger *slog.Logger) (h http.H
 	if db, ok := ledger.(*pix.PostgresLedger); ok {
 		probes = append(probes, httpapi.Probe{Name: "database", Timeout: cfg.DBTimeout, Ping: db.Ping})
 	}
+	metrics, err := httpapi.NewMetrics(reg, limiter.RedisUp)
+	if err != nil {
+		return nil, nil, err
+	}
 	h, err = httpapi.NewServer(httpapi.Deps{
+		Metrics:          metrics,
 		Logger:           logger,
 		Limiter:          limiter,
 		Limits:           httpapi.Limits(cfg.Limits),

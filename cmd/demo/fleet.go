@@ -48,7 +48,7 @@ type fleet struct {
 // embedded one when redisAddr is empty. Each is built as cmd/api builds one, from the public
 // pieces: its own Redis client and Limiter, the shared ledger and token secret, httpapi.NewServer.
 func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fleet, err error) {
-	cfg, err := config.Load(func(k string) string { return env[k] })
+	cfg, err := config.Load(config.Map(env))
 	if err != nil {
 		return nil, err
 	}

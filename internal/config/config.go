@@ -27,6 +27,7 @@ import (
 // others are derived from them by Load.
 type Config struct {
 	HTTPAddr             string         `env:"HTTP_ADDR" envDefault:":8080"`
+	MetricsAddr          string         `env:"METRICS_ADDR" envDefault:":9464"`
 	RedisURL             string         `env:"REDIS_URL"`
 	RedisClusterAddrs    string         `env:"REDIS_CLUSTER_ADDRS"`
 	RedisSentinelAddrs   string         `env:"REDIS_SENTINEL_ADDRS"`
@@ -67,11 +68,13 @@ type Route struct {
 	FailMode  ratelimit.FailMode  `env:"FAIL_MODE"`
 	Algorithm ratelimit.Algorithm `env:"ALGORITHM"`
 	Burst     int                 `env:"BURST"`
+	Mode      string              `env:"MODE"` // enforce or shadow
 }
 
 // Policy is the route's rate-limit policy under the given name.
 func (r Route) Policy(name string) ratelimit.Policy {
-	return ratelimit.Policy{Name: name, Limit: r.Limit, Window: r.Window, Algorithm: r.Algorithm, Burst: r.Burst, FailMode: r.FailMode}
+	return ratelimit.Policy{Name: name, Limit: r.Limit, Window: r.Window, Algorithm: r.Algorithm, Burst: r.Burst,
+		FailMode: r.FailMode, Shadow: r.Mode == "shadow"}
 }
 
 // LoginRoute is the login's variables: two limits, by client IP and by document, over one window,
@@ -83,6 +86,7 @@ type LoginRoute struct {
 	FailMode     ratelimit.FailMode  `env:"FAIL_MODE"`
 	Algorithm    ratelimit.Algorithm `env:"ALGORITHM"`
 	Burst        int                 `env:"BURST"`
+	Mode         string              `env:"MODE"`
 }
 
 // Limits are the routes' validated rate-limit policies and the Retry-After of a fail-closed
@@ -95,16 +99,19 @@ type Limits struct {
 // defaults are the contract's defaults of the route variables.
 func defaults() Config {
 	return Config{
-		PIX:       Route{Limit: 10, Window: time.Minute, FailMode: ratelimit.FailClosed, Algorithm: ratelimit.SlidingLog},
-		Statement: Route{Limit: 30, Window: time.Minute, FailMode: ratelimit.FailOpen, Algorithm: ratelimit.SlidingLog},
+		PIX:       Route{Limit: 10, Window: time.Minute, FailMode: ratelimit.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
+		Statement: Route{Limit: 30, Window: time.Minute, FailMode: ratelimit.FailOpen, Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
 		Login: LoginRoute{IPLimit: 10, AccountLimit: 5, Window: 10 * time.Minute, FailMode: ratelimit.FailClosed,
-			Algorithm: ratelimit.SlidingLog},
+			Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
 	}
 }
 
-// Load reads the configuration through getenv (os.Getenv in production; a map in tests, so they
-// can run in parallel). Its error, an *Error, lists every invalid variable, each as "NAME: why".
-func Load(getenv func(string) string) (Config, error) {
+// Load reads the configuration through lookup (os.LookupEnv in production; Map in tests, so
+// they can run in parallel). A variable set empty means its default, but for METRICS_ADDR, where
+// empty disables the metrics. Its error, an *Error, lists every invalid variable, each as
+// "NAME: why".
+func Load(lookup func(string) (string, bool)) (Config, error) {
+	getenv := func(k string) string { v, _ := lookup(k); return v }
 	cfg := defaults()
 	var p problems
 	parts := []struct {
@@ -121,11 +128,24 @@ func Load(getenv func(string) string) (Config, error) {
 			p.add(prefix+"BURST", "%d: want at least 1", burst)
 		}
 	}
+	for prefix, mode := range map[string]string{"PIX_": cfg.PIX.Mode, "STATEMENT_": cfg.Statement.Mode, "LOGIN_": cfg.Login.Mode} {
+		if mode != "enforce" && mode != "shadow" {
+			p.add(prefix+"MODE", "%q: want enforce or shadow", mode)
+		}
+	}
+	if v, set := lookup("METRICS_ADDR"); set && v == "" {
+		cfg.MetricsAddr = "" // set empty: no metrics listener
+	}
 	cfg.check(&p)
 	if len(p.list) > 0 {
 		return Config{}, &Error{Problems: p.list}
 	}
 	return cfg, nil
+}
+
+// Map is a lookup over m, for tests and for programs that build their own environment.
+func Map(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
 // problems collects "NAME: why", at most one per variable: a variable that failed to parse is
@@ -202,6 +222,9 @@ func (cfg *Config) check(p *problems) {
 	if _, _, err := net.SplitHostPort(cfg.HTTPAddr); err != nil {
 		p.add("HTTP_ADDR", "%q is not host:port", cfg.HTTPAddr)
 	}
+	if _, _, err := net.SplitHostPort(cfg.MetricsAddr); cfg.MetricsAddr != "" && err != nil {
+		p.add("METRICS_ADDR", "%q is not host:port (or empty, for no metrics)", cfg.MetricsAddr)
+	}
 	cfg.checkRedis(p)
 	if cfg.DatabaseURL != "" {
 		scheme, _, _ := strings.Cut(cfg.DatabaseURL, "://")
@@ -244,7 +267,7 @@ func (cfg *Config) check(p *problems) {
 }
 
 func (l LoginRoute) policy(name string, limit int) ratelimit.Policy {
-	return Route{Limit: limit, Window: l.Window, FailMode: l.FailMode, Algorithm: l.Algorithm, Burst: l.Burst}.Policy(name)
+	return Route{Limit: limit, Window: l.Window, FailMode: l.FailMode, Algorithm: l.Algorithm, Burst: l.Burst, Mode: l.Mode}.Policy(name)
 }
 
 // policy validates pol with the limiter's own rules and reports a problem under the variable

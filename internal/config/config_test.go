@@ -10,7 +10,7 @@ import (
 )
 
 func load(env map[string]string) (Config, error) {
-	return Load(func(k string) string { return env[k] })
+	return Load(Map(env))
 }
 
 func TestDefaults(t *testing.T) {
@@ -64,6 +64,8 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 		"REDIS_URL":               "http://redis:6379",
 		"DATABASE_URL":            "mysql://db/pixlimit",
 		"DB_TIMEOUT":              "1ms",
+		"METRICS_ADDR":            "9464",
+		"PIX_MODE":                "observe",
 		"REDIS_TIMEOUT":           "soon",
 		"AUTH_SECRET":             "short",
 		"TOKEN_TTL":               "0s",
@@ -233,5 +235,16 @@ func TestDemoAccountsAreSeededIntoMemoryOnlyUnlessAsked(t *testing.T) {
 		if cfg.DemoAccounts != tt.want {
 			t.Errorf("%v: DemoAccounts = %v, want %v", tt.env, cfg.DemoAccounts, tt.want)
 		}
+	}
+}
+
+func TestShadowMode(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(map[string]string{"PIX_MODE": "shadow", "LOGIN_MODE": "shadow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := cfg.Limits; !l.PIX.Shadow || l.Statement.Shadow || !l.LoginIP.Shadow || !l.LoginAccount.Shadow {
+		t.Errorf("shadow: pix %v, statement %v, login %v/%v; want pix and both login keys", l.PIX.Shadow, l.Statement.Shadow, l.LoginIP.Shadow, l.LoginAccount.Shadow)
 	}
 }

@@ -3,10 +3,12 @@ package httpapi
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -63,11 +65,14 @@ func retrySeconds(d time.Duration) int64 {
 	return max(1, seconds(d))
 }
 
-// limiter applies rate-limit decisions to HTTP requests: headers, refusals and fail modes.
+// limiter applies rate-limit decisions to HTTP requests: headers, refusals, fail modes, shadow
+// mode and their metrics.
 type limiter struct {
 	l *ratelimit.Limiter
 	// failClosedRetryAfter is the Retry-After of a fail-closed policy that could not decide.
 	failClosedRetryAfter time.Duration
+	metrics              *Metrics   // nil: not measured
+	shadow               *shadowLog // nil: shadow refusals are not logged
 }
 
 // enforce decides the request in c against checks and prepares the response: it sets the
@@ -79,18 +84,41 @@ type limiter struct {
 // When Redis cannot decide in time the policies' fail modes apply: if any check fails closed the
 // request is refused with rate_limiter_unavailable; otherwise it proceeds with no RateLimit
 // headers, since nothing was decided. The limiter logs the outage.
+//
+// Policies in shadow mode are decided and counted as usual, but a refusal is served as if
+// admitted (shadow_refused, logged without identity), and their responses carry no RateLimit
+// headers at all: a limit that is not in force is not advertised.
 func (r limiter) enforce(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, checks ...ratelimit.Check) error {
+	start := time.Now()
 	d, err := r.l.AllowAll(c.Request().Context(), checks...)
+	took := time.Since(start)
 	if err != nil {
 		if !errors.Is(err, ratelimit.ErrUnavailable) || c.Request().Context().Err() != nil {
 			return err // a client that left: nothing to fail open or closed
 		}
 		for _, ch := range checks {
-			if ch.Policy.FailMode == ratelimit.FailClosed {
+			if ch.Policy.FailMode == ratelimit.FailClosed && !ch.Policy.Shadow {
+				r.metrics.decided(checks, outcomeFailedClosed, took)
 				return &Error{Code: "rate_limiter_unavailable", RetryAfter: r.failClosedRetryAfter, cause: err,
 					Message: "the rate limiter cannot decide right now; try again later"}
 			}
 		}
+		r.metrics.decided(checks, outcomeFailedOpen, took)
+		return nil
+	}
+	shadow := checks[0].Policy.Shadow // policies decided together share it (ValidateTogether)
+	switch {
+	case d.Allowed:
+		r.metrics.decided(checks, outcomeAllowed, took)
+	case shadow:
+		r.metrics.decided(checks, outcomeShadowRefused, took)
+		r.shadow.refused(d.Worst.Policy.Name)
+	case d.Local:
+		r.metrics.decided(checks, outcomeRefusedLocal, took)
+	default:
+		r.metrics.decided(checks, outcomeRefused, took)
+	}
+	if shadow {
 		return nil
 	}
 	if d.Allowed && report != nil {
@@ -104,6 +132,35 @@ func (r limiter) enforce(c echo.Context, report func(ratelimit.Decision) ratelim
 			Message: "too many requests; retry after the time given"}
 	}
 	return nil
+}
+
+// shadowLog reports refusals by policies in shadow mode, per policy at most once per interval,
+// with how many it held back; never an identity.
+type shadowLog struct {
+	logger *slog.Logger
+	every  time.Duration
+
+	mu   sync.Mutex
+	last map[string]time.Time
+	held map[string]int
+}
+
+func newShadowLog(logger *slog.Logger, every time.Duration) *shadowLog {
+	return &shadowLog{logger: logger, every: every, last: map[string]time.Time{}, held: map[string]int{}}
+}
+
+func (s *shadowLog) refused(policy string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now := time.Now(); now.Sub(s.last[policy]) >= s.every {
+		s.logger.Warn("shadow limit would have refused", "policy", policy, "held_back", s.held[policy])
+		s.last[policy], s.held[policy] = now, 0
+		return
+	}
+	s.held[policy]++
 }
 
 // RateLimitConfig configures the middleware that limits a route by one policy, in the manner of
@@ -122,6 +179,9 @@ type RateLimitConfig struct {
 	// FailClosedRetryAfter is the Retry-After when a fail-closed Policy cannot be decided.
 	// Default 5s.
 	FailClosedRetryAfter time.Duration
+	// Metrics, when set, counts the decisions. Logger, when set, reports shadow refusals.
+	Metrics *Metrics
+	Logger  *slog.Logger
 }
 
 // ToMiddleware validates the configuration and returns the middleware.
@@ -141,7 +201,10 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if config.FailClosedRetryAfter == 0 {
 		config.FailClosedRetryAfter = 5 * time.Second
 	}
-	r := limiter{l: config.Limiter, failClosedRetryAfter: config.FailClosedRetryAfter}
+	r := limiter{l: config.Limiter, failClosedRetryAfter: config.FailClosedRetryAfter, metrics: config.Metrics}
+	if config.Logger != nil {
+		r.shadow = newShadowLog(config.Logger, 10*time.Second)
+	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if config.Skipper(c) {

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"time"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
@@ -21,7 +23,8 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	if err != nil {
 		return err
 	}
-	login := limiter{l: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter}
+	login := limiter{l: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
+		shadow: newShadowLog(d.Logger, 10*time.Second)}
 
 	e.GET("/healthz", handleHealthz())
 	e.GET("/readyz", handleReadyz(d.Probes))
@@ -33,5 +36,5 @@ func addRoutes(e *echo.Echo, d Deps) error {
 
 func limitByAccount(d Deps, p ratelimit.Policy) (echo.MiddlewareFunc, error) {
 	return RateLimitConfig{Limiter: d.Limiter, Policy: p, Identify: auth.AccountID,
-		FailClosedRetryAfter: d.Limits.FailClosedRetryAfter}.ToMiddleware()
+		FailClosedRetryAfter: d.Limits.FailClosedRetryAfter, Metrics: d.Metrics, Logger: d.Logger}.ToMiddleware()
 }

@@ -36,6 +36,8 @@ type Deps struct {
 	TrustedProxies []netip.Prefix
 	// Probes are what /readyz asks, in order: redis first, then the database if there is one.
 	Probes []Probe
+	// Metrics, when set, counts requests, decisions and ledger calls (NewMetrics).
+	Metrics *Metrics
 }
 
 // Limits are the routes' rate-limit policies.
@@ -69,11 +71,12 @@ func NewServer(d Deps) (http.Handler, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.IPExtractor = auth.IPExtractor(d.TrustedProxies)
 	e.HTTPErrorHandler = errorHandler(d.Logger, d.LedgerRetryAfter)
-	e.Use(
-		middleware.Recover(), // a panic becomes a logged 500, never a dropped connection
-		logRequests(d.Logger),
-		limitBody,
-	)
+	e.Use(middleware.Recover()) // a panic becomes a logged 500, never a dropped connection
+	if d.Metrics != nil {
+		e.Use(d.Metrics.observeRequests)
+		d.Ledger = instrumented{Ledger: d.Ledger, m: d.Metrics}
+	}
+	e.Use(logRequests(d.Logger), limitBody)
 	if err := addRoutes(e, d); err != nil {
 		return nil, err
 	}

@@ -128,7 +128,8 @@ type Limiter struct {
 	breaker *breaker
 	// stats counts what the limiter did, for Stats.
 	stats stats
-
+	// down is set while the last decision could not reach Redis (RedisUp).
+	down atomic.Bool
 	// args holds each policy's script arguments, boxed once (policyArgs).
 	argsMu sync.RWMutex
 	args   map[Policy][3]any
@@ -242,6 +243,7 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 		return d, nil
 	}
 	if l.breaker != nil && !l.breaker.allow() {
+		l.down.Store(true)
 		err := fmt.Errorf("%w: circuit breaker open after consecutive failures", ErrUnavailable)
 		l.stats.shortCircuited.Add(1)
 		for _, c := range checks {
@@ -253,6 +255,7 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	d, err := l.decide(ctx, checks, keys)
 	switch {
 	case err == nil:
+		l.down.Store(false)
 		if l.breaker != nil {
 			l.breaker.success()
 		}
@@ -269,6 +272,7 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 			}
 		}
 	case errors.Is(err, ErrUnavailable) && ctx.Err() == nil: // a client that left is no outage
+		l.down.Store(true)
 		if l.breaker != nil {
 			l.breaker.failure()
 		}
@@ -330,6 +334,9 @@ type Stats struct {
 }
 
 type stats struct{ redis, local, shortCircuited atomic.Int64 }
+
+// RedisUp reports whether the last decision that asked Redis got an answer (true before any).
+func (l *Limiter) RedisUp() bool { return !l.down.Load() }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {

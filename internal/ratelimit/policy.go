@@ -29,6 +29,10 @@ type Policy struct {
 	// FailMode says what the caller does when the Limiter cannot decide; the zero value is
 	// FailClosed.
 	FailMode FailMode
+	// Shadow says the caller serves a refusal as if admitted, counting it: how a new limit is
+	// watched before it is enforced. The Limiter decides as usual, and records nothing for a
+	// refusal either way, so what it counts is what enforcing would have done.
+	Shadow bool
 }
 
 // Capacity is the most requests p admits at once: Burst (default Limit) for a bucket, else Limit.
@@ -99,6 +103,9 @@ func ValidateTogether(ps ...Policy) error {
 	for _, p := range ps {
 		if err := p.Validate(); err != nil {
 			return err
+		}
+		if p.Shadow != ps[0].Shadow {
+			return &PolicyError{Policy: p.Name, Field: "Shadow", Reason: "policies decided together are all in shadow or none"}
 		}
 		if p.algorithm() != ps[0].algorithm() {
 			return &PolicyError{Policy: p.Name, Field: "Algorithm",

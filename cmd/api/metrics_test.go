@@ -1,0 +1,202 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pixlimit/pixlimit/internal/apitest"
+	"github.com/pixlimit/pixlimit/internal/redistest"
+)
+
+// scrape reads the API's /metrics into "name{labels}" → value.
+func scrape(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	samples := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		samples[line[:i]] = v
+	}
+	return samples
+}
+
+func decisions(m map[string]float64, policy, outcome string) float64 {
+	return m[fmt.Sprintf(`pixlimit_ratelimit_decisions_total{outcome=%q,policy=%q}`, outcome, policy)]
+}
+
+// TestMetricsCountWhatHappened: 15 PIX at once are 10 allowed and 5 refused, as counters, HTTP
+// statuses and ledger calls; a Redis outage is one failed_closed PIX, one failed_open statement
+// and redis_up 0; no label carries an identity.
+func TestMetricsCountWhatHappened(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	metrics := apitest.FreeAddr(t)
+	a := startAPI(t, srv, map[string]string{"METRICS_ADDR": metrics, "REDIS_TIMEOUT": "200ms"})
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	statuses := apitest.Burst([]*apitest.Client{a.Client}, 15, func(c *apitest.Client, _ int) apitest.Response {
+		return c.PIX(ana, "bruno@example.com", 100)
+	})
+	if statuses[201] != 10 || statuses[429] != 5 {
+		t.Fatalf("15 PIX at once: %v, want 10 × 201 and 5 × 429", statuses)
+	}
+	m := scrape(t, metrics)
+	if got := decisions(m, "pix", "allowed"); got != 10 {
+		t.Errorf("pix allowed = %v, want 10", got)
+	}
+	if got := decisions(m, "pix", "refused") + decisions(m, "pix", "refused_local"); got != 5 {
+		t.Errorf("pix refused + refused_local = %v, want 5", got)
+	}
+	for key, want := range map[string]float64{
+		`pixlimit_http_requests_total{method="POST",route="/v1/pix",status="201"}`:     10,
+		`pixlimit_http_requests_total{method="POST",route="/v1/pix",status="429"}`:     5,
+		`pixlimit_ratelimit_decision_seconds_count{policy="pix"}`:                      15,
+		`pixlimit_ledger_call_seconds_count{call="transfer",result="ok"}`:              10,
+		`pixlimit_ratelimit_decisions_total{outcome="allowed",policy="login-ip"}`:      1,
+		`pixlimit_ratelimit_decisions_total{outcome="allowed",policy="login-account"}`: 1,
+		`pixlimit_ratelimit_redis_up`:                                                  1,
+	} {
+		if m[key] != want {
+			t.Errorf("%s = %v, want %v", key, m[key], want)
+		}
+	}
+	if m["go_goroutines"] == 0 || m["process_resident_memory_bytes"] == 0 {
+		t.Error("no Go runtime or process metrics")
+	}
+
+	bruno := a.Token(demo[1].Document, demo[1].Password) // Ana's PIX key is known full: it would answer from memory
+	srv.Kill()
+	if r := a.PIX(bruno, "carla@example.com", 100); r.Status != http.StatusTooManyRequests {
+		t.Fatalf("PIX with Redis down: %v, want 429", r)
+	}
+	if r := a.Statement(ana); r.Status != http.StatusOK {
+		t.Fatalf("statement with Redis down: %v, want 200", r)
+	}
+	m = scrape(t, metrics)
+	if got := decisions(m, "pix", "failed_closed"); got != 1 {
+		t.Errorf("pix failed_closed = %v, want 1", got)
+	}
+	if got := decisions(m, "statement", "failed_open"); got != 1 {
+		t.Errorf("statement failed_open = %v, want 1", got)
+	}
+	if got := m["pixlimit_ratelimit_redis_up"]; got != 0 {
+		t.Errorf("redis_up = %v with Redis down, want 0", got)
+	}
+	resp, _ := http.Get("http://" + metrics + "/metrics")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, identity := range []string{"52998224725", "529.982.247-25", "acct-ana", "127.0.0.1", "ana@example.com"} {
+		if strings.Contains(string(body), identity) {
+			t.Errorf("/metrics contains the identity %q", identity)
+		}
+	}
+}
+
+// TestShadowMode: with PIX_MODE=shadow and a limit of 2, five PIX are all served, without
+// RateLimit headers, and counted as 2 allowed and 3 shadow_refused; the log says so, without
+// the account.
+func TestShadowMode(t *testing.T) {
+	t.Parallel()
+	metrics := apitest.FreeAddr(t)
+	a := startAPI(t, redistest.Start(t), map[string]string{"METRICS_ADDR": metrics, "PIX_MODE": "shadow", "PIX_LIMIT": "2"})
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	for i := range 5 {
+		r := a.PIX(ana, "bruno@example.com", 100)
+		if r.Status != http.StatusCreated || r.Header.Get("RateLimit-Limit") != "" || r.Header.Get("RateLimit-Policy") != "" {
+			t.Fatalf("PIX %d in shadow mode: %v %v, want 201 without RateLimit headers", i+1, r, r.Header)
+		}
+	}
+	m := scrape(t, metrics)
+	if a, s := decisions(m, "pix", "allowed"), decisions(m, "pix", "shadow_refused"); a != 2 || s != 3 {
+		t.Errorf("allowed %v, shadow_refused %v; want 2 and 3", a, s)
+	}
+	if got := a.Balance(ana); got != 1_000_000-500 {
+		t.Errorf("balance %d, want %d: every shadowed PIX is served", got, 1_000_000-500)
+	}
+	logs := a.logs.String()
+	if !strings.Contains(logs, "shadow limit would have refused") || strings.Contains(logs, "acct-ana") {
+		t.Errorf("the log should report the shadow refusal, without the account:\n%s", logs)
+	}
+}
+
+// TestTheDashboardQueriesWhatTheAPIExports parses the Grafana dashboard and checks that every
+// pixlimit metric its panels query is one a live API exports, so the two cannot drift apart.
+// The observability compose file must scrape the metrics port the API listens on by default.
+func TestTheDashboardQueriesWhatTheAPIExports(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(repo("deploy/grafana/dashboards/pixlimit.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("dashboard: %v", err)
+	}
+	metrics := apitest.FreeAddr(t)
+	a := startAPI(t, redistest.Start(t), map[string]string{"METRICS_ADDR": metrics})
+	tok := a.Token(demo[0].Document, demo[0].Password) // some traffic, so every family has samples
+	a.PIX(tok, "bruno@example.com", 1)
+	a.Statement(tok)
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	exported := map[string]bool{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[1] == "TYPE" {
+			exported[f[2]] = true
+		}
+	}
+	name := regexp.MustCompile(`pixlimit_[a-z_]+`)
+	queried := 0
+	for _, p := range dash.Panels {
+		for _, target := range p.Targets {
+			for _, m := range name.FindAllString(target.Expr, -1) {
+				queried++
+				family := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_count"), "_sum")
+				if !exported[family] {
+					t.Errorf("panel %q queries %s, which the API does not export", p.Title, m)
+				}
+			}
+		}
+	}
+	if len(dash.Panels) < 6 || queried < 8 {
+		t.Errorf("%d panels querying %d metrics: the dashboard lost its panels", len(dash.Panels), queried)
+	}
+	scrape, err := os.ReadFile(repo("deploy/prometheus.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"api-1:9464", "api-2:9464"} {
+		if !strings.Contains(string(scrape), target) {
+			t.Errorf("deploy/prometheus.yml does not scrape %s (METRICS_ADDR's default port)", target)
+		}
+	}
+}

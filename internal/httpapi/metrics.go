@@ -1,0 +1,150 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+)
+
+// Metrics are the API's Prometheus metrics. Their labels never carry an identity (no CPF,
+// account or address): policies, outcomes, route templates, methods, statuses and ledger calls
+// are fixed sets, so the cardinality is fixed too.
+type Metrics struct {
+	decisions       *prometheus.CounterVec
+	decisionSeconds *prometheus.HistogramVec
+	requests        *prometheus.CounterVec
+	requestSeconds  *prometheus.HistogramVec
+	ledgerSeconds   *prometheus.HistogramVec
+}
+
+// The outcomes of a rate-limit decision, as pixlimit_ratelimit_decisions_total counts them.
+const (
+	outcomeAllowed       = "allowed"        // admitted by Redis
+	outcomeRefused       = "refused"        // refused by Redis
+	outcomeRefusedLocal  = "refused_local"  // refused by the replica's deny cache, no Redis call
+	outcomeFailedOpen    = "failed_open"    // Redis could not decide; served unlimited
+	outcomeFailedClosed  = "failed_closed"  // Redis could not decide; refused
+	outcomeShadowRefused = "shadow_refused" // refused by a policy in shadow mode; served anyway
+)
+
+// NewMetrics registers the API's metrics with reg. redisUp reports whether the limiter's last
+// decision reached Redis (ratelimit.Limiter.RedisUp), for pixlimit_ratelimit_redis_up.
+func NewMetrics(reg prometheus.Registerer, redisUp func() bool) (*Metrics, error) {
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pixlimit_ratelimit_decisions_total",
+			Help: "Rate-limit decisions by policy and outcome (allowed, refused, refused_local, failed_open, failed_closed, shadow_refused).",
+		}, []string{"policy", "outcome"}),
+		decisionSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pixlimit_ratelimit_decision_seconds",
+			Help:    "Time the limiter took to decide, Redis round trip included, by policy.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}, []string{"policy"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pixlimit_http_requests_total",
+			Help: "HTTP requests by route template, method and status.",
+		}, []string{"route", "method", "status"}),
+		requestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pixlimit_http_request_duration_seconds",
+			Help:    "HTTP request latency by route template and method.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route", "method"}),
+		ledgerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pixlimit_ledger_call_seconds",
+			Help:    "Ledger call latency by call (account, transfer, statement) and result (ok, error, unavailable).",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"call", "result"}),
+	}
+	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pixlimit_ratelimit_redis_up",
+		Help: "1 if the limiter's last decision reached Redis, else 0.",
+	}, func() float64 {
+		if redisUp() {
+			return 1
+		}
+		return 0
+	})
+	for _, c := range []prometheus.Collector{m.decisions, m.decisionSeconds, m.requests, m.requestSeconds, m.ledgerSeconds, up} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// decided counts one decision over checks, whose policies share its outcome, and its time.
+func (m *Metrics) decided(checks []ratelimit.Check, outcome string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	for _, c := range checks {
+		m.decisions.WithLabelValues(c.Policy.Name, outcome).Inc()
+		m.decisionSeconds.WithLabelValues(c.Policy.Name).Observe(took.Seconds())
+	}
+}
+
+// observeRequests counts every request by its route template (never its path, which may hold a
+// key), method and status, with its latency. Echo's ecosystem has a Prometheus middleware
+// (echo-contrib/echoprometheus), but its module brings a dozen unrelated middlewares' dependencies
+// for what is these few lines.
+func (m *Metrics) observeRequests(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err) // write the response now, so the status counted is the one sent
+		}
+		route := c.Path()
+		if route == "" {
+			route = "unmatched"
+		}
+		m.requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(c.Response().Status)).Inc()
+		m.requestSeconds.WithLabelValues(route, c.Request().Method).Observe(time.Since(start).Seconds())
+		return nil
+	}
+}
+
+// instrumented is a Ledger whose calls are timed.
+type instrumented struct {
+	pix.Ledger
+	m *Metrics
+}
+
+func (l instrumented) observe(call string, start time.Time, err error) {
+	result := "ok"
+	switch {
+	case errors.Is(err, pix.ErrUnavailable):
+		result = "unavailable"
+	case err != nil:
+		result = "error" // a domain answer (insufficient funds, unknown key) is an error here too
+	}
+	l.m.ledgerSeconds.WithLabelValues(call, result).Observe(time.Since(start).Seconds())
+}
+
+func (l instrumented) AccountByDocument(ctx context.Context, document string) (pix.Account, error) {
+	start := time.Now()
+	a, err := l.Ledger.AccountByDocument(ctx, document)
+	l.observe("account", start, err)
+	return a, err
+}
+
+func (l instrumented) Transfer(ctx context.Context, r pix.TransferRequest) (pix.Receipt, error) {
+	start := time.Now()
+	receipt, err := l.Ledger.Transfer(ctx, r)
+	l.observe("transfer", start, err)
+	return receipt, err
+}
+
+func (l instrumented) Statement(ctx context.Context, accountID string, limit int) (pix.Statement, error) {
+	start := time.Now()
+	st, err := l.Ledger.Statement(ctx, accountID, limit)
+	l.observe("statement", start, err)
+	return st, err
+}
