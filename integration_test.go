@@ -33,6 +33,10 @@ func fleet(t testing.TB, srv *redistest.Server, ledger pix.Ledger, n int, env ma
 	if err != nil {
 		t.Fatal(err)
 	}
+	devices, err := auth.NewDevices(secret, cfg.DeviceTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	replicas := make([]*apitest.Client, n)
 	for i := range replicas {
 		rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, cfg.RedisTimeout) })
@@ -45,7 +49,7 @@ func fleet(t testing.TB, srv *redistest.Server, ledger pix.Ledger, n int, env ma
 		t.Cleanup(func() { _ = limiter.Close() })
 		h, err := httpapi.NewServer(httpapi.Deps{
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Limiter: limiter, Limits: httpapi.Limits(cfg.Limits),
-			Ledger: ledger, Tokens: tokens, TrustedProxies: cfg.TrustedProxies,
+			Ledger: ledger, Tokens: tokens, Devices: devices, TrustedProxies: cfg.TrustedProxies,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -97,5 +101,15 @@ func TestFleetLimitsHoldExactly(t *testing.T) {
 	})
 	if byIP[401] != 10 || byIP[429] != 15 {
 		t.Errorf("25 documents from one IP over 3 replicas: %v, want exactly 10 × 401 and 15 × 429", byIP)
+	}
+
+	// A trusted device's own key: Diego's phone, stolen, guesses from 20 IPs at once.
+	diego := replicas[0].Login(apitest.Demo[3].Document, apitest.Demo[3].Password, "X-Forwarded-For", "192.0.2.40")
+	phone, _ := diego.JSON(t)["device_token"].(string)
+	byDevice := apitest.Burst(replicas, 20, func(c *apitest.Client, i int) apitest.Response {
+		return c.Login(apitest.Demo[3].Document, "guess", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", 100+i), "Device-Token", phone)
+	})
+	if phone == "" || byDevice[401] != 5 || byDevice[429] != 15 {
+		t.Errorf("20 guesses with one device token over 3 replicas: %v, want exactly 5 × 401 and 15 × 429", byDevice)
 	}
 }

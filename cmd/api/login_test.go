@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"fmt"
 	"maps"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/pixlimit/pixlimit/internal/apitest"
+	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/redistest"
 )
 
@@ -194,4 +197,92 @@ func TestForwardedForIsHonouredOnlyFromTrustedProxies(t *testing.T) {
 			t.Fatalf("IPv6 %s, request %d of one /64: %v", xff, i+1, r)
 		}
 	}
+}
+
+// TestATrustedDeviceIsNotLockedOut: Carla logs in on her phone and keeps its device token; a
+// botnet then fills her document key. From a new device she is refused; with the token, by
+// header or by cookie, she gets in. A forged token, one for another account, one from another
+// secret, or garbage counts as none. And a device that guesses is refused by its own key, with
+// the same answer as the document key's.
+func TestATrustedDeviceIsNotLockedOut(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"})
+	carla, ana := demo[2], demo[0]
+	first := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "198.51.100.1")
+	phone, _ := first.JSON(t)["device_token"].(string)
+	if first.Status != http.StatusOK || phone == "" {
+		t.Fatalf("Carla's first login: %v, want 200 with a device_token", first)
+	}
+	cookie := first.Header.Get("Set-Cookie")
+	for _, attr := range []string{"__Host-pixlimit-device=" + phone, "Path=/", "Secure", "HttpOnly", "SameSite=Strict", "Max-Age=2592000"} {
+		if !strings.Contains(cookie, attr) {
+			t.Errorf("Set-Cookie %q lacks %q", cookie, attr)
+		}
+	}
+	anasDevice, _ := a.Login(ana.Document, ana.Password, "X-Forwarded-For", "198.51.100.2").JSON(t)["device_token"].(string)
+
+	for i := range 4 { // the botnet: her own login used one of the document's five attempts
+		if r := a.Login(carla.Document, "guess", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i+1)); r.Status != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %v, want 401", i+1, r)
+		}
+	}
+	lockedOut := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "192.0.2.10")
+	if lockedOut.Status != http.StatusTooManyRequests {
+		t.Fatalf("Carla from a new device: %v, want 429: the document key is full", lockedOut)
+	}
+	forged := phone[:len(phone)-4] + "AAAA"
+	for name, token := range map[string]string{"forged": forged, "Ana's device": anasDevice, "garbage": "not-a-token",
+		"another secret": otherSecretDevice(t, carla.Document)} {
+		if r := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "192.0.2.11", "Device-Token", token); r.Status != http.StatusTooManyRequests {
+			t.Errorf("%s token: %v, want 429 (counted as no token)", name, r)
+		}
+	}
+	r := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "192.0.2.12", "Device-Token", phone)
+	if r.Status != http.StatusOK {
+		t.Fatalf("Carla's phone, by header: %v, want 200", r)
+	}
+	if got := r.Header.Get("RateLimit-Policy"); got != `"login-ip";q=10;w=600` {
+		t.Errorf("RateLimit-Policy %q: an admitted login reports its IP key only", got)
+	}
+	if r := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "192.0.2.13", "Cookie", "__Host-pixlimit-device="+phone); r.Status != http.StatusOK {
+		t.Fatalf("Carla's phone, by cookie: %v, want 200", r)
+	}
+
+	// A stolen phone guesses: three more attempts fill the device's own key (5), then it is refused.
+	for i := range 3 {
+		if r := a.Login(carla.Document, "guess", "X-Forwarded-For", fmt.Sprintf("192.0.2.%d", 20+i), "Device-Token", phone); r.Status != http.StatusUnauthorized {
+			t.Fatalf("device guess %d: %v, want 401", i+1, r)
+		}
+	}
+	byDevice := a.Login(carla.Document, "guess", "X-Forwarded-For", "192.0.2.30", "Device-Token", phone)
+	if byDevice.Status != http.StatusTooManyRequests {
+		t.Fatalf("the device's 6th login: %v, want 429 from its own key", byDevice)
+	}
+	if got := byDevice.Header.Get("RateLimit-Policy"); got != `"login-ip";q=10;w=600, "login-device";q=5;w=600` {
+		t.Errorf("refused by the device key: RateLimit-Policy %q", got)
+	}
+	strip := func(r apitest.Response) map[string]any {
+		m := r.JSON(t)
+		delete(m, "retry_after_seconds")
+		return m
+	}
+	if d, k := strip(byDevice), strip(lockedOut); !maps.Equal(d, k) ||
+		!slices.Equal(slices.Sorted(maps.Keys(byDevice.Header)), slices.Sorted(maps.Keys(lockedOut.Header))) {
+		t.Errorf("refused by the device key and by the document key differ:\n %v %v\n %v %v", byDevice, byDevice.Header, lockedOut, lockedOut.Header)
+	}
+}
+
+// otherSecretDevice is a device token for document signed by a fleet with another AUTH_SECRET.
+func otherSecretDevice(t *testing.T, document string) string {
+	t.Helper()
+	doc, _ := pix.ParseCPF(document)
+	other, err := auth.NewDevices([]byte(rand.Text()+rand.Text()), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := other.Issue(doc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }

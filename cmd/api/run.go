@@ -149,6 +149,10 @@ func wire(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prome
 	if err != nil {
 		return nil, nil, err
 	}
+	devices, err := auth.NewDevices(secret, cfg.DeviceTTL)
+	if err != nil {
+		return nil, nil, err
+	}
 	ledger, closeLedger, err := openLedger(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
@@ -172,6 +176,7 @@ func wire(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prome
 		Ledger:           ledger,
 		LedgerRetryAfter: cfg.DBTimeout,
 		Tokens:           tokens,
+		Devices:          devices,
 		TrustedProxies:   cfg.TrustedProxies,
 		Probes:           probes,
 	})

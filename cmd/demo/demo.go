@@ -91,8 +91,8 @@ func (r reply) cents(k string) int64 {
 	return int64(f)
 }
 
-// call sends one request from client IP ip to the next replica.
-func (d *demo) call(ctx context.Context, ip, method, path, token string, body any) reply {
+// call sends one request from client IP ip to the next replica; headers come in pairs.
+func (d *demo) call(ctx context.Context, ip, method, path, token string, body any, headers ...string) reply {
 	i := int(d.next.Add(1)-1) % len(d.replicas)
 	r := reply{replica: i + 1, ip: ip, method: method, path: path}
 	var rd io.Reader
@@ -112,6 +112,9 @@ func (d *demo) call(ctx context.Context, ip, method, path, token string, body an
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	req.Header.Set("X-Forwarded-For", ip)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	resp, err := d.client.Do(req)
 	if err != nil {
 		r.err = err

@@ -74,6 +74,10 @@ func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fle
 	if err != nil {
 		return nil, err
 	}
+	devices, err := auth.NewDevices(secret, cfg.DeviceTTL)
+	if err != nil {
+		return nil, err
+	}
 	for i := range 2 {
 		opt := &redis.Options{Addr: redisAddr}
 		ratelimit.ClientOptions(opt, cfg.RedisTimeout)
@@ -88,7 +92,7 @@ func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fle
 		}
 		f.limiters = append(f.limiters, limiter)
 		h, err := httpapi.NewServer(httpapi.Deps{Logger: logger, Limiter: limiter, Limits: httpapi.Limits(cfg.Limits),
-			Ledger: ledger, Tokens: tokens, TrustedProxies: cfg.TrustedProxies})
+			Ledger: ledger, Tokens: tokens, Devices: devices, TrustedProxies: cfg.TrustedProxies})
 		if err != nil {
 			return nil, err
 		}

@@ -138,16 +138,24 @@ func declaredLimit(h http.Header, policy string) (int, bool) {
 // same; and the owner of an attacked account is locked out too.
 func loginAttack(ctx context.Context, d *demo) error {
 	before, inside := d.stats()
-	d.out.say("A botnet of 20 machines tries passwords for Carla's document, one guess from each IP.")
+	d.out.say("Yesterday Carla logged in on her phone; the answer gave the phone a device token, which it keeps.")
+	yesterday := d.show(d.call(ctx, "192.0.2.50", "POST", "/v1/login", "", map[string]string{"document": carla.document, "password": carla.password}))
+	phone := yesterday.str("device_token")
+	if !d.expect("a successful login hands the device a device token", yesterday.status == http.StatusOK && phone != "", yesterday.summary()) {
+		return nil
+	}
+	d.out.say("Today a botnet of 20 machines tries passwords for Carla's document, one guess from each IP.")
 	var bots []reply
 	for i := range 20 {
 		ip := fmt.Sprintf("203.0.113.%d", i+1)
 		bots = append(bots, d.show(d.call(ctx, ip, "POST", "/v1/login", "",
 			map[string]string{"document": carla.document, "password": fmt.Sprintf("guess-%d", i+1)})))
 	}
-	// The refusal lists every key decided: it declares the document key's limit.
-	guesses, _ := declaredLimit(bots[len(bots)-1].header, "login-account")
-	d.expect(fmt.Sprintf("20 IPs, one guess each: %d × 401 (the document key's limit), then 429", guesses),
+	// The refusal lists every key decided: it declares the document key's limit, of which
+	// Carla's own login yesterday took one.
+	limit, _ := declaredLimit(bots[len(bots)-1].header, "login-account")
+	guesses := limit - 1
+	d.expect(fmt.Sprintf("20 IPs, one guess each: %d × 401 (the document key's limit, less Carla's login), then 429", guesses),
 		guesses > 0 && inOrder(bots, guesses, http.StatusUnauthorized, http.StatusTooManyRequests), sequence(bots))
 
 	const single = "198.51.100.66"
@@ -172,9 +180,13 @@ func loginAttack(ctx context.Context, d *demo) error {
 	d.expect("refused by the document key or by the IP key: the same status, body and headers", same,
 		fmt.Sprintf("%s vs %s", byDoc.summary(), byIP.summary()))
 
-	d.out.say("During the attack Carla herself logs in, with her password, from a new IP.")
+	d.out.say("During the attack Carla logs in, with her password, on a new laptop.")
 	r := d.show(d.call(ctx, "192.0.2.55", "POST", "/v1/login", "", map[string]string{"document": carla.document, "password": carla.password}))
-	d.expect("Carla is refused too: the known cost of a per-account key", r.status == http.StatusTooManyRequests, r.summary())
+	d.expect("from a new device Carla is refused too: the document key is full", r.status == http.StatusTooManyRequests, r.summary())
+	d.out.say("Then on her phone, which presents its device token: the login counts against the phone's own key.")
+	onPhone := d.show(d.call(ctx, "192.0.2.56", "POST", "/v1/login", "", map[string]string{"document": carla.document, "password": carla.password},
+		"Device-Token", phone))
+	d.expect("on her trusted phone Carla gets in: the botnet cannot lock her out", onPhone.status == http.StatusOK, onPhone.summary())
 
 	if after, ok := d.stats(); ok && inside {
 		refused := 0
@@ -190,9 +202,9 @@ func loginAttack(ctx context.Context, d *demo) error {
 		d.expect("most refusals cost no Redis call: the replicas remember full keys",
 			2*local > refused, fmt.Sprintf("%d of %d refusals answered locally", local, refused))
 	}
-	d.out.say("That is the trade-off the account key pays: it is what stops a botnet that never reuses an IP,\n" +
-		"and it lets that botnet lock the owner out until the window slides past the guesses (Retry-After\n" +
-		"tells her when). Banks soften it with a second factor or a trusted-device path; the limit stays.")
+	d.out.say("The document key is what stops a botnet that never reuses an IP; alone, it would let that botnet lock\n" +
+		"the owner out. Device tokens (OWASP's device cookies) give each device she used before a key of its\n" +
+		"own: a stolen one buys an attacker one device's five guesses, not her account.")
 	return nil
 }
 

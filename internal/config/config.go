@@ -37,6 +37,7 @@ type Config struct {
 	DBTimeout            time.Duration  `env:"DB_TIMEOUT" envDefault:"2s"`
 	AuthSecret           string         `env:"AUTH_SECRET"`
 	TokenTTL             time.Duration  `env:"TOKEN_TTL" envDefault:"15m"`
+	DeviceTTL            time.Duration  `env:"DEVICE_TTL" envDefault:"720h"`
 	TrustedProxies       []netip.Prefix `env:"TRUSTED_PROXIES"`
 	FailClosedRetryAfter time.Duration  `env:"FAIL_CLOSED_RETRY_AFTER" envDefault:"5s"`
 	LocalCacheSize       int            `env:"RATELIMIT_LOCAL_CACHE_SIZE" envDefault:"100000"`
@@ -82,6 +83,7 @@ func (r Route) Policy(name string) ratelimit.Policy {
 type LoginRoute struct {
 	IPLimit      int                 `env:"IP_LIMIT"`
 	AccountLimit int                 `env:"ACCOUNT_LIMIT"`
+	DeviceLimit  int                 `env:"DEVICE_LIMIT"` // a trusted device's own key (see auth.Devices)
 	Window       time.Duration       `env:"WINDOW"`
 	FailMode     ratelimit.FailMode  `env:"FAIL_MODE"`
 	Algorithm    ratelimit.Algorithm `env:"ALGORITHM"`
@@ -92,8 +94,8 @@ type LoginRoute struct {
 // Limits are the routes' validated rate-limit policies and the Retry-After of a fail-closed
 // route that cannot decide: the shape of httpapi.Limits, which converts from it.
 type Limits struct {
-	PIX, Statement, LoginIP, LoginAccount ratelimit.Policy
-	FailClosedRetryAfter                  time.Duration
+	PIX, Statement, LoginIP, LoginAccount, LoginDevice ratelimit.Policy
+	FailClosedRetryAfter                               time.Duration
 }
 
 // defaults are the contract's defaults of the route variables.
@@ -101,7 +103,7 @@ func defaults() Config {
 	return Config{
 		PIX:       Route{Limit: 10, Window: time.Minute, FailMode: ratelimit.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
 		Statement: Route{Limit: 30, Window: time.Minute, FailMode: ratelimit.FailOpen, Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
-		Login: LoginRoute{IPLimit: 10, AccountLimit: 5, Window: 10 * time.Minute, FailMode: ratelimit.FailClosed,
+		Login: LoginRoute{IPLimit: 10, AccountLimit: 5, DeviceLimit: 5, Window: 10 * time.Minute, FailMode: ratelimit.FailClosed,
 			Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
 	}
 }
@@ -235,6 +237,7 @@ func (cfg *Config) check(p *problems) {
 	between(p, "REDIS_TIMEOUT", cfg.RedisTimeout, time.Millisecond, time.Minute)
 	between(p, "DB_TIMEOUT", cfg.DBTimeout, 10*time.Millisecond, time.Minute)
 	between(p, "TOKEN_TTL", cfg.TokenTTL, time.Second, 365*24*time.Hour)
+	between(p, "DEVICE_TTL", cfg.DeviceTTL, time.Minute, 365*24*time.Hour)
 	if cfg.FailClosedRetryAfter%time.Second != 0 {
 		p.add("FAIL_CLOSED_RETRY_AFTER", "%v: want whole seconds", cfg.FailClosedRetryAfter)
 	}
@@ -262,6 +265,7 @@ func (cfg *Config) check(p *problems) {
 		Statement:            policy(p, "STATEMENT_", cfg.Statement.Policy("statement")),
 		LoginIP:              policy(p, "LOGIN_", cfg.Login.policy("login-ip", cfg.Login.IPLimit), "IP_LIMIT"),
 		LoginAccount:         policy(p, "LOGIN_", cfg.Login.policy("login-account", cfg.Login.AccountLimit), "ACCOUNT_LIMIT"),
+		LoginDevice:          policy(p, "LOGIN_", cfg.Login.policy("login-device", cfg.Login.DeviceLimit), "DEVICE_LIMIT"),
 		FailClosedRetryAfter: cfg.FailClosedRetryAfter,
 	}
 }

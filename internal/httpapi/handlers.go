@@ -40,10 +40,19 @@ func handleReadyz(probes []Probe) echo.HandlerFunc {
 	}
 }
 
+// deviceCookie carries a browser's device token: __Host- pins it to this host, over HTTPS, on
+// every path; HttpOnly keeps scripts away from it; SameSite=Strict keeps other sites from
+// sending it.
+const deviceCookie = "__Host-pixlimit-device"
+
 // handleLogin checks the client IP and, when the document is a valid CPF, the document too, in
 // one limiter decision made before anything else: a refused login costs no bcrypt and reveals
-// nothing, and every attempt counts, malformed ones included.
-func handleLogin(limiter limiter, byIP, byDocument ratelimit.Policy, accounts auth.AccountFinder, tokens *auth.Tokens) echo.HandlerFunc {
+// nothing, and every attempt counts, malformed ones included. A login that presents a valid
+// device token for its document (auth.Devices) is counted against that device's key instead of
+// the document's: a botnet filling a customer's document key does not lock her out on a device
+// she used before. Any other token (expired, forged, for another document, malformed) counts as
+// none, and the answer does not say why.
+func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, tokens *auth.Tokens, devices *auth.Devices) echo.HandlerFunc {
 	type request struct {
 		Document string `json:"document"`
 		Password string `json:"password"`
@@ -53,6 +62,7 @@ func handleLogin(limiter limiter, byIP, byDocument ratelimit.Policy, accounts au
 		TokenType   string `json:"token_type"`
 		ExpiresIn   int64  `json:"expires_in"`
 		AccountID   string `json:"account_id"`
+		DeviceToken string `json:"device_token"`
 	}
 	return func(c echo.Context) error {
 		var req request
@@ -61,10 +71,16 @@ func handleLogin(limiter limiter, byIP, byDocument ratelimit.Policy, accounts au
 		if err != nil {
 			return err
 		}
-		checks := []ratelimit.Check{{Policy: byIP, Identity: ratelimit.IPIdentity(addr)}}
+		checks := []ratelimit.Check{{Policy: limits.LoginIP, Identity: ratelimit.IPIdentity(addr)}}
 		document, docErr := pix.ParseCPF(req.Document)
+		device := ""
 		if decodeErr == nil && docErr == nil {
-			checks = append(checks, ratelimit.Check{Policy: byDocument, Identity: document})
+			device, _ = devices.Verify(presentedDevice(c), document)
+			if device != "" {
+				checks = append(checks, ratelimit.Check{Policy: limits.LoginDevice, Identity: device})
+			} else {
+				checks = append(checks, ratelimit.Check{Policy: limits.LoginAccount, Identity: document})
+			}
 		}
 		// Unless refused, the headers report the IP key only: the document key would tell anyone
 		// how many attempts were made on someone else's CPF, and when.
@@ -98,8 +114,26 @@ func handleLogin(limiter limiter, byIP, byDocument ratelimit.Policy, accounts au
 		if err != nil {
 			return err
 		}
-		return c.JSON(http.StatusOK, response{token, "Bearer", int64(tokens.TTL() / time.Second), acct.ID})
+		deviceToken, err := devices.Issue(document, device) // a known device keeps its id
+		if err != nil {
+			return err
+		}
+		c.SetCookie(&http.Cookie{Name: deviceCookie, Value: deviceToken, Path: "/", MaxAge: int(devices.TTL() / time.Second),
+			Secure: true, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		return c.JSON(http.StatusOK, response{token, "Bearer", int64(tokens.TTL() / time.Second), acct.ID, deviceToken})
 	}
+}
+
+// presentedDevice is the device token a login presents: the Device-Token header, else the
+// cookie.
+func presentedDevice(c echo.Context) string {
+	if t := c.Request().Header.Get("Device-Token"); t != "" {
+		return t
+	}
+	if ck, err := c.Cookie(deviceCookie); err == nil {
+		return ck.Value
+	}
+	return ""
 }
 
 var idempotencyKey = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

@@ -28,7 +28,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 
 	e.GET("/healthz", handleHealthz())
 	e.GET("/readyz", handleReadyz(d.Probes))
-	e.POST("/v1/login", handleLogin(login, d.Limits.LoginIP, d.Limits.LoginAccount, d.Ledger, d.Tokens))
+	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Tokens, d.Devices))
 	e.POST("/v1/pix", handlePIX(d.Ledger), requireAccount, limitPIX)
 	e.GET("/v1/statement", handleStatement(d.Ledger), requireAccount, limitStatement)
 	return nil

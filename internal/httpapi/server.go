@@ -32,6 +32,8 @@ type Deps struct {
 	// may take. Default 1s.
 	LedgerRetryAfter time.Duration
 	Tokens           *auth.Tokens
+	// Devices issues and verifies the device tokens of trusted devices.
+	Devices *auth.Devices
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client (auth.IPExtractor).
 	TrustedProxies []netip.Prefix
 	// Probes are what /readyz asks, in order: redis first, then the database if there is one.
@@ -43,6 +45,8 @@ type Deps struct {
 // Limits are the routes' rate-limit policies.
 type Limits struct {
 	PIX, Statement, LoginIP, LoginAccount ratelimit.Policy
+	// LoginDevice limits the logins of one trusted device, in place of LoginAccount.
+	LoginDevice ratelimit.Policy
 	// FailClosedRetryAfter is the Retry-After when a fail-closed policy cannot be decided.
 	FailClosedRetryAfter time.Duration
 }
@@ -58,10 +62,10 @@ type Probe struct {
 
 // NewServer returns the API's handler, or an error if Deps cannot make a working server.
 func NewServer(d Deps) (http.Handler, error) {
-	if d.Logger == nil || d.Limiter == nil || d.Ledger == nil || d.Tokens == nil {
-		return nil, errors.New("httpapi: Deps needs a Logger, a Limiter, a Ledger and Tokens")
+	if d.Logger == nil || d.Limiter == nil || d.Ledger == nil || d.Tokens == nil || d.Devices == nil {
+		return nil, errors.New("httpapi: Deps needs a Logger, a Limiter, a Ledger, Tokens and Devices")
 	}
-	if err := ratelimit.ValidateTogether(d.Limits.LoginIP, d.Limits.LoginAccount); err != nil {
+	if err := ratelimit.ValidateTogether(d.Limits.LoginIP, d.Limits.LoginAccount, d.Limits.LoginDevice); err != nil {
 		return nil, err
 	}
 	if d.LedgerRetryAfter <= 0 {

@@ -33,7 +33,8 @@ func lax() httpapi.Limits {
 	p := func(name string) ratelimit.Policy {
 		return ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}
 	}
-	return httpapi.Limits{PIX: p("pix"), Statement: p("statement"), LoginIP: p("login-ip"), LoginAccount: p("login-account")}
+	return httpapi.Limits{PIX: p("pix"), Statement: p("statement"), LoginIP: p("login-ip"), LoginAccount: p("login-account"),
+		LoginDevice: p("login-device")}
 }
 
 func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits) server {
@@ -56,13 +57,17 @@ func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits) serve
 	if err != nil {
 		t.Fatal(err)
 	}
+	devices, err := auth.NewDevices(secret, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, time.Second) })
 	limiter, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: auth.DeriveKey(secret, "ratelimit keys"), Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Limiter: limiter, Limits: limits, Ledger: ledger, Tokens: tokens})
+		Limiter: limiter, Limits: limits, Ledger: ledger, Tokens: tokens, Devices: devices})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,96 @@
+package auth
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Devices issues and verifies device tokens, OWASP's device cookies: a successful login hands
+// the client a token naming a random device id and the document it logged into, and a later
+// login into that document that presents it is counted against the device's own rate-limit key
+// instead of the document's. So a botnet that fills a customer's document key does not lock her
+// out on the phone she used before, and a stolen token buys an attacker one device's budget.
+//
+// A device token is an HS256 JWT signed with a key derived from AUTH_SECRET for this purpose
+// alone (DeriveKey "device tokens"), so it is never an access token, nor an access token a device
+// token. It carries no CPF: the document is bound by a keyed hash of it (HMAC under another
+// derived key), compared in constant time.
+type Devices struct {
+	signing, binding []byte
+	ttl              time.Duration
+	now              func() time.Time
+}
+
+// ErrNoDevice means a device token is absent, malformed, forged, expired or for another
+// document: the login counts against the document key, and nobody is told why.
+var ErrNoDevice = errors.New("no trusted device")
+
+type deviceClaims struct {
+	jwt.RegisteredClaims
+	// Document is HMAC-SHA256(binding key, document), base64url: the document it logs into.
+	Document string `json:"doc"`
+}
+
+// NewDevices returns Devices deriving its keys from secret (at least 32 bytes), with tokens
+// valid for ttl.
+func NewDevices(secret []byte, ttl time.Duration) (*Devices, error) {
+	if len(secret) < 32 {
+		return nil, fmt.Errorf("auth: device secret of %d bytes: want at least 32", len(secret))
+	}
+	if ttl <= 0 {
+		return nil, errors.New("auth: device token lifetime must be positive")
+	}
+	return &Devices{signing: DeriveKey(secret, "device tokens"), binding: DeriveKey(secret, "device documents"),
+		ttl: ttl, now: time.Now}, nil
+}
+
+// TTL is how long an issued device token stays valid.
+func (d *Devices) TTL() time.Duration { return d.ttl }
+
+// Issue returns a device token for document: for device when it is not empty (a known device
+// logging in again keeps its id and gets a fresh lifetime), else for a new random device.
+func (d *Devices) Issue(document, device string) (string, error) {
+	if device == "" {
+		device = rand.Text()
+	}
+	now := d.now()
+	claims := deviceClaims{
+		RegisteredClaims: jwt.RegisteredClaims{ID: device, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(d.ttl))},
+		Document:         d.bind(document),
+	}
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(d.signing)
+	if err != nil {
+		return "", fmt.Errorf("auth: sign device token: %w", err)
+	}
+	return s, nil
+}
+
+// Verify returns the device id of a valid token for document, or ErrNoDevice for anything else.
+func (d *Devices) Verify(token, document string) (string, error) {
+	if token == "" || len(token) > 1024 {
+		return "", ErrNoDevice
+	}
+	var claims deviceClaims
+	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return d.signing, nil },
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(d.now),
+	)
+	if err != nil || claims.ID == "" || !hmac.Equal([]byte(claims.Document), []byte(d.bind(document))) {
+		return "", ErrNoDevice
+	}
+	return claims.ID, nil
+}
+
+func (d *Devices) bind(document string) string {
+	m := hmac.New(sha256.New, d.binding)
+	m.Write([]byte(document))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
