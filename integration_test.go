@@ -24,6 +24,7 @@ import (
 // wired as cmd/api wires them. It returns their clients and the fleet's token issuer.
 func fleet(t testing.TB, srv *redistest.Server, ledger pix.Ledger, n int, env map[string]string) ([]*apitest.Client, *auth.Tokens) {
 	t.Helper()
+	env["NIGHT_LIMIT_CENTS"] = "0" // tests never depend on the hour they run at
 	cfg, err := config.Load(config.Map(env))
 	if err != nil {
 		t.Fatal(err)

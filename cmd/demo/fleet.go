@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -26,12 +27,24 @@ import (
 // windows, so a whole run takes seconds, and loopback trusted as the proxy, so the demo can play
 // many client IPs through X-Forwarded-For.
 var demoEnv = map[string]string{
-	"PIX_WINDOW":              "5s",
-	"STATEMENT_WINDOW":        "5s",
-	"LOGIN_WINDOW":            "30s",
-	"TRUSTED_PROXIES":         "127.0.0.1/32,::1/128",
-	"REDIS_TIMEOUT":           "1s", // generous: the embedded Redis runs Lua in Go, and CI machines are busy
-	"FAIL_CLOSED_RETRY_AFTER": "2s",
+	"PIX_WINDOW":               "5s",
+	"STATEMENT_WINDOW":         "5s",
+	"LOGIN_WINDOW":             "30s",
+	"TRUSTED_PROXIES":          "127.0.0.1/32,::1/128",
+	"REDIS_TIMEOUT":            "1s", // generous: the embedded Redis runs Lua in Go, and CI machines are busy
+	"FAIL_CLOSED_RETRY_AFTER":  "2s",
+	"LOOKUP_REFILL_PER_MINUTE": "2",
+}
+
+// nightAroundNow sets the night-time cap's window around the present hour in São Paulo, so the
+// night story plays whenever the demo runs.
+func nightAroundNow(env map[string]string) map[string]string {
+	out := maps.Clone(env)
+	if sp, err := time.LoadLocation("America/Sao_Paulo"); err == nil {
+		now := time.Now().In(sp)
+		out["NIGHT_START"], out["NIGHT_END"] = now.Add(-time.Hour).Format("15:04"), now.Add(time.Hour).Format("15:04")
+	}
+	return out
 }
 
 // fleet is two API replicas in this process over one Redis and one ledger.
@@ -52,7 +65,7 @@ func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fle
 	if err != nil {
 		return nil, err
 	}
-	ledger, err := pix.NewMemoryLedger(pix.DemoAccounts())
+	ledger, err := pix.NewMemoryLedger(pix.DemoAccounts(), pix.WithNightCap(cfg.Night))
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,9 @@ var scenarios = []struct {
 	{"burst", "PIX burst: the key is the account, not the IP", burst},
 	{"login", "Distributed login attack: two keys, one answer", loginAttack},
 	{"outage", "Redis outage: login and PIX fail closed, the statement fails open", outage},
-	{"hole", "The 2× hole: five algorithms, one boundary", hole},
+	{"hole", "The 2× hole: six algorithms, one boundary", hole},
+	{"scan", "Key look-ups: a miss costs twenty times a hit", scan},
+	{"night", "The night-time cap: a limit on money, kept by the ledger", night},
 }
 
 // selfContained starts the embedded Redis and two replicas in this process.
@@ -50,7 +52,7 @@ func (d *demo) selfContained(redisURL string, logs io.Writer) (func(), error) {
 	if redisURL != "" {
 		return nil, errors.New("-redis goes with -target; the self-contained run has its own Redis")
 	}
-	f, err := startFleet(logs, demoEnv, "")
+	f, err := startFleet(logs, nightAroundNow(demoEnv), "")
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +106,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.target, "target", "", "comma-separated base URLs of running API replicas `URL[,URL...]` (default: start two in this process)")
 	fs.StringVar(&o.redisURL, "redis", "", "with -target: the deployment's Redis `URL`, used to pause it for the outage (CLIENT PAUSE) and to clear old limiter state")
-	only := fs.String("scenario", "all", "burst, login, outage, hole or all")
+	only := fs.String("scenario", "all", "burst, login, outage, hole, scan, night or all")
 	fs.BoolVar(&o.asJSON, "json", false, "print the results as JSON on stdout; the narration goes to stderr")
 	fs.BoolVar(&o.verbose, "v", false, "show the in-process replicas' logs on stderr")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -119,7 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 	}
 	if len(o.chosen) == 0 {
-		return o, fmt.Errorf("-scenario %q: want burst, login, outage, hole or all", *only)
+		return o, fmt.Errorf("-scenario %q: want burst, login, outage, hole, scan, night or all", *only)
 	}
 	return o, nil
 }

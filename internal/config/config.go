@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
@@ -38,6 +39,12 @@ type Config struct {
 	AuthSecret           string         `env:"AUTH_SECRET"`
 	TokenTTL             time.Duration  `env:"TOKEN_TTL" envDefault:"15m"`
 	DeviceTTL            time.Duration  `env:"DEVICE_TTL" envDefault:"720h"`
+	NightLimitCents      int64          `env:"NIGHT_LIMIT_CENTS" envDefault:"100000"`
+	NightStart           string         `env:"NIGHT_START" envDefault:"20:00"`
+	NightEnd             string         `env:"NIGHT_END" envDefault:"06:00"`
+	LookupCapacity       int            `env:"LOOKUP_CAPACITY" envDefault:"100"`
+	LookupRefill         int            `env:"LOOKUP_REFILL_PER_MINUTE" envDefault:"2"`
+	LookupMissCost       int            `env:"LOOKUP_MISS_COST" envDefault:"20"`
 	TrustedProxies       []netip.Prefix `env:"TRUSTED_PROXIES"`
 	FailClosedRetryAfter time.Duration  `env:"FAIL_CLOSED_RETRY_AFTER" envDefault:"5s"`
 	LocalCacheSize       int            `env:"RATELIMIT_LOCAL_CACHE_SIZE" envDefault:"100000"`
@@ -58,8 +65,9 @@ type Config struct {
 	RedisSentinel []string       `env:"-"` // sentinels watching RedisSentinelMaster
 	// DemoAccounts says whether to seed the demo accounts: DEMO_ACCOUNTS when set, else only
 	// into the in-memory ledger (never, unasked, into a DATABASE_URL database).
-	DemoAccounts bool   `env:"-"`
-	Limits       Limits `env:"-"`
+	DemoAccounts bool         `env:"-"`
+	Limits       Limits       `env:"-"`
+	Night        pix.NightCap `env:"-"` // from NIGHT_*
 }
 
 // Route is one limited route's variables, read with the route's prefix.
@@ -96,6 +104,10 @@ type LoginRoute struct {
 type Limits struct {
 	PIX, Statement, LoginIP, LoginAccount, LoginDevice ratelimit.Policy
 	FailClosedRetryAfter                               time.Duration
+	// PIXLookup is the key look-up's anti-scan token bucket; a look-up that misses costs
+	// LookupMissCost tokens, one that finds the key 1.
+	PIXLookup      ratelimit.Policy
+	LookupMissCost int
 }
 
 // defaults are the contract's defaults of the route variables.
@@ -249,6 +261,7 @@ func (cfg *Config) check(p *problems) {
 		p.add("RATELIMIT_BREAKER_FAILURES", "%d: want 0 (off) or more", cfg.BreakerFailures)
 	}
 	between(p, "RATELIMIT_BREAKER_COOLDOWN", cfg.BreakerCooldown, 10*time.Millisecond, time.Minute)
+	cfg.checkNight(p)
 	cfg.checkSecret(p)
 	cfg.DemoAccounts = cfg.DatabaseURL == ""
 	if cfg.DemoAccountsSet != nil {
@@ -267,6 +280,15 @@ func (cfg *Config) check(p *problems) {
 		LoginAccount:         policy(p, "LOGIN_", cfg.Login.policy("login-account", cfg.Login.AccountLimit), "ACCOUNT_LIMIT"),
 		LoginDevice:          policy(p, "LOGIN_", cfg.Login.policy("login-device", cfg.Login.DeviceLimit), "DEVICE_LIMIT"),
 		FailClosedRetryAfter: cfg.FailClosedRetryAfter,
+		PIXLookup: policy(p, "LOOKUP_", ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefill, Window: time.Minute,
+			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacity}, "REFILL_PER_MINUTE"),
+		LookupMissCost: cfg.LookupMissCost,
+	}
+	if cfg.LookupCapacity < 1 {
+		p.add("LOOKUP_CAPACITY", "%d: want at least 1", cfg.LookupCapacity)
+	}
+	if cfg.LookupMissCost < 1 {
+		p.add("LOOKUP_MISS_COST", "%d: want at least 1", cfg.LookupMissCost)
 	}
 }
 
@@ -332,6 +354,33 @@ func (cfg *Config) LimiterOptions() ratelimit.Options {
 	}
 	return ratelimit.Options{Timeout: cfg.RedisTimeout, LocalCacheSize: off(cfg.LocalCacheSize),
 		BreakerFailures: off(cfg.BreakerFailures), BreakerCooldown: cfg.BreakerCooldown}
+}
+
+// checkNight reads the night-time cap: a limit of 0 disables it; times are HH:MM, São Paulo.
+func (cfg *Config) checkNight(p *problems) {
+	night, err := pix.DefaultNightCap()
+	if err != nil {
+		p.add("NIGHT_START", "%v", err)
+		return
+	}
+	if cfg.NightLimitCents < 0 {
+		p.add("NIGHT_LIMIT_CENTS", "%d: want 0 (off) or more cents", cfg.NightLimitCents)
+	}
+	night.LimitCents = cfg.NightLimitCents
+	for name, v := range map[string]*string{"NIGHT_START": &cfg.NightStart, "NIGHT_END": &cfg.NightEnd} {
+		t, err := time.Parse("15:04", *v)
+		if err != nil {
+			p.add(name, "%q: want HH:MM", *v)
+			continue
+		}
+		since := time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute
+		if name == "NIGHT_START" {
+			night.Start = since
+		} else {
+			night.End = since
+		}
+	}
+	cfg.Night = night
 }
 
 // redisModes counts the Redis modes set; zero means the embedded Redis.

@@ -55,6 +55,7 @@ var statusOf = map[string]int{
 	"unsupported_media_type":   http.StatusUnsupportedMediaType,
 	"insufficient_funds":       http.StatusUnprocessableEntity,
 	"same_account":             http.StatusUnprocessableEntity,
+	"night_limit_exceeded":     http.StatusUnprocessableEntity,
 	"rate_limit_exceeded":      http.StatusTooManyRequests,
 	"rate_limiter_unavailable": http.StatusTooManyRequests,
 	"client_closed_request":    499, // nginx's: logged as what it is rather than as a 500
@@ -80,6 +81,7 @@ var domainErrors = []struct {
 	{pix.ErrInsufficientFunds, "insufficient_funds", pix.ErrInsufficientFunds.Error()},
 	{pix.ErrSameAccount, "same_account", pix.ErrSameAccount.Error()},
 	{pix.ErrIdempotencyConflict, "idempotency_conflict", pix.ErrIdempotencyConflict.Error()},
+	{pix.ErrNightLimitExceeded, "night_limit_exceeded", ""}, // its message says how much is left tonight
 	{pix.ErrUnavailable, "ledger_unavailable", "the ledger did not answer in time; nothing was changed, try again later"},
 	{context.Canceled, "client_closed_request", "the client closed the request"},
 }
@@ -105,6 +107,9 @@ func toError(err error, ledgerRetryAfter time.Duration) *Error {
 	for _, d := range domainErrors {
 		if errors.Is(err, d.err) {
 			e := &Error{Code: d.code, Message: d.message, cause: err}
+			if e.Message == "" {
+				e.Message = err.Error()
+			}
 			if d.err == pix.ErrUnavailable {
 				e.RetryAfter = ledgerRetryAfter
 			}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -140,7 +141,7 @@ var idempotencyKey = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 const maxDescription = 140
 
-func handlePIX(ledger pix.Ledger) echo.HandlerFunc {
+func handlePIX(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
 	type request struct {
 		Key         string `json:"key"`
 		AmountCents int64  `json:"amount_cents"`
@@ -191,6 +192,11 @@ func handlePIX(ledger pix.Ledger) echo.HandlerFunc {
 		r, err := ledger.Transfer(c.Request().Context(), pix.TransferRequest{
 			From: from, ToKey: key, AmountCents: req.AmountCents, Description: req.Description, IdempotencyKey: idem,
 		})
+		if errors.Is(err, pix.ErrKeyNotFound) {
+			// A transfer to a key nobody has tells its payer so, as a look-up would: it costs the
+			// look-up bucket a miss, or PIX would be the way to enumerate keys.
+			lookups.charge(c, from, lookups.missCost, false)
+		}
 		if err != nil {
 			return err
 		}

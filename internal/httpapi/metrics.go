@@ -142,6 +142,13 @@ func (l instrumented) Transfer(ctx context.Context, r pix.TransferRequest) (pix.
 	return receipt, err
 }
 
+func (l instrumented) LookupKey(ctx context.Context, key string) (pix.Payee, error) {
+	start := time.Now()
+	p, err := l.Ledger.LookupKey(ctx, key)
+	l.observe("lookup", start, err)
+	return p, err
+}
+
 func (l instrumented) Statement(ctx context.Context, accountID string, limit int) (pix.Statement, error) {
 	start := time.Now()
 	st, err := l.Ledger.Statement(ctx, accountID, limit)

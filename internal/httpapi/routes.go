@@ -29,7 +29,10 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	e.GET("/healthz", handleHealthz())
 	e.GET("/readyz", handleReadyz(d.Probes))
 	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Tokens, d.Devices))
-	e.POST("/v1/pix", handlePIX(d.Ledger), requireAccount, limitPIX)
+	lookups := lookupLimiter{limiter: limiter{l: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
+		shadow: newShadowLog(d.Logger, 10*time.Second)}, policy: d.Limits.PIXLookup, missCost: d.Limits.LookupMissCost, logger: d.Logger}
+	e.POST("/v1/pix", handlePIX(d.Ledger, lookups), requireAccount, limitPIX)
+	e.GET("/v1/pix/keys/:key", handleLookup(d.Ledger, lookups), requireAccount)
 	e.GET("/v1/statement", handleStatement(d.Ledger), requireAccount, limitStatement)
 	return nil
 }

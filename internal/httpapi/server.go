@@ -8,6 +8,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -49,6 +50,10 @@ type Limits struct {
 	LoginDevice ratelimit.Policy
 	// FailClosedRetryAfter is the Retry-After when a fail-closed policy cannot be decided.
 	FailClosedRetryAfter time.Duration
+	// PIXLookup is the key look-up's anti-scan token bucket; a look-up that misses costs
+	// LookupMissCost tokens, one that finds the key 1.
+	PIXLookup      ratelimit.Policy
+	LookupMissCost int
 }
 
 // Probe is one dependency that /readyz checks.
@@ -67,6 +72,9 @@ func NewServer(d Deps) (http.Handler, error) {
 	}
 	if err := ratelimit.ValidateTogether(d.Limits.LoginIP, d.Limits.LoginAccount, d.Limits.LoginDevice); err != nil {
 		return nil, err
+	}
+	if err := d.Limits.PIXLookup.Validate(); err != nil || d.Limits.PIXLookup.Algorithm != ratelimit.TokenBucket || d.Limits.LookupMissCost < 1 {
+		return nil, fmt.Errorf("httpapi: the key look-up needs a valid token_bucket policy and a miss cost of at least 1 (%v)", err)
 	}
 	if d.LedgerRetryAfter <= 0 {
 		d.LedgerRetryAfter = time.Second

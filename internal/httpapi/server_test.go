@@ -34,7 +34,8 @@ func lax() httpapi.Limits {
 		return ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}
 	}
 	return httpapi.Limits{PIX: p("pix"), Statement: p("statement"), LoginIP: p("login-ip"), LoginAccount: p("login-account"),
-		LoginDevice: p("login-device")}
+		LoginDevice: p("login-device"), LookupMissCost: 20,
+		PIXLookup: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 100}}
 }
 
 func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits) server {

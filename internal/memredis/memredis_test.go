@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -33,5 +34,38 @@ func TestEmbeddedRedisExpiresKeysOnTime(t *testing.T) {
 		if got := rdb.Exists(ctx, "k").Val(); got != step.want {
 			t.Errorf("%v after a 1.5 s TTL: exists = %d, want %d", step.after, got, step.want)
 		}
+	}
+}
+
+// TestEveryAlgorithmRunsOnTheEmbeddedRedis: miniredis runs Lua in Go (gopher-lua), which differs
+// from Redis's Lua in corners; every script, deciding and charging, must run on it too.
+func TestEveryAlgorithmRunsOnTheEmbeddedRedis(t *testing.T) {
+	t.Parallel()
+	mr, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	l, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: []byte("0123456789abcdef"), Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	for _, a := range ratelimit.Algorithms() {
+		p := ratelimit.Policy{Name: "embedded", Limit: 2, Window: time.Minute, Algorithm: a}
+		q := ratelimit.Policy{Name: "second", Limit: 1, Window: time.Minute, Algorithm: a}
+		for i, want := range []bool{true, false} {
+			d, err := l.AllowAll(ctx, ratelimit.Check{Policy: p, Identity: "x"}, ratelimit.Check{Policy: q, Identity: "x"})
+			if err != nil || d.Allowed != want {
+				t.Errorf("%s, request %d: %+v, %v; want allowed=%v", a, i+1, d, err, want)
+			}
+		}
+	}
+	bucket := ratelimit.Policy{Name: "lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 100}
+	if d, err := l.Charge(ctx, ratelimit.Check{Policy: bucket, Identity: "x"}, 20); err != nil || d.Worst.Remaining != 80 {
+		t.Errorf("a charge of 20: %+v, %v; want 80 left", d.Worst, err)
 	}
 }

@@ -45,6 +45,16 @@ type Ledger interface {
 	Transfer(ctx context.Context, r TransferRequest) (Receipt, error)
 	// Statement returns the account's balance and its newest entries, at most limit of them.
 	Statement(ctx context.Context, accountID string, limit int) (Statement, error)
+	// LookupKey finds the owner of a PIX key (normalized, as ParseKey returns it), or returns
+	// ErrKeyNotFound.
+	LookupKey(ctx context.Context, key string) (Payee, error)
+}
+
+// Payee is the owner of a PIX key, as a payer may see them before paying.
+type Payee struct {
+	Key      string
+	Name     string
+	Document string // CPF, 11 digits
 }
 
 // TransferRequest asks to move AmountCents from account From to the owner of the key ToKey.

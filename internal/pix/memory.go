@@ -11,7 +11,8 @@ import (
 // MemoryLedger is a Ledger in one process's memory: the embedded default, for one replica. One
 // mutex serializes transfers, which makes each trivially atomic.
 type MemoryLedger struct {
-	now func() time.Time
+	now   func() time.Time
+	night NightCap
 
 	mu       sync.Mutex
 	accounts map[string]*memAccount // by id
@@ -35,9 +36,11 @@ type idemRecord struct {
 }
 
 // NewMemoryLedger returns a ledger holding accounts at their opening balances.
-func NewMemoryLedger(accounts []Account) (*MemoryLedger, error) {
+func NewMemoryLedger(accounts []Account, opts ...Option) (*MemoryLedger, error) {
+	o := newOptions(opts)
 	l := &MemoryLedger{
-		now:      time.Now,
+		now:      o.now,
+		night:    o.night,
 		accounts: map[string]*memAccount{},
 		byDoc:    map[string]string{},
 		byKey:    map[string]string{},
@@ -104,12 +107,23 @@ func (l *MemoryLedger) Transfer(_ context.Context, r TransferRequest) (Receipt, 
 	if from.balance < r.AmountCents {
 		return Receipt{}, ErrInsufficientFunds
 	}
+	now := l.now().UTC()
+	if start, night := l.night.nightOf(now); night {
+		spent := int64(0)
+		for i := len(from.entries) - 1; i >= 0 && !from.entries[i].CreatedAt.Before(start); i-- {
+			if from.entries[i].Direction == Out {
+				spent += from.entries[i].AmountCents
+			}
+		}
+		if err := l.night.check(now, spent, r.AmountCents); err != nil {
+			return Receipt{}, err
+		}
+	}
 	if to.balance > math.MaxInt64-r.AmountCents {
 		// Unreachable while money is only moved, never created: no balance exceeds the total.
 		return Receipt{}, fmt.Errorf("pix: balance of %s would overflow", to.ID)
 	}
 
-	now := l.now().UTC()
 	id := NewEndToEndID(now)
 	for l.ids[id] {
 		id = NewEndToEndID(now)
@@ -128,6 +142,18 @@ func (l *MemoryLedger) Transfer(_ context.Context, r TransferRequest) (Receipt, 
 		l.replays[idemKey{r.From, r.IdempotencyKey}] = idemRecord{req: r, receipt: receipt}
 	}
 	return receipt, nil
+}
+
+// LookupKey implements Ledger.
+func (l *MemoryLedger) LookupKey(_ context.Context, key string) (Payee, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id, ok := l.byKey[key]
+	if !ok {
+		return Payee{}, ErrKeyNotFound
+	}
+	a := l.accounts[id]
+	return Payee{Key: key, Name: a.Name, Document: a.Document}, nil
 }
 
 // Statement implements Ledger.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"regexp"
 	"sync"
@@ -440,8 +441,108 @@ func TestPostgresSurvivesRestartsAndConcurrentStarts(t *testing.T) {
 	if again, err := l.Transfer(ctx, TransferRequest{From: "acct-ana", ToKey: "diego@example.com", AmountCents: 5000, IdempotencyKey: "before-restart"}); err != nil || again != r {
 		t.Errorf("replay after a restart = %+v, %v; want %+v", again, err, r)
 	}
+	files, _ := fs.Glob(migrations, "migrations/*.sql")
 	var versions int
-	if err := l.pool.QueryRow(ctx, "SELECT count(*) FROM schema_migrations").Scan(&versions); err != nil || versions != 1 {
-		t.Errorf("schema_migrations has %d rows (%v), want 1", versions, err)
+	if err := l.pool.QueryRow(ctx, "SELECT count(*) FROM schema_migrations").Scan(&versions); err != nil || versions != len(files) {
+		t.Errorf("schema_migrations has %d rows (%v), want one per migration, %d: concurrent starts applied one twice", versions, err, len(files))
+	}
+}
+
+// nightBackends opens each ledger with the default night cap and an injected clock.
+func nightBackends(t *testing.T, clock func() time.Time) map[string]Ledger {
+	night, err := DefaultNightCap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := NewMemoryLedger(DemoAccounts(), WithNightCap(night), WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := OpenPostgres(context.Background(), pgtest.URL(t), 0, DemoAccounts(), WithNightCap(night), WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Close)
+	return map[string]Ledger{"memory": mem, "postgres": pg}
+}
+
+// TestNightCapEdges: the window's edges in São Paulo time, a night that spans midnight, and the
+// answer that says how much is left.
+func TestNightCapEdges(t *testing.T) {
+	t.Parallel()
+	sp, err := time.LoadLocation("America/Sao_Paulo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, sp)
+	set := func(h, m, s int, day int) { mu.Lock(); now = time.Date(2026, 11, day, h, m, s, 0, sp); mu.Unlock() }
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	for name, l := range nightBackends(t, clock) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			pay := func(cents int64) error {
+				_, err := l.Transfer(ctx, TransferRequest{From: "acct-ana", ToKey: "bruno@example.com", AmountCents: cents})
+				return err
+			}
+			set(19, 59, 59, 30) // day: no cap
+			if err := pay(200_000); err != nil {
+				t.Fatalf("R$ 2.000,00 at 19:59:59: %v, want no cap by day", err)
+			}
+			set(20, 0, 0, 30) // night begins: the day's transfer does not count
+			if err := pay(90_000); err != nil {
+				t.Fatalf("R$ 900,00 at 20:00:00: %v", err)
+			}
+			set(23, 30, 0, 30)
+			var nl *NightLimitError
+			if err := pay(20_000); !errors.As(err, &nl) || nl.RemainingCents != 10_000 || !errors.Is(err, ErrNightLimitExceeded) {
+				t.Fatalf("R$ 200,00 more at 23:30: %v, want NightLimitError with R$ 100,00 left", err)
+			}
+			set(5, 59, 59, 31) // the same night, after midnight
+			if err := pay(10_000); err != nil {
+				t.Fatalf("the last R$ 100,00 at 05:59:59: %v", err)
+			}
+			if err := pay(1); !errors.Is(err, ErrNightLimitExceeded) {
+				t.Fatalf("one more cent at 05:59:59: %v, want ErrNightLimitExceeded", err)
+			}
+			set(6, 0, 0, 31) // day again
+			if err := pay(50_000); err != nil {
+				t.Fatalf("at 06:00:00: %v, want no cap", err)
+			}
+			set(20, 0, 0, 31) // a new night, a new cap
+			if err := pay(100_000); err != nil {
+				t.Fatalf("a new night's R$ 1.000,00: %v", err)
+			}
+			st, _ := l.Statement(ctx, "acct-ana", 100)
+			if want := int64(1_000_000 - 200_000 - 90_000 - 10_000 - 50_000 - 100_000); st.BalanceCents != want {
+				t.Errorf("balance %d, want %d: a refused transfer moved money", st.BalanceCents, want)
+			}
+		})
+	}
+}
+
+// TestNightCapUnderConcurrency: 20 transfers of R$ 100,00 at once at night: exactly 10 pass.
+func TestNightCapUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	sp, _ := time.LoadLocation("America/Sao_Paulo")
+	night := time.Date(2026, 11, 30, 22, 0, 0, 0, sp)
+	for name, l := range nightBackends(t, func() time.Time { return night }) {
+		t.Run(name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			results := map[string]int{}
+			for range 20 {
+				wg.Go(func() {
+					_, err := l.Transfer(context.Background(), TransferRequest{From: "acct-bruno", ToKey: "carla@example.com", AmountCents: 10_000})
+					mu.Lock()
+					results[fmt.Sprint(errors.Is(err, ErrNightLimitExceeded), err == nil)]++
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			if results["false true"] != 10 || results["true false"] != 10 {
+				t.Errorf("20 concurrent R$ 100,00 at night: %v, want 10 passed and 10 refused by the cap", results)
+			}
+		})
 	}
 }

@@ -33,6 +33,7 @@ type PostgresLedger struct {
 	pool    *pgxpool.Pool
 	timeout time.Duration
 	now     func() time.Time
+	night   NightCap
 }
 
 // DefaultTimeout is the deadline of one ledger call when OpenPostgres is given none.
@@ -41,7 +42,8 @@ const DefaultTimeout = 2 * time.Second
 // OpenPostgres connects to url, brings the schema up to date and, when given accounts, seeds
 // those that do not exist yet. Any number of replicas may open one database at once. timeout
 // bounds each later call (zero means DefaultTimeout); opening itself is bounded by ctx.
-func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed []Account) (*PostgresLedger, error) {
+func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed []Account, opts ...Option) (*PostgresLedger, error) {
+	o := newOptions(opts)
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
@@ -54,7 +56,7 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed [
 	if err != nil {
 		return nil, fmt.Errorf("pix: postgres: %w", err)
 	}
-	l := &PostgresLedger{pool: pool, timeout: timeout, now: time.Now}
+	l := &PostgresLedger{pool: pool, timeout: timeout, now: o.now, night: o.night}
 	if err := l.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -284,6 +286,10 @@ func (l *PostgresLedger) transfer(ctx context.Context, r TransferRequest) (Recei
 				return err
 			}
 		}
+		now := l.now().UTC().Truncate(time.Microsecond)
+		if err := l.checkNight(ctx, tx, r, now); err != nil {
+			return err
+		}
 		var balance int64
 		var payerName string
 		err = tx.QueryRow(ctx, `UPDATE accounts SET balance_cents = balance_cents - $2
@@ -297,10 +303,26 @@ func (l *PostgresLedger) transfer(ctx context.Context, r TransferRequest) (Recei
 		if _, err := tx.Exec(ctx, "UPDATE accounts SET balance_cents = balance_cents + $2 WHERE id = $1", payee, r.AmountCents); err != nil {
 			return err // 22003 numeric overflow: unreachable while money is only moved
 		}
-		receipt, err = l.record(ctx, tx, r, payee, payerName, payeeName, balance)
+		receipt, err = l.record(ctx, tx, r, payee, payerName, payeeName, balance, now)
 		return err
 	})
 	return receipt, err
+}
+
+// checkNight applies the night-time cap under the payer's row lock, which the transaction holds:
+// no other transfer of the payer can commit between the sum and this transfer, so concurrent
+// transfers can never sum past the cap.
+func (l *PostgresLedger) checkNight(ctx context.Context, tx pgx.Tx, r TransferRequest, now time.Time) error {
+	start, night := l.night.nightOf(now)
+	if !night || l.night.LimitCents <= 0 {
+		return nil
+	}
+	var spent int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount_cents), 0) FROM transfers WHERE payer_id = $1 AND created_at >= $2`,
+		r.From, start).Scan(&spent); err != nil {
+		return err
+	}
+	return l.night.check(now, spent, r.AmountCents)
 }
 
 // keyNotFound is the error for a transfer whose key has no owner: ErrAccountNotFound when the
@@ -319,8 +341,7 @@ func keyNotFound(ctx context.Context, q querier, payer string) error {
 
 // record writes a transfer whose money has moved: the transfer row (the idempotency record) and
 // its two statement entries, and returns its receipt.
-func (l *PostgresLedger) record(ctx context.Context, tx pgx.Tx, r TransferRequest, payee, payerName, payeeName string, balance int64) (Receipt, error) {
-	now := l.now().UTC().Truncate(time.Microsecond)
+func (l *PostgresLedger) record(ctx context.Context, tx pgx.Tx, r TransferRequest, payee, payerName, payeeName string, balance int64, now time.Time) (Receipt, error) {
 	id := NewEndToEndID(now)
 	var idem *string
 	if r.IdempotencyKey != "" {
@@ -375,6 +396,22 @@ func findReplay(ctx context.Context, q querier, r TransferRequest) (Receipt, boo
 	}
 	rec.AmountCents, rec.ToName, rec.CreatedAt = amount, payeeName, rec.CreatedAt.UTC()
 	return rec, true, nil
+}
+
+// LookupKey implements Ledger.
+func (l *PostgresLedger) LookupKey(ctx context.Context, key string) (Payee, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	p := Payee{Key: key}
+	err := l.pool.QueryRow(ctx, `SELECT a.name, a.document FROM pix_keys k JOIN accounts a ON a.id = k.account_id WHERE k.key = $1`, key).
+		Scan(&p.Name, &p.Document)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payee{}, ErrKeyNotFound
+	}
+	if err != nil {
+		return Payee{}, fmt.Errorf("pix: lookup: %w", unavailable(err))
+	}
+	return p, nil
 }
 
 // Statement implements Ledger from one snapshot, so the balance and the entries agree.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -281,6 +282,36 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 		}
 	}
 	return d, err
+}
+
+// Charge takes tokens from c's key at once, whatever is left, for a request already answered
+// that turned out to cost more than it took (a PIX key lookup that missed): the bucket may go
+// into debt and then refuses until the refill pays it back. Only TokenBucket policies take a
+// charge. The Decision reports the key after the charge; a key left without a token is
+// remembered by the deny cache like a refused one.
+func (l *Limiter) Charge(ctx context.Context, c Check, tokens int) (Decision, error) {
+	if c.Policy.algorithm() != TokenBucket || tokens < 1 {
+		return Decision{}, fmt.Errorf("ratelimit: charge of %d to %s: want at least 1 token from a token_bucket policy", tokens, c.Policy.Name)
+	}
+	sent := l.clock()
+	keys := []string{l.keys.key(c.Policy, c.Identity)}
+	pa := l.policyArgs(c.Policy)
+	args := []any{"", "", "c" + strconv.Itoa(tokens), pa[0], pa[1], pa[2]}
+	if l.now != nil {
+		args[1] = l.now().UnixMicro()
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	reply, err := run(ctx, l.rdb, TokenBucket, keys, args)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := newDecision(true, reply[1:len(reply)-1], []Check{c})
+	if r := d.Worst; r.Remaining == 0 && l.deny != nil && r.Reset > time.Microsecond {
+		wait := r.Reset - time.Microsecond
+		l.deny.block(keys[0], sent.Add(min(wait, l.hold)), sent.Add(r.Reset))
+	}
+	return d, nil
 }
 
 // refuseLocally refuses the request if any of its keys is known to be full at now, as the script

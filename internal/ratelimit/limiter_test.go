@@ -439,3 +439,44 @@ func TestALateDecisionIsWithdrawn(t *testing.T) {
 		t.Errorf("%d entries after 8 late decisions, want 1: late admissions consumed quota", n)
 	}
 }
+
+// TestChargeTakesTokensAfterTheAnswer: a token bucket of 100, refilled 2 a minute, as the PIX key
+// lookup uses it. A hit costs the one token its decision took; a miss is charged 19 more. Five
+// misses empty it, the next lookup is refused, and the refill pays back at 2 a minute.
+func TestChargeTakesTokensAfterTheAnswer(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	clk := withClock(l)
+	p := Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: TokenBucket, Burst: 100}
+	c := Check{p, "acct-ana"}
+	if d := mustAllow(t, l, c); !d.Allowed || d.Worst.Remaining != 99 {
+		t.Fatalf("a hit: %+v, want allowed with 99 left", d.Worst)
+	}
+	for i := range 5 {
+		if d := mustAllow(t, l, c); !d.Allowed {
+			t.Fatalf("miss %d refused", i+1)
+		}
+		d, err := l.Charge(context.Background(), c, 19)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := max(0, 99-20*(i+1)); d.Worst.Remaining != want {
+			t.Errorf("after miss %d: %d tokens left, want %d", i+1, d.Worst.Remaining, want)
+		}
+	}
+	d := mustAllow(t, l, c) // 99 - 100 = -1: in debt
+	if d.Allowed || d.Worst.RetryAfter != time.Minute {
+		t.Fatalf("after five misses: %+v, want refused for a minute (1 token of debt + 1 token, at 2 a minute)", d.Worst)
+	}
+	clk.Add(time.Minute - time.Microsecond)
+	if mustAllow(t, l, c).Allowed {
+		t.Fatal("admitted before the refill paid the debt")
+	}
+	clk.Add(time.Microsecond)
+	if d := mustAllow(t, l, c); !d.Allowed || d.Worst.Remaining != 0 {
+		t.Fatalf("after a minute: %+v, want allowed with nothing left", d.Worst)
+	}
+	if _, err := l.Charge(context.Background(), Check{policy("pix", 10, time.Minute), "x"}, 5); err == nil {
+		t.Error("a charge to a sliding log: no error")
+	}
+}

@@ -8,12 +8,16 @@
 -- count, µs>"; a full bucket needs no key at all: the key lives exactly until the bucket would be
 -- full again. remaining_i is the whole tokens left; reset_i the time until there is one more.
 
+-- A charge (ARGV[3] = 'c<n>') takes n tokens at once, whatever is left, the answer already given:
+-- the bucket may go into debt, and refuses until the refill has paid it back. That is how a
+-- request that turns out to cost more than one (a PIX key lookup that misses) pays its price.
+--
 -- level(i) is KEYS[i]'s scaled tokens now, refilled since they were stored; an absent key is full.
 local function level(i)
   local capacity = bursts[i] * windows[i]                          -- a full bucket, scaled
   local v = redis.call('GET', KEYS[i])
   if not v then return capacity end
-  local tokens, at = string.match(v, '^(%d+):(%d+)$')
+  local tokens, at = string.match(v, '^(-?%d+):(%d+)$')          -- negative: in debt after a charge
   tokens, at = tonumber(tokens), tonumber(at)
   local elapsed = math.max(0, now - at)
   if elapsed >= (capacity - tokens) / limits[i] then
@@ -44,7 +48,11 @@ local levels = {}
 local full = false
 for i = 1, n do
   levels[i] = level(i)
-  if levels[i] < windows[i] then full = true end                   -- less than one token: refuse the whole request
+  if charge then
+    levels[i] = levels[i] - (charge - 1) * windows[i]              -- the charge, less the one token taken below
+  elseif levels[i] < windows[i] then
+    full = true                                                    -- less than one token: refuse the whole request
+  end
 end
 
 local remaining, reset = {}, {}
@@ -54,7 +62,7 @@ for i = 1, n do
     l = l - window                                                 -- take one token; a refusal takes none
     store(i, l)
   end
-  remaining[i] = math.floor(l / window)
+  remaining[i] = math.max(0, math.floor(l / window))               -- a bucket in debt has none
   reset[i] = 0
   if l < bursts[i] * window then
     reset[i] = math.ceil(((remaining[i] + 1) * window - l) / limit) -- until the next whole token
