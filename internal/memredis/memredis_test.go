@@ -9,17 +9,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestEmbeddedRedisExpiresKeysOnTime: the embedded default expires a key at its deadline, never
-// earlier, whenever within a second it was set (the clock is injected: no sleeping).
-func TestEmbeddedRedisExpiresKeysOnTime(t *testing.T) {
-	t.Parallel()
+// start starts a Server and a client of it, both closed when t ends.
+func start(t *testing.T) (*Server, *redis.Client) {
+	t.Helper()
 	mr, err := Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer rdb.Close()
+	t.Cleanup(func() { _ = rdb.Close(); mr.Close() })
+	return mr, rdb
+}
+
+// TestEmbeddedRedisExpiresKeysOnTime: the embedded default expires a key at its deadline, never
+// earlier, whenever within a second it was set (the clock is injected: no sleeping).
+func TestEmbeddedRedisExpiresKeysOnTime(t *testing.T) {
+	t.Parallel()
+	mr, rdb := start(t)
 	ctx := context.Background()
 	start := time.Date(2026, 11, 30, 12, 0, 0, 900_000_000, time.UTC) // 0.9 s into a second
 	mr.SetTime(start)
@@ -41,13 +47,7 @@ func TestEmbeddedRedisExpiresKeysOnTime(t *testing.T) {
 // from Redis's Lua in corners; every script, deciding and charging, must run on it too.
 func TestEveryAlgorithmRunsOnTheEmbeddedRedis(t *testing.T) {
 	t.Parallel()
-	mr, err := Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mr.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer rdb.Close()
+	_, rdb := start(t)
 	l, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: []byte("0123456789abcdef"), Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -18,20 +18,7 @@ import (
 func sameLogTrace(t *testing.T, newClient func() redis.Scripter, seed uint64, steps int) {
 	t.Helper()
 	clk := &clock{now: time.UnixMicro(1_800_000_000_000_000)}
-	fleet := func(prefix string) []*Limiter {
-		ls := make([]*Limiter, 3)
-		for i := range ls {
-			l, err := New(newClient(), Options{KeySecret: testSecret, Timeout: generous, Prefix: prefix})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
-			l.now = clk.Now
-			ls[i] = l
-		}
-		return ls
-	}
-	sorted, packed := fleet(fmt.Sprint("set", seed)), fleet(fmt.Sprint("packed", seed))
+	sorted, packed := world(t, newClient, fmt.Sprint("set", seed), 3, 0, clk), world(t, newClient, fmt.Sprint("packed", seed), 3, 0, clk)
 	rng := rand.New(rand.NewPCG(seed, 99))
 	refused := 0
 	for step := range steps {
@@ -84,7 +71,7 @@ func TestPackedLogDecidesAsTheSortedSet(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	for seed := range uint64(3) {
-		sameLogTrace(t, func() redis.Scripter { return srv.Client(func(o *redis.Options) { ClientOptions(o, generous) }) }, seed, 2000)
+		sameLogTrace(t, client(srv), seed, 2000)
 	}
 }
 
