@@ -145,11 +145,7 @@ func wire(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prome
 		return nil, nil, err
 	}
 	closers = append(closers, func() { _ = limiter.Close() }) // waits for withdrawals, before Redis closes
-	tokens, err := auth.NewTokens(secret, cfg.TokenTTL)
-	if err != nil {
-		return nil, nil, err
-	}
-	devices, err := auth.NewDevices(secret, cfg.DeviceTTL)
+	tokens, devices, err := issuers(cfg, secret)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -181,6 +177,16 @@ func wire(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prome
 		Probes:           probes,
 	})
 	return h, closeAll, err
+}
+
+// issuers are the access tokens and the device tokens, both keyed by the secret.
+func issuers(cfg config.Config, secret []byte) (*auth.Tokens, *auth.Devices, error) {
+	tokens, err := auth.NewTokens(secret, cfg.TokenTTL)
+	if err != nil {
+		return nil, nil, err
+	}
+	devices, err := auth.NewDevices(secret, cfg.DeviceTTL)
+	return tokens, devices, err
 }
 
 // checkHealth asks the server listening on addr (":8080" means this host) for /healthz.

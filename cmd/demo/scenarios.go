@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
 // maxStoryLimit is the largest limit a story can show: a burst of limit+5 requests must stay
@@ -188,24 +189,31 @@ func loginAttack(ctx context.Context, d *demo) error {
 		"Device-Token", phone))
 	d.expect("on her trusted phone Carla gets in: the botnet cannot lock her out", onPhone.status == http.StatusOK, onPhone.summary())
 
-	if after, ok := d.stats(); ok && inside {
-		refused := 0
-		for _, r := range append(append(bots, sweep...), r) {
-			if r.status == http.StatusTooManyRequests {
-				refused++
-			}
-		}
-		local := int(after.Local - before.Local)
-		d.out.say("Inside the replicas: %d of the %d refusals were answered from the replica's own memory of a full key,\n"+
-			"with no Redis call; %d decisions reached Redis. A replica asks Redis to learn that a key is full,\n"+
-			"then again at most every 5 s while it stays full.", local, refused, after.Redis-before.Redis)
-		d.expect("most refusals cost no Redis call: the replicas remember full keys",
-			2*local > refused, fmt.Sprintf("%d of %d refusals answered locally", local, refused))
+	if inside {
+		d.reportLocalRefusals(before, append(append(bots, sweep...), r))
 	}
 	d.out.say("The document key is what stops a botnet that never reuses an IP; alone, it would let that botnet lock\n" +
 		"the owner out. Device tokens (OWASP's device cookies) give each device she used before a key of its\n" +
 		"own: a stolen one buys an attacker one device's five guesses, not her account.")
 	return nil
+}
+
+// reportLocalRefusals says how many of the refusals among replies the in-process replicas
+// answered from memory since before.
+func (d *demo) reportLocalRefusals(before ratelimit.Stats, replies []reply) {
+	after, _ := d.stats()
+	refused := 0
+	for _, r := range replies {
+		if r.status == http.StatusTooManyRequests {
+			refused++
+		}
+	}
+	local := int(after.Local - before.Local)
+	d.out.say("Inside the replicas: %d of the %d refusals were answered from the replica's own memory of a full key,\n"+
+		"with no Redis call; %d decisions reached Redis. A replica asks Redis to learn that a key is full,\n"+
+		"then again at most every 5 s while it stays full.", local, refused, after.Redis-before.Redis)
+	d.expect("most refusals cost no Redis call: the replicas remember full keys",
+		2*local > refused, fmt.Sprintf("%d of %d refusals answered locally", local, refused))
 }
 
 // sweepCPF is the i-th document of the one-IP sweep: valid CPFs that no demo account has.
@@ -245,16 +253,7 @@ func outage(ctx context.Context, d *demo) (err error) {
 	d.expect("PIX fails closed: 429 rate_limiter_unavailable",
 		p.status == http.StatusTooManyRequests && p.code() == "rate_limiter_unavailable", p.summary())
 	s := d.show(d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil))
-	if before, ok := d.stats(); ok {
-		d.out.say("Ten more statements: after 5 failures in a row, each replica's circuit breaker opens and\n" +
-			"stops asking Redis for a second, so the fail mode answers at once instead of after the Redis timeout.")
-		for range 10 {
-			d.show(d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil))
-		}
-		after, _ := d.stats()
-		d.expect("the breaker opens: decisions fail at once, without asking Redis", after.BreakerOpen && after.ShortCircuited > before.ShortCircuited,
-			fmt.Sprintf("open=%v, %d decisions short-circuited", after.BreakerOpen, after.ShortCircuited-before.ShortCircuited))
-	}
+	d.openBreakers(ctx, ip, token)
 	d.expect("statement fails open: 200 without RateLimit headers",
 		s.status == http.StatusOK && s.header.Get("RateLimit-Limit") == "", fmt.Sprintf("%s, RateLimit-Limit %q", s.summary(), s.header.Get("RateLimit-Limit")))
 	d.expect("the refused PIX moved no money", s.status == http.StatusOK && s.cents("balance_cents") == before,
@@ -286,6 +285,23 @@ func outage(ctx context.Context, d *demo) (err error) {
 		p.status == http.StatusCreated && l.status == http.StatusOK && p.header.Get("RateLimit-Remaining") != "" && l.header.Get("RateLimit-Remaining") != "",
 		p.summary()+", "+l.summary())
 	return nil
+}
+
+// openBreakers sends statements into the outage until each in-process replica's breaker opens
+// (nothing to see from outside against -target).
+func (d *demo) openBreakers(ctx context.Context, ip, token string) {
+	before, ok := d.stats()
+	if !ok {
+		return
+	}
+	d.out.say("Ten more statements: after 5 failures in a row, each replica's circuit breaker opens and\n" +
+		"stops asking Redis for a second, so the fail mode answers at once instead of after the Redis timeout.")
+	for range 10 {
+		d.show(d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil))
+	}
+	after, _ := d.stats()
+	d.expect("the breaker opens: decisions fail at once, without asking Redis", after.BreakerOpen && after.ShortCircuited > before.ShortCircuited,
+		fmt.Sprintf("open=%v, %d decisions short-circuited", after.BreakerOpen, after.ShortCircuited-before.ShortCircuited))
 }
 
 // inOrder reports whether the first n replies have status first and the rest status then.

@@ -93,20 +93,9 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, to
 			return decodeErr
 		}
 
-		fields := map[string]string{}
-		if docErr != nil {
-			fields["document"] = "must be a valid CPF: 11 digits, punctuation optional (529.982.247-25)"
+		if err := validLogin(docErr, req.Password); err != nil {
+			return err
 		}
-		switch {
-		case req.Password == "":
-			fields["password"] = "required"
-		case len(req.Password) > 72:
-			fields["password"] = "at most 72 bytes"
-		}
-		if len(fields) > 0 {
-			return invalid("invalid login request", fields)
-		}
-
 		acct, err := auth.CheckPassword(c.Request().Context(), accounts, document, req.Password)
 		if err != nil {
 			return err
@@ -123,6 +112,24 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, to
 			Secure: true, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 		return c.JSON(http.StatusOK, response{token, "Bearer", int64(tokens.TTL() / time.Second), acct.ID, deviceToken})
 	}
+}
+
+// validLogin names the login's invalid fields, if any.
+func validLogin(docErr error, password string) error {
+	fields := map[string]string{}
+	if docErr != nil {
+		fields["document"] = "must be a valid CPF: 11 digits, punctuation optional (529.982.247-25)"
+	}
+	switch {
+	case password == "":
+		fields["password"] = "required"
+	case len(password) > 72:
+		fields["password"] = "at most 72 bytes" // bcrypt's limit
+	}
+	if len(fields) > 0 {
+		return invalid("invalid login request", fields)
+	}
+	return nil
 }
 
 // presentedDevice is the device token a login presents: the Device-Token header, else the

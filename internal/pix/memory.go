@@ -108,16 +108,8 @@ func (l *MemoryLedger) Transfer(_ context.Context, r TransferRequest) (Receipt, 
 		return Receipt{}, ErrInsufficientFunds
 	}
 	now := l.now().UTC()
-	if start, night := l.night.nightOf(now); night {
-		spent := int64(0)
-		for i := len(from.entries) - 1; i >= 0 && !from.entries[i].CreatedAt.Before(start); i-- {
-			if from.entries[i].Direction == Out {
-				spent += from.entries[i].AmountCents
-			}
-		}
-		if err := l.night.check(now, spent, r.AmountCents); err != nil {
-			return Receipt{}, err
-		}
+	if err := l.night.check(now, from.sentSince(l.night, now), r.AmountCents); err != nil {
+		return Receipt{}, err
 	}
 	if to.balance > math.MaxInt64-r.AmountCents {
 		// Unreachable while money is only moved, never created: no balance exceeds the total.
@@ -154,6 +146,21 @@ func (l *MemoryLedger) LookupKey(_ context.Context, key string) (Payee, error) {
 	}
 	a := l.accounts[id]
 	return Payee{Key: key, Name: a.Name, Document: a.Document}, nil
+}
+
+// sentSince is what the account has sent since the night containing now began (0 by day).
+func (a *memAccount) sentSince(n NightCap, now time.Time) int64 {
+	start, night := n.nightOf(now)
+	if !night {
+		return 0
+	}
+	spent := int64(0)
+	for i := len(a.entries) - 1; i >= 0 && !a.entries[i].CreatedAt.Before(start); i-- {
+		if a.entries[i].Direction == Out {
+			spent += a.entries[i].AmountCents
+		}
+	}
+	return spent
 }
 
 // Statement implements Ledger.

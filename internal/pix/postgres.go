@@ -243,6 +243,8 @@ func retryable(e *pgconn.PgError) bool {
 	return e.Code == "40001" || e.Code == "40P01" || e.Code == "23505" && e.ConstraintName == "transfers_pkey"
 }
 
+// transfer is one attempt of Transfer. It is a little over sixty lines on purpose: one
+// transaction whose steps read in order, each depending on the locks the one before took.
 func (l *PostgresLedger) transfer(ctx context.Context, r TransferRequest) (Receipt, error) {
 	var receipt Receipt
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
