@@ -184,3 +184,27 @@ func TestDemoAccountsAreNotSeededIntoARealDatabaseByDefault(t *testing.T) {
 		t.Errorf("the log says demo accounts were seeded:\n%s", a.logs)
 	}
 }
+
+// TestALostDatabaseIsA503: with every connection to PostgreSQL broken and new ones refused, login,
+// PIX and statement answer 503 ledger_unavailable with Retry-After, never a 500, and everything
+// works again once it is back.
+func TestALostDatabaseIsA503(t *testing.T) {
+	t.Parallel()
+	gate := pgtest.NewGate(t, pgtest.URL(t))
+	a := startAPI(t, redistest.Start(t), map[string]string{"DATABASE_URL": gate.URL, "DEMO_ACCOUNTS": "true", "DB_TIMEOUT": "500ms"})
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	gate.Cut()
+	for name, send := range map[string]func() apitest.Response{
+		"login":     func() apitest.Response { return a.Login(demo[1].Document, demo[1].Password) },
+		"PIX":       func() apitest.Response { return a.PIX(ana, "bruno@example.com", 700) },
+		"statement": func() apitest.Response { return a.Statement(ana) },
+	} {
+		if r := send(); r.Status != http.StatusServiceUnavailable || r.JSON(t)["error"] != "ledger_unavailable" || r.Header.Get("Retry-After") == "" {
+			t.Errorf("%s with the database gone: %v, want 503 ledger_unavailable with Retry-After", name, r)
+		}
+	}
+	gate.Open()
+	if r := a.Statement(ana); r.Status != http.StatusOK {
+		t.Errorf("statement once the database is back: %v, want 200", r)
+	}
+}

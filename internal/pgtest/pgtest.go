@@ -126,6 +126,8 @@ type Gate struct {
 
 	mu     sync.Mutex
 	closed bool
+	cut    bool
+	live   map[net.Conn]bool // client sides, for Cut
 	open   *sync.Cond
 }
 
@@ -141,7 +143,7 @@ func NewGate(t testing.TB, dbURL string) *Gate {
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	g := &Gate{}
+	g := &Gate{live: map[net.Conn]bool{}}
 	g.open = sync.NewCond(&g.mu)
 	u.Host = ln.Addr().String()
 	g.URL = u.String()
@@ -157,6 +159,16 @@ func NewGate(t testing.TB, dbURL string) *Gate {
 			if err != nil {
 				return
 			}
+			g.mu.Lock()
+			cut := g.cut
+			if !cut {
+				g.live[client] = true
+			}
+			g.mu.Unlock()
+			if cut {
+				client.Close()
+				continue
+			}
 			server, err := net.Dial("tcp", upstream)
 			if err != nil {
 				client.Close()
@@ -170,6 +182,17 @@ func NewGate(t testing.TB, dbURL string) *Gate {
 	return g
 }
 
+// Cut breaks every connection through the gate and refuses new ones until Open, as a database
+// that went away (or a network that lost it) would.
+func (g *Gate) Cut() {
+	g.mu.Lock()
+	g.cut = true
+	for c := range g.live {
+		c.Close()
+	}
+	g.mu.Unlock()
+}
+
 // Close freezes the gate: nothing more is forwarded until Open.
 func (g *Gate) Close() {
 	g.mu.Lock()
@@ -177,10 +200,10 @@ func (g *Gate) Close() {
 	g.mu.Unlock()
 }
 
-// Open lets bytes through again, those held included.
+// Open lets bytes through again, those held included, and accepts connections again.
 func (g *Gate) Open() {
 	g.mu.Lock()
-	g.closed = false
+	g.closed, g.cut = false, false
 	g.mu.Unlock()
 	g.open.Broadcast()
 }
@@ -188,8 +211,14 @@ func (g *Gate) Open() {
 // pipe copies src to dst, waiting at each chunk while the gate is closed, and closes both ends
 // when either side ends.
 func (g *Gate) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
+	defer func() {
+		dst.Close()
+		src.Close()
+		g.mu.Lock()
+		delete(g.live, dst)
+		delete(g.live, src)
+		g.mu.Unlock()
+	}()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)

@@ -78,24 +78,32 @@ func (l *PostgresLedger) Ping(ctx context.Context) error {
 	return unavailable(l.pool.Ping(ctx))
 }
 
-// unavailable wraps err in ErrUnavailable when it means the database did not answer in time
-// or could not be reached: a deadline passed (a client that left is context.Canceled, not an
-// outage), the server cancelled a statement at statement_timeout, or no connection could be
-// made. Domain errors (ErrInsufficientFunds, ...) pass unchanged.
+// unavailable wraps err in ErrUnavailable when it means the database did not answer: a deadline
+// passed, the server cancelled a statement at statement_timeout, or no answer came at all (no
+// connection could be made, one broke, a host is unknown). The rule is "did the server answer":
+// an error the server reported (a *pgconn.PgError) is a bug to fix, a 500; no answer is an
+// outage, a 503 the client may retry. Domain errors (ErrInsufficientFunds, ...) and a client that
+// left (context.Canceled) pass unchanged.
 func unavailable(err error) error {
-	var (
-		pgErr   *pgconn.PgError
-		connErr *pgconn.ConnectError
-	)
+	var pgErr *pgconn.PgError
 	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err),
-		errors.As(err, &pgErr) && pgErr.Code == "57014", // query_canceled: statement_timeout
-		errors.As(err, &connErr):
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	case err == nil, errors.Is(err, context.Canceled), isDomain(err):
+		return err
+	case errors.As(err, &pgErr) && pgErr.Code != "57014": // 57014 query_canceled: statement_timeout
+		return err
 	}
-	return err
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// isDomain reports whether err is one of the ledger's own answers.
+func isDomain(err error) bool {
+	for _, d := range []error{ErrAccountNotFound, ErrKeyNotFound, ErrInsufficientFunds, ErrSameAccount,
+		ErrIdempotencyConflict, ErrInvalidAmount, ErrNightLimitExceeded, ErrUnavailable} {
+		if errors.Is(err, d) {
+			return true
+		}
+	}
+	return false
 }
 
 // migrationLock is the advisory lock that serializes migrations across replicas starting at once.
