@@ -24,8 +24,9 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
-// shutdownGrace is how long a stopping server waits for in-flight requests.
-const shutdownGrace = 10 * time.Second
+// shutdownGrace is how long a stopping server waits for in-flight requests: shorter than
+// Docker's stop timeout (10 s), so a drain ends before the SIGKILL, not by it.
+const shutdownGrace = 8 * time.Second
 
 // run is the API program: it loads the configuration through lookupEnv (os.LookupEnv), connects to Redis (or
 // starts an embedded one) and the ledger, serves until ctx is done, then drains in-flight

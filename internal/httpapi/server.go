@@ -96,7 +96,9 @@ func NewServer(d Deps) (http.Handler, error) {
 }
 
 // logRequests logs one line per request: method, route, status, duration and client address.
-// Never the body, the query or the headers, so no CPF, password or token reaches the log.
+// Never the body, the query or the headers, so no CPF, password or token reaches the log. Health
+// and readiness checks, which a container engine and a proxy send every few seconds, are logged
+// at debug level.
 func logRequests(logger *slog.Logger) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -104,7 +106,11 @@ func logRequests(logger *slog.Logger) echo.MiddlewareFunc {
 			if err := next(c); err != nil {
 				c.Error(err) // write the response now, so the status below is the one sent
 			}
-			logger.LogAttrs(c.Request().Context(), slog.LevelInfo, "request",
+			level := slog.LevelInfo
+			if p := c.Path(); p == "/healthz" || p == "/readyz" {
+				level = slog.LevelDebug
+			}
+			logger.LogAttrs(c.Request().Context(), level, "request",
 				slog.String("method", c.Request().Method),
 				slog.String("route", c.Path()),
 				slog.Int("status", c.Response().Status),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pixlimit/pixlimit/internal/apitest"
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/httpapi"
 	"github.com/pixlimit/pixlimit/internal/pix"
@@ -23,9 +24,11 @@ import (
 // server is one replica over srv with the demo accounts and the given limits, built from the
 // public pieces as cmd/api builds it.
 type server struct {
-	h      http.Handler
-	ledger *pix.MemoryLedger
-	tokens *auth.Tokens
+	h       http.Handler
+	ledger  *pix.MemoryLedger
+	tokens  *auth.Tokens
+	devices *auth.Devices
+	limiter *ratelimit.Limiter
 }
 
 // lax limits let a test send 1000 requests a minute of every kind.
@@ -72,7 +75,7 @@ func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits) serve
 	if err != nil {
 		t.Fatal(err)
 	}
-	return server{h: h, ledger: ledger, tokens: tokens}
+	return server{h: h, ledger: ledger, tokens: tokens, devices: devices, limiter: limiter}
 }
 
 // FuzzRequestBodies throws arbitrary bodies at the login and PIX routes: nothing a client sends
@@ -104,4 +107,24 @@ func FuzzRequestBodies(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestHealthChecksAreNotLoggedAtInfo: a container engine and a proxy ask every few seconds; at
+// info level only real requests are logged.
+func TestHealthChecksAreNotLoggedAtInfo(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, redistest.Start(t), lax())
+	var logs apitest.Logs
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Limiter: s.limiter,
+		Limits: lax(), Ledger: s.ledger, Tokens: s.tokens, Devices: s.devices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/v1/statement"} {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
+	}
+	out := logs.String()
+	if strings.Contains(out, "route=/healthz") || strings.Contains(out, "route=/readyz") || !strings.Contains(out, "route=/v1/statement") {
+		t.Errorf("info log:\n%s\nwant the statement request only", out)
+	}
 }
