@@ -42,7 +42,7 @@ func fleet(t testing.TB, srv *redistest.Server, ledger pix.Ledger, n int, env ma
 	for i := range replicas {
 		rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, cfg.RedisTimeout) })
 		opts := cfg.LimiterOptions()
-		opts.KeySecret = auth.DeriveKey(secret, "ratelimit keys")
+		opts.KeySecret = auth.RateLimitKey(secret)
 		limiter, err := ratelimit.New(rdb, opts)
 		if err != nil {
 			t.Fatal(err)

@@ -140,7 +140,7 @@ func wire(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prome
 			"rate-limit keys are not shared with other processes")
 	}
 	opts := cfg.LimiterOptions()
-	opts.KeySecret, opts.Logger = auth.DeriveKey(secret, "ratelimit keys"), logger
+	opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
 	limiter, err := ratelimit.New(rdb, opts)
 	if err != nil {
 		return nil, nil, err

@@ -98,7 +98,7 @@ func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fle
 		f.clients = append(f.clients, rdb)
 		logger := slog.New(slog.NewTextHandler(logs, nil)).With("replica", i+1)
 		opts := cfg.LimiterOptions()
-		opts.KeySecret, opts.Logger = auth.DeriveKey(secret, "ratelimit keys"), logger
+		opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
 		limiter, err := ratelimit.New(rdb, opts)
 		if err != nil {
 			return nil, err

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/pixlimit/pixlimit/internal/pix"
 )
 
 // scan: a scanner harvesting PIX keys pays twenty tokens a miss from its account's look-up
@@ -68,6 +70,6 @@ func night(ctx context.Context, d *demo) error {
 	d.expect("the transfer that crosses R$ 1.000,00 tonight is refused, and says how much is left",
 		first.status == http.StatusCreated && second.status == http.StatusUnprocessableEntity && second.code() == "night_limit_exceeded",
 		second.summary()+": "+second.str("message"))
-	d.expect("only the first moved money", before-after == 90_000, fmt.Sprintf("%s moved", brl(before-after)))
+	d.expect("only the first moved money", before-after == 90_000, fmt.Sprintf("%s moved", pix.BRL(before-after)))
 	return nil
 }

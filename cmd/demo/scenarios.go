@@ -52,7 +52,7 @@ func burst(ctx context.Context, d *demo) error {
 		return err
 	}
 
-	d.out.say("Ana (balance %s) sends a PIX of R$ 15,00 to Bruno; its answer declares the limit.", brl(before))
+	d.out.say("Ana (balance %s) sends a PIX of R$ 15,00 to Bruno; its answer declares the limit.", pix.BRL(before))
 	first := d.show(d.call(ctx, office, "POST", "/v1/pix", anaToken, pixBody("bruno@example.com", 1500)))
 	limit, ok := declaredLimit(first.header, "pix")
 	if !d.expect("the PIX answer declares its limit in RateLimit-Policy", ok, first.header.Get("RateLimit-Policy")) {
@@ -84,9 +84,9 @@ func burst(ctx context.Context, d *demo) error {
 		return err
 	}
 	moved := before - after
-	d.out.say("Ana's balance: %s before, %s after.", brl(before), brl(after))
+	d.out.say("Ana's balance: %s before, %s after.", pix.BRL(before), pix.BRL(after))
 	d.expect("only the admitted PIX moved money", moved == int64(counts[http.StatusCreated])*1500,
-		fmt.Sprintf("%s moved for %d × 201", brl(moved), counts[http.StatusCreated]))
+		fmt.Sprintf("%s moved for %d × 201", pix.BRL(moved), counts[http.StatusCreated]))
 
 	if wait == 0 {
 		return nil
@@ -257,7 +257,7 @@ func outage(ctx context.Context, d *demo) (err error) {
 	d.expect("statement fails open: 200 without RateLimit headers",
 		s.status == http.StatusOK && s.header.Get("RateLimit-Limit") == "", fmt.Sprintf("%s, RateLimit-Limit %q", s.summary(), s.header.Get("RateLimit-Limit")))
 	d.expect("the refused PIX moved no money", s.status == http.StatusOK && s.cents("balance_cents") == before,
-		fmt.Sprintf("balance %s, was %s", brl(s.cents("balance_cents")), brl(before)))
+		fmt.Sprintf("balance %s, was %s", pix.BRL(s.cents("balance_cents")), pix.BRL(before)))
 
 	what, err = d.outage.resume(ctx)
 	if err != nil {
@@ -326,17 +326,4 @@ func sequence(replies []reply) string {
 		i = j
 	}
 	return strings.Join(parts, ", then ")
-}
-
-// brl formats cents as Brazilian reais: R$ 10.000,00.
-func brl(cents int64) string {
-	sign := ""
-	if cents < 0 {
-		sign, cents = "-", -cents
-	}
-	whole := strconv.FormatInt(cents/100, 10)
-	for i := len(whole) - 3; i > 0; i -= 3 {
-		whole = whole[:i] + "." + whole[i:]
-	}
-	return fmt.Sprintf("%sR$ %s,%02d", sign, whole, cents%100)
 }

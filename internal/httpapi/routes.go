@@ -23,14 +23,15 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	if err != nil {
 		return err
 	}
+	// One limiter for the routes that decide in their handlers: the login (its document key comes
+	// from the body) and the key look-up (charged after the answer).
 	login := limiter{l: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
 		shadow: newShadowLog(d.Logger, 10*time.Second)}
 
 	e.GET("/healthz", handleHealthz())
 	e.GET("/readyz", handleReadyz(d.Probes))
 	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Tokens, d.Devices))
-	lookups := lookupLimiter{limiter: limiter{l: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
-		shadow: newShadowLog(d.Logger, 10*time.Second)}, policy: d.Limits.PIXLookup, missCost: d.Limits.LookupMissCost, logger: d.Logger}
+	lookups := lookupLimiter{limiter: login, policy: d.Limits.PIXLookup, missCost: d.Limits.LookupMissCost, logger: d.Logger}
 	e.POST("/v1/pix", handlePIX(d.Ledger, lookups), requireAccount, limitPIX)
 	e.GET("/v1/pix/keys/:key", handleLookup(d.Ledger, lookups), requireAccount)
 	e.GET("/v1/statement", handleStatement(d.Ledger), requireAccount, limitStatement)

@@ -66,7 +66,7 @@ func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits) serve
 		t.Fatal(err)
 	}
 	rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, time.Second) })
-	limiter, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: auth.DeriveKey(secret, "ratelimit keys"), Timeout: time.Second})
+	limiter, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: auth.RateLimitKey(secret), Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
