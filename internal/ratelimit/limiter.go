@@ -139,6 +139,9 @@ type Limiter struct {
 	withdrawals sync.WaitGroup
 	// late holds a slot per withdrawal of a late decision in flight (withdrawLate).
 	late chan struct{}
+	// closing is closed by Close: withdrawals stop waiting between attempts.
+	closing   chan struct{}
+	closeOnce sync.Once
 
 	// now, when set (tests only), replaces the Redis clock.
 	now func() time.Time
@@ -179,6 +182,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		outages: newOutageLog(opts.Logger, opts.OutageLogEvery),
 		logger:  opts.Logger,
 		late:    make(chan struct{}, maxLateWithdrawals),
+		closing: make(chan struct{}),
 		args:    make(map[Policy][3]any),
 	}
 	if opts.LocalCacheSize >= 0 {
@@ -256,7 +260,9 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	d, err := l.decide(ctx, checks, keys)
 	switch {
 	case err == nil:
-		l.down.Store(false)
+		if l.down.Load() { // a write on every decision would bounce one cache line between cores
+			l.down.Store(false)
+		}
 		if l.breaker != nil {
 			l.breaker.success()
 		}

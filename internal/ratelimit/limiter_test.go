@@ -434,7 +434,7 @@ func TestALateDecisionIsWithdrawn(t *testing.T) {
 	}
 	wg.Wait()
 	srv.Resume()
-	l.Close() // waits for the withdrawals
+	l.withdrawals.Wait() // the withdrawals, with their backoff (Close would cut it short)
 	if n := srv.Client(nil).ZCard(context.Background(), l.keys.key(c.Policy, c.Identity)).Val(); n != 1 {
 		t.Errorf("%d entries after 8 late decisions, want 1: late admissions consumed quota", n)
 	}

@@ -69,7 +69,10 @@ func (l *Limiter) withdrawLate(a Algorithm, keys []string, args []any, cause err
 		defer func() { <-l.late; l.withdrawals.Done() }()
 		var err error
 		for _, wait := range lateRetries {
-			time.Sleep(wait)
+			select { // after Close, the remaining attempts run at once: shutdown does not wait the backoff
+			case <-time.After(wait):
+			case <-l.closing:
+			}
 			removed := int64(0)
 			for i, key := range keys { // one key per call: on a cluster they live apart
 				ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
@@ -98,10 +101,11 @@ func mayHaveRun(err error) bool {
 		errors.As(err, &ne) && ne.Timeout()
 }
 
-// Close waits for the withdrawals and the breaker's probe in flight (bounded: each is a few
-// attempts of one budget).
+// Close waits for the withdrawals and the breaker's probe in flight, each now a few attempts of
+// one budget, made at once rather than over the backoff.
 // The Limiter must not be used after Close; the Redis client stays the caller's to close.
 func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() { close(l.closing) })
 	l.withdrawals.Wait()
 	if l.breaker != nil {
 		l.breaker.probes.Wait()
