@@ -80,13 +80,14 @@ func runFlood(b *testing.B, srv *redistest.Server, on bool) floodResult {
 	attacker, _ := tokens.Issue("acct-ana")
 
 	res := floodResult{cacheOn: on}
-	quiet := legit(client, bases, users, floodQuiet)
+	stallWindow := &window{}
+	quiet := legit(client, bases, users, floodQuiet, stallWindow)
 	res.legitQuietP50, res.legitQuiet = quiet.percentile(50), quiet.percentile(99)
 
 	before := scriptCalls(b, srv)
 	stop := make(chan struct{})
-	attack := attackers(client, bases, attacker, stop)
-	flood := legit(client, bases, users, floodPhase)
+	attack := attackers(client, bases, attacker, stop, stallWindow)
+	flood := legit(client, bases, users, floodPhase, stallWindow)
 	close(stop)
 	refused := attack.wait()
 	res.refusedPerSecPerReplica = float64(refused) / floodPhase.Seconds() / float64(len(bases))
@@ -95,20 +96,20 @@ func runFlood(b *testing.B, srv *redistest.Server, on bool) floodResult {
 	res.legitSuccess = float64(flood.ok) / float64(max(flood.total, 1))
 
 	stop = make(chan struct{})
-	attack = attackers(client, bases, attacker, stop)
+	attack = attackers(client, bases, attacker, stop, stallWindow)
 	stalled := make(chan struct{})
 	go func() { // freeze Redis in the middle of the phase
 		defer close(stalled)
 		time.Sleep((floodPhase - floodStall) / 2)
 		srv.Pause()
 		now := time.Now()
-		failModeFrom.Store(now.Add(floodStall / 2).UnixNano())
-		failModeTo.Store(now.Add(floodStall).UnixNano())
+		stallWindow.from.Store(now.Add(floodStall / 2).UnixNano())
+		stallWindow.to.Store(now.Add(floodStall).UnixNano())
 		time.Sleep(floodStall)
 		srv.Resume()
-		failModeFrom.Store(0)
+		stallWindow.from.Store(0)
 	}()
-	stall := legit(client, bases, users, floodPhase)
+	stall := legit(client, bases, users, floodPhase, stallWindow)
 	<-stalled
 	close(stop)
 	attack.wait()
@@ -139,18 +140,19 @@ func floodLedger(b *testing.B) (*pix.MemoryLedger, []pix.Account) {
 
 // observed collects latencies of successful requests and of fail-mode answers.
 type observed struct {
+	stall     *window
 	mu        sync.Mutex
 	latencies []time.Duration
 	failMode  []time.Duration
 	ok, total int
 }
 
-// failModeFrom and failModeTo bound when fail-mode answers are counted: the second half of the
-// stall, once a breaker has had time to open (unix nanoseconds; zero outside the stall phase).
-var failModeFrom, failModeTo atomic.Int64
+// window bounds when fail-mode answers are counted: the second half of the stall, once a breaker
+// has had time to open (unix nanoseconds; zero outside the stall phase).
+type window struct{ from, to atomic.Int64 }
 
-func inFailModeWindow(t time.Time) bool {
-	from, to := failModeFrom.Load(), failModeTo.Load()
+func (w *window) contains(t time.Time) bool {
+	from, to := w.from.Load(), w.to.Load()
 	return from != 0 && t.UnixNano() >= from && t.UnixNano() <= to
 }
 
@@ -159,7 +161,7 @@ func (o *observed) record(status int, header http.Header, body []byte, took time
 	defer o.mu.Unlock()
 	o.total++
 	switch {
-	case !inFailModeWindow(time.Now().Add(-took)):
+	case !o.stall.contains(time.Now().Add(-took)):
 	case status == http.StatusTooManyRequests && bytes.Contains(body, []byte("rate_limiter_unavailable")),
 		status == http.StatusOK && header.Get("RateLimit-Limit") == "" && header.Get("Content-Type") != "":
 		o.failMode = append(o.failMode, took)
@@ -209,8 +211,8 @@ func send(client *http.Client, o *observed, method, url, token, ip string, body 
 
 // legit runs the legitimate users for d: each logs in from its own address, then reads its
 // statement every second and pays 1 cent every 5 s, on a replica in turn.
-func legit(client *http.Client, bases []string, users []pix.Account, d time.Duration) *observed {
-	o := &observed{}
+func legit(client *http.Client, bases []string, users []pix.Account, d time.Duration, stall *window) *observed {
+	o := &observed{stall: stall}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, u := range users {
@@ -248,11 +250,11 @@ func (a *attack) wait() int64 { a.wg.Wait(); return a.refused.Load() }
 
 // attackers floods the login for Carla's document from rotating addresses and PIX from one
 // account, as fast as floodAttackers goroutines each can, alternating replicas.
-func attackers(client *http.Client, bases []string, token string, stop <-chan struct{}) *attack {
-	a := &attack{observed: &observed{}}
+func attackers(client *http.Client, bases []string, token string, stop <-chan struct{}, stall *window) *attack {
+	a := &attack{observed: &observed{stall: stall}}
 	for g := range 2 * floodAttackers {
 		a.wg.Go(func() {
-			o := &observed{}
+			o := &observed{stall: stall}
 			for n := 0; ; n++ {
 				select {
 				case <-stop:

@@ -60,15 +60,7 @@ func TestTheDenyCacheDecidesAsRedisDoes(t *testing.T) {
 			rng := rand.New(rand.NewPCG(13, uint64(len(a))))
 			local, refused := 0, 0
 			for step := range 4000 {
-				switch r := rng.IntN(100); {
-				case r < 80:
-					clk.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
-				case r < 95:
-					clk.Add(time.Duration(rng.IntN(2000)) * time.Microsecond)
-				default:
-					clk.Add(time.Duration(rng.IntN(12)) * time.Second)
-				}
-				clk.Set(clk.Now().Truncate(time.Microsecond))
+				randomStep(clk, rng, 300*time.Millisecond, 12*time.Second)
 				x, y := fmt.Sprint(rng.IntN(3)), fmt.Sprint(rng.IntN(3))
 				var checks []Check
 				switch rng.IntN(3) {
@@ -195,6 +187,20 @@ func TestDenyCacheMemory(t *testing.T) {
 		t.Errorf("%.0f bytes per entry, want at most 250 (denyCache's documentation says about 160 with the key)", per)
 	}
 	runtime.KeepAlive(c)
+}
+
+// randomStep moves clk on by up to short (most steps), up to 2ms (a few, so requests crowd a
+// key), or up to long (now and then, so windows pass), on whole microseconds as Redis counts.
+func randomStep(clk *clock, rng *rand.Rand, short, long time.Duration) {
+	switch r := rng.IntN(100); {
+	case r < 78:
+		clk.Add(time.Duration(rng.Int64N(int64(short))))
+	case r < 95:
+		clk.Add(time.Duration(rng.IntN(2000)) * time.Microsecond)
+	default:
+		clk.Add(time.Duration(rng.Int64N(int64(long))))
+	}
+	clk.Set(clk.Now().Truncate(time.Microsecond))
 }
 
 // client makes clients of srv with the generous budget.

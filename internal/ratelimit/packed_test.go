@@ -22,14 +22,7 @@ func sameLogTrace(t *testing.T, newClient func() redis.Scripter, seed uint64, st
 	rng := rand.New(rand.NewPCG(seed, 99))
 	refused := 0
 	for step := range steps {
-		switch r := rng.IntN(100); {
-		case r < 75:
-			clk.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
-		case r < 95:
-			clk.Add(time.Duration(rng.IntN(3000)) * time.Microsecond)
-		default:
-			clk.Add(time.Duration(rng.IntN(15)) * time.Second)
-		}
+		randomStep(clk, rng, 400*time.Millisecond, 15*time.Second)
 		limitA := 3 + step/(steps/3) // 3, 4, 5: a limit raised while keys hold entries
 		if step > steps*5/6 {
 			limitA = 2 // and lowered below what they hold
