@@ -174,28 +174,10 @@ func handlePIX(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
 		if err := decodeJSON(c, &req); err != nil {
 			return err
 		}
-		fields := map[string]string{}
-		idem := c.Request().Header.Get("Idempotency-Key")
-		switch keys := c.Request().Header.Values("Idempotency-Key"); {
-		case len(keys) > 1:
-			fields["Idempotency-Key"] = "must be sent once" // which one would the client mean?
-		case len(keys) == 1 && !idempotencyKey.MatchString(idem):
-			fields["Idempotency-Key"] = "must be 1-64 of A-Z a-z 0-9 _ -"
-		}
-		key, _, err := pix.ParseKey(req.Key)
+		key, idem, err := validTransfer(c.Request().Header, req.Key, req.AmountCents, req.Description)
 		if err != nil {
-			fields["key"] = err.Error()
+			return err
 		}
-		if req.AmountCents <= 0 {
-			fields["amount_cents"] = "must be a positive integer number of cents"
-		}
-		if n := utf8.RuneCountInString(req.Description); n > maxDescription || !printable(req.Description) {
-			fields["description"] = "at most 140 printable characters"
-		}
-		if len(fields) > 0 {
-			return invalid("invalid PIX request", fields)
-		}
-
 		r, err := ledger.Transfer(c.Request().Context(), pix.TransferRequest{
 			From: from, ToKey: key, AmountCents: req.AmountCents, Description: req.Description, IdempotencyKey: idem,
 		})
@@ -210,6 +192,33 @@ func handlePIX(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
 		return c.JSON(http.StatusCreated, response{r.EndToEndID, r.AmountCents, r.BalanceCents,
 			payee{r.ToKey, r.ToName}, r.CreatedAt})
 	}
+}
+
+// validTransfer checks a PIX request and returns its normalized key and Idempotency-Key, or a
+// 400 naming every offending field.
+func validTransfer(h http.Header, rawKey string, cents int64, description string) (key, idem string, err error) {
+	fields := map[string]string{}
+	idem = h.Get("Idempotency-Key")
+	switch keys := h.Values("Idempotency-Key"); {
+	case len(keys) > 1:
+		fields["Idempotency-Key"] = "must be sent once" // which one would the client mean?
+	case len(keys) == 1 && !idempotencyKey.MatchString(idem):
+		fields["Idempotency-Key"] = "must be 1-64 of A-Z a-z 0-9 _ -"
+	}
+	key, _, keyErr := pix.ParseKey(rawKey)
+	if keyErr != nil {
+		fields["key"] = keyErr.Error()
+	}
+	if cents <= 0 {
+		fields["amount_cents"] = "must be a positive integer number of cents"
+	}
+	if n := utf8.RuneCountInString(description); n > maxDescription || !printable(description) {
+		fields["description"] = "at most 140 printable characters"
+	}
+	if len(fields) > 0 {
+		return "", "", invalid("invalid PIX request", fields)
+	}
+	return key, idem, nil
 }
 
 func printable(s string) bool {
