@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-
 # Build both binaries statically: no cgo, no libc, paths trimmed, symbols stripped.
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src

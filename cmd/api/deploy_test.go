@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"os"
@@ -32,8 +33,9 @@ type compose struct {
 		DependsOn map[string]struct {
 			Condition string `yaml:"condition"`
 		} `yaml:"depends_on"`
-		Ports    []string `yaml:"ports"`
-		Networks any      `yaml:"networks"`
+		Ports           []string `yaml:"ports"`
+		Networks        any      `yaml:"networks"`
+		StopGracePeriod string   `yaml:"stop_grace_period"`
 	} `yaml:"services"`
 }
 
@@ -62,16 +64,28 @@ func TestComposeFile(t *testing.T) {
 			t.Fatalf("no service %s", name)
 		}
 		if tag := s.Image[strings.LastIndex(s.Image, ":")+1:]; !strings.Contains(s.Image, ":") || tag == "latest" || !strings.ContainsAny(tag[:1], "0123456789") {
-			if s.Build == nil {
+			if s.Build == nil && s.Image != c.Services["api-1"].Image { // built here, not pulled
 				t.Errorf("%s: image %q is not pinned to a version", name, s.Image)
 			}
 		}
-		if name != "proxy" && len(s.Healthcheck.Test) == 0 {
+		if len(s.Healthcheck.Test) == 0 {
 			t.Errorf("%s has no healthcheck", name)
 		}
 	}
 	if img := c.Services["redis"].Image; !strings.HasPrefix(img, "redis:7.") {
 		t.Errorf("redis image %q, want a pinned 7.x", img)
+	}
+	// One image, built once: api-1 builds it, api-2 runs it.
+	if c.Services["api-1"].Build == nil || c.Services["api-2"].Build != nil || c.Services["api-1"].Image != c.Services["api-2"].Image {
+		t.Error("want api-1 to build the image and api-2 to run the same image without building it again")
+	}
+	// PostgreSQL's healthcheck asks over TCP: the image's init phase listens on the socket only.
+	if hc := strings.Join(c.Services["postgres"].Healthcheck.Test, " "); !strings.Contains(hc, "-h 127.0.0.1") {
+		t.Errorf("postgres healthcheck %q can pass during the init phase; want it over TCP (-h 127.0.0.1)", hc)
+	}
+	// The API's drain fits in the stop timeout, so it ends before Docker's SIGKILL.
+	if grace, err := time.ParseDuration(c.Services["api-1"].StopGracePeriod); err != nil || grace <= shutdownGrace {
+		t.Errorf("api stop_grace_period %q, want longer than the drain (%s)", c.Services["api-1"].StopGracePeriod, shutdownGrace)
 	}
 
 	// The API replicas: one configuration, shared secrets and stores, started only when their
@@ -149,12 +163,12 @@ func TestComposeFile(t *testing.T) {
 		}
 	}
 
-	conf, err := os.ReadFile(repo("deploy/nginx.conf"))
+	conf, err := os.ReadFile(repo("deploy/haproxy.cfg"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(conf), "$http_x_forwarded_for") || strings.Contains(string(conf), "8081") {
-		t.Error("deploy/nginx.conf, served by every fleet, passes the client's X-Forwarded-For through: that is the lab door's job")
+	if !strings.Contains(string(conf), "http-request set-header X-Forwarded-For %[src]\n") || strings.Contains(string(conf), "8081") {
+		t.Error("deploy/haproxy.cfg, served by every fleet, must overwrite X-Forwarded-For; passing the client's through is the lab door's job")
 	}
 }
 
@@ -166,7 +180,7 @@ func TestPublishedSecretsAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	more, _ := filepath.Glob(repo("deploy/*.conf"))
+	more, _ := filepath.Glob(repo("deploy/*.cfg"))
 	yml, _ := filepath.Glob(repo("deploy/*.yml"))
 	files = append(append(append(files, more...), yml...), repo("README.md"), repo("docker-compose.yml"),
 		repo("docker-compose.lab.yml"), repo("docker-compose.observability.yml"), repo("Dockerfile"))
@@ -199,63 +213,100 @@ func TestPublishedSecretsAreRefused(t *testing.T) {
 	t.Logf("%d literal AUTH_SECRET values in %d texts, all refused", found, len(texts))
 }
 
-// TestProxyConfig runs deploy/nginx.conf for real in front of two API processes (where nginx is
-// installed): the public door discards a client's X-Forwarded-For, the lab door passes it on.
+// TestProxyConfig runs deploy/haproxy.cfg and deploy/haproxy-lab.cfg for real (where HAProxy is
+// installed) in front of two API processes, each with a Redis of its own so one can lose it
+// alone: the public door discards a client's X-Forwarded-For, the lab door passes it on; a
+// replica that loses Redis leaves the rotation and comes back; when every replica has lost it,
+// the replicas' fail modes answer, not the proxy. deploy/e2e.sh proves the same on Docker.
 func TestProxyConfig(t *testing.T) {
 	t.Parallel()
-	nginx, err := exec.LookPath("nginx")
+	haproxy, err := exec.LookPath("haproxy")
 	if err != nil {
-		t.Skip("nginx is not installed; TestComposeFile still checks the compose file")
+		t.Skip("haproxy is not installed; TestComposeFile still checks the compose file")
 	}
-	srv := redistest.Start(t)
-	env := map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "LOGIN_IP_LIMIT": "3"}
-	a, b := startAPI(t, srv, env), startAPI(t, srv, env)
-	public, lab := apitest.FreeAddr(t), apitest.FreeAddr(t)
+	redisA, redisB := redistest.Start(t), redistest.Start(t)
+	env := map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "LOGIN_IP_LIMIT": "2", "REDIS_TIMEOUT": "200ms"}
+	a, b := startAPI(t, redisA, env), startAPI(t, redisB, env)
+	public, lab, health := apitest.FreeAddr(t), apitest.FreeAddr(t), apitest.FreeAddr(t)
 
 	var conf []byte
-	for _, f := range []string{"deploy/nginx.conf", "deploy/nginx-lab.conf"} { // the lab fleet's proxy
+	for _, f := range []string{"deploy/haproxy.cfg", "deploy/haproxy-lab.cfg"} { // the lab fleet's proxy
 		b, err := os.ReadFile(repo(f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		conf = append(conf, b...)
 	}
-	dir := t.TempDir()
 	c := strings.NewReplacer("api-1:8080", strings.TrimPrefix(a.Base, "http://"), "api-2:8080", strings.TrimPrefix(b.Base, "http://"),
-		"listen 8080;", "listen "+public+";", "listen 8081;", "listen "+lab+";").Replace(string(conf))
-	// One process, no daemon: killing it leaves no orphaned workers behind.
-	main := fmt.Sprintf("daemon off;\nmaster_process off;\npid %[1]s/nginx.pid;\nerror_log %[1]s/error.log;\nevents {}\nhttp {\naccess_log off;\n"+
-		"client_body_temp_path %[1]s; proxy_temp_path %[1]s; fastcgi_temp_path %[1]s; uwsgi_temp_path %[1]s; scgi_temp_path %[1]s;\n%[2]s\n}\n", dir, c)
-	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(main), 0o644); err != nil {
+		"bind :8080", "bind "+public, "bind :8081", "bind "+lab, "bind 127.0.0.1:8404", "bind "+health).Replace(string(conf))
+	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(cfg, []byte(c), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(nginx, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
+	var logs apitest.Logs
+	cmd := exec.Command(haproxy, "-db", "-f", cfg) // in the foreground: killing it leaves nothing behind
+	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if r, err := http.Get("http://" + public + "/healthz"); err == nil {
-			r.Body.Close()
-			break
+
+	// servers waits until the proxy reports want ("ready live") and says how long that took.
+	servers := func(want string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		var got string
+		for time.Since(start) < 10*time.Second {
+			if r, err := http.Get("http://" + health + "/servers"); err == nil {
+				raw, _ := io.ReadAll(r.Body)
+				r.Body.Close()
+				if got = strings.TrimSpace(string(raw)); got == want {
+					return time.Since(start)
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("nginx did not start:\n%s", log)
-		}
+		t.Fatalf("the proxy reports %q ready and live replicas, want %q\n%s", got, want, logs.String())
+		return 0
 	}
+	servers("2 2")
 
 	door := func(addr string) *apitest.Client { return &apitest.Client{T: t, Base: "http://" + addr} }
-	for i := range 4 { // rotating X-Forwarded-For through the public door: still one client
-		r := door(public).Do(http.MethodPost, "/v1/login", `{"document":"x","password":"y"}`, "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i))
-		if want := map[bool]int{true: 429, false: 400}[i == 3]; r.Status != want {
+	login := func(addr, from string) apitest.Response {
+		return door(addr).Do(http.MethodPost, "/v1/login", `{"document":"x","password":"y"}`, "X-Forwarded-For", from)
+	}
+	// Rotating X-Forwarded-For through the public door: still one client, so 2 replicas × 2
+	// admit 4 at most, whichever replica each request reaches.
+	for i := range 5 {
+		if r, want := login(public, fmt.Sprintf("203.0.113.%d", i)), map[bool]int{true: 429, false: 400}[i == 4]; r.Status != want {
 			t.Fatalf("public door, spoofed X-Forwarded-For, request %d: %v, want %d", i+1, r, want)
 		}
 	}
-	for i := range 4 { // the lab door: each forwarded address is its own client
-		r := door(lab).Do(http.MethodPost, "/v1/login", `{"document":"x","password":"y"}`, "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i))
-		if r.Status != http.StatusBadRequest {
+	for i := range 5 { // the lab door: each forwarded address is its own client
+		if r := login(lab, fmt.Sprintf("198.51.100.%d", i)); r.Status != http.StatusBadRequest {
 			t.Fatalf("lab door, client %d: %v, want 400 (not limited)", i+1, r)
+		}
+	}
+
+	// One replica loses its Redis: it leaves the rotation, and no client meets its fail mode.
+	redisB.Kill()
+	t.Logf("a replica without Redis left the rotation in %s", servers("1 2"))
+	for i := range 6 {
+		if r := login(lab, fmt.Sprintf("198.51.101.%d", i)); r.Status != http.StatusBadRequest {
+			t.Fatalf("one replica without Redis, login %d: %v, want 400 from the ready one", i+1, r)
+		}
+	}
+	redisB.Restart()
+	t.Logf("it came back %s after its Redis", servers("2 2"))
+
+	// Every replica loses Redis: the replicas answer with their fail modes, not the proxy with 503.
+	redisA.Kill()
+	redisB.Kill()
+	servers("0 2")
+	for i := range 4 {
+		r := login(lab, fmt.Sprintf("198.51.102.%d", i))
+		if got := r.JSON(t)["error"]; r.Status != http.StatusTooManyRequests || got != "rate_limiter_unavailable" {
+			t.Fatalf("every replica without Redis, login %d: %v, want 429 rate_limiter_unavailable", i+1, r)
 		}
 	}
 }

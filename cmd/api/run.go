@@ -156,10 +156,13 @@ func wire(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prome
 	}
 	closers = append(closers, closeLedger)
 
+	// A proxy routes on /readyz (deploy/haproxy.cfg checks it every second): a probe that waits
+	// out a long ledger deadline delays a lost replica's exit from the rotation by as much, so
+	// the database probe gets a second at most. A database that needs more is not ready.
 	probes := []httpapi.Probe{{Name: "redis", Timeout: cfg.RedisTimeout,
 		Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}}
 	if db, ok := ledger.(*pix.PostgresLedger); ok {
-		probes = append(probes, httpapi.Probe{Name: "database", Timeout: cfg.DBTimeout, Ping: db.Ping})
+		probes = append(probes, httpapi.Probe{Name: "database", Timeout: min(cfg.DBTimeout, time.Second), Ping: db.Ping})
 	}
 	metrics, err := httpapi.NewMetrics(reg, limiter.RedisUp)
 	if err != nil {
