@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds the stand-in base images (README.md beside this file) under the official names that
+# docker-compose.yml and the Dockerfile use. A test aid for machines without an image registry:
+# never run it where the real images can be pulled. Idempotent: an image already built is kept
+# (-f builds again); --remove deletes them all.
+set -euo pipefail
+cd "$(dirname "$0")"
+root=../..
+base=pixlimit-standin/debian:bookworm
+
+# The names to stand in for, read from the files that use them, so they cannot drift apart.
+image_of() { sed -n "s|^ *image: *\($1:[^ ]*\).*|\1|p" "$root/docker-compose.yml" | head -n 1; }
+from_of() { sed -n "s|^FROM *\($1[^ ]*\).*|\1|p" "$root/Dockerfile" | head -n 1; }
+declare -A names=(
+  [redis]=$(image_of redis) [postgres]=$(image_of postgres) [haproxy]=$(image_of haproxy)
+  [golang]=$(from_of golang) [distroless]=$(from_of gcr.io/distroless/static)
+)
+for k in "${!names[@]}"; do
+  [ -n "${names[$k]}" ] || { echo "standins: no $k image named in docker-compose.yml or Dockerfile" >&2; exit 1; }
+done
+
+force=""
+case "${1:-}" in
+  -f) force=1 ;;
+  --remove) docker image rm -f "$base" "${names[@]}"; exit 0 ;;
+  "") ;;
+  *) echo "usage: $0 [-f | --remove]" >&2; exit 2 ;;
+esac
+have() { [ -z "$force" ] && docker image inspect "$1" >/dev/null 2>&1; }
+
+if ! have "$base"; then
+  command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
+  rootfs=$(mktemp -d)
+  trap 'rm -rf "$rootfs"' EXIT
+  echo "standins: debootstrap bookworm (a few minutes)"
+  debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian >/dev/null
+  cat >"$rootfs/etc/apt/sources.list" <<'SOURCES'
+deb http://deb.debian.org/debian bookworm main
+deb http://deb.debian.org/debian bookworm-updates main
+deb http://deb.debian.org/debian-security bookworm-security main
+SOURCES
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  tar -C "$rootfs" -c . | docker import - "$base" >/dev/null
+  rm -rf "$rootfs"
+fi
+
+for k in redis postgres haproxy distroless; do
+  have "${names[$k]}" && continue
+  echo "standins: ${names[$k]}"
+  docker build -q --build-arg BASE="$base" -t "${names[$k]}" "$k" >/dev/null
+done
+
+if ! have "${names[golang]}"; then
+  echo "standins: ${names[golang]} (the host's Go, $(go env GOVERSION))"
+  ctx=$(mktemp -d)
+  trap 'rm -rf "$ctx"' EXIT
+  cp golang/Dockerfile "$ctx/"
+  cp -r "$(go env GOROOT)" "$ctx/go"
+  cp /etc/ssl/certs/ca-certificates.crt "$ctx/"
+  docker build -q --build-arg BASE="$base" -t "${names[golang]}" "$ctx" >/dev/null
+  rm -rf "$ctx"
+fi
+echo "standins: ready: ${names[*]}"
