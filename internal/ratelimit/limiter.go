@@ -179,12 +179,12 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		cluster: opts.Cluster || isCluster,
 		keys:    newKeyer(opts.Prefix, opts.KeySecret),
 		timeout: opts.Timeout,
-		outages: newOutageLog(opts.Logger, opts.OutageLogEvery),
 		logger:  opts.Logger,
 		late:    make(chan struct{}, maxLateWithdrawals),
 		closing: make(chan struct{}),
 		args:    make(map[Policy][3]any),
 	}
+	l.outages = newOutageLog(opts.Logger, opts.OutageLogEvery, l.clock)
 	if opts.LocalCacheSize >= 0 {
 		l.deny = newDenyCache(cmp.Or(opts.LocalCacheSize, defaultLocalCacheSize))
 		l.hold = cmp.Or(opts.LocalCacheHold, defaultLocalCacheHold)
