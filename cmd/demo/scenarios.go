@@ -134,9 +134,10 @@ func declaredLimit(h http.Header, policy string) (int, bool) {
 	return 0, false
 }
 
-// loginAttack: a botnet spreads guesses over many IPs, so only the document key stops it; one
+// loginAttack: a botnet spreads guesses over many IPs, so only the document key stops it, and
+// the owner of the attacked account is locked out too, except on a device she used before; one
 // IP spreads guesses over many documents, so only the IP key stops it; both refusals look the
-// same; and the owner of an attacked account is locked out too.
+// same.
 func loginAttack(ctx context.Context, d *demo) error {
 	before, inside := d.stats()
 	d.out.say("Yesterday Carla logged in on her phone; the answer gave the phone a device token, which it keeps.")
@@ -159,6 +160,14 @@ func loginAttack(ctx context.Context, d *demo) error {
 	d.expect(fmt.Sprintf("20 IPs, one guess each: %d × 401 (the document key's limit, less Carla's login), then 429", guesses),
 		guesses > 0 && inOrder(bots, guesses, http.StatusUnauthorized, http.StatusTooManyRequests), sequence(bots))
 
+	d.out.say("During the attack Carla logs in, with her password, on a new laptop.")
+	r := d.show(d.call(ctx, "192.0.2.55", "POST", "/v1/login", "", map[string]string{"document": carla.document, "password": carla.password}))
+	d.expect("from a new device Carla is refused too: the document key is full", r.status == http.StatusTooManyRequests, r.summary())
+	d.out.say("Then on her phone, which presents its device token: the login counts against the phone's own key.")
+	onPhone := d.show(d.call(ctx, "192.0.2.56", "POST", "/v1/login", "", map[string]string{"document": carla.document, "password": carla.password},
+		"Device-Token", phone))
+	d.expect("on her trusted phone Carla gets in: the botnet cannot lock her out", onPhone.status == http.StatusOK, onPhone.summary())
+
 	const single = "198.51.100.66"
 	first := d.show(d.call(ctx, single, "POST", "/v1/login", "", map[string]string{"document": sweepCPF(0), "password": "123456"}))
 	perIP, ok := declaredLimit(first.header, "login-ip")
@@ -180,14 +189,6 @@ func loginAttack(ctx context.Context, d *demo) error {
 		slices.Equal(slices.Sorted(maps.Keys(byDoc.header)), slices.Sorted(maps.Keys(byIP.header)))
 	d.expect("refused by the document key or by the IP key: the same status, body and headers", same,
 		fmt.Sprintf("%s vs %s", byDoc.summary(), byIP.summary()))
-
-	d.out.say("During the attack Carla logs in, with her password, on a new laptop.")
-	r := d.show(d.call(ctx, "192.0.2.55", "POST", "/v1/login", "", map[string]string{"document": carla.document, "password": carla.password}))
-	d.expect("from a new device Carla is refused too: the document key is full", r.status == http.StatusTooManyRequests, r.summary())
-	d.out.say("Then on her phone, which presents its device token: the login counts against the phone's own key.")
-	onPhone := d.show(d.call(ctx, "192.0.2.56", "POST", "/v1/login", "", map[string]string{"document": carla.document, "password": carla.password},
-		"Device-Token", phone))
-	d.expect("on her trusted phone Carla gets in: the botnet cannot lock her out", onPhone.status == http.StatusOK, onPhone.summary())
 
 	if inside {
 		d.reportLocalRefusals(before, append(append(bots, sweep...), r))
