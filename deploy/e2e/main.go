@@ -163,7 +163,7 @@ func (f *fleet) ready(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("asking the proxy: %w", err)
 	}
 	var n, live int
-	body := string(out[bytes.Index(out, []byte("\r\n\r\n"))+4:])
+	_, body, _ := strings.Cut(string(out), "\r\n\r\n")
 	if _, err := fmt.Sscan(body, &n, &live); err != nil {
 		return 0, fmt.Errorf("the proxy's /servers said %q", body)
 	}
