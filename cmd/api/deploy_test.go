@@ -227,7 +227,8 @@ func TestProxyConfig(t *testing.T) {
 	redisA, redisB := redistest.Start(t), redistest.Start(t)
 	env := map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "LOGIN_IP_LIMIT": "2", "REDIS_TIMEOUT": "200ms"}
 	a, b := startAPI(t, redisA, env), startAPI(t, redisB, env)
-	public, lab, health := apitest.FreeAddr(t), apitest.FreeAddr(t), apitest.FreeAddr(t)
+	addrs := apitest.FreeAddrs(t, 3)
+	public, lab, health := addrs[0], addrs[1], addrs[2]
 
 	var conf []byte
 	for _, f := range []string{"deploy/haproxy.cfg", "deploy/haproxy-lab.cfg"} { // the lab fleet's proxy

@@ -180,12 +180,24 @@ func CPF(n int) string {
 // FreeAddr returns a loopback address nothing listens on.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return FreeAddrs(t, 1)[0]
+}
+
+// FreeAddrs returns n distinct loopback addresses nothing listens on. Calling FreeAddr n times
+// is not the same: the kernel may hand a port just closed to the next bind(0), and a program
+// that binds with SO_REUSEPORT (HAProxy does) would then share one port between two listeners.
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close() // held until all n are chosen, so no two are the same
+		addrs[i] = l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 // Logs collects a server's logs from its goroutines.
