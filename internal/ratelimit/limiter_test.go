@@ -422,7 +422,18 @@ func TestALateDecisionIsWithdrawn(t *testing.T) {
 	srv := redistest.Start(t)
 	l := replicas(t, srv, 1, budget)[0]
 	c := Check{policy("login-account", 5, time.Minute), "52998224725"}
-	mustAllow(t, l, c) // connected and warm: one entry
+	// Connected and warm: one entry. On a busy CI machine the first decision (a dial, a script
+	// load) can outlast the 100 ms budget; it is then withdrawn like the late ones below, so a
+	// second try still leaves one entry. Three tries stay under the breaker's five failures.
+	for try := 1; ; try++ {
+		_, err := l.AllowAll(context.Background(), c)
+		if err == nil {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("warming up: %v", err)
+		}
+	}
 	srv.Pause()
 	var wg sync.WaitGroup
 	for range 8 {
