@@ -52,6 +52,9 @@ func startAPI(t *testing.T, srv *redistest.Server, env map[string]string) *api {
 func launch(t *testing.T, ctx context.Context, srv *redistest.Server, env map[string]string) (*api, <-chan error) {
 	t.Helper()
 	addr := apitest.FreeAddr(t)
+	for addr == env["METRICS_ADDR"] { // the kernel may hand out a port just closed again
+		addr = apitest.FreeAddr(t)
+	}
 	vars := map[string]string{
 		"HTTP_ADDR":   addr,
 		"AUTH_SECRET": testSecret,
