@@ -95,7 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return ctx.Err()
 		}
 		rows = append(rows, d(ctx, f, c))
-		if err := f.waitReady(ctx, 2, 60*time.Second); err != nil {
+		if _, err := f.until(ctx, 2, 60*time.Second); err != nil {
 			rows = append(rows, row{name: "fleet back to 2 ready replicas", saw: err.Error()})
 			break
 		}
@@ -170,12 +170,7 @@ func (f *fleet) ready(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// waitReady waits until want replicas are ready and returns how long that took.
-func (f *fleet) waitReady(ctx context.Context, want int, limit time.Duration) error {
-	_, err := f.until(ctx, want, limit)
-	return err
-}
-
+// until waits, at most limit, until want replicas are ready and says how long that took.
 func (f *fleet) until(ctx context.Context, want int, limit time.Duration) (time.Duration, error) {
 	start := time.Now()
 	for {
@@ -208,6 +203,7 @@ type answer struct {
 	status  int
 	code    string // the JSON body's "error", if any
 	limited bool   // RateLimit-Limit was sent
+	body    []byte
 	took    time.Duration
 	err     error
 	at      time.Time
@@ -252,7 +248,7 @@ func (c *client) do(ctx context.Context, base, method, path string, body any, he
 		Error string `json:"error"`
 	}
 	_ = json.Unmarshal(raw, &e)
-	a.status, a.code, a.limited = resp.StatusCode, e.Error, resp.Header.Get("RateLimit-Limit") != ""
+	a.status, a.code, a.limited, a.body = resp.StatusCode, e.Error, resp.Header.Get("RateLimit-Limit") != "", raw
 	return a
 }
 
@@ -265,20 +261,13 @@ func (c *client) addr() string {
 }
 
 func (c *client) login(ctx context.Context) error {
+	a := c.do(ctx, lab, http.MethodPost, "/v1/login", map[string]string{"document": document, "password": password},
+		"X-Forwarded-For", c.addr())
 	var out struct {
 		AccessToken string `json:"access_token"`
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, lab+"/v1/login",
-		strings.NewReader(fmt.Sprintf(`{"document":%q,"password":%q}`, document, password)))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Forwarded-For", c.addr())
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("login: %w", err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("login: %d (%v)", resp.StatusCode, err)
+	if a.status != http.StatusOK || json.Unmarshal(a.body, &out) != nil || out.AccessToken == "" {
+		return fmt.Errorf("login: %s", a)
 	}
 	c.token = out.AccessToken
 	return nil
@@ -474,7 +463,7 @@ func underLoad(ctx context.Context, c *client, what func() error, settle func() 
 func replicaRestarted(ctx context.Context, f *fleet, c *client) row {
 	answers, _, err := underLoad(ctx, c,
 		func() error { return f.compose(ctx, "restart", "api-1") },
-		func() error { return f.waitReady(ctx, 2, 60*time.Second) })
+		func() error { _, err := f.until(ctx, 2, 60*time.Second); return err })
 	t := count(answers, time.Time{})
 	r := row{name: "one replica restarted under load", saw: t.String() + " (want 0 errors)", ok: err == nil && t.errors == 0 && t.n > 0}
 	if err != nil {
