@@ -24,9 +24,9 @@ import (
 )
 
 // demoEnv is the configuration of the in-process replicas: the contract's limits over short
-// windows, so a whole run takes seconds (the login's is longer: no story waits for it, and
-// the attack's steps must all fall inside one window on a busy machine), and loopback trusted as the proxy, so the demo can play
-// many client IPs through X-Forwarded-For.
+// windows, so a whole run takes seconds (the login's is longer: no story waits for it, and the
+// attack's steps must all fall inside one window on a busy machine), and loopback trusted as
+// the proxy, so the demo can play many client IPs through X-Forwarded-For.
 var demoEnv = map[string]string{
 	"PIX_WINDOW":               "5s",
 	"STATEMENT_WINDOW":         "5s",
