@@ -21,8 +21,8 @@ import (
 	"github.com/pixlimit/pixlimit/internal/redistest"
 )
 
-// server is one replica over srv with the demo accounts and the given limits, built from the
-// public pieces as cmd/api builds it.
+// server is one replica over srv with the demo accounts, the given limits and /readyz probes,
+// built from the public pieces as cmd/api builds it.
 type server struct {
 	h       http.Handler
 	ledger  *pix.MemoryLedger
@@ -41,7 +41,7 @@ func lax() httpapi.Limits {
 		PIXLookup: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 100}}
 }
 
-func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits) server {
+func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits, probes ...httpapi.Probe) server {
 	t.Helper()
 	lax := func(name string) ratelimit.Policy {
 		return ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}
@@ -71,7 +71,7 @@ func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits) serve
 		t.Fatal(err)
 	}
 	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Limiter: limiter, Limits: limits, Ledger: ledger, Tokens: tokens, Devices: devices})
+		Limiter: limiter, Limits: limits, Ledger: ledger, Tokens: tokens, Devices: devices, Probes: probes})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,60 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/httpapi"
+	"github.com/pixlimit/pixlimit/internal/redistest"
+)
+
+// TestReadyzProbesRunTogether: two probes that each answer only once the other has started can
+// both pass only if /readyz runs them at the same time; one after the other, the first waits
+// out its timeout. A probe that fails makes the replica not ready, and says which.
+func TestReadyzProbesRunTogether(t *testing.T) {
+	t.Parallel()
+	started := map[string]chan struct{}{"redis": make(chan struct{}), "database": make(chan struct{})}
+	other := map[string]string{"redis": "database", "database": "redis"}
+	failing := ""
+	probe := func(name string) httpapi.Probe {
+		return httpapi.Probe{Name: name, Timeout: 2 * time.Second, Ping: func(ctx context.Context) error {
+			close(started[name])
+			select {
+			case <-started[other[name]]:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if name == failing {
+				return context.DeadlineExceeded
+			}
+			return nil
+		}}
+	}
+	s := newServer(t, redistest.Start(t), lax(), probe("redis"), probe("database"))
+
+	for _, tc := range []struct {
+		failing    string
+		wantStatus int
+		want       map[string]string
+	}{
+		{"", http.StatusOK, map[string]string{"status": "ready", "redis": "up", "database": "up"}},
+		{"database", http.StatusServiceUnavailable, map[string]string{"status": "degraded", "redis": "up", "database": "down"}},
+	} {
+		failing = tc.failing
+		started["redis"], started["database"] = make(chan struct{}), make(chan struct{})
+		rec := httptest.NewRecorder()
+		s.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		var got map[string]string
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+			t.Fatalf("body %q: %v", rec.Body, err)
+		}
+		if rec.Code != tc.wantStatus || len(got) != len(tc.want) || got["status"] != tc.want["status"] ||
+			got["redis"] != tc.want["redis"] || got["database"] != tc.want["database"] {
+			t.Errorf("failing %q: %d %v, want %d %v", tc.failing, rec.Code, got, tc.wantStatus, tc.want)
+		}
+	}
+}
