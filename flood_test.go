@@ -194,6 +194,9 @@ func send(client *http.Client, o *observed, method, url, token, ip string, body 
 	req, _ := http.NewRequest(method, url, rd)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Forwarded-For", ip)
+	if strings.HasSuffix(url, "/v1/pix") {
+		req.Header.Set("Idempotency-Key", apitest.NewIdempotencyKey())
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

@@ -86,6 +86,9 @@ func TestMalformedRequests(t *testing.T) {
 		{"pix: long description", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100,"description":"` + strings.Repeat("d", 141) + `"}`, nil, 400},
 		{"pix: control character", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100,"description":"a\u0000b"}`, nil, 400},
 		{"pix: bad Idempotency-Key", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100}`, []string{"Idempotency-Key", "has spaces"}, 400},
+		{"pix: no Idempotency-Key", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100}`, []string{"Idempotency-Key", ""}, 400},
+		{"pix: above the largest amount", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100000000001}`, nil, 400},
+		{"pix: the largest int64", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":9223372036854775807}`, nil, 400},
 		{"pix: long Idempotency-Key", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":100}`, []string{"Idempotency-Key", strings.Repeat("k", 65)}, 400},
 		{"pix: huge body", "POST", "/v1/pix", big, nil, 413},
 		{"pix: duplicate member", "POST", "/v1/pix", `{"key":"bruno@example.com","amount_cents":1,"amount_cents":400000}`, nil, 400},
@@ -108,7 +111,7 @@ func TestMalformedRequests(t *testing.T) {
 		t.Fatalf("%d cases, want at least 40", len(tests))
 	}
 	for _, tt := range tests {
-		headers := append([]string{"Authorization", ana}, tt.headers...)
+		headers := append([]string{"Authorization", ana, "Idempotency-Key", apitest.NewIdempotencyKey()}, tt.headers...)
 		var body any
 		if tt.method == http.MethodPost {
 			body = tt.body // with the JSON content type, even when empty

@@ -78,6 +78,25 @@ func TestIdempotentPIX(t *testing.T) {
 	}
 }
 
+// TestAPIXNeedsAnIdempotencyKey: without the header, 400 idempotency_key_required, saying so,
+// and nothing moves; the answer a retry relies on exists only for a named transfer.
+func TestAPIXNeedsAnIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), nil)
+	tok := a.Token(demo[0].Document, demo[0].Password)
+	before := a.Balance(tok)
+	for range 2 {
+		r := a.PIX(tok, "carla@example.com", 700, "Idempotency-Key", "")
+		if body := r.JSON(t); r.Status != http.StatusBadRequest || body["error"] != "idempotency_key_required" ||
+			!strings.Contains(body["message"].(string), "Idempotency-Key") {
+			t.Errorf("PIX without Idempotency-Key: %v, want 400 idempotency_key_required naming the header", r)
+		}
+	}
+	if got := a.Balance(tok); got != before {
+		t.Errorf("balance %d, want %d: nothing moves", got, before)
+	}
+}
+
 func TestPIXDomainErrors(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t, redistest.Start(t), nil)

@@ -208,3 +208,58 @@ func TestALostDatabaseIsA503(t *testing.T) {
 		t.Errorf("statement once the database is back: %v, want 200", r)
 	}
 }
+
+// TestACommitWithoutAnAnswerIsNeverNothingChanged: a gate holds the PIX's COMMIT past its wait,
+// as a slow COMMIT (a synchronous standby that does not answer) would. The answer is 503
+// transfer_outcome_unknown with Retry-After, never ledger_unavailable ("nothing was changed").
+// Then the COMMIT reaches the server and commits, after its client gave up, and the retry with
+// the same Idempotency-Key gets that transfer's receipt; or it never does, and the retry makes
+// the transfer. Either way the money moves once.
+func TestACommitWithoutAnAnswerIsNeverNothingChanged(t *testing.T) {
+	t.Parallel()
+	gate := pgtest.NewGate(t, pgtest.URL(t))
+	a := startAPI(t, redistest.Start(t), map[string]string{"DATABASE_URL": gate.URL, "DEMO_ACCOUNTS": "true", "DB_TIMEOUT": "300ms"})
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	for _, tt := range []struct {
+		name    string
+		outcome func()
+	}{
+		{"committed after its client gave up", gate.ReleaseCommits},
+		{"never committed", gate.DropCommits},
+	} {
+		before := a.Balance(ana)
+		key := apitest.NewIdempotencyKey()
+		gate.HoldCommits()
+		r := a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", key)
+		if body := r.JSON(t); r.Status != http.StatusServiceUnavailable || body["error"] != "transfer_outcome_unknown" ||
+			r.Header.Get("Retry-After") != "1" || !strings.Contains(body["message"].(string), "may have been made") {
+			t.Errorf("%s: the PIX whose COMMIT went unanswered: %v Retry-After %q, want 503 transfer_outcome_unknown, "+
+				"Retry-After 1, saying it may have been made", tt.name, r, r.Header.Get("Retry-After"))
+		}
+		if r.Took > 2*time.Second {
+			t.Errorf("%s: the answer took %v with DB_TIMEOUT 300ms", tt.name, r.Took)
+		}
+		if n := gate.Held(); n != 1 {
+			t.Fatalf("%s: %d COMMITs held at the gate, want 1", tt.name, n)
+		}
+		tt.outcome()
+
+		retry := a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", key)
+		again := a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", key)
+		if retry.Status != http.StatusCreated || string(again.Body) != string(retry.Body) {
+			t.Fatalf("%s: the retries with the same key: %v, then %v; want one 201, twice", tt.name, retry, again)
+		}
+		if got := a.Balance(ana); got != before-700 {
+			t.Errorf("%s: balance %d, want %d: the money moves once", tt.name, got, before-700)
+		}
+		id, found := retry.JSON(t)["end_to_end_id"], 0
+		for _, e := range a.Statement(ana).JSON(t)["entries"].([]any) {
+			if e.(map[string]any)["end_to_end_id"] == id {
+				found++
+			}
+		}
+		if found != 1 {
+			t.Errorf("%s: the receipt's transfer %v is %d times in the statement, want once", tt.name, id, found)
+		}
+	}
+}

@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      15 * time.Second,
+		WriteTimeout:      config.WriteTimeout, // config.Load refuses timeouts whose longest answer would not fit
 		IdleTimeout:       60 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
@@ -114,25 +114,30 @@ func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (s
 }
 
 // wire builds the server from the configuration: Redis and the limiter, the ledger, the token
-// secret, its metrics in reg, and the handler over them. closeAll releases them in reverse order.
-func wire(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prometheus.Registerer) (h http.Handler, closeAll func(), err error) {
+// secret, its metrics in reg, and the handler over them. closeAll releases them in reverse order;
+// on an error, wire has released what it built, and the error says what failed.
+func wire(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prometheus.Registerer) (http.Handler, func(), error) {
 	var closers []func()
-	closeAll = func() {
+	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 	}
-	defer func() {
-		if err != nil {
-			closeAll()
-		}
-	}()
-
-	rdb, closeRedis, err := connectRedis(cfg, logger)
+	h, err := build(ctx, cfg, logger, reg, &closers)
 	if err != nil {
+		closeAll()
 		return nil, nil, err
 	}
-	closers = append(closers, closeRedis)
+	return h, closeAll, nil
+}
+
+// build is wire's body: each thing it opens appends its closer to closers as soon as it exists.
+func build(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prometheus.Registerer, closers *[]func()) (http.Handler, error) {
+	rdb, closeRedis, err := connectRedis(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	*closers = append(*closers, closeRedis)
 	secret := []byte(cfg.AuthSecret)
 	if len(secret) == 0 { // only with the embedded Redis: config refuses it with a shared one
 		secret = []byte(rand.Text() + rand.Text())
@@ -143,18 +148,18 @@ func wire(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prome
 	opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
 	limiter, err := ratelimit.New(rdb, opts)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	closers = append(closers, func() { _ = limiter.Close() }) // waits for withdrawals, before Redis closes
+	*closers = append(*closers, func() { _ = limiter.Close() }) // waits for withdrawals, before Redis closes
 	tokens, devices, err := issuers(cfg, secret)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	ledger, closeLedger, err := openLedger(ctx, cfg, logger)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	closers = append(closers, closeLedger)
+	*closers = append(*closers, closeLedger)
 
 	// A proxy routes on /readyz (deploy/haproxy.cfg checks it every second): a probe that waits
 	// out a long ledger deadline delays a lost replica's exit from the rotation by as much, so
@@ -166,9 +171,9 @@ func wire(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prome
 	}
 	metrics, err := httpapi.NewMetrics(reg, limiter.RedisUp)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	h, err = httpapi.NewServer(httpapi.Deps{
+	return httpapi.NewServer(httpapi.Deps{
 		Metrics:          metrics,
 		Logger:           logger,
 		Limiter:          limiter,
@@ -180,7 +185,6 @@ func wire(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prome
 		TrustedProxies:   cfg.TrustedProxies,
 		Probes:           probes,
 	})
-	return h, closeAll, err
 }
 
 // issuers are the access tokens and the device tokens, both keyed by the secret.
@@ -242,7 +246,7 @@ func openLedger(ctx context.Context, cfg config.Config, logger *slog.Logger) (pi
 	defer cancel()
 	l, err := pix.OpenPostgres(ctx, cfg.DatabaseURL, cfg.DBTimeout, accounts, pix.WithNightCap(cfg.Night))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("open the ledger of DATABASE_URL: %w", err)
 	}
 	return l, l.Close, nil
 }

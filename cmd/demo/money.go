@@ -61,8 +61,8 @@ func night(ctx context.Context, d *demo) error {
 	if err != nil {
 		return err
 	}
-	first := d.show(d.call(ctx, ip, "POST", "/v1/pix", bruno, pixBody("ana@example.com", 90_000)))
-	second := d.show(d.call(ctx, ip, "POST", "/v1/pix", bruno, pixBody("ana@example.com", 20_000)))
+	first := d.show(d.pix(ctx, ip, bruno, pixBody("ana@example.com", 90_000)))
+	second := d.show(d.pix(ctx, ip, bruno, pixBody("ana@example.com", 20_000)))
 	after, err := d.balance(ctx, ip, bruno)
 	if err != nil {
 		return err

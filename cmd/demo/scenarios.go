@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"maps"
 	"net/http"
@@ -28,6 +29,12 @@ var (
 	diego = account{"935.411.347-80", "demo-diego-123"}
 )
 
+// pix sends one PIX from client IP ip under a fresh Idempotency-Key, which the API requires: a
+// client that names each transfer can retry any failure without paying twice.
+func (d *demo) pix(ctx context.Context, ip, token string, body map[string]any) reply {
+	return d.call(ctx, ip, "POST", "/v1/pix", token, body, "Idempotency-Key", rand.Text())
+}
+
 func pixBody(key string, cents int64) map[string]any {
 	return map[string]any{"key": key, "amount_cents": cents, "description": "pixlimit demo"}
 }
@@ -53,7 +60,7 @@ func burst(ctx context.Context, d *demo) error {
 	}
 
 	d.out.say("Ana (balance %s) sends a PIX of R$ 15,00 to Bruno; its answer declares the limit.", pix.BRL(before))
-	first := d.show(d.call(ctx, office, "POST", "/v1/pix", anaToken, pixBody("bruno@example.com", 1500)))
+	first := d.show(d.pix(ctx, office, anaToken, pixBody("bruno@example.com", 1500)))
 	limit, ok := declaredLimit(first.header, "pix")
 	if !d.expect("the PIX answer declares its limit in RateLimit-Policy", ok, first.header.Get("RateLimit-Policy")) {
 		return nil
@@ -65,7 +72,7 @@ func burst(ctx context.Context, d *demo) error {
 	n := limit + 4
 	d.out.say("Then %d more at once, alternating replicas: %d in all, 5 past her limit of %d.", n, n+1, limit)
 	replies := append([]reply{first}, d.burst(n, func(int) reply {
-		return d.call(ctx, office, "POST", "/v1/pix", anaToken, pixBody("bruno@example.com", 1500))
+		return d.pix(ctx, office, anaToken, pixBody("bruno@example.com", 1500))
 	})...)
 	counts, seen := count(replies)
 	d.expect(fmt.Sprintf("%d PIX: %d × 201, 5 × 429", n+1, limit),
@@ -74,8 +81,8 @@ func burst(ctx context.Context, d *demo) error {
 	d.expect("every 429 says rate_limit_exceeded and carries Retry-After", honest, fmt.Sprintf("Retry-After up to %ds", wait))
 
 	d.out.say("Bruno and Diego, behind the same IP, each send R$ 1,00 to Carla while Ana is blocked.")
-	b := d.show(d.call(ctx, office, "POST", "/v1/pix", tokens[bruno.document], pixBody("carla@example.com", 100)))
-	c := d.show(d.call(ctx, office, "POST", "/v1/pix", tokens[diego.document], pixBody("carla@example.com", 100)))
+	b := d.show(d.pix(ctx, office, tokens[bruno.document], pixBody("carla@example.com", 100)))
+	c := d.show(d.pix(ctx, office, tokens[diego.document], pixBody("carla@example.com", 100)))
 	d.expect("Bruno and Diego are unaffected: the key is the account, not the IP",
 		b.status == http.StatusCreated && c.status == http.StatusCreated, b.summary()+", "+c.summary())
 
@@ -94,7 +101,7 @@ func burst(ctx context.Context, d *demo) error {
 	if err := d.out.wait(ctx, time.Duration(wait)*time.Second, "(the Retry-After she was given), then Ana sends again"); err != nil {
 		return err
 	}
-	r := d.show(d.call(ctx, office, "POST", "/v1/pix", anaToken, pixBody("bruno@example.com", 1500)))
+	r := d.show(d.pix(ctx, office, anaToken, pixBody("bruno@example.com", 1500)))
 	d.expect("after Retry-After, Ana's next PIX is admitted", r.status == http.StatusCreated, r.summary())
 	return nil
 }
@@ -250,7 +257,7 @@ func outage(ctx context.Context, d *demo) (err error) {
 	l := d.show(d.call(ctx, ip, "POST", "/v1/login", "", map[string]string{"document": diego.document, "password": diego.password}))
 	d.expect("login fails closed: 429 rate_limiter_unavailable, password not even checked",
 		l.status == http.StatusTooManyRequests && l.code() == "rate_limiter_unavailable" && l.header.Get("Retry-After") != "", l.summary())
-	p := d.show(d.call(ctx, ip, "POST", "/v1/pix", token, pixBody("bruno@example.com", 1500)))
+	p := d.show(d.pix(ctx, ip, token, pixBody("bruno@example.com", 1500)))
 	d.expect("PIX fails closed: 429 rate_limiter_unavailable",
 		p.status == http.StatusTooManyRequests && p.code() == "rate_limiter_unavailable", p.summary())
 	s := d.show(d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil))
@@ -280,7 +287,7 @@ func outage(ctx context.Context, d *demo) (err error) {
 	if st, ok := d.stats(); ok {
 		d.expect("the breaker closed again", !st.BreakerOpen, fmt.Sprintf("open=%v", st.BreakerOpen))
 	}
-	p = d.show(d.call(ctx, ip, "POST", "/v1/pix", token, pixBody("bruno@example.com", 1500)))
+	p = d.show(d.pix(ctx, ip, token, pixBody("bruno@example.com", 1500)))
 	l = d.show(d.call(ctx, ip, "POST", "/v1/login", "", map[string]string{"document": diego.document, "password": diego.password}))
 	d.expect("back to normal, no restart: PIX 201 and login 200, with RateLimit headers",
 		p.status == http.StatusCreated && l.status == http.StatusOK && p.header.Get("RateLimit-Remaining") != "" && l.header.Get("RateLimit-Remaining") != "",

@@ -5,6 +5,7 @@ package apitest
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -117,12 +118,17 @@ func (c *Client) Token(document, password string, headers ...string) string {
 	return r.JSON(c.T)["access_token"].(string)
 }
 
-// PIX sends cents to key from the token's account.
+// PIX sends cents to key from the token's account under a fresh Idempotency-Key, as a careful
+// client names each transfer; headers may name another ("Idempotency-Key", "k") or none
+// ("Idempotency-Key", "").
 func (c *Client) PIX(token string, key string, cents int64, headers ...string) Response {
 	c.T.Helper()
 	return c.Do(http.MethodPost, "/v1/pix", map[string]any{"key": key, "amount_cents": cents},
-		append([]string{"Authorization", "Bearer " + token}, headers...)...)
+		append([]string{"Authorization", "Bearer " + token, "Idempotency-Key", NewIdempotencyKey()}, headers...)...)
 }
+
+// NewIdempotencyKey is a fresh Idempotency-Key: 26 characters of crypto/rand's base32 text.
+func NewIdempotencyKey() string { return rand.Text() }
 
 // Statement asks for the token's account's statement, up to 100 entries.
 func (c *Client) Statement(token string) Response {

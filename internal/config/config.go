@@ -248,6 +248,13 @@ func (cfg *Config) check(p *problems) {
 	}
 	between(p, "REDIS_TIMEOUT", cfg.RedisTimeout, time.Millisecond, time.Minute)
 	between(p, "DB_TIMEOUT", cfg.DBTimeout, 10*time.Millisecond, time.Minute)
+	if longest := cfg.LongestRequest(); longest > WriteTimeout-writeMargin {
+		p.add("DB_TIMEOUT", "%v with REDIS_TIMEOUT %v: a PIX could take %v (%d limiter decisions, its statements and "+
+			"its COMMIT %v each, up to %v to learn an unknown outcome), past the %v within which every answer is "+
+			"written (the server's write timeout is %v, the shipped HAProxy's 20s); lower DB_TIMEOUT",
+			cfg.DBTimeout, cfg.RedisTimeout, longest, decisionsPerRequest, cfg.DBTimeout,
+			pix.LongestTransfer(cfg.DBTimeout)-2*cfg.DBTimeout, WriteTimeout-writeMargin, WriteTimeout)
+	}
 	between(p, "TOKEN_TTL", cfg.TokenTTL, time.Second, 365*24*time.Hour)
 	between(p, "DEVICE_TTL", cfg.DeviceTTL, time.Minute, 365*24*time.Hour)
 	if cfg.FailClosedRetryAfter%time.Second != 0 {
@@ -318,6 +325,26 @@ func policy(p *problems, prefix string, pol ratelimit.Policy, limitVar ...string
 	return pol
 }
 
+// WriteTimeout is the HTTP server's write timeout: every answer must be written within it, or the
+// client gets none. The shipped proxy (deploy/haproxy.cfg, timeout server 20s) waits longer.
+const WriteTimeout = 15 * time.Second
+
+// writeMargin is kept free of WriteTimeout for what LongestRequest does not count: reading the
+// body, bcrypt, writing the answer.
+const writeMargin = time.Second
+
+// decisionsPerRequest is the most limiter decisions one request makes, each within
+// REDIS_TIMEOUT: a PIX's own, its look-up bucket's consultation and its charge for a miss.
+const decisionsPerRequest = 3
+
+// LongestRequest is the longest a request may take before its answer is written: a PIX, with its
+// limiter decisions and the ledger's longest transfer (pix.LongestTransfer). Load refuses a
+// configuration in which it does not fit in WriteTimeout, so that a client always gets an
+// answer, even one saying the transfer's outcome is unknown.
+func (cfg Config) LongestRequest() time.Duration {
+	return decisionsPerRequest*cfg.RedisTimeout + pix.LongestTransfer(cfg.DBTimeout)
+}
+
 func between(p *problems, name string, d, lo, hi time.Duration) {
 	if d < lo || d > hi {
 		p.add(name, "%v: want between %v and %v", d, lo, hi)
@@ -379,6 +406,10 @@ func (cfg *Config) checkNight(p *problems) {
 		} else {
 			night.End = since
 		}
+	}
+	if night.Start == night.End && !p.has("NIGHT_START") && !p.has("NIGHT_END") {
+		p.add("NIGHT_START", "%s equals NIGHT_END: a night of no length; to switch the night-time cap off, "+
+			"set NIGHT_LIMIT_CENTS=0", cfg.NightStart)
 	}
 	cfg.Night = night
 }

@@ -57,6 +57,35 @@ func TestValidValues(t *testing.T) {
 	}
 }
 
+// TestEveryAnswerFitsInTheWriteTimeout: a DB_TIMEOUT whose longest PIX (its statements, its
+// COMMIT, the look-up of an unknown outcome, its limiter decisions) cannot be answered within
+// the server's write timeout is refused, named; the client would otherwise get no answer at all.
+func TestEveryAnswerFitsInTheWriteTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		db, redis string
+		ok        bool
+	}{
+		{"2s", "100ms", true},
+		{"6s", "100ms", true},  // 3×0.1 + 2×6 + 1 = 13.3 s
+		{"7s", "100ms", false}, // 15.3 s
+		{"30s", "100ms", false},
+		{"5s", "1s", true},  // 3 + 10 + 1 = 14 s
+		{"5s", "2s", false}, // 17 s
+	} {
+		cfg, err := load(map[string]string{"DB_TIMEOUT": tt.db, "REDIS_TIMEOUT": tt.redis})
+		if got := err == nil; got != tt.ok {
+			t.Errorf("DB_TIMEOUT=%s REDIS_TIMEOUT=%s: error %v, want ok %t", tt.db, tt.redis, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "DB_TIMEOUT:") {
+			t.Errorf("DB_TIMEOUT=%s: error %v does not name DB_TIMEOUT", tt.db, err)
+		}
+		if err == nil && cfg.LongestRequest() > WriteTimeout-writeMargin {
+			t.Errorf("DB_TIMEOUT=%s accepted, but its longest request %v does not fit", tt.db, cfg.LongestRequest())
+		}
+	}
+}
+
 func TestEveryInvalidVariableIsNamed(t *testing.T) {
 	t.Parallel()
 	bad := map[string]string{
@@ -87,6 +116,7 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 		"PIX_ALGORITHM":           "leaky",
 		"STATEMENT_BURST":         "5", // with the default sliding_log
 		"LOGIN_BURST":             "0",
+		"NIGHT_START":             "06:00", // equal to NIGHT_END: a night of no length
 	}
 	for name, value := range bad {
 		if value == "" {

@@ -45,6 +45,7 @@ func (e *Error) Unwrap() error { return e.cause }
 // statusOf is the one code→status table.
 var statusOf = map[string]int{
 	"invalid_request":          http.StatusBadRequest,
+	"idempotency_key_required": http.StatusBadRequest,
 	"invalid_credentials":      http.StatusUnauthorized,
 	"unauthorized":             http.StatusUnauthorized,
 	"key_not_found":            http.StatusNotFound,
@@ -61,6 +62,7 @@ var statusOf = map[string]int{
 	"client_closed_request":    499, // nginx's: logged as what it is rather than as a 500
 	"internal_error":           http.StatusInternalServerError,
 	"ledger_unavailable":       http.StatusServiceUnavailable,
+	"transfer_outcome_unknown": http.StatusServiceUnavailable,
 }
 
 // invalid is a 400 invalid_request naming the offending fields.
@@ -83,6 +85,8 @@ var domainErrors = []struct {
 	{pix.ErrIdempotencyConflict, "idempotency_conflict", pix.ErrIdempotencyConflict.Error()},
 	{pix.ErrNightLimitExceeded, "night_limit_exceeded", ""}, // its message says how much is left tonight
 	{pix.ErrUnavailable, "ledger_unavailable", "the ledger did not answer in time; nothing was changed, try again later"},
+	{pix.ErrOutcomeUnknown, "transfer_outcome_unknown", "the ledger did not confirm this transfer in time: it may have been made. " +
+		"Retry with the same Idempotency-Key: if it was made, you get its receipt; if not, it is made once"},
 	{context.Canceled, "client_closed_request", "the client closed the request"},
 }
 
@@ -110,7 +114,7 @@ func toError(err error, ledgerRetryAfter time.Duration) *Error {
 			if e.Message == "" {
 				e.Message = err.Error()
 			}
-			if d.err == pix.ErrUnavailable {
+			if d.err == pix.ErrUnavailable || d.err == pix.ErrOutcomeUnknown {
 				e.RetryAfter = ledgerRetryAfter
 			}
 			return e
@@ -149,8 +153,8 @@ func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTP
 			status = http.StatusInternalServerError
 		}
 		switch {
-		case e.Code == "ledger_unavailable":
-			logger.Error("ledger unavailable", "route", c.Path(), "err", err)
+		case e.Code == "ledger_unavailable", e.Code == "transfer_outcome_unknown":
+			logger.Error(e.Code, "route", c.Path(), "err", err)
 		case status >= http.StatusInternalServerError:
 			logger.Error("internal error", "route", c.Path(), "err", err)
 		}

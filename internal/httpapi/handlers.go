@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -206,22 +207,28 @@ func handlePIX(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
 }
 
 // validTransfer checks a PIX request and returns its normalized key and Idempotency-Key, or a
-// 400 naming every offending field.
+// 400: idempotency_key_required without the header (every PIX names itself, so that a retry after
+// any failure is safe), else invalid_request naming every offending field.
 func validTransfer(h http.Header, rawKey string, cents int64, description string) (key, idem string, err error) {
 	fields := map[string]string{}
 	idem = h.Get("Idempotency-Key")
 	switch keys := h.Values("Idempotency-Key"); {
+	case len(keys) == 0:
+		return "", "", &Error{Code: "idempotency_key_required", Message: "a PIX needs an Idempotency-Key header " +
+			"(1-64 of A-Z a-z 0-9 _ -), the same on every retry of one transfer",
+			Fields: map[string]string{"Idempotency-Key": "required"}}
 	case len(keys) > 1:
 		fields["Idempotency-Key"] = "must be sent once" // which one would the client mean?
-	case len(keys) == 1 && !idempotencyKey.MatchString(idem):
+	case !idempotencyKey.MatchString(idem):
 		fields["Idempotency-Key"] = "must be 1-64 of A-Z a-z 0-9 _ -"
 	}
 	key, _, keyErr := pix.ParseKey(rawKey)
 	if keyErr != nil {
 		fields["key"] = keyErr.Error()
 	}
-	if cents <= 0 {
-		fields["amount_cents"] = "must be a positive integer number of cents"
+	if cents <= 0 || cents > pix.MaxAmountCents {
+		fields["amount_cents"] = fmt.Sprintf("must be a positive integer number of cents, at most %d (%s)",
+			int64(pix.MaxAmountCents), pix.BRL(pix.MaxAmountCents))
 	}
 	if n := utf8.RuneCountInString(description); n > maxDescription || !printable(description) {
 		fields["description"] = "at most 140 printable characters"

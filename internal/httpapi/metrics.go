@@ -122,6 +122,8 @@ func (l instrumented) observe(call string, start time.Time, err error) {
 	switch {
 	case errors.Is(err, pix.ErrUnavailable):
 		result = "unavailable"
+	case errors.Is(err, pix.ErrOutcomeUnknown):
+		result = "outcome_unknown"
 	case err != nil:
 		result = "error" // a domain answer (insufficient funds, unknown key) is an error here too
 	}

@@ -9,8 +9,11 @@
 package pgtest
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -119,9 +122,12 @@ func redact(s string) string {
 
 // Gate is a TCP proxy in front of a database that a test can freeze, as SIGSTOP freezes a
 // server: while closed, connections are accepted and bytes are read, but nothing is forwarded
-// either way, so clients wait on a server that neither answers nor hangs up.
+// either way, so clients wait on a server that neither answers nor hangs up. It can also hold
+// COMMITs (HoldCommits): it reads the PostgreSQL protocol from the clients, message by message,
+// and keeps a COMMIT from the server until the test releases or drops it, so a test can make a
+// COMMIT's answer arrive after its client gave up, and decide whether it committed.
 type Gate struct {
-	// URL is the database's URL through the gate.
+	// URL is the database's URL through the gate (sslmode=disable: the gate reads the protocol).
 	URL string
 
 	mu     sync.Mutex
@@ -129,6 +135,11 @@ type Gate struct {
 	cut    bool
 	live   map[net.Conn]bool // client sides, for Cut
 	open   *sync.Cond
+
+	holding bool // COMMITs wait at the gate
+	held    int  // COMMITs waiting now
+	epoch   int  // incremented by each ReleaseCommits or DropCommits
+	dropped bool // what the last of them decided
 }
 
 // NewGate starts a gate in front of the database of url, open, and stops it when t ends.
@@ -146,11 +157,15 @@ func NewGate(t testing.TB, dbURL string) *Gate {
 	g := &Gate{live: map[net.Conn]bool{}}
 	g.open = sync.NewCond(&g.mu)
 	u.Host = ln.Addr().String()
+	q := u.Query()
+	q.Set("sslmode", "disable")
+	u.RawQuery = q.Encode()
 	g.URL = u.String()
 	var conns sync.WaitGroup
 	t.Cleanup(func() {
 		ln.Close()
 		g.Open()
+		g.DropCommits()
 		conns.Wait()
 	})
 	go func() {
@@ -175,7 +190,7 @@ func NewGate(t testing.TB, dbURL string) *Gate {
 				continue
 			}
 			conns.Add(2)
-			go func() { defer conns.Done(); g.pipe(server, client) }()
+			go func() { defer conns.Done(); g.fromClient(server, client) }()
 			go func() { defer conns.Done(); g.pipe(client, server) }()
 		}
 	}()
@@ -208,25 +223,120 @@ func (g *Gate) Open() {
 	g.open.Broadcast()
 }
 
+// HoldCommits makes every COMMIT a client sends from now on wait at the gate, unsent, until
+// ReleaseCommits or DropCommits. The transaction keeps its locks meanwhile, as one whose COMMIT
+// is slow in the server does.
+func (g *Gate) HoldCommits() {
+	g.mu.Lock()
+	g.holding = true
+	g.mu.Unlock()
+}
+
+// Held is the number of COMMITs waiting at the gate.
+func (g *Gate) Held() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held
+}
+
+// ReleaseCommits sends the held COMMITs on to the server, which commits them, whether or not
+// their clients still wait, and stops holding.
+func (g *Gate) ReleaseCommits() { g.endHold(false) }
+
+// DropCommits ends the connections of the held COMMITs without sending them: the server rolls
+// their transactions back. It stops holding.
+func (g *Gate) DropCommits() { g.endHold(true) }
+
+func (g *Gate) endHold(drop bool) {
+	g.mu.Lock()
+	g.holding, g.dropped = false, drop
+	g.epoch++
+	g.mu.Unlock()
+	g.open.Broadcast()
+}
+
+// passCommit waits while a COMMIT is held and reports whether to send it.
+func (g *Gate) passCommit() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.holding {
+		return true
+	}
+	g.held++
+	for epoch := g.epoch; g.epoch == epoch; {
+		g.open.Wait()
+	}
+	g.held--
+	return !g.dropped
+}
+
+// fromClient copies a client's messages to the server, one PostgreSQL message at a time: the
+// untyped start-up messages first, then typed ones (a byte, a length that counts itself, the
+// body). A COMMIT (a simple query "commit") may be held (HoldCommits).
+func (g *Gate) fromClient(server, client net.Conn) {
+	defer g.closeBoth(server, client)
+	r := bufio.NewReader(client)
+	for startup := true; ; {
+		var head []byte
+		if !startup {
+			t, err := r.ReadByte()
+			if err != nil {
+				return
+			}
+			head = []byte{t}
+		}
+		length := make([]byte, 4)
+		if _, err := io.ReadFull(r, length); err != nil {
+			return
+		}
+		n := int(binary.BigEndian.Uint32(length)) - 4
+		if n < 0 || n > 1<<28 {
+			return
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return
+		}
+		msg := append(append(head, length...), body...)
+		if startup {
+			// An SSLRequest or GSSENCRequest (refused: sslmode=disable) comes before the
+			// StartupMessage; anything else is the StartupMessage itself.
+			startup = n == 4 && (binary.BigEndian.Uint32(body) == 80877103 || binary.BigEndian.Uint32(body) == 80877104)
+		} else if head[0] == 'Q' && strings.EqualFold(strings.Trim(string(body), "\x00; "), "commit") && !g.passCommit() {
+			return
+		}
+		g.waitOpen()
+		if _, err := server.Write(msg); err != nil {
+			return
+		}
+	}
+}
+
+func (g *Gate) waitOpen() {
+	g.mu.Lock()
+	for g.closed {
+		g.open.Wait()
+	}
+	g.mu.Unlock()
+}
+
+func (g *Gate) closeBoth(a, b net.Conn) {
+	a.Close()
+	b.Close()
+	g.mu.Lock()
+	delete(g.live, a)
+	delete(g.live, b)
+	g.mu.Unlock()
+}
+
 // pipe copies src to dst, waiting at each chunk while the gate is closed, and closes both ends
 // when either side ends.
 func (g *Gate) pipe(dst, src net.Conn) {
-	defer func() {
-		dst.Close()
-		src.Close()
-		g.mu.Lock()
-		delete(g.live, dst)
-		delete(g.live, src)
-		g.mu.Unlock()
-	}()
+	defer g.closeBoth(dst, src)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		g.mu.Lock()
-		for g.closed {
-			g.open.Wait()
-		}
-		g.mu.Unlock()
+		g.waitOpen()
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

@@ -14,12 +14,23 @@ var (
 	ErrInsufficientFunds   = errors.New("insufficient funds")
 	ErrSameAccount         = errors.New("payer and payee are the same account")
 	ErrIdempotencyConflict = errors.New("idempotency key already used with a different request")
-	ErrInvalidAmount       = errors.New("amount must be a positive number of cents")
+	ErrInvalidAmount       = errors.New("amount must be a positive number of cents, at most MaxAmountCents")
+	// ErrIdempotencyKeyRequired: every transfer names its IdempotencyKey, so that a retry, after
+	// any failure, is safe by construction.
+	ErrIdempotencyKeyRequired = errors.New("a transfer needs an idempotency key")
 	// ErrUnavailable is wrapped by every error that means the ledger could not answer within
-	// its deadline (or at all): nothing was changed, and the caller may retry later, a
-	// transfer with its IdempotencyKey.
+	// its deadline (or at all) before anything was sent for commit: nothing was changed, and the
+	// caller may retry later.
 	ErrUnavailable = errors.New("ledger unavailable")
+	// ErrOutcomeUnknown is wrapped by the error of a transfer whose COMMIT was sent but whose
+	// outcome the ledger could not learn in time: the money may have moved. Retrying with the
+	// same IdempotencyKey returns the transfer's Receipt if it was made, and makes it if not.
+	ErrOutcomeUnknown = errors.New("transfer outcome unknown")
 )
+
+// MaxAmountCents is the largest amount one transfer may move: R$ 1.000.000.000,00. Far above any
+// real PIX, and small enough that no sum the ledger keeps (a night's, a day's) can overflow.
+const MaxAmountCents = 100_000_000_000
 
 // Account is a customer account. Its balance lives in the Ledger.
 type Account struct {
@@ -41,7 +52,8 @@ type Ledger interface {
 	AccountByDocument(ctx context.Context, document string) (Account, error)
 	// Transfer moves money from one account to the owner of a PIX key. A request with the
 	// IdempotencyKey of an earlier one from the same account returns the earlier Receipt and
-	// moves nothing, or ErrIdempotencyConflict if the two requests differ.
+	// moves nothing, or ErrIdempotencyConflict if the two requests differ. A failure wraps
+	// ErrUnavailable when nothing was changed, ErrOutcomeUnknown when the money may have moved.
 	Transfer(ctx context.Context, r TransferRequest) (Receipt, error)
 	// Statement returns the account's balance and its newest entries, at most limit of them.
 	Statement(ctx context.Context, accountID string, limit int) (Statement, error)
@@ -63,7 +75,18 @@ type TransferRequest struct {
 	ToKey          string // normalized, as ParseKey returns it
 	AmountCents    int64
 	Description    string
-	IdempotencyKey string // optional
+	IdempotencyKey string // required: names the transfer across retries
+}
+
+// valid checks what every ledger requires of a transfer before it looks at any account.
+func (r TransferRequest) valid() error {
+	if r.AmountCents <= 0 || r.AmountCents > MaxAmountCents {
+		return ErrInvalidAmount
+	}
+	if r.IdempotencyKey == "" {
+		return ErrIdempotencyKeyRequired
+	}
+	return nil
 }
 
 // Receipt is the outcome of a transfer.

@@ -79,18 +79,16 @@ func (l *MemoryLedger) AccountByDocument(_ context.Context, document string) (Ac
 
 // Transfer implements Ledger.
 func (l *MemoryLedger) Transfer(_ context.Context, r TransferRequest) (Receipt, error) {
-	if r.AmountCents <= 0 {
-		return Receipt{}, ErrInvalidAmount
+	if err := r.valid(); err != nil {
+		return Receipt{}, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if r.IdempotencyKey != "" {
-		if rec, ok := l.replays[idemKey{r.From, r.IdempotencyKey}]; ok {
-			if rec.req != r {
-				return Receipt{}, ErrIdempotencyConflict
-			}
-			return rec.receipt, nil
+	if rec, ok := l.replays[idemKey{r.From, r.IdempotencyKey}]; ok {
+		if rec.req != r {
+			return Receipt{}, ErrIdempotencyConflict
 		}
+		return rec.receipt, nil
 	}
 	from, ok := l.accounts[r.From]
 	if !ok {
@@ -130,9 +128,7 @@ func (l *MemoryLedger) Transfer(_ context.Context, r TransferRequest) (Receipt, 
 
 	receipt := Receipt{EndToEndID: id, AmountCents: r.AmountCents, BalanceCents: from.balance,
 		ToKey: r.ToKey, ToName: to.Name, CreatedAt: now}
-	if r.IdempotencyKey != "" {
-		l.replays[idemKey{r.From, r.IdempotencyKey}] = idemRecord{req: r, receipt: receipt}
-	}
+	l.replays[idemKey{r.From, r.IdempotencyKey}] = idemRecord{req: r, receipt: receipt}
 	return receipt, nil
 }
 

@@ -57,7 +57,9 @@ func (n NightCap) check(now time.Time, spent, amount int64) error {
 	if n.LimitCents <= 0 {
 		return nil
 	}
-	if _, night := n.nightOf(now); night && spent+amount > n.LimitCents {
+	// amount > limit-spent, not spent+amount > limit: the sum could overflow, the difference
+	// cannot (both are non-negative).
+	if _, night := n.nightOf(now); night && amount > n.LimitCents-spent {
 		return &NightLimitError{LimitCents: n.LimitCents, RemainingCents: max(0, n.LimitCents-spent)}
 	}
 	return nil

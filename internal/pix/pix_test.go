@@ -2,9 +2,11 @@ package pix
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"regexp"
 	"sync"
@@ -165,6 +167,8 @@ func TestTransferErrors(t *testing.T) {
 		}{
 			{TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: 0}, ErrInvalidAmount},
 			{TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: -5}, ErrInvalidAmount},
+			{TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: MaxAmountCents + 1}, ErrInvalidAmount},
+			{TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: math.MaxInt64}, ErrInvalidAmount},
 			{TransferRequest{From: "acct-diego", ToKey: "nobody@example.com", AmountCents: 1}, ErrKeyNotFound},
 			{TransferRequest{From: "acct-diego", ToKey: "diego@example.com", AmountCents: 1}, ErrSameAccount},
 			{TransferRequest{From: "acct-diego", ToKey: "93541134780", AmountCents: 1}, ErrSameAccount},
@@ -173,6 +177,7 @@ func TestTransferErrors(t *testing.T) {
 			// A token for an account that no longer exists fails as such, whatever key it names.
 			{TransferRequest{From: "acct-nobody", ToKey: "nobody@example.com", AmountCents: 1}, ErrAccountNotFound},
 		} {
+			tt.req.IdempotencyKey = newKey()
 			if _, err := l.Transfer(ctx, tt.req); !errors.Is(err, tt.want) {
 				t.Errorf("Transfer(%+v) = %v, want %v", tt.req, err, tt.want)
 			}
@@ -180,6 +185,9 @@ func TestTransferErrors(t *testing.T) {
 		st, err := l.Statement(ctx, "acct-diego", 10)
 		if err != nil || st.BalanceCents != 100_000 || len(st.Entries) != 0 {
 			t.Errorf("after only failed transfers: %+v, %v; want balance 100000, no entries", st, err)
+		}
+		if _, err := l.Transfer(ctx, TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: 1}); !errors.Is(err, ErrIdempotencyKeyRequired) {
+			t.Errorf("a transfer without an idempotency key: %v, want ErrIdempotencyKeyRequired", err)
 		}
 		if _, err := l.Statement(ctx, "acct-nobody", 10); !errors.Is(err, ErrAccountNotFound) {
 			t.Errorf("statement of no account: %v, want ErrAccountNotFound", err)
@@ -199,7 +207,7 @@ func TestTransferAndStatement(t *testing.T) {
 		}
 		var ids []string
 		for i, amount := range []int64{100, 250, 400} {
-			r, err := l.Transfer(ctx, TransferRequest{From: "acct-ana", ToKey: "+5511987654321", AmountCents: amount, Description: fmt.Sprint("n", i)})
+			r, err := l.Transfer(ctx, TransferRequest{From: "acct-ana", ToKey: "+5511987654321", AmountCents: amount, Description: fmt.Sprint("n", i), IdempotencyKey: newKey()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -353,7 +361,7 @@ func TestConcurrentTransfersKeepTheBooks(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(g), 3))
 				for range 100 {
 					from, to := accounts[rng.IntN(4)], accounts[rng.IntN(4)]
-					_, err := l.Transfer(ctx, TransferRequest{From: from.ID, ToKey: to.Keys[0], AmountCents: int64(1 + rng.IntN(60_000))})
+					_, err := l.Transfer(ctx, TransferRequest{From: from.ID, ToKey: to.Keys[0], AmountCents: int64(1 + rng.IntN(60_000)), IdempotencyKey: newKey()})
 					if err != nil && !errors.Is(err, ErrInsufficientFunds) && !errors.Is(err, ErrSameAccount) {
 						t.Errorf("transfer: %v", err)
 					}
@@ -482,7 +490,7 @@ func TestNightCapEdges(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			pay := func(cents int64) error {
-				_, err := l.Transfer(ctx, TransferRequest{From: "acct-ana", ToKey: "bruno@example.com", AmountCents: cents})
+				_, err := l.Transfer(ctx, TransferRequest{From: "acct-ana", ToKey: "bruno@example.com", AmountCents: cents, IdempotencyKey: newKey()})
 				return err
 			}
 			set(19, 59, 59, 30) // day: no cap
@@ -533,7 +541,7 @@ func TestNightCapUnderConcurrency(t *testing.T) {
 			results := map[string]int{}
 			for range 20 {
 				wg.Go(func() {
-					_, err := l.Transfer(context.Background(), TransferRequest{From: "acct-bruno", ToKey: "carla@example.com", AmountCents: 10_000})
+					_, err := l.Transfer(context.Background(), TransferRequest{From: "acct-bruno", ToKey: "carla@example.com", AmountCents: 10_000, IdempotencyKey: newKey()})
 					mu.Lock()
 					results[fmt.Sprint(errors.Is(err, ErrNightLimitExceeded), err == nil)]++
 					mu.Unlock()
@@ -544,5 +552,32 @@ func TestNightCapUnderConcurrency(t *testing.T) {
 				t.Errorf("20 concurrent R$ 100,00 at night: %v, want 10 passed and 10 refused by the cap", results)
 			}
 		})
+	}
+}
+
+// newKey is a fresh idempotency key, as a client makes one per transfer.
+func newKey() string { return crand.Text() }
+
+// TestNightCapCannotOverflow: spent + amount in int64 wrapped around below the cap
+// (spent 1, amount MaxInt64); the cap compares without adding.
+func TestNightCapCannotOverflow(t *testing.T) {
+	n, err := DefaultNightCap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	night := time.Date(2026, 11, 30, 23, 0, 0, 0, n.Location)
+	for _, tt := range []struct {
+		spent, amount int64
+		ok            bool
+	}{
+		{1, math.MaxInt64, false},
+		{math.MaxInt64, math.MaxInt64, false},
+		{99_999, 1, true},
+		{99_999, 2, false},
+		{0, 100_000, true},
+	} {
+		if got := n.check(night, tt.spent, tt.amount) == nil; got != tt.ok {
+			t.Errorf("check(spent %d, amount %d) allowed %t, want %t", tt.spent, tt.amount, got, tt.ok)
+		}
 	}
 }

@@ -78,27 +78,52 @@ func (l *PostgresLedger) Ping(ctx context.Context) error {
 	return unavailable(l.pool.Ping(ctx))
 }
 
-// unavailable wraps err in ErrUnavailable when it means the database did not answer: a deadline
-// passed, the server cancelled a statement at statement_timeout, or no answer came at all (no
-// connection could be made, one broke, a host is unknown). The rule is "did the server answer":
-// an error the server reported (a *pgconn.PgError) is a bug to fix, a 500; no answer is an
-// outage, a 503 the client may retry. Domain errors (ErrInsufficientFunds, ...) and a client that
-// left (context.Canceled) pass unchanged.
+// unavailable wraps err in ErrUnavailable when it means the ledger could not do its work for a
+// reason of the database's state, not of the request: no answer came (a deadline passed, no
+// connection could be made, one broke) or the server answered that it cannot serve now (the
+// codes of serverUnavailable). Such a failure is a 503 the client may retry; any other error
+// the server reported is a bug to fix, a 500. Domain errors (ErrInsufficientFunds, ...) and a
+// client that left (context.Canceled) pass unchanged. It is for failures before COMMIT was
+// sent; after, see commitOutcome.
 func unavailable(err error) error {
-	var pgErr *pgconn.PgError
+	var (
+		pgErr   *pgconn.PgError
+		connErr *pgconn.ConnectError
+	)
 	switch {
 	case err == nil, errors.Is(err, context.Canceled), isDomain(err):
 		return err
-	case errors.As(err, &pgErr) && pgErr.Code != "57014": // 57014 query_canceled: statement_timeout
+	case errors.As(err, &connErr): // even one the server refused (starting up, too many clients)
+	case errors.As(err, &pgErr) && !serverUnavailable(pgErr):
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
+// serverUnavailable reports whether the server's error says it cannot serve now, rather than
+// that the request was wrong: a PostgreSQL restart, failover or overload. By SQLSTATE:
+// 08 connection exceptions; 53 insufficient resources (too many connections, disk full, out of
+// memory); 57P01-57P05 shutdown, crash, cannot connect now, idle-session timeout; 57014
+// statement_timeout; 25006 read-only transaction (a standby, or a primary demoted under us);
+// 40001 and 40P01 serialization failure and deadlock, once Transfer's retries are spent; 55P03
+// lock not available; 58 system errors (I/O).
+func serverUnavailable(e *pgconn.PgError) bool {
+	switch class := e.Code[:2]; {
+	case class == "08", class == "53", class == "58", strings.HasPrefix(e.Code, "57P"):
+		return true
+	}
+	switch e.Code {
+	case "57014", "25006", "40001", "40P01", "55P03":
+		return true
+	}
+	return false
+}
+
 // isDomain reports whether err is one of the ledger's own answers.
 func isDomain(err error) bool {
 	for _, d := range []error{ErrAccountNotFound, ErrKeyNotFound, ErrInsufficientFunds, ErrSameAccount,
-		ErrIdempotencyConflict, ErrInvalidAmount, ErrNightLimitExceeded, ErrUnavailable} {
+		ErrIdempotencyConflict, ErrInvalidAmount, ErrIdempotencyKeyRequired, ErrNightLimitExceeded,
+		ErrUnavailable, ErrOutcomeUnknown} {
 		if errors.Is(err, d) {
 			return true
 		}
@@ -212,37 +237,44 @@ const maxAttempts = 5
 // transfers cannot deadlock), look for an earlier transfer with the idempotency key again now
 // that no other transfer of the payer can commit, debit only if the balance covers the amount,
 // credit, record the transfer with its idempotency key and both entries; all of it commits or
-// none does. The whole call, retries included, ends within the ledger's timeout.
+// none does.
+//
+// Two deadlines, because a failure means two different things on either side of COMMIT. Up to
+// COMMIT, every statement and retry shares the ledger's timeout, and a failure (ErrUnavailable)
+// means nothing was changed: PostgreSQL rolls back a transaction that never committed. Once
+// COMMIT is sent, the transaction may commit whatever the client does, so giving up on it and
+// saying "nothing changed" could make a careful client pay twice. COMMIT gets a wait of its own
+// (the ledger's timeout again, not the remains of the first), and its answer decides: done, or
+// an error the server reported (rolled back, nothing changed). With no answer, the ledger asks
+// once more, on another connection, whether the transfer is recorded under its idempotency key;
+// only if that too fails to say yes is the outcome unknown (ErrOutcomeUnknown), and the
+// client's retry with the same key finds the receipt or makes the transfer.
 func (l *PostgresLedger) Transfer(ctx context.Context, r TransferRequest) (Receipt, error) {
-	if r.AmountCents <= 0 {
-		return Receipt{}, ErrInvalidAmount
+	if err := r.valid(); err != nil {
+		return Receipt{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	steps, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	receipt, err := l.transferWithRetries(ctx, r)
-	return receipt, unavailable(err)
-}
-
-func (l *PostgresLedger) transferWithRetries(ctx context.Context, r TransferRequest) (Receipt, error) {
 	for attempt := 1; ; attempt++ {
-		receipt, err := l.transfer(ctx, r)
+		receipt, err := l.transfer(steps, ctx, r)
 		var pgErr *pgconn.PgError
 		switch {
-		case err == nil:
-			return receipt, nil
+		case err == nil, errors.Is(err, ErrOutcomeUnknown):
+			return receipt, err
 		case errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "transfers_payer_id_idempotency_key_key":
 			// A concurrent request with this idempotency key committed first: answer as its replay.
-			return l.replay(ctx, r)
+			receipt, err = l.replay(steps, r)
+			return receipt, unavailable(err)
 		case errors.As(err, &pgErr) && retryable(pgErr) && attempt < maxAttempts:
 			backoff := time.Duration(attempt*attempt*(1+rand.IntN(5))) * time.Millisecond // jittered, growing
 			select {
 			case <-time.After(backoff):
 				continue
-			case <-ctx.Done():
-				return Receipt{}, ctx.Err()
+			case <-steps.Done():
+				return Receipt{}, unavailable(steps.Err())
 			}
 		}
-		return Receipt{}, err
+		return Receipt{}, unavailable(err)
 	}
 }
 
@@ -251,72 +283,125 @@ func retryable(e *pgconn.PgError) bool {
 	return e.Code == "40001" || e.Code == "40P01" || e.Code == "23505" && e.ConstraintName == "transfers_pkey"
 }
 
-// transfer is one attempt of Transfer. It is a little over sixty lines on purpose: one
-// transaction whose steps read in order, each depending on the locks the one before took.
-func (l *PostgresLedger) transfer(ctx context.Context, r TransferRequest) (Receipt, error) {
-	var receipt Receipt
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		if r.IdempotencyKey != "" {
-			prior, found, err := findReplay(ctx, tx, r)
-			if err != nil || found {
-				receipt = prior
-				return err
-			}
-		}
-		var payee, payeeName string
-		err := tx.QueryRow(ctx, `SELECT a.id, a.name FROM pix_keys k JOIN accounts a ON a.id = k.account_id WHERE k.key = $1`, r.ToKey).
-			Scan(&payee, &payeeName)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return keyNotFound(ctx, tx, r.From)
-		}
-		if err != nil {
-			return err
-		}
-		if payee == r.From {
-			return ErrSameAccount
-		}
-		rows, err := tx.Query(ctx, "SELECT id FROM accounts WHERE id = ANY($1) ORDER BY id FOR UPDATE", []string{r.From, payee})
-		if err != nil {
-			return err
-		}
-		locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		if !slices.Contains(locked, r.From) {
-			return ErrAccountNotFound
-		}
-		if r.IdempotencyKey != "" {
-			// Looked up again under the payer's lock: a concurrent request with this key that
-			// committed while this one waited for the lock is found now, and answered as its
-			// replay, rather than judged against the balance it already spent.
-			prior, found, err := findReplay(ctx, tx, r)
-			if err != nil || found {
-				receipt = prior
-				return err
-			}
-		}
-		now := l.now().UTC().Truncate(time.Microsecond)
-		if err := l.checkNight(ctx, tx, r, now); err != nil {
-			return err
-		}
-		var balance int64
-		var payerName string
-		err = tx.QueryRow(ctx, `UPDATE accounts SET balance_cents = balance_cents - $2
-			WHERE id = $1 AND balance_cents >= $2 RETURNING balance_cents, name`, r.From, r.AmountCents).Scan(&balance, &payerName)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrInsufficientFunds
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "UPDATE accounts SET balance_cents = balance_cents + $2 WHERE id = $1", payee, r.AmountCents); err != nil {
-			return err // 22003 numeric overflow: unreachable while money is only moved
-		}
-		receipt, err = l.record(ctx, tx, r, payee, payerName, payeeName, balance, now)
-		return err
-	})
-	return receipt, err
+// LongestTransfer is the longest a Transfer may take: the statements' deadline, COMMIT's and
+// the look-up that asks for an unknown outcome. A server answering PIX requests gives its
+// responses at least this long.
+func (l *PostgresLedger) LongestTransfer() time.Duration { return LongestTransfer(l.timeout) }
+
+// LongestTransfer is PostgresLedger.LongestTransfer for a ledger of the given timeout.
+func LongestTransfer(timeout time.Duration) time.Duration { return 2*timeout + outcomeWait(timeout) }
+
+// outcomeWait bounds the look-up that asks whether a transfer whose COMMIT went unanswered was
+// recorded: a second at most, as it only turns an unknown outcome into a known one.
+func outcomeWait(timeout time.Duration) time.Duration { return min(timeout, time.Second) }
+
+// transfer is one attempt of Transfer: its statements under steps, its COMMIT under a wait of
+// its own that ctx's cancellation does not cut short (a client that left does not make the
+// outcome unknown).
+func (l *PostgresLedger) transfer(steps, ctx context.Context, r TransferRequest) (Receipt, error) {
+	tx, err := l.pool.Begin(steps)
+	if err != nil {
+		return Receipt{}, err
+	}
+	receipt, replayed, err := l.statements(steps, tx, r)
+	if err != nil || replayed {
+		rollback(tx) // a replay wrote nothing: nothing to commit
+		return receipt, err
+	}
+	commit, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
+	defer cancel()
+	err = tx.Commit(commit)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return receipt, nil
+	case errors.Is(err, pgx.ErrTxCommitRollback):
+		return Receipt{}, fmt.Errorf("%w: the transaction was rolled back at commit", ErrUnavailable)
+	case errors.As(err, &pgErr) && pgErr.Severity == "ERROR":
+		return Receipt{}, err // the server refused COMMIT and rolled back; Transfer classifies it
+	}
+	// No answer, or the session ended (FATAL): the transaction may have committed.
+	return l.outcomeOf(context.WithoutCancel(ctx), r, err)
+}
+
+// rollback ends a transaction that failed before COMMIT, on a short deadline of its own: the
+// statements' may have passed. If the rollback cannot be sent, pgx closes the connection, and
+// the server rolls back when the session ends.
+func rollback(tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}
+
+// outcomeOf learns, if it can, the outcome of r whose COMMIT went unanswered (commitErr): the
+// receipt if the transfer is recorded under its idempotency key, else ErrOutcomeUnknown. Not
+// finding it proves nothing: the COMMIT may still be on its way, or waiting in the server.
+func (l *PostgresLedger) outcomeOf(ctx context.Context, r TransferRequest, commitErr error) (Receipt, error) {
+	ctx, cancel := context.WithTimeout(ctx, outcomeWait(l.timeout))
+	defer cancel()
+	receipt, found, err := findReplay(ctx, l.pool, r)
+	if found && err == nil {
+		return receipt, nil
+	}
+	return Receipt{}, fmt.Errorf("%w: COMMIT sent, no answer (%w); look-up: found %t, %v", ErrOutcomeUnknown, commitErr, found, err)
+}
+
+// statements runs one attempt's statements in tx, up to COMMIT. It is a little over sixty lines
+// on purpose: one transaction whose steps read in order, each depending on the locks the one
+// before took. replayed reports that the request's idempotency key was already recorded:
+// receipt is then the earlier one, and tx wrote nothing.
+func (l *PostgresLedger) statements(ctx context.Context, tx pgx.Tx, r TransferRequest) (receipt Receipt, replayed bool, err error) {
+	if prior, found, err := findReplay(ctx, tx, r); err != nil || found {
+		return prior, found, err
+	}
+	var payee, payeeName string
+	err = tx.QueryRow(ctx, `SELECT a.id, a.name FROM pix_keys k JOIN accounts a ON a.id = k.account_id WHERE k.key = $1`, r.ToKey).
+		Scan(&payee, &payeeName)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Receipt{}, false, keyNotFound(ctx, tx, r.From)
+	}
+	if err != nil {
+		return Receipt{}, false, err
+	}
+	if payee == r.From {
+		return Receipt{}, false, ErrSameAccount
+	}
+	rows, err := tx.Query(ctx, "SELECT id FROM accounts WHERE id = ANY($1) ORDER BY id FOR UPDATE", []string{r.From, payee})
+	if err != nil {
+		return Receipt{}, false, err
+	}
+	locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return Receipt{}, false, err
+	}
+	if !slices.Contains(locked, r.From) {
+		return Receipt{}, false, ErrAccountNotFound
+	}
+	// Looked up again under the payer's lock: a concurrent request with this key that committed
+	// while this one waited for the lock is found now, and answered as its replay, rather than
+	// judged against the balance it already spent.
+	if prior, found, err := findReplay(ctx, tx, r); err != nil || found {
+		return prior, found, err
+	}
+	now := l.now().UTC().Truncate(time.Microsecond)
+	if err := l.checkNight(ctx, tx, r, now); err != nil {
+		return Receipt{}, false, err
+	}
+	var balance int64
+	var payerName string
+	err = tx.QueryRow(ctx, `UPDATE accounts SET balance_cents = balance_cents - $2
+		WHERE id = $1 AND balance_cents >= $2 RETURNING balance_cents, name`, r.From, r.AmountCents).Scan(&balance, &payerName)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Receipt{}, false, ErrInsufficientFunds
+	}
+	if err != nil {
+		return Receipt{}, false, err
+	}
+	if _, err := tx.Exec(ctx, "UPDATE accounts SET balance_cents = balance_cents + $2 WHERE id = $1", payee, r.AmountCents); err != nil {
+		return Receipt{}, false, err // 22003 numeric overflow: unreachable while money is only moved
+	}
+	receipt, err = l.record(ctx, tx, r, payee, payerName, payeeName, balance, now)
+	return receipt, false, err
 }
 
 // checkNight applies the night-time cap under the payer's row lock, which the transaction holds:
@@ -353,13 +438,9 @@ func keyNotFound(ctx context.Context, q querier, payer string) error {
 // its two statement entries, and returns its receipt.
 func (l *PostgresLedger) record(ctx context.Context, tx pgx.Tx, r TransferRequest, payee, payerName, payeeName string, balance int64, now time.Time) (Receipt, error) {
 	id := NewEndToEndID(now)
-	var idem *string
-	if r.IdempotencyKey != "" {
-		idem = &r.IdempotencyKey
-	}
 	if _, err := tx.Exec(ctx, `INSERT INTO transfers (end_to_end_id, payer_id, payee_id, to_key, amount_cents,
 		description, idempotency_key, payer_balance_after, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		id, r.From, payee, r.ToKey, r.AmountCents, r.Description, idem, balance, now); err != nil {
+		id, r.From, payee, r.ToKey, r.AmountCents, r.Description, r.IdempotencyKey, balance, now); err != nil {
 		return Receipt{}, err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO entries (account_id, end_to_end_id, direction, amount_cents, counterparty, description, created_at)
