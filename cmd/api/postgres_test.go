@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pixlimit/pixlimit/internal/apitest"
 	"github.com/pixlimit/pixlimit/internal/pgtest"
@@ -261,5 +264,163 @@ func TestACommitWithoutAnAnswerIsNeverNothingChanged(t *testing.T) {
 		if found != 1 {
 			t.Errorf("%s: the receipt's transfer %v is %d times in the statement, want once", tt.name, id, found)
 		}
+	}
+}
+
+// TestAPostgresRestartUnderLoadIsNeverA500: two replicas send PIX, each transfer under its own
+// Idempotency-Key and retried with it after a 503 until it gets a definite answer, while the
+// test's own PostgreSQL restarts (fast shutdown: sessions terminated, 57P01; then 57P03 while
+// it starts). No answer is a 500; every 503 is ledger_unavailable or transfer_outcome_unknown,
+// with Retry-After; the ledger holds exactly the transfers answered 201, each once; the sum of
+// balances is unchanged.
+func TestAPostgresRestartUnderLoadIsNeverA500(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.StartServer(t)
+	srv := redistest.Start(t)
+	env := map[string]string{"DATABASE_URL": pg.URL, "DEMO_ACCOUNTS": "true", "DB_TIMEOUT": "1s",
+		"PIX_LIMIT": "100000", "STATEMENT_LIMIT": "100000", "LOG_LEVEL": "warn"}
+	replicas := []*api{startAPI(t, srv, env), startAPI(t, srv, env)}
+	tokens := make([]string, len(demo))
+	for i, d := range demo {
+		tokens[i] = replicas[i%2].Token(d.Document, d.Password)
+	}
+
+	var (
+		mu       sync.Mutex
+		statuses = map[int]int{}
+		codes    = map[string]int{}
+		created  = map[string]bool{} // end-to-end ids answered 201
+		wg       sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	for r := range replicas {
+		for g := range 4 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(r), uint64(g)))
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					from := rng.IntN(4)
+					to, key, cents := (from+1+rng.IntN(3))%4, apitest.NewIdempotencyKey(), int64(1+rng.IntN(1000))
+					for deadline := time.Now().Add(20 * time.Second); ; {
+						resp := replicas[r].PIX(tokens[from], demo[to].Key, cents, "Idempotency-Key", key)
+						code, _ := resp.JSON(t)["error"].(string)
+						mu.Lock()
+						statuses[resp.Status]++
+						codes[code]++
+						if resp.Status == http.StatusCreated {
+							created[resp.JSON(t)["end_to_end_id"].(string)] = true
+						}
+						mu.Unlock()
+						if resp.Status == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
+							t.Errorf("503 without Retry-After: %v", resp)
+						}
+						if resp.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+							break
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
+				}
+			})
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	pg.Restart()
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	t.Logf("statuses %v, codes %v", statuses, codes)
+	for s, n := range statuses {
+		if s != http.StatusCreated && s != http.StatusServiceUnavailable && s != http.StatusUnprocessableEntity {
+			t.Errorf("%d × %d, want only 201, 503 (during the restart) and 422", n, s)
+		}
+	}
+	for code, n := range codes {
+		if code != "" && code != "ledger_unavailable" && code != "transfer_outcome_unknown" && code != "insufficient_funds" {
+			t.Errorf("%d × %s", n, code)
+		}
+	}
+	if statuses[http.StatusServiceUnavailable] == 0 || statuses[http.StatusCreated] < 50 {
+		t.Errorf("statuses %v: want the restart seen (some 503) and at least 50 transfers", statuses)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, _ := conn.Query(ctx, "SELECT end_to_end_id FROM transfers")
+	inLedger, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range inLedger {
+		if !created[id] {
+			t.Errorf("transfer %s is in the ledger, but no client was answered 201 for it", id)
+		}
+	}
+	if len(inLedger) != len(created) {
+		t.Errorf("%d transfers in the ledger, %d answered 201: want the same, each once", len(inLedger), len(created))
+	}
+	var total int64
+	for i, tok := range tokens {
+		total += replicas[(i+1)%2].Balance(tok)
+	}
+	if total != 1_850_000 {
+		t.Errorf("sum of balances %d, want 1850000", total)
+	}
+}
+
+// TestASlowCommitOnARealServer makes COMMIT slow the way the audit did: the test's own server
+// waits for a synchronous standby that does not exist. The PIX's COMMIT gets no answer within its
+// wait; the server commits it locally when statement_timeout ends the wait, about when the
+// client gives up, so the answer is the receipt (the ledger's second look found the transfer) or
+// 503 transfer_outcome_unknown; never ledger_unavailable. The retry with the same key is the
+// transfer's receipt, and the money moved once.
+func TestASlowCommitOnARealServer(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.StartServer(t)
+	a := startAPI(t, redistest.Start(t), map[string]string{"DATABASE_URL": pg.URL, "DEMO_ACCOUNTS": "true", "DB_TIMEOUT": "500ms"})
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	before := a.Balance(ana)
+	exec := func(sql string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, pg.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		for _, q := range []string{sql, "SELECT pg_reload_conf()"} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // every backend reloads before its next command
+	}
+
+	exec("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+	key := apitest.NewIdempotencyKey()
+	first := a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", key)
+	code, _ := first.JSON(t)["error"].(string)
+	t.Logf("the PIX whose COMMIT waited for a standby: %v after %v", first, first.Took.Round(time.Millisecond))
+	if first.Status != http.StatusCreated && code != "transfer_outcome_unknown" {
+		t.Errorf("the PIX whose COMMIT waited for a standby: %v, want 201 or 503 transfer_outcome_unknown", first)
+	}
+	exec("ALTER SYSTEM RESET synchronous_standby_names")
+
+	retry := a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", key)
+	if retry.Status != http.StatusCreated || first.Status == http.StatusCreated && string(retry.Body) != string(first.Body) {
+		t.Fatalf("the retry with the same key: %v, want 201 with the transfer's receipt (first answer %v)", retry, first)
+	}
+	if got := a.Balance(ana); got != before-700 {
+		t.Errorf("balance %d, want %d: the money moves once", got, before-700)
 	}
 }

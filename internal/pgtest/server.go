@@ -1,0 +1,126 @@
+package pgtest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// Server is a PostgreSQL server of one test's own, in a fresh data directory on a free port: a
+// test that must stop, restart or reconfigure the server (a restart under load, say) never
+// touches the shared one. Its one database, postgres, trusts the postgres user on loopback.
+type Server struct {
+	// URL is the server's postgres database, as the postgres user.
+	URL string
+
+	t   testing.TB
+	bin string // the directory of initdb, pg_ctl, postgres
+	dir string // the data directory
+	as  *syscall.Credential
+}
+
+// StartServer initializes and starts a server for t, and stops it and removes its files when t
+// ends. It needs PostgreSQL's server programs (Debian: apt-get install postgresql); as root, it
+// runs them as the postgres user, since PostgreSQL refuses to run as root.
+func StartServer(t testing.TB) *Server {
+	t.Helper()
+	bin, err := serverBin()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	s := &Server{t: t, bin: bin}
+	dir, err := os.MkdirTemp("", "pixlimit-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.dir = dir
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("pgtest: running as root, and no postgres user to run the server as: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		s.as = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	port := freePort(t)
+	s.run("initdb", "-D", filepath.Join(dir, "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+	// fsync off: the test's server need not survive a crash of the machine, only restarts.
+	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k %s -c fsync=off -c full_page_writes=off", port, dir)
+	s.run("pg_ctl", "-D", filepath.Join(dir, "data"), "-l", filepath.Join(dir, "log"), "-o", opts, "-w", "-t", "60", "start")
+	t.Cleanup(func() { s.ctl("-m", "immediate", "stop") })
+	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	return s
+}
+
+// Restart stops the server as an operator's restart does (fast shutdown: every session is
+// terminated, transactions in flight roll back) and starts it again, waiting until it accepts
+// connections.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.ctl("-m", "fast", "-w", "-t", "60", "restart")
+}
+
+func (s *Server) ctl(args ...string) {
+	s.t.Helper()
+	s.run("pg_ctl", append([]string{"-D", filepath.Join(s.dir, "data"), "-l", filepath.Join(s.dir, "log")}, args...)...)
+}
+
+func (s *Server) run(prog string, args ...string) {
+	s.t.Helper()
+	cmd := exec.Command(filepath.Join(s.bin, prog), args...)
+	cmd.Dir = s.dir
+	if s.as != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.as}
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.dir, "log"))
+		s.t.Fatalf("pgtest: %s %s: %v\n%s\n%s", prog, strings.Join(args, " "), err, out, log)
+	}
+}
+
+// serverBin finds the directory of PostgreSQL's server programs: pg_config's, else the newest
+// of Debian's /usr/lib/postgresql/*/bin.
+func serverBin() (string, error) {
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		dir := strings.TrimSpace(string(out))
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) < versionOf(dirs[j]) })
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if _, err := os.Stat(filepath.Join(dirs[i], "initdb")); err == nil {
+			return dirs[i], nil
+		}
+	}
+	return "", fmt.Errorf("no PostgreSQL server programs (initdb, pg_ctl): install them (Debian: apt-get install postgresql)")
+}
+
+func versionOf(bin string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(bin)))
+	return n
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
