@@ -258,7 +258,9 @@ func TestATrustedDeviceIsNotLockedOut(t *testing.T) {
 	if byDevice.Status != http.StatusTooManyRequests {
 		t.Fatalf("the device's 6th login: %v, want 429 from its own key", byDevice)
 	}
-	if got := byDevice.Header.Get("RateLimit-Policy"); got != `"login-ip";q=10;w=600, "login-device";q=5;w=600` {
+	// The device's key is reported under the document key's policy: a refusal never says whether
+	// a device token is valid (TestARefusalDoesNotSayWhoseDeviceItIs).
+	if got := byDevice.Header.Get("RateLimit-Policy"); got != `"login-ip";q=10;w=600, "login-account";q=5;w=600` {
 		t.Errorf("refused by the device key: RateLimit-Policy %q", got)
 	}
 	strip := func(r apitest.Response) map[string]any {
@@ -269,6 +271,40 @@ func TestATrustedDeviceIsNotLockedOut(t *testing.T) {
 	if d, k := strip(byDevice), strip(lockedOut); !maps.Equal(d, k) ||
 		!slices.Equal(slices.Sorted(maps.Keys(byDevice.Header)), slices.Sorted(maps.Keys(lockedOut.Header))) {
 		t.Errorf("refused by the device key and by the document key differ:\n %v %v\n %v %v", byDevice, byDevice.Header, lockedOut, lockedOut.Header)
+	}
+}
+
+// TestARefusalDoesNotSayWhoseDeviceItIs: with the IP key full, a login refusal costs nothing, so
+// its answer must not depend on whether the device token it presents is valid for its CPF, or a
+// stolen token would find its owner's CPF by trying CPFs. Carla's own token, a forged one and
+// none get the same status, body and headers.
+func TestARefusalDoesNotSayWhoseDeviceItIs(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"})
+	carla := demo[2]
+	phone, _ := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "198.51.100.7").JSON(t)["device_token"].(string)
+	for i := range 9 { // the IP key's other nine
+		if r := a.Login(apitest.CPF(i), "guess", "X-Forwarded-For", "198.51.100.7"); r.Status != http.StatusUnauthorized {
+			t.Fatalf("login %d: %v, want 401", i+2, r)
+		}
+	}
+	answers := map[string]apitest.Response{}
+	for name, token := range map[string]string{"her phone": phone, "forged": phone[:len(phone)-4] + "AAAA", "none": ""} {
+		r := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "198.51.100.7", "Device-Token", token)
+		if r.Status != http.StatusTooManyRequests {
+			t.Fatalf("%s: %v, want 429: the IP key is full", name, r)
+		}
+		answers[name] = r
+	}
+	want := answers["none"]
+	for name, r := range answers {
+		if got := r.Header.Get("RateLimit-Policy"); got != want.Header.Get("RateLimit-Policy") || got != `"login-ip";q=10;w=600, "login-account";q=5;w=600` {
+			t.Errorf("%s: RateLimit-Policy %q, want %q for every token", name, got, want.Header.Get("RateLimit-Policy"))
+		}
+		if !slices.Equal(slices.Sorted(maps.Keys(r.Header)), slices.Sorted(maps.Keys(want.Header))) || r.JSON(t)["error"] != want.JSON(t)["error"] ||
+			r.Header.Get("RateLimit-Limit") != want.Header.Get("RateLimit-Limit") {
+			t.Errorf("%s: %v %v, want the answer to no token: %v %v", name, r, r.Header, want, want.Header)
+		}
 	}
 }
 

@@ -68,6 +68,64 @@ func TestKeyLookupAntiScan(t *testing.T) {
 	}
 }
 
+// TestPIXIsNoSideDoorAroundTheLookUpLimit: once the look-up bucket is empty, a PIX is refused
+// (429, policy pix-lookup) whether its key exists or not, and the PIX's own limit records
+// nothing: a PIX is not the way to ask whether a key exists that a look-up may no longer ask.
+// Then 60 look-ups of unknown keys at once, over two replicas, on a full bucket: exactly 5
+// answered 404, as one by one.
+func TestPIXIsNoSideDoorAroundTheLookUpLimit(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := startAPI(t, srv, nil), startAPI(t, srv, nil)
+	diego := a.Token(demo[3].Document, demo[3].Password)
+	for i := range 5 {
+		if r := a.PIX(diego, fmt.Sprintf("ghost%d@example.com", i), 100); r.Status != http.StatusNotFound {
+			t.Fatalf("PIX %d to an unknown key: %v, want 404 (a miss, 20 tokens)", i+1, r)
+		}
+	}
+	for _, key := range []string{"ghost9@example.com", "bruno@example.com"} {
+		r := b.PIX(diego, key, 500_000) // more than Diego has: a found key would be 422
+		if r.Status != http.StatusTooManyRequests || r.JSON(t)["error"] != "rate_limit_exceeded" ||
+			!strings.HasPrefix(r.Header.Get("RateLimit-Policy"), `"pix-lookup"`) || r.Header.Get("Retry-After") == "" {
+			t.Errorf("PIX to %s with the look-up bucket empty: %v %v, want 429 by pix-lookup with Retry-After", key, r, r.Header)
+		}
+	}
+	// The two refused PIX took nothing from the PIX limit: five used, five left.
+	if r := a.Statement(diego); r.Status != http.StatusOK {
+		t.Fatal(r)
+	}
+	ana := b.Token(demo[0].Document, demo[0].Password)
+	if r := a.PIX(ana, "bruno@example.com", 1); r.Header.Get("RateLimit-Remaining") != "9" || r.Status != http.StatusCreated {
+		t.Errorf("Ana's PIX: %v Remaining %q, want 201 with 9 left (her own limit)", r, r.Header.Get("RateLimit-Remaining"))
+	}
+
+	carla := a.Token(demo[2].Document, demo[2].Password)
+	statuses := apitest.Burst([]*apitest.Client{a.Client, b.Client}, 60, func(c *apitest.Client, i int) apitest.Response {
+		return c.Do(http.MethodGet, fmt.Sprintf("/v1/pix/keys/scan%d@example.com", i), nil, "Authorization", "Bearer "+carla)
+	})
+	if statuses[http.StatusNotFound] != 5 || statuses[http.StatusTooManyRequests] != 55 {
+		t.Errorf("60 concurrent look-ups of unknown keys: %v, want 5 × 404 and 55 × 429", statuses)
+	}
+}
+
+// TestPercentEncodedKeysAreDecodedOnce: a key in the path may be percent-encoded, as a client
+// library escapes @ and +; it is decoded once, then validated.
+func TestPercentEncodedKeysAreDecodedOnce(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), nil)
+	tok := a.Token(demo[3].Document, demo[3].Password)
+	for path, want := range map[string]int{
+		"bruno%40example.com":   http.StatusOK,
+		"%2B5511987654321":      http.StatusOK,
+		"bruno@example.com":     http.StatusOK,
+		"bruno%2540example.com": http.StatusBadRequest, // decoded once: bruno%40example.com is no key
+	} {
+		if r := a.Do(http.MethodGet, "/v1/pix/keys/"+path, nil, "Authorization", "Bearer "+tok); r.Status != want {
+			t.Errorf("GET /v1/pix/keys/%s: %v, want %d", path, r, want)
+		}
+	}
+}
+
 // TestNightCapOverHTTP: with the night set around now, a payer is refused the transfer that
 // crosses R$ 1.000,00 with 422 night_limit_exceeded, told how much is left, and nothing moves.
 func TestNightCapOverHTTP(t *testing.T) {

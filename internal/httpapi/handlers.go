@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -95,10 +94,7 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, to
 				checks = append(checks, ratelimit.Check{Policy: limits.LoginAccount, Identity: document})
 			}
 		}
-		// Unless refused, the headers report the IP key only: the document key would tell anyone
-		// how many attempts were made on someone else's CPF, and when.
-		ipOnly := func(d ratelimit.Decision) ratelimit.Decision { return d.Only(0) }
-		if err := limiter.enforce(c, ipOnly, checks...); err != nil {
+		if err := limiter.enforce(c, loginReport(limits), checks...); err != nil {
 			return err
 		}
 		if decodeErr != nil {
@@ -123,6 +119,32 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, to
 		c.SetCookie(&http.Cookie{Name: deviceCookie, Value: deviceToken, Path: "/", MaxAge: int(devices.TTL() / time.Second),
 			Secure: true, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 		return c.JSON(http.StatusOK, response{token, "Bearer", int64(tokens.TTL() / time.Second), acct.ID, deviceToken})
+	}
+}
+
+// loginReport is what a login's RateLimit headers say. Unless refused, the IP key only: the
+// document key would tell anyone how many attempts were made on someone else's CPF, and when. A
+// refusal reports every key decided, but a trusted device's key under the document key's policy
+// (login-account, its limit and window): otherwise a refusal, which costs nothing, would say
+// whether a device token is valid for a CPF, and a stolen token would find its owner.
+func loginReport(limits Limits) func(ratelimit.Decision) ratelimit.Decision {
+	asAccount := func(r ratelimit.Result) ratelimit.Result {
+		if r.Policy.Name == limits.LoginDevice.Name {
+			r.Policy, r.Capacity = limits.LoginAccount, limits.LoginAccount.Capacity()
+			r.Remaining = min(r.Remaining, r.Capacity)
+		}
+		return r
+	}
+	return func(d ratelimit.Decision) ratelimit.Decision {
+		if d.Allowed {
+			return d.Only(0)
+		}
+		results := make([]ratelimit.Result, len(d.Results))
+		for i, r := range d.Results {
+			results[i] = asAccount(r)
+		}
+		d.Results, d.Worst = results, asAccount(d.Worst)
+		return d
 	}
 }
 
@@ -160,7 +182,7 @@ var idempotencyKey = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 const maxDescription = 140
 
-func handlePIX(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
+func handlePIX(ledger pix.Ledger) echo.HandlerFunc {
 	type request struct {
 		Key         string `json:"key"`
 		AmountCents int64  `json:"amount_cents"`
@@ -193,11 +215,6 @@ func handlePIX(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
 		r, err := ledger.Transfer(c.Request().Context(), pix.TransferRequest{
 			From: from, ToKey: key, AmountCents: req.AmountCents, Description: req.Description, IdempotencyKey: idem,
 		})
-		if errors.Is(err, pix.ErrKeyNotFound) {
-			// A transfer to a key nobody has tells its payer so, as a look-up would: it costs the
-			// look-up bucket a miss, or PIX would be the way to enumerate keys.
-			lookups.charge(c, from, lookups.missCost, false)
-		}
 		if err != nil {
 			return err
 		}

@@ -1,9 +1,10 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
-	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -14,36 +15,79 @@ import (
 )
 
 // lookupLimiter is the key look-up's anti-scan bucket, after the central bank's DICT policy for
-// individuals: a look-up takes one token to be answered at all (none left: 429), and one that
-// finds no key is then charged the rest of the miss cost. A customer who types keys correctly
-// spends one token a look-up and barely notices; a scanner pays twenty per miss and is down to
-// one miss per ten minutes once its hundred tokens are gone.
+// individuals: a look-up is answered while the bucket holds a token (none left: 429), and costs 1
+// if it finds the key and LookupMissCost if not. It asks the bucket before the ledger (a refused
+// look-up costs no query) and pays its price, admission and payment in one atomic step
+// (ratelimit.Limiter.AllowN), before it answers: look-ups sent together cannot buy more answers
+// than the same look-ups one by one. A customer who types keys correctly spends one token a
+// look-up and barely notices; a scanner pays twenty per miss and is down to one miss per ten
+// minutes once its hundred tokens are gone.
 type lookupLimiter struct {
 	limiter
 	policy   ratelimit.Policy
 	missCost int
-	logger   *slog.Logger
 }
 
-// charge takes tokens from account's bucket after the answer; with report, the response's
-// RateLimit headers show the bucket after the charge. A charge that cannot reach Redis is
-// logged: the answer is already decided.
-func (l lookupLimiter) charge(c echo.Context, account string, tokens int, report bool) {
-	if tokens < 1 {
-		return
+// pay decides a request of account that costs tokens (0: whether one would be admitted), or
+// refuses it (429) when the bucket holds no token. With quiet, an admission sets no RateLimit
+// headers (a PIX reports its own policy); a refusal always reports the bucket.
+func (l lookupLimiter) pay(c echo.Context, account string, tokens int, quiet bool) error {
+	return l.decided(c, account, quiet, func(ctx context.Context, check ratelimit.Check) (ratelimit.Decision, error) {
+		return l.l.AllowN(ctx, check, tokens)
+	})
+}
+
+// decided applies decide's decision for account's bucket, as pay does.
+func (l lookupLimiter) decided(c echo.Context, account string, quiet bool,
+	decide func(ctx context.Context, check ratelimit.Check) (ratelimit.Decision, error)) error {
+	check := ratelimit.Check{Policy: l.policy, Identity: account}
+	report := func(d ratelimit.Decision) ratelimit.Decision {
+		if quiet && d.Allowed {
+			return ratelimit.Decision{Allowed: true}
+		}
+		return d
 	}
-	d, err := l.l.Charge(c.Request().Context(), ratelimit.Check{Policy: l.policy, Identity: account}, tokens)
-	if err != nil {
-		l.logger.Warn("could not charge the key look-up bucket", "policy", l.policy.Name, "err", err)
-		return
-	}
-	if report {
-		setHeaders(c.Response().Header(), d)
+	return l.apply(c, report, []ratelimit.Check{check}, func(ctx context.Context) (ratelimit.Decision, error) {
+		return decide(ctx, check)
+	})
+}
+
+// consultLookups is the PIX's side of the anti-scan bucket: a PIX to a key nobody has answers 404
+// as a look-up does, so it is paid for like one, or PIX would be the way to enumerate keys once
+// look-ups are refused. Before the PIX's own limit, it asks the bucket, taking nothing: while the
+// bucket holds no token the PIX is refused (429, policy pix-lookup) whether or not its key
+// exists, and the PIX's own limit records nothing. A PIX to a key nobody has then pays the miss,
+// admitted and paid at once, before its 404 is sent (refused, it is a 429 instead); a payment to
+// a found key costs the bucket nothing. A bucket that cannot be asked (Redis down) leaves the
+// PIX to its own limit's fail mode.
+func consultLookups(lookups lookupLimiter) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			account, err := auth.AccountID(c)
+			if err != nil {
+				return err
+			}
+			d, err := lookups.l.AllowN(c.Request().Context(), ratelimit.Check{Policy: lookups.policy, Identity: account}, 0)
+			if err == nil {
+				err = lookups.decided(c, account, true, func(context.Context, ratelimit.Check) (ratelimit.Decision, error) { return d, nil })
+				if err != nil {
+					return err
+				}
+			}
+			err = next(c)
+			if errors.Is(err, pix.ErrKeyNotFound) {
+				if payErr := lookups.pay(c, account, lookups.missCost, true); payErr != nil {
+					return payErr
+				}
+			}
+			return err
+		}
 	}
 }
 
 // handleLookup shows the payer who owns a PIX key before paying: the holder's name abbreviated
-// as banks show it and the document masked, or 404. It is limited by the anti-scan bucket.
+// as banks show it and the document masked, or 404. It is limited by the anti-scan bucket. The
+// key is percent-decoded once, then validated: bruno%40example.com is bruno@example.com.
 func handleLookup(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
 	type response struct {
 		Key         string `json:"key"`
@@ -56,16 +100,29 @@ func handleLookup(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		key, _, err := pix.ParseKey(c.Param("key"))
+		// Echo's c.Param is the escaped segment when the path needed escaping and the decoded one
+		// when it did not (bruno%2540 arrives as bruno%40): decode the escaped path, once.
+		raw, err := url.PathUnescape(strings.TrimPrefix(c.Request().URL.EscapedPath(), strings.TrimSuffix(c.Path(), ":key")))
+		if err != nil {
+			return invalid("invalid PIX key", map[string]string{"key": "malformed percent-encoding"})
+		}
+		key, _, err := pix.ParseKey(raw)
 		if err != nil {
 			return invalid("invalid PIX key", map[string]string{"key": err.Error()})
 		}
-		if err := lookups.enforce(c, nil, ratelimit.Check{Policy: lookups.policy, Identity: account}); err != nil {
+		if err := lookups.pay(c, account, 0, false); err != nil {
 			return err
 		}
 		p, err := ledger.LookupKey(c.Request().Context(), key)
-		if errors.Is(err, pix.ErrKeyNotFound) {
-			lookups.charge(c, account, lookups.missCost-1, true) // the decision took one token
+		switch {
+		case errors.Is(err, pix.ErrKeyNotFound):
+			if err := lookups.pay(c, account, lookups.missCost, false); err != nil {
+				return err
+			}
+		case err == nil:
+			if err := lookups.pay(c, account, 1, false); err != nil {
+				return err
+			}
 		}
 		if err != nil {
 			return err

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -78,8 +79,8 @@ type limiter struct {
 // enforce decides the request in c against checks and prepares the response: it sets the
 // RateLimit headers (they stay on whatever the handler answers next, 4xx included) and returns
 // nil when the request may proceed, or a 429 *Error when it may not. report, when not nil,
-// chooses what the headers of an admitted request report (a refusal reports the whole
-// decision); handlers call enforce directly when the identity comes from the body, as the login.
+// chooses what the headers report (none: a Decision with no Results); handlers call enforce
+// directly when the identity comes from the body, as the login.
 //
 // When Redis cannot decide in time the policies' fail modes apply: if any check fails closed the
 // request is refused with rate_limiter_unavailable; otherwise it proceeds with no RateLimit
@@ -89,8 +90,17 @@ type limiter struct {
 // admitted (shadow_refused, logged without identity), and their responses carry no RateLimit
 // headers at all: a limit that is not in force is not advertised.
 func (r limiter) enforce(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, checks ...ratelimit.Check) error {
+	return r.apply(c, report, checks, func(ctx context.Context) (ratelimit.Decision, error) {
+		return r.l.AllowAll(ctx, checks...)
+	})
+}
+
+// apply is enforce with the decision made by decide, over checks (AllowAll, or AllowN for a
+// request of a higher cost).
+func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, checks []ratelimit.Check,
+	decide func(ctx context.Context) (ratelimit.Decision, error)) error {
 	start := time.Now()
-	d, err := r.l.AllowAll(c.Request().Context(), checks...)
+	d, err := decide(c.Request().Context())
 	took := time.Since(start)
 	if err != nil {
 		if !errors.Is(err, ratelimit.ErrUnavailable) || c.Request().Context().Err() != nil {
@@ -121,10 +131,12 @@ func (r limiter) enforce(c echo.Context, report func(ratelimit.Decision) ratelim
 	if shadow {
 		return nil
 	}
-	if d.Allowed && report != nil {
+	if report != nil {
 		d = report(d)
 	}
-	setHeaders(c.Response().Header(), d)
+	if len(d.Results) > 0 { // a report may keep an admission's headers for a later decision
+		setHeaders(c.Response().Header(), d)
+	}
 	if !d.Allowed {
 		// The body never names the key that refused: a login refused by its IP key and one refused
 		// by its document key read the same.

@@ -238,6 +238,35 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	if len(checks) == 0 {
 		return Decision{}, errors.New("ratelimit: no checks")
 	}
+	return l.do(ctx, "", checks)
+}
+
+// AllowN decides one request of c that costs n tokens of a TokenBucket policy: it is admitted
+// while the bucket holds at least one token, as any request, and then takes all n at once, even
+// into debt (the bucket then refuses until its refill has paid the debt back). AllowN(ctx, c, 0)
+// asks whether a request would be admitted and takes nothing; AllowN(ctx, c, 1) is Allow.
+//
+// A request whose price depends on its answer (a PIX key look-up: 1 if the key exists, 20 if
+// not) asks with n = 0 before it does the work, so that a refused one costs nothing more, and
+// pays its price with AllowN once it knows it, before it answers: each answer is then admitted
+// and paid in one atomic step, and requests sent together can never buy more answers than the
+// same requests one by one (as they could if each passed a one-token check and paid the rest
+// after answering).
+func (l *Limiter) AllowN(ctx context.Context, c Check, n int) (Decision, error) {
+	if c.Policy.algorithm() != TokenBucket || n < 0 {
+		return Decision{}, fmt.Errorf("ratelimit: a cost of %d on %s: want 0 or more tokens of a token_bucket policy", n, c.Policy.Name)
+	}
+	op := ""
+	if n != 1 {
+		op = "n" + strconv.Itoa(n)
+	}
+	return l.do(ctx, op, []Check{c})
+}
+
+// do is the one path of every call that asks Redis (AllowAll, AllowN): the deny cache, the
+// breaker, the outage log, the Redis-up flag and the counters apply to each alike. op is the
+// script's third argument (prelude.lua): "" decides a request, "n<cost>" one of that cost.
+func (l *Limiter) do(ctx context.Context, op string, checks []Check) (Decision, error) {
 	sent := l.clock() // before asking Redis, which decides later: deadlines from here are never late
 	keys := make([]string, len(checks))
 	for i, c := range checks {
@@ -257,7 +286,7 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 		return Decision{}, err
 	}
 	l.stats.redis.Add(1)
-	d, err := l.decide(ctx, checks, keys)
+	d, err := l.decide(ctx, op, checks, keys)
 	switch {
 	case err == nil:
 		if l.down.Load() { // a write on every decision would bounce one cache line between cores
@@ -269,15 +298,7 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 		for _, c := range checks {
 			l.outages.decided(c.Policy)
 		}
-		if !d.Allowed && l.deny != nil && !(l.cluster && len(checks) > 1) {
-			for i, r := range d.Results {
-				// Redis's TIME counts whole microseconds, so its now can be up to 1µs behind
-				// the true moment it decided: the entry stops answering that microsecond early.
-				if wait := r.RetryAfter - time.Microsecond; wait > 0 {
-					l.deny.block(keys[i], sent.Add(min(wait, l.hold)), sent.Add(r.RetryAfter))
-				}
-			}
-		}
+		l.learn(d, keys, checks, sent)
 	case errors.Is(err, ErrUnavailable) && ctx.Err() == nil: // a client that left is no outage
 		l.down.Store(true)
 		if l.breaker != nil {
@@ -290,34 +311,27 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	return d, err
 }
 
-// Charge takes tokens from c's key at once, whatever is left, for a request already answered
-// that turned out to cost more than it took (a PIX key lookup that missed): the bucket may go
-// into debt and then refuses until the refill pays it back. Only TokenBucket policies take a
-// charge. The Decision reports the key after the charge; a key left without a token is
-// remembered by the deny cache like a refused one.
-func (l *Limiter) Charge(ctx context.Context, c Check, tokens int) (Decision, error) {
-	if c.Policy.algorithm() != TokenBucket || tokens < 1 {
-		return Decision{}, fmt.Errorf("ratelimit: charge of %d to %s: want at least 1 token from a token_bucket policy", tokens, c.Policy.Name)
+// learn teaches the deny cache what a decision sent at sent says of its keys. A refusal blocks
+// its full keys until their RetryAfter, unless its keys may see withdrawals that free room early:
+// a split decision on a cluster, whose sibling admissions are withdrawn, is never cached. An
+// admission that left a bucket without a token (a cost taken into debt) blocks it until Reset.
+func (l *Limiter) learn(d Decision, keys []string, checks []Check, sent time.Time) {
+	switch {
+	case l.deny == nil:
+	case !d.Allowed && !(l.cluster && len(checks) > 1):
+		for i, r := range d.Results {
+			// Redis's TIME counts whole microseconds, so its now can be up to 1µs behind
+			// the true moment it decided: the entry stops answering that microsecond early.
+			if wait := r.RetryAfter - time.Microsecond; wait > 0 {
+				l.deny.block(keys[i], sent.Add(min(wait, l.hold)), sent.Add(r.RetryAfter))
+			}
+		}
+	case d.Allowed && len(checks) == 1 && checks[0].Policy.algorithm() == TokenBucket:
+		if r := d.Worst; r.Remaining == 0 && r.Reset > time.Microsecond {
+			wait := r.Reset - time.Microsecond
+			l.deny.block(keys[0], sent.Add(min(wait, l.hold)), sent.Add(r.Reset))
+		}
 	}
-	sent := l.clock()
-	keys := []string{l.keys.key(c.Policy, c.Identity)}
-	pa := l.policyArgs(c.Policy)
-	args := []any{"", "", "c" + strconv.Itoa(tokens), pa[0], pa[1], pa[2]}
-	if l.now != nil {
-		args[1] = l.now().UnixMicro()
-	}
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	reply, err := run(ctx, l.rdb, TokenBucket, keys, args)
-	if err != nil {
-		return Decision{}, err
-	}
-	d := newDecision(true, reply[1:len(reply)-1], []Check{c})
-	if r := d.Worst; r.Remaining == 0 && l.deny != nil && r.Reset > time.Microsecond {
-		wait := r.Reset - time.Microsecond
-		l.deny.block(keys[0], sent.Add(min(wait, l.hold)), sent.Add(r.Reset))
-	}
-	return d, nil
 }
 
 // refuseLocally refuses the request if any of its keys is known to be full at now, as the script
@@ -387,13 +401,13 @@ func (l *Limiter) Stats() Stats {
 	return s
 }
 
-// decide runs the checks' script for the request named id over their keys. The arguments are
-// those of prelude.lua: id, now (” for the Redis clock), ” (decide, not withdraw), then each
-// key's limit, window in microseconds and capacity.
-func (l *Limiter) decide(ctx context.Context, checks []Check, keys []string) (Decision, error) {
+// decide runs the checks' script for one request over their keys. The arguments are those of
+// prelude.lua: the request's id, now (” for the Redis clock), op (” to decide, or a cost or a
+// cost), then each key's limit, window in microseconds and capacity.
+func (l *Limiter) decide(ctx context.Context, op string, checks []Check, keys []string) (Decision, error) {
 	a := checks[0].Policy.algorithm()
 	args := make([]any, 3, 3+3*len(checks))
-	args[0], args[1], args[2] = "", "", ""
+	args[0], args[1], args[2] = "", "", op
 	if a == SlidingLog {
 		args[0] = requestID() // only the sorted set records the request itself
 	}

@@ -455,43 +455,85 @@ func TestALateDecisionIsWithdrawn(t *testing.T) {
 	}
 }
 
-// TestChargeTakesTokensAfterTheAnswer: a token bucket of 100, refilled 2 a minute, as the PIX key
-// lookup uses it. A hit costs the one token its decision took; a miss is charged 19 more. Five
-// misses empty it, the next lookup is refused, and the refill pays back at 2 a minute.
-func TestChargeTakesTokensAfterTheAnswer(t *testing.T) {
+// TestAllowNPaysInAdvance: a token bucket of 100, refilled 2 a minute, as the PIX key look-up
+// uses it. A look-up asks first (a cost of 0 takes nothing), then pays its price: 1 for a hit,
+// 20 for a miss. Five misses empty it, the next look-up is refused, and the refill pays back at
+// 2 a minute.
+func TestAllowNPaysInAdvance(t *testing.T) {
 	t.Parallel()
 	l, _, _ := newTestLimiter(t)
 	clk := withClock(l)
+	ctx := context.Background()
 	p := Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: TokenBucket, Burst: 100}
 	c := Check{p, "acct-ana"}
-	if d := mustAllow(t, l, c); !d.Allowed || d.Worst.Remaining != 99 {
-		t.Fatalf("a hit: %+v, want allowed with 99 left", d.Worst)
-	}
-	for i := range 5 {
-		if d := mustAllow(t, l, c); !d.Allowed {
-			t.Fatalf("miss %d refused", i+1)
-		}
-		d, err := l.Charge(context.Background(), c, 19)
+	allowN := func(n int) Decision {
+		t.Helper()
+		d, err := l.AllowN(ctx, c, n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := max(0, 99-20*(i+1)); d.Worst.Remaining != want {
-			t.Errorf("after miss %d: %d tokens left, want %d", i+1, d.Worst.Remaining, want)
+		return d
+	}
+	if d := allowN(0); !d.Allowed || d.Worst.Remaining != 100 {
+		t.Fatalf("asking: %+v, want allowed with 100 left, nothing taken", d.Worst)
+	}
+	if d := allowN(1); !d.Allowed || d.Worst.Remaining != 99 {
+		t.Fatalf("a hit: %+v, want allowed with 99 left", d.Worst)
+	}
+	for i := range 5 {
+		d := allowN(20)
+		if want := max(0, 99-20*(i+1)); !d.Allowed || d.Worst.Remaining != want {
+			t.Errorf("miss %d: %+v, want allowed with %d left", i+1, d.Worst, want)
 		}
 	}
-	d := mustAllow(t, l, c) // 99 - 100 = -1: in debt
+	d := allowN(0) // 99 - 100 = -1: in debt
 	if d.Allowed || d.Worst.RetryAfter != time.Minute {
 		t.Fatalf("after five misses: %+v, want refused for a minute (1 token of debt + 1 token, at 2 a minute)", d.Worst)
 	}
+	if !d.Local {
+		t.Error("the refusal asked Redis: the admission that left the bucket in debt should have taught the deny cache")
+	}
 	clk.Add(time.Minute - time.Microsecond)
-	if mustAllow(t, l, c).Allowed {
+	if allowN(20).Allowed {
 		t.Fatal("admitted before the refill paid the debt")
 	}
 	clk.Add(time.Microsecond)
+	if d := allowN(0); !d.Allowed || d.Worst.Remaining != 1 {
+		t.Fatalf("after a minute, asking: %+v, want allowed with 1 left", d.Worst)
+	}
 	if d := mustAllow(t, l, c); !d.Allowed || d.Worst.Remaining != 0 {
 		t.Fatalf("after a minute: %+v, want allowed with nothing left", d.Worst)
 	}
-	if _, err := l.Charge(context.Background(), Check{policy("pix", 10, time.Minute), "x"}, 5); err == nil {
-		t.Error("a charge to a sliding log: no error")
+	if _, err := l.AllowN(ctx, Check{policy("pix", 10, time.Minute), "x"}, 5); err == nil {
+		t.Error("a cost on a sliding log: no error")
+	}
+	if _, err := l.AllowN(ctx, c, -1); err == nil {
+		t.Error("a negative cost: no error")
+	}
+}
+
+// TestConcurrentCostsBuyNoMoreThanSequentialOnes: 60 look-ups at once, each a miss (20 of a
+// bucket of 100): exactly 5 are admitted, as one by one. Paying one token and the rest after the
+// answer let 11 through in the audit.
+func TestConcurrentCostsBuyNoMoreThanSequentialOnes(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	p := Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: TokenBucket, Burst: 100}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 60 {
+		wg.Go(func() {
+			d, err := l.AllowN(context.Background(), Check{p, "acct-scanner"}, 20)
+			if err != nil {
+				t.Error(err)
+			}
+			if d.Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 5 {
+		t.Errorf("%d of 60 concurrent misses admitted, want 5", got)
 	}
 }

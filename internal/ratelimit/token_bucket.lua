@@ -8,9 +8,12 @@
 -- count, µs>"; a full bucket needs no key at all: the key lives exactly until the bucket would be
 -- full again. remaining_i is the whole tokens left; reset_i the time until there is one more.
 
--- A charge (ARGV[3] = 'c<n>') takes n tokens at once, whatever is left, the answer already given:
--- the bucket may go into debt, and refuses until the refill has paid it back. That is how a
--- request that turns out to cost more than one (a PIX key lookup that misses) pays its price.
+-- A request may cost other than one token (ARGV[3] = 'n<cost>'): it is admitted while the bucket
+-- holds at least one token, as any request, and then takes its whole cost at once, even into
+-- debt; the bucket refuses until the refill has paid the debt back. A cost of 0 asks whether a
+-- request would be admitted. That is how a request whose price is known only once it has done
+-- its work (a PIX key look-up: 1 if found, 20 if not) pays it: admission and payment in one
+-- atomic step before it answers, so requests sent together buy no more answers than one by one.
 --
 -- level(i) is KEYS[i]'s scaled tokens now, refilled since they were stored; an absent key is full.
 local function level(i)
@@ -48,9 +51,7 @@ local levels = {}
 local full = false
 for i = 1, n do
   levels[i] = level(i)
-  if charge then
-    levels[i] = levels[i] - (charge - 1) * windows[i]              -- the charge, less the one token taken below
-  elseif levels[i] < windows[i] then
+  if levels[i] < windows[i] then
     full = true                                                    -- less than one token: refuse the whole request
   end
 end
@@ -58,8 +59,8 @@ end
 local remaining, reset = {}, {}
 for i = 1, n do
   local limit, window, l = limits[i], windows[i], levels[i]
-  if not full then
-    l = l - window                                                 -- take one token; a refusal takes none
+  if not full and cost > 0 then
+    l = l - cost * window                                          -- take the cost; a refusal takes nothing
     store(i, l)
   end
   remaining[i] = math.max(0, math.floor(l / window))               -- a bucket in debt has none
