@@ -123,6 +123,9 @@ func TestConfigErrorsStopTheProgram(t *testing.T) {
 		{map[string]string{"PIX_LIMIT": "0"}, []string{"PIX_LIMIT"}},
 		{map[string]string{"LOGIN_WINDOW": "90ms"}, []string{"LOGIN_WINDOW"}},
 		{map[string]string{"TRUSTED_PROXIES": "10.0.0.0/33"}, []string{"TRUSTED_PROXIES"}},
+		// Trusting every hop would let clients choose their own login IP key.
+		{map[string]string{"TRUSTED_PROXIES": "0.0.0.0/0,::/0"}, []string{"TRUSTED_PROXIES"}},
+		{map[string]string{"METRICS_ADDR": "127.0.0.1:notaport", "NIGHT_START": "06:00"}, []string{"METRICS_ADDR", "NIGHT_START"}},
 		{map[string]string{"AUTH_SECRET": "too-short", "STATEMENT_FAIL_MODE": "ajar"}, []string{"AUTH_SECRET", "STATEMENT_FAIL_MODE"}},
 		// A fleet with a random secret per replica would multiply every limit by its size.
 		{map[string]string{"REDIS_URL": "redis://127.0.0.1:1"}, []string{"AUTH_SECRET"}},

@@ -122,6 +122,13 @@ func TestIPExtractor(t *testing.T) {
 		{"private addresses are not trusted by default", proxies, "192.168.1.1:1234", "198.51.100.1", "192.168.1.1"},
 		{"loopback is not trusted by default", proxies, "127.0.0.1:1234", "198.51.100.1", "127.0.0.1"},
 		{"trusted peer, no header: the peer", proxies, "10.1.1.1:1234", "", "10.1.1.1"},
+		// Every hop trusted: the one our proxy appended, never one the client wrote further left
+		// (Echo's extractor answers 10.9.9.9, a key the client chose).
+		{"every hop trusted: the right-most", proxies, "10.1.1.1:1234", "10.9.9.9, 10.3.3.3", "10.3.3.3"},
+		{"garbage left of our hops: the hop right of it", proxies, "10.1.1.1:1234", "not-an-ip, 10.3.3.3", "10.3.3.3"},
+		{"garbage as the only hop: the peer", proxies, "10.1.1.1:1234", "not-an-ip", "10.1.1.1"},
+		{"a hop with a port", proxies, "10.1.1.1:1234", "198.51.100.1:5555", "198.51.100.1"},
+		{"a bracketed IPv6 hop", proxies, "10.1.1.1:1234", "[2001:db8::1]", "2001:db8::1"},
 	}
 	for _, tt := range tests {
 		req := httptest.NewRequest("GET", "/", nil)

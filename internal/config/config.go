@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"reflect"
@@ -233,12 +234,13 @@ func parsePrefixes(list string) (any, error) {
 
 // check validates what parsed and derives the rest.
 func (cfg *Config) check(p *problems) {
-	if _, _, err := net.SplitHostPort(cfg.HTTPAddr); err != nil {
-		p.add("HTTP_ADDR", "%q is not host:port", cfg.HTTPAddr)
+	if !listenAddr(cfg.HTTPAddr) {
+		p.add("HTTP_ADDR", "%q is not host:port with a port from 0 to 65535", cfg.HTTPAddr)
 	}
-	if _, _, err := net.SplitHostPort(cfg.MetricsAddr); cfg.MetricsAddr != "" && err != nil {
-		p.add("METRICS_ADDR", "%q is not host:port (or empty, for no metrics)", cfg.MetricsAddr)
+	if cfg.MetricsAddr != "" && !listenAddr(cfg.MetricsAddr) {
+		p.add("METRICS_ADDR", "%q is not host:port with a port from 0 to 65535 (or empty, for no metrics)", cfg.MetricsAddr)
 	}
+	checkProxies(p, cfg.TrustedProxies)
 	cfg.checkRedis(p)
 	if cfg.DatabaseURL != "" {
 		scheme, _, _ := strings.Cut(cfg.DatabaseURL, "://")
@@ -443,15 +445,104 @@ func (cfg *Config) checkSecret(p *problems) {
 	switch {
 	case cfg.AuthSecret != "" && len(cfg.AuthSecret) < 32:
 		p.add("AUTH_SECRET", "%d bytes: want at least 32 random bytes (openssl rand -base64 48)", len(cfg.AuthSecret))
-	case slices.Contains(publishedSecrets, cfg.AuthSecret):
-		p.add("AUTH_SECRET", "this value is published in pixlimit's repository: anyone could sign tokens with it; "+
-			"make your own (openssl rand -base64 48)")
+	case published(cfg.AuthSecret):
+		p.add("AUTH_SECRET", "this value is, or contains, one published in pixlimit's repository: anyone could sign "+
+			"tokens with it; make your own (openssl rand -base64 48)")
+	case cfg.AuthSecret != "" && (entropyBits(cfg.AuthSecret) < minSecretBits || periodic(cfg.AuthSecret)):
+		p.add("AUTH_SECRET", "too predictable (a repeated string, or about %.0f bits by its letters' frequencies, want "+
+			"%d): make it random (openssl rand -base64 48)", entropyBits(cfg.AuthSecret), minSecretBits)
 	case cfg.AuthSecret == "" && cfg.redisModes() > 0:
 		// Each replica would draw its own: tokens would not cross replicas, and every limit would
 		// be multiplied by the number of replicas, since each keys Redis with its own hash.
 		p.add("AUTH_SECRET", "required with a shared Redis (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): "+
 			"every replica must use the same one (openssl rand -base64 48)")
 	}
+}
+
+// listenAddr reports whether addr is what net.Listen takes: a host (or none) and a numeric port.
+func listenAddr(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	n, perr := strconv.Atoi(port)
+	return err == nil && perr == nil && n >= 0 && n <= 65535
+}
+
+// Public ranges in TRUSTED_PROXIES may be no wider than these: a proxy fleet's addresses.
+const (
+	widestPublicProxyV4 = 24
+	widestPublicProxyV6 = 48
+)
+
+// nonPublic are the ranges no client on the internet can come from: private, loopback,
+// link-local, shared (carrier-grade NAT) and unique-local. A trusted proxy may be anywhere in
+// them.
+var nonPublic = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"), netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("fe80::/10"), netip.MustParsePrefix("fc00::/7"),
+}
+
+// checkProxies refuses TRUSTED_PROXIES ranges that would trust the internet: a trusted peer's
+// X-Forwarded-For is believed, so trusting every hop (0.0.0.0/0, or any wide public range) lets
+// clients choose their own login IP key. A range inside the non-public ones is fine, and so is a
+// public one no wider than a proxy fleet's (/24, or /48 for IPv6).
+func checkProxies(p *problems, prefixes []netip.Prefix) {
+	for _, pfx := range prefixes {
+		p4 := pfx
+		if pfx.Addr().Is4In6() { // ::ffff:0.0.0.0/96 is all of IPv4
+			p4 = netip.PrefixFrom(pfx.Addr().Unmap(), max(0, pfx.Bits()-96))
+		}
+		private := slices.ContainsFunc(nonPublic, func(np netip.Prefix) bool {
+			return np.Addr().Is4() == p4.Addr().Is4() && np.Bits() <= p4.Bits() && np.Contains(p4.Addr())
+		})
+		widest := widestPublicProxyV4
+		if p4.Addr().Is6() {
+			widest = widestPublicProxyV6
+		}
+		if !private && (p4.Bits() < widest || pfx.Addr().Is4In6() && pfx.Bits() < 96) {
+			p.add("TRUSTED_PROXIES", "%s trusts public addresses that are no proxy of yours, and clients behind them "+
+				"would choose their own rate-limit key: name your proxies' addresses (public ranges no wider than /%d, "+
+				"/%d for IPv6; private ranges as wide as you like)", pfx, widestPublicProxyV4, widestPublicProxyV6)
+		}
+	}
+}
+
+// minSecretBits is the least AUTH_SECRET's letters must carry, by their frequencies: 32 random hex
+// digits carry 128; 32 times "a" none, "password" repeated about 2.75 a letter.
+const minSecretBits = 128
+
+// entropyBits estimates a secret's entropy from its letters' frequencies (Shannon), times its
+// length: a ceiling for random secrets, and low for repeated or few letters.
+func entropyBits(s string) float64 {
+	counts := map[rune]int{}
+	n := 0
+	for _, r := range s {
+		counts[r]++
+		n++
+	}
+	bits := 0.0
+	for _, c := range counts {
+		f := float64(c) / float64(n)
+		bits -= f * math.Log2(f)
+	}
+	return bits * float64(n)
+}
+
+// periodic reports whether s is a shorter string repeated ("password" six times): its letters'
+// frequencies then overstate its entropy.
+func periodic(s string) bool {
+	for period := 1; period <= len(s)/2; period++ {
+		if s[period:] == s[:len(s)-period] {
+			return true
+		}
+	}
+	return false
+}
+
+// published reports whether secret is, or contains, a published one, ignoring case and
+// surrounding space: a published value with a trailing newline or in capitals is as known.
+func published(secret string) bool {
+	s := strings.ToLower(strings.TrimSpace(secret))
+	return slices.ContainsFunc(publishedSecrets, func(pub string) bool { return strings.Contains(s, strings.ToLower(pub)) })
 }
 
 // addrList parses comma-separated host:port addresses, each with a host and a numeric port.

@@ -57,6 +57,53 @@ func TestValidValues(t *testing.T) {
 	}
 }
 
+// TestValuesThatCouldMeanSomethingElse: trusted-proxy ranges that trust the internet, listen
+// addresses whose port is no number, and secrets that are weak or a published one in disguise
+// are refused, each named.
+func TestValuesThatCouldMeanSomethingElse(t *testing.T) {
+	t.Parallel()
+	published := "dev-only-secret-change-me-0123456789abcdef"
+	for _, tt := range []struct {
+		name, value string
+		ok          bool
+	}{
+		{"TRUSTED_PROXIES", "0.0.0.0/0,::/0", false},
+		{"TRUSTED_PROXIES", "::/0", false},
+		{"TRUSTED_PROXIES", "8.0.0.0/8", false},
+		{"TRUSTED_PROXIES", "10.0.0.0/8, 1.0.0.0/1", false},
+		{"TRUSTED_PROXIES", "2001:db8::/32", false},
+		{"TRUSTED_PROXIES", "::ffff:0.0.0.0/96", false},
+		{"TRUSTED_PROXIES", "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fd00::/8, 127.0.0.1/32", true},
+		{"TRUSTED_PROXIES", "203.0.113.0/24, 198.51.100.7/32, 2001:db8:1::/48", true},
+		{"METRICS_ADDR", "127.0.0.1:notaport", false},
+		{"METRICS_ADDR", ":99999", false},
+		{"METRICS_ADDR", "127.0.0.1:0", true},
+		{"HTTP_ADDR", "localhost:http", false},
+		{"AUTH_SECRET", strings.Repeat("a", 32), false},
+		{"AUTH_SECRET", strings.Repeat("password", 6), false},
+		{"AUTH_SECRET", published + " ", false},
+		{"AUTH_SECRET", strings.ToUpper(published), false},
+		{"AUTH_SECRET", "x" + published, false},
+		{"AUTH_SECRET", rand.Text() + rand.Text(), true},
+		{"AUTH_SECRET", "0f1e2d3c4b5a69788796a5b4c3d2e1f0", true}, // 32 hex digits, each once or twice
+	} {
+		env := map[string]string{tt.name: tt.value}
+		if tt.name != "AUTH_SECRET" {
+			env["AUTH_SECRET"] = rand.Text() + rand.Text()
+		}
+		_, err := load(env)
+		if got := err == nil; got != tt.ok {
+			t.Errorf("%s=%q: error %v, want ok %t", tt.name, tt.value, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), tt.name+":") {
+			t.Errorf("%s=%q: error %v does not name %s", tt.name, tt.value, err, tt.name)
+		}
+		if err != nil && tt.name == "AUTH_SECRET" && strings.Contains(err.Error(), tt.value) {
+			t.Errorf("the error shows AUTH_SECRET's value: %v", err)
+		}
+	}
+}
+
 // TestEveryAnswerFitsInTheWriteTimeout: a DB_TIMEOUT whose longest PIX (its statements, its
 // COMMIT, the look-up of an unknown outcome, its limiter decisions) cannot be answered within
 // the server's write timeout is refused, named; the client would otherwise get no answer at all.
@@ -93,7 +140,7 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 		"REDIS_URL":               "http://redis:6379",
 		"DATABASE_URL":            "mysql://db/pixlimit",
 		"DB_TIMEOUT":              "1ms",
-		"METRICS_ADDR":            "9464",
+		"METRICS_ADDR":            "127.0.0.1:notaport",
 		"PIX_MODE":                "observe",
 		"REDIS_TIMEOUT":           "soon",
 		"AUTH_SECRET":             "short",

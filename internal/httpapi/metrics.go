@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pixlimit/pixlimit/internal/pix"
@@ -90,25 +89,17 @@ func (m *Metrics) decided(checks []ratelimit.Check, outcome string, took time.Du
 	}
 }
 
-// observeRequests counts every request by its route template (never its path, which may hold a
-// key), method and status, with its latency. Echo's ecosystem has a Prometheus middleware
-// (echo-contrib/echoprometheus), but its module brings a dozen unrelated middlewares' dependencies
-// for what is these few lines.
-func (m *Metrics) observeRequests(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		start := time.Now()
-		err := next(c)
-		if err != nil {
-			c.Error(err) // write the response now, so the status counted is the one sent
-		}
-		route := c.Path()
-		if route == "" {
-			route = "unmatched"
-		}
-		m.requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(c.Response().Status)).Inc()
-		m.requestSeconds.WithLabelValues(route, c.Request().Method).Observe(time.Since(start).Seconds())
-		return nil
+// observe counts one request by its route template and method, both from fixed sets (the edge
+// middleware maps anything else to "unmatched" and "other"), and its status, with its latency.
+// Echo's ecosystem has a Prometheus middleware (echo-contrib/echoprometheus), but its module
+// brings a dozen unrelated middlewares' dependencies for what is these few lines, and it labels
+// by the request's own method.
+func (m *Metrics) observe(route, method string, status int, took time.Duration) {
+	if m == nil {
+		return
 	}
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.requestSeconds.WithLabelValues(route, method).Observe(took.Seconds())
 }
 
 // instrumented is a Ledger whose calls are timed.

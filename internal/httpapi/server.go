@@ -12,10 +12,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"runtime/debug"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/pix"
@@ -83,40 +83,78 @@ func NewServer(d Deps) (http.Handler, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.IPExtractor = auth.IPExtractor(d.TrustedProxies)
 	e.HTTPErrorHandler = errorHandler(d.Logger, d.LedgerRetryAfter)
-	e.Use(middleware.Recover()) // a panic becomes a logged 500, never a dropped connection
 	if d.Metrics != nil {
-		e.Use(d.Metrics.observeRequests)
 		d.Ledger = instrumented{Ledger: d.Ledger, m: d.Metrics}
 	}
-	e.Use(logRequests(d.Logger), limitBody)
+	routes := map[string]bool{}
+	e.Use(edge(d.Logger, d.Metrics, routes), limitBody)
 	if err := addRoutes(e, d); err != nil {
 		return nil, err
+	}
+	for _, r := range e.Routes() {
+		routes[r.Path] = true
 	}
 	return e, nil
 }
 
-// logRequests logs one line per request: method, route, status, duration and client address.
-// Never the body, the query or the headers, so no CPF, password or token reaches the log. Health
-// and readiness checks, which a container engine and a proxy send every few seconds, are logged
-// at debug level.
-func logRequests(logger *slog.Logger) echo.MiddlewareFunc {
+// edge is the outermost middleware, the one place every request ends: it turns a panic into an
+// error (with its stack, for the log), writes every error once through the error handler (the
+// JSON body), then logs one line per request and counts it, so a panic is a 500 that the log and
+// the metrics see like any other.
+//
+// The line says method, route, status, duration and client address; never the body, the query
+// or the headers, so no CPF, password or token reaches the log. Health and readiness checks,
+// which a container engine and a proxy send every few seconds, are logged at debug level. Labels
+// and logged names come from fixed sets: the route templates registered (routes, filled once
+// they are) or "unmatched", the standard methods or "other", so that no request mints a series.
+func edge(logger *slog.Logger, m *Metrics, routes map[string]bool) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
-			if err := next(c); err != nil {
-				c.Error(err) // write the response now, so the status below is the one sent
+			if err := recovering(next, c); err != nil {
+				c.Error(err) // write the response now, so the status logged and counted is the one sent
 			}
+			route, method := c.Path(), methodLabel(c.Request().Method)
+			if !routes[route] {
+				route = "unmatched"
+			}
+			took := time.Since(start)
 			level := slog.LevelInfo
-			if p := c.Path(); p == "/healthz" || p == "/readyz" {
+			if route == "/healthz" || route == "/readyz" {
 				level = slog.LevelDebug
 			}
 			logger.LogAttrs(c.Request().Context(), level, "request",
-				slog.String("method", c.Request().Method),
-				slog.String("route", c.Path()),
+				slog.String("method", method),
+				slog.String("route", route),
 				slog.Int("status", c.Response().Status),
-				slog.Duration("duration", time.Since(start)),
+				slog.Duration("duration", took),
 				slog.String("client", c.RealIP()))
+			m.observe(route, method, c.Response().Status, took)
 			return nil
 		}
 	}
+}
+
+// recovering calls next, turning a panic into an internal error that carries its stack.
+// http.ErrAbortHandler, the one panic meant to abort a response, goes on.
+func recovering(next echo.HandlerFunc, c echo.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if r == http.ErrAbortHandler {
+				panic(r)
+			}
+			err = &Error{Code: "internal_error", Message: "internal error", cause: fmt.Errorf("panic: %v\n%s", r, debug.Stack())}
+		}
+	}()
+	return next(c)
+}
+
+// methodLabel is the request's method if it is a standard one, else "other".
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete,
+		http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return "other"
 }

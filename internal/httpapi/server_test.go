@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pixlimit/pixlimit/internal/apitest"
@@ -126,5 +127,118 @@ func TestHealthChecksAreNotLoggedAtInfo(t *testing.T) {
 	out := logs.String()
 	if strings.Contains(out, "route=/healthz") || strings.Contains(out, "route=/readyz") || !strings.Contains(out, "route=/v1/statement") {
 		t.Errorf("info log:\n%s\nwant the statement request only", out)
+	}
+}
+
+// panicky is a ledger whose statement panics, as a bug would.
+type panicky struct{ pix.Ledger }
+
+func (panicky) Statement(context.Context, string, int) (pix.Statement, error) { panic("a bug") }
+
+// TestPanicsAreAnsweredLoggedAndCounted: a panic in a handler is a JSON 500 that the request log,
+// the metrics and an error-level log line with its stack all see, through slog; nothing is
+// written anywhere else (Echo's Recover printed its stack on stdout, outside them).
+func TestPanicsAreAnsweredLoggedAndCounted(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, redistest.Start(t), lax())
+	var logs apitest.Logs
+	reg := prometheus.NewRegistry()
+	metrics, err := httpapi.NewMetrics(reg, s.limiter.RedisUp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Limiter: s.limiter, Metrics: metrics,
+		Limits: lax(), Ledger: panicky{s.ledger}, Tokens: s.tokens, Devices: s.devices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _ := s.tokens.Issue("acct-ana")
+	req := httptest.NewRequest(http.MethodGet, "/v1/statement", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), `"error":"internal_error"`) {
+		t.Errorf("a panicking handler: %d %s, want a JSON 500 internal_error", rec.Code, rec.Body)
+	}
+	if strings.Contains(rec.Body.String(), "a bug") {
+		t.Errorf("the body %s shows the panic", rec.Body)
+	}
+	out := logs.String()
+	for _, want := range []string{`"level":"ERROR"`, "panic: a bug", "goroutine ", `"msg":"request"`, `"status":500`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log lacks %q:\n%s", want, out)
+		}
+	}
+	if got := (requests(t, reg, "/v1/statement", "GET", "500")); got != 1 {
+		t.Errorf("pixlimit_http_requests_total{route=/v1/statement,method=GET,status=500} = %v, want 1", got)
+	}
+}
+
+// requests is the pixlimit_http_requests_total series of route, method and status.
+func requests(t *testing.T, reg *prometheus.Registry, route, method, status string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0.0
+	for _, f := range families {
+		if f.GetName() != "pixlimit_http_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["route"] == route && labels["method"] == method && labels["status"] == status {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
+
+// TestMadeUpMethodsMintNoSeries: 3,000 random methods, some of 8 KB, on a route and off any,
+// add at most one series per route and status: the method label is a standard method or
+// "other", the route a registered template or "unmatched".
+func TestMadeUpMethodsMintNoSeries(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, redistest.Start(t), lax())
+	reg := prometheus.NewRegistry()
+	metrics, err := httpapi.NewMetrics(reg, s.limiter.RedisUp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Limiter: s.limiter, Metrics: metrics,
+		Limits: lax(), Ledger: s.ledger, Tokens: s.tokens, Devices: s.devices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := func() int {
+		families, _ := reg.Gather()
+		n := 0
+		for _, f := range families {
+			if strings.HasPrefix(f.GetName(), "pixlimit_http_") {
+				n += len(f.GetMetric())
+			}
+		}
+		return n
+	}
+	before := series()
+	for i := range 3000 {
+		method := strings.ToUpper(strings.TrimRight(rand.Text(), "="))
+		if i%100 == 0 {
+			method = strings.Repeat("X", 8<<10) + method
+		}
+		path := []string{"/v1/login", "/v1/statement", "/nowhere/" + method[:4]}[i%3]
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(method, path, nil))
+	}
+	// Three routes (two matched, one unmatched), each one status, in two families.
+	if added := series() - before; added > 6 {
+		t.Errorf("3000 made-up methods added %d series, want at most 6 (one per route and status, in 2 families)", added)
+	}
+	if got := (requests(t, reg, "unmatched", "other", "404")); got != 1000 {
+		t.Errorf("unmatched other 404 = %v, want 1000", got)
 	}
 }
