@@ -77,3 +77,64 @@ func TestRedisOutage(t *testing.T) {
 		t.Errorf("outages not logged per policy and fail mode:\n%s", logs)
 	}
 }
+
+// TestReadinessMeansDecisionsWork: a Redis that answers PING but refuses writes (made a replica,
+// so read-only; out of memory under noeviction) fails every decision, so the replica is not
+// ready, and says so; an open breaker is named. Ready again once Redis takes writes, no restart.
+func TestReadinessMeansDecisionsWork(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a := startAPI(t, srv, map[string]string{"REDIS_TIMEOUT": "500ms", "RATELIMIT_BREAKER_FAILURES": "0"})
+	admin := srv.Client(nil)
+	ctx := t.Context()
+	ready := func(want int, what string) map[string]any {
+		t.Helper()
+		r := a.Do(http.MethodGet, "/readyz", nil)
+		if r.Status != want {
+			t.Errorf("%s: /readyz %v, want %d", what, r, want)
+		}
+		return r.JSON(t)
+	}
+	ready(http.StatusOK, "Redis taking writes")
+	nowhere := apitest.FreeAddr(t)
+	host, port, _ := strings.Cut(nowhere, ":")
+	for _, fault := range []struct {
+		name     string
+		do, undo [][]any
+	}{
+		{"a read-only replica", [][]any{{"REPLICAOF", host, port}}, [][]any{{"REPLICAOF", "NO", "ONE"}}},
+		{"out of memory, noeviction", [][]any{{"CONFIG", "SET", "maxmemory-policy", "noeviction"}, {"CONFIG", "SET", "maxmemory", "1"}},
+			[][]any{{"CONFIG", "SET", "maxmemory", "0"}}},
+	} {
+		for _, cmd := range fault.do {
+			if err := admin.Do(ctx, cmd...).Err(); err != nil {
+				t.Fatalf("%v: %v", cmd, err)
+			}
+		}
+		if err := admin.Ping(ctx).Err(); err != nil {
+			t.Fatalf("%s: PING %v, want PONG: the fault is one PING does not see", fault.name, err)
+		}
+		if body := ready(http.StatusServiceUnavailable, fault.name); body["redis"] != "down" {
+			t.Errorf("%s: /readyz %v, want redis down", fault.name, body)
+		}
+		if r := a.Login(demo[0].Document, demo[0].Password); r.Status != http.StatusTooManyRequests || r.JSON(t)["error"] != "rate_limiter_unavailable" {
+			t.Errorf("%s: login %v, want 429 rate_limiter_unavailable (the replica is rightly not ready)", fault.name, r)
+		}
+		for _, cmd := range fault.undo {
+			if err := admin.Do(ctx, cmd...).Err(); err != nil {
+				t.Fatalf("%v: %v", cmd, err)
+			}
+		}
+		ready(http.StatusOK, fault.name+", undone")
+	}
+
+	b := startAPI(t, srv, map[string]string{"REDIS_TIMEOUT": "100ms", "RATELIMIT_BREAKER_FAILURES": "2", "RATELIMIT_BREAKER_COOLDOWN": "1m"})
+	srv.Pause()
+	for range 2 {
+		b.Login(demo[1].Document, demo[1].Password)
+	}
+	srv.Resume()
+	if r := b.Do(http.MethodGet, "/readyz", nil); r.Status != http.StatusServiceUnavailable || r.JSON(t)["breaker"] != "open" {
+		t.Errorf("with the breaker open: /readyz %v, want 503 naming the breaker open", r)
+	}
+}

@@ -164,8 +164,7 @@ func build(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prom
 	// A proxy routes on /readyz (deploy/haproxy.cfg checks it every second): a probe that waits
 	// out a long ledger deadline delays a lost replica's exit from the rotation by as much, so
 	// the database probe gets a second at most. A database that needs more is not ready.
-	probes := []httpapi.Probe{{Name: "redis", Timeout: cfg.RedisTimeout,
-		Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}}
+	probes := []httpapi.Probe{{Name: "redis", Timeout: cfg.RedisTimeout, Ping: limiter.Ready}}
 	if db, ok := ledger.(*pix.PostgresLedger); ok {
 		probes = append(probes, httpapi.Probe{Name: "database", Timeout: min(cfg.DBTimeout, time.Second), Ping: db.Ping})
 	}

@@ -25,10 +25,12 @@ func handleHealthz() echo.HandlerFunc {
 }
 
 // handleReadyz reports whether this replica can do its job: each probe answers within its
-// timeout (Redis, else limited routes fail open or closed; the database, if there is one). The
-// probes run together, so the answer takes the slowest probe's timeout at most, not their sum:
-// a proxy routing on /readyz gives its check a deadline.
-func handleReadyz(probes []Probe) echo.HandlerFunc {
+// timeout. The Redis probe is a decision's own needs (ratelimit.Limiter.Ready: the breaker closed
+// and a script that writes), not a PING, which a read-only or full Redis still answers while
+// every decision fails. The probes run together, so the answer takes the slowest probe's timeout
+// at most, not their sum: a proxy routing on /readyz gives its check a deadline. An open breaker
+// is named in the body ("breaker": "open").
+func handleReadyz(probes []Probe, limiter *ratelimit.Limiter) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		failed := make([]error, len(probes))
 		var wg sync.WaitGroup
@@ -47,6 +49,9 @@ func handleReadyz(probes []Probe) echo.HandlerFunc {
 			if failed[i] != nil {
 				body[p.Name], body["status"], status = "down", "degraded", http.StatusServiceUnavailable
 			}
+		}
+		if limiter != nil && limiter.Stats().BreakerOpen {
+			body["breaker"], body["status"], status = "open", "degraded", http.StatusServiceUnavailable
 		}
 		return c.JSON(status, body)
 	}

@@ -29,7 +29,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 		shadow: newShadowLog(d.Logger, 10*time.Second)}
 
 	e.GET("/healthz", handleHealthz())
-	e.GET("/readyz", handleReadyz(d.Probes))
+	e.GET("/readyz", handleReadyz(d.Probes, d.Limiter))
 	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Tokens, d.Devices))
 	lookups := lookupLimiter{limiter: login, policy: d.Limits.PIXLookup, missCost: d.Limits.LookupMissCost}
 	e.POST("/v1/pix", handlePIX(d.Ledger), requireAccount, consultLookups(lookups), limitPIX)

@@ -71,7 +71,7 @@ func BenchmarkDecision(b *testing.B) {
 			measure(b, rdb, par, func(i int) error {
 				ctx, cancel := context.WithTimeout(ctx, time.Second)
 				defer cancel()
-				return ping.Run(ctx, rdb, nil).Err()
+				return returnOne.Run(ctx, rdb, nil).Err()
 			})
 		})
 		b.Run(fmt.Sprintf("redis_rate_gcra/one_key/p=%d", par), func(b *testing.B) {
@@ -218,3 +218,6 @@ func BenchmarkCluster(b *testing.B) {
 		})
 	}
 }
+
+// returnOne is the cheapest script there is: the floor of any decision.
+var returnOne = redis.NewScript("return 1")

@@ -10,9 +10,11 @@ import (
 
 // breaker stops asking a Redis that keeps failing. After threshold consecutive failed decisions
 // it opens: for cooldown every decision fails at once, as Redis's own failure would, and the
-// caller's fail mode answers without waiting the budget out. Then it probes Redis itself, in the
-// background, within the budget (half-open), while decisions keep failing at once: no request
-// pays for the probe. Success closes the breaker; failure opens it for another cooldown. A hung
+// caller's fail mode answers without waiting the budget out. When the cool-down ends it probes
+// Redis itself, on a timer, in the background, within the budget (half-open), while decisions
+// keep failing at once: no request pays for the probe, and none waits for one to be started.
+// Success closes the breaker, so the first request after a good probe is decided by Redis however
+// quiet the route; failure opens it for another cooldown, and another probe at its end. A hung
 // Redis otherwise costs every request the whole budget.
 type breaker struct {
 	threshold int
@@ -21,25 +23,30 @@ type breaker struct {
 	probe     func(ctx context.Context) error // one cheap command
 	clock     func() time.Time
 	logger    *slog.Logger
+	// after runs f once d has passed (time.AfterFunc; tests replace it), and returns what stops it.
+	after func(d time.Duration, f func()) (stop func() bool)
 
 	closed   atomic.Bool  // the common case, read without the lock
 	failures atomic.Int64 // consecutive, while closed
 
 	mu      sync.Mutex
-	until   time.Time // end of the cool-down, while open
-	probing bool      // a probe is in flight
-	opened  time.Time // when it last opened
+	until   time.Time   // end of the cool-down, while open
+	probing bool        // a probe is in flight
+	opened  time.Time   // when it last opened
+	timer   func() bool // stops the pending probe's timer, while open
+	stopped bool        // by stop: no more probes
 	probes  sync.WaitGroup
 }
 
 func newBreaker(threshold int, cooldown, timeout time.Duration, probe func(context.Context) error, clock func() time.Time, logger *slog.Logger) *breaker {
-	b := &breaker{threshold: threshold, cooldown: cooldown, timeout: timeout, probe: probe, clock: clock, logger: logger}
+	b := &breaker{threshold: threshold, cooldown: cooldown, timeout: timeout, probe: probe, clock: clock, logger: logger,
+		after: func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }}
 	b.closed.Store(true)
 	return b
 }
 
-// allow reports whether a decision may ask Redis now: only while the breaker is closed. Once an
-// open breaker's cool-down is over, the first call starts the probe.
+// allow reports whether a decision may ask Redis now: only while the breaker is closed. The probe
+// starts on its timer; should that be late, a call after the cool-down starts it.
 func (b *breaker) allow() bool {
 	if b.closed.Load() {
 		return true
@@ -49,12 +56,37 @@ func (b *breaker) allow() bool {
 	if b.closed.Load() {
 		return true
 	}
-	if !b.probing && !b.clock().Before(b.until) {
-		b.probing = true
-		b.probes.Add(1)
-		go b.runProbe()
+	if !b.clock().Before(b.until) {
+		b.startProbeLocked()
 	}
 	return false
+}
+
+// startProbe is the cool-down timer's: it starts the probe unless one runs or the breaker closed.
+func (b *breaker) startProbe() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.startProbeLocked()
+}
+
+func (b *breaker) startProbeLocked() {
+	if b.closed.Load() || b.probing || b.stopped {
+		return
+	}
+	b.probing = true
+	b.probes.Add(1)
+	go b.runProbe()
+}
+
+// stop ends the probes for good (Limiter.Close) and waits for one in flight.
+func (b *breaker) stop() {
+	b.mu.Lock()
+	b.stopped = true
+	if b.timer != nil {
+		b.timer()
+	}
+	b.mu.Unlock()
+	b.probes.Wait()
 }
 
 func (b *breaker) runProbe() {
@@ -82,6 +114,10 @@ func (b *breaker) success() {
 	b.failures.Store(0)
 	b.probing = false
 	b.closed.Store(true)
+	if b.timer != nil {
+		b.timer()
+		b.timer = nil
+	}
 }
 
 // failure records a decision (or a probe) Redis could not answer; the threshold-th in a row, or
@@ -102,4 +138,10 @@ func (b *breaker) failure() {
 	b.closed.Store(false)
 	b.probing = false
 	b.until = now.Add(b.cooldown)
+	if b.timer != nil {
+		b.timer()
+	}
+	if !b.stopped {
+		b.timer = b.after(b.cooldown, b.startProbe)
+	}
 }

@@ -100,8 +100,10 @@ type Options struct {
 	BreakerCooldown time.Duration
 }
 
-// ping is the breaker's probe: the cheapest script, so it needs only redis.Scripter.
-var ping = redis.NewScript("return 1")
+// probeScript is what Ready and the breaker ask of Redis: what a decision needs, a script that
+// writes a key with a TTL. A Redis that answers PING but refuses writes (a read-only replica,
+// one out of memory under noeviction) fails it, as it fails every decision.
+var probeScript = redis.NewScript("redis.call('SET', KEYS[1], '1', 'PX', 1000) return 1")
 
 // Option defaults that are not zero.
 const (
@@ -193,7 +195,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	// would turn that into an outage of every slot, so a cluster has none.
 	if opts.BreakerFailures >= 0 && !l.cluster {
 		failures, cooldown := cmp.Or(opts.BreakerFailures, defaultBreakerFailures), cmp.Or(opts.BreakerCooldown, defaultBreakerCooldown)
-		probe := func(ctx context.Context) error { return ping.Run(ctx, rdb, nil).Err() }
+		probe := l.probe
 		l.breaker = newBreaker(failures, cooldown, opts.Timeout, probe, l.clock, opts.Logger)
 	}
 	return l, nil
@@ -213,6 +215,27 @@ func ClientOptions(opt *redis.Options, budget time.Duration) {
 func UniversalClientOptions(opt *redis.UniversalOptions, budget time.Duration) {
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = budget, budget, budget, budget
 	opt.ContextTimeoutEnabled, opt.MaxRetries, opt.DialerRetries = true, -1, 1
+}
+
+// Ready reports whether the Limiter can decide now: its breaker is closed and Redis runs, within
+// the budget, a script that writes, as every decision does. The error wraps ErrUnavailable. A
+// replica whose Limiter is not ready answers its limited routes by their fail modes only, so a
+// proxy should route elsewhere.
+func (l *Limiter) Ready(ctx context.Context) error {
+	if l.breaker != nil && !l.breaker.closed.Load() {
+		return fmt.Errorf("%w: circuit breaker open", ErrUnavailable)
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	return l.probe(ctx)
+}
+
+// probe runs probeScript on the Limiter's probe key.
+func (l *Limiter) probe(ctx context.Context) error {
+	if err := probeScript.Run(ctx, l.rdb, []string{l.keys.prefix + ":probe"}).Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
 }
 
 // Allow is shorthand for AllowAll with one check.

@@ -260,6 +260,88 @@ func TestBreaker(t *testing.T) {
 	}
 }
 
+// TestBreakerProbesWhenTheCoolDownEnds: the probe starts on the cool-down's timer, with no request
+// to start it; a failed probe sets another timer; a good one closes the breaker, so the first
+// request after it asks Redis. (The breaker used to wait for a request to start its probe, and
+// refused that request: on a quiet route, the first customer after every blip.)
+func TestBreakerProbesWhenTheCoolDownEnds(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var timers []func()
+	var waits []time.Duration
+	results := make(chan error, 1)
+	var probes atomic.Int64
+	b := newBreaker(1, time.Second, time.Second, func(context.Context) error { probes.Add(1); return <-results },
+		time.Now, slog.New(slog.DiscardHandler))
+	b.after = func(d time.Duration, f func()) func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		timers, waits = append(timers, f), append(waits, d)
+		return func() bool { return true }
+	}
+	fire := func(i int) {
+		t.Helper()
+		mu.Lock()
+		if len(timers) <= i {
+			mu.Unlock()
+			t.Fatalf("%d timers set, want %d", len(timers), i+1)
+		}
+		f := timers[i]
+		mu.Unlock()
+		f()
+		b.probes.Wait()
+	}
+	b.failure()
+	if b.allow() || probes.Load() != 0 {
+		t.Fatal("allowed, or probed, during the cool-down")
+	}
+	results <- errors.New("still down")
+	fire(0)
+	if probes.Load() != 1 || b.closed.Load() {
+		t.Fatalf("%d probes, closed %t; want 1 failed probe, still open", probes.Load(), b.closed.Load())
+	}
+	results <- nil
+	fire(1) // the failed probe's new cool-down
+	if probes.Load() != 2 || !b.allow() {
+		t.Fatalf("%d probes, allow() false; want the second probe to have closed the breaker, and the next call asked", probes.Load())
+	}
+	if waits[0] != time.Second || waits[1] != time.Second {
+		t.Errorf("timers of %v, want the cool-down each", waits)
+	}
+}
+
+// TestTheFirstRequestAfterABlipIsDecided, in real time: Redis stalls, the breaker opens, Redis
+// returns; a request that arrives a second later, with none in between, is decided by Redis,
+// and Ready says so before it.
+func TestTheFirstRequestAfterABlipIsDecided(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client(func(o *redis.Options) { ClientOptions(o, budget) })
+	l, err := New(c, Options{KeySecret: testSecret, Timeout: budget, BreakerFailures: 3, BreakerCooldown: 300 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	check := Check{policy("login-ip", 100, time.Minute), "quiet"}
+	warm(t, l, check)
+	srv.Pause()
+	for range 3 {
+		_, _ = l.AllowAll(context.Background(), check)
+	}
+	if err := l.Ready(context.Background()); err == nil || !l.Stats().BreakerOpen {
+		t.Fatalf("Ready with the breaker open: %v, stats %+v; want ErrUnavailable", err, l.Stats())
+	}
+	srv.Resume()
+	time.Sleep(time.Second) // three cool-downs, no request
+	if err := l.Ready(context.Background()); err != nil {
+		t.Errorf("Ready a second after Redis returned: %v", err)
+	}
+	if d, err := l.AllowAll(context.Background(), check); err != nil || !d.Allowed {
+		t.Errorf("the first request after the blip: %+v, %v; want Redis to decide it", d, err)
+	}
+}
+
 // TestBreakerProbesOneAtATime: once the cool-down is over, the first call starts one probe and
 // every call fails at once meanwhile; a failed probe reopens the breaker, a good one closes it.
 func TestBreakerProbesOneAtATime(t *testing.T) {
@@ -271,6 +353,7 @@ func TestBreakerProbesOneAtATime(t *testing.T) {
 	results := make(chan error)
 	var probes atomic.Int64
 	b := newBreaker(1, time.Second, time.Second, func(context.Context) error { probes.Add(1); return <-results }, clock, slog.New(slog.DiscardHandler))
+	b.after = func(time.Duration, func()) func() bool { return func() bool { return true } } // no timer: calls start the probe
 	b.failure()
 	advance(999 * time.Millisecond)
 	if b.allow() || probes.Load() != 0 {

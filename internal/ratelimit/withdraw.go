@@ -108,7 +108,7 @@ func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() { close(l.closing) })
 	l.withdrawals.Wait()
 	if l.breaker != nil {
-		l.breaker.probes.Wait()
+		l.breaker.stop()
 	}
 	return nil
 }
