@@ -25,6 +25,7 @@ import (
 type compose struct {
 	Services map[string]struct {
 		Image       string            `yaml:"image"`
+		Command     []string          `yaml:"command"`
 		Build       any               `yaml:"build"`
 		Environment map[string]string `yaml:"environment"`
 		Healthcheck struct {

@@ -198,6 +198,13 @@ func splitAddr(addr string) (string, string) {
 	return addr[:i], addr[i+1:]
 }
 
+// StartWith starts a local redis-server with extra arguments (such as a maxmemory policy), and
+// stops it when t ends. It needs redis-server on PATH.
+func StartWith(t testing.TB, args ...string) *Server {
+	t.Helper()
+	return startLocalWith(t, args...)
+}
+
 // startLocalWith starts a local redis-server with extra arguments.
 func startLocalWith(t testing.TB, args ...string) *Server {
 	t.Helper()
