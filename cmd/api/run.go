@@ -24,6 +24,13 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
+// warmTimeout bounds the limiter's warm-up at start, and warmConns is how many connections it
+// dials to each Redis master: a burst of about that many decisions finds them open.
+const (
+	warmTimeout = 5 * time.Second
+	warmConns   = 16
+)
+
 // shutdownGrace is how long a stopping server waits for in-flight requests: shorter than
 // Docker's stop timeout (10 s), so a drain ends before the SIGKILL, not by it.
 const shutdownGrace = 8 * time.Second
@@ -151,6 +158,13 @@ func build(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prom
 		return nil, err
 	}
 	*closers = append(*closers, func() { _ = limiter.Close() }) // waits for withdrawals, before Redis closes
+	// Before listening: the scripts loaded on every master, the slot map known, connections
+	// dialed, so the first burst's decisions pay for none of it inside their budget.
+	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)
+	if err := limiter.Warm(warmCtx, warmConns); err != nil {
+		logger.Warn("could not warm the rate limiter: its first decisions may fail by their fail modes", "err", err)
+	}
+	cancel()
 	tokens, devices, err := issuers(cfg, secret)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -284,6 +286,67 @@ func TestClusterModeSurvivesAWrapper(t *testing.T) {
 		}
 		if l.cluster != tt.want {
 			t.Errorf("Options.Cluster=%v: cluster mode %v, want %v", tt.opts.Cluster, l.cluster, tt.want)
+		}
+	}
+}
+
+// TestAColdFleetDecidesItsFirstBurst: on a 3-master cluster whose scripts were flushed, a fresh
+// client and Limiter, warmed as a replica is before it listens, decide their first burst of 40
+// concurrent two-key decisions (keys in different slots) within the 100 ms budget: no decision
+// is unavailable and none paid for NOSCRIPT (no EVAL reached any master: every script was
+// there), ten fleets in a row. Cold, the dials, the slot map and NOSCRIPT fell inside those
+// budgets, and on a busy machine up to 8 of 20 failed closed.
+func TestAColdFleetDecidesItsFirstBurst(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 0)
+	ip, doc := policy("login-ip", 1000, time.Minute), policy("login-account", 1000, time.Minute)
+	var mu sync.Mutex
+	for fleet := range 10 {
+		flush := c.Client(nil)
+		if err := flush.ForEachShard(context.Background(), func(ctx context.Context, s *redis.Client) error {
+			return s.ScriptFlush(ctx).Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		l := clusterLimiters(t, c, 1, 100*time.Millisecond)[0]
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := l.Warm(ctx, 20)
+		cancel()
+		if err != nil {
+			t.Fatalf("fleet %d: warm: %v", fleet, err)
+		}
+		evals := func() int {
+			n := 0
+			_ = flush.ForEachMaster(context.Background(), func(ctx context.Context, s *redis.Client) error {
+				info, err := s.Info(ctx, "commandstats").Result()
+				if _, rest, ok := strings.Cut(info, "cmdstat_eval:calls="); ok && err == nil {
+					calls, _, _ := strings.Cut(rest, ",")
+					v, _ := strconv.Atoi(calls)
+					mu.Lock()
+					n += v
+					mu.Unlock()
+				}
+				return nil
+			})
+			return n
+		}
+		before := evals()
+		var unavailable atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 40 {
+			wg.Go(func() {
+				_, err := l.AllowAll(context.Background(), Check{ip, fmt.Sprintf("ip-%d-%d", fleet, i)}, Check{doc, fmt.Sprintf("doc-%d-%d", fleet, i)})
+				if err != nil {
+					unavailable.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := unavailable.Load(); n > 0 {
+			t.Errorf("fleet %d: %d of its first 40 decisions unavailable, want none", fleet, n)
+		}
+		if n := evals() - before; n > 0 {
+			t.Errorf("fleet %d: %d EVALs during its first burst: decisions paid for NOSCRIPT", fleet, n)
 		}
 	}
 }
