@@ -3,61 +3,40 @@ package pixlimit_test
 import (
 	"crypto/rand"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pixlimit/pixlimit/internal/apitest"
+	"github.com/pixlimit/pixlimit/internal/app"
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/config"
-	"github.com/pixlimit/pixlimit/internal/httpapi"
 	"github.com/pixlimit/pixlimit/internal/pix"
-	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/redistest"
 )
 
-// fleet starts n replicas as separate HTTP servers over srv (each with its own client and
-// Limiter, as separate processes would have), one token secret and ledger, configured by env and
-// wired as cmd/api wires them. It returns their clients and the fleet's token issuer.
+// fleet starts n replicas as separate HTTP servers over srv, each built by app.New as cmd/api
+// builds one (its own client and Limiter, as separate processes would have), over one token
+// secret and ledger, configured by env. It returns their clients and the fleet's token issuer.
 func fleet(t testing.TB, srv *redistest.Server, ledger pix.Ledger, n int, env map[string]string) ([]*apitest.Client, *auth.Tokens) {
 	t.Helper()
 	env["NIGHT_LIMIT_CENTS"] = "0" // tests never depend on the hour they run at
+	env["REDIS_URL"] = "redis://" + srv.Addr()
+	env["AUTH_SECRET"] = rand.Text() + rand.Text() // one for the fleet
 	cfg, err := config.Load(config.Map(env))
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret := []byte(rand.Text() + rand.Text()) // one AUTH_SECRET for the fleet
-	tokens, err := auth.NewTokens(secret, cfg.TokenTTL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	devices, err := auth.NewDevices(secret, cfg.DeviceTTL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	replicas := make([]*apitest.Client, n)
+	var tokens *auth.Tokens
 	for i := range replicas {
-		rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, cfg.RedisTimeout) })
-		opts := cfg.LimiterOptions()
-		opts.KeySecret = auth.RateLimitKey(secret)
-		limiter, err := ratelimit.New(rdb, opts)
+		r, err := app.New(t.Context(), cfg, app.Deps{Ledger: ledger})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = limiter.Close() })
-		h, err := httpapi.NewServer(httpapi.Deps{
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Limiter: limiter, Limits: httpapi.Limits(cfg.Limits),
-			Ledger: ledger, Tokens: tokens, Devices: devices, TrustedProxies: cfg.TrustedProxies,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs := httptest.NewServer(h)
+		t.Cleanup(r.Close)
+		hs := httptest.NewServer(r.Handler)
 		t.Cleanup(hs.Close)
-		replicas[i] = &apitest.Client{T: t, Base: hs.URL}
+		replicas[i], tokens = &apitest.Client{T: t, Base: hs.URL}, r.Tokens
 	}
 	return replicas, tokens
 }

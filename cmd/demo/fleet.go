@@ -15,9 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/app"
 	"github.com/pixlimit/pixlimit/internal/config"
-	"github.com/pixlimit/pixlimit/internal/httpapi"
 	"github.com/pixlimit/pixlimit/internal/memredis"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
@@ -54,23 +53,15 @@ type fleet struct {
 	urls     []string
 	redis    *embeddedOutage // nil when the fleet uses an outside Redis
 	servers  []*http.Server
-	clients  []*redis.Client
+	replicas []*app.Replica
 	limiters []*ratelimit.Limiter
 }
 
 // startFleet starts two replicas configured by env, over the Redis at redisAddr, or over an
-// embedded one when redisAddr is empty. Each is built as cmd/api builds one, from the public
-// pieces: its own Redis client and Limiter, the shared ledger and token secret, httpapi.NewServer.
+// embedded one when redisAddr is empty. Each is built by app.New, as cmd/api builds its one:
+// its own Redis client and Limiter, over the fleet's shared ledger and token secret.
 func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fleet, err error) {
-	cfg, err := config.Load(config.Map(env))
-	if err != nil {
-		return nil, err
-	}
-	ledger, err := pix.NewMemoryLedger(pix.DemoAccounts(), pix.WithNightCap(cfg.Night))
-	if err != nil {
-		return nil, err
-	}
-	f = &fleet{cfg: cfg}
+	f = &fleet{}
 	defer func() {
 		if err != nil {
 			f.close()
@@ -83,38 +74,29 @@ func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fle
 		}
 		f.redis, redisAddr = &embeddedOutage{mr}, mr.Addr()
 	}
-	secret := []byte(rand.Text() + rand.Text()) // shared by both replicas, as AUTH_SECRET would be
-	tokens, err := auth.NewTokens(secret, cfg.TokenTTL)
-	if err != nil {
+	env = maps.Clone(env)
+	env["REDIS_URL"] = "redis://" + redisAddr
+	env["AUTH_SECRET"] = rand.Text() + rand.Text() // shared by both replicas, as in a fleet
+	if f.cfg, err = config.Load(config.Map(env)); err != nil {
 		return nil, err
 	}
-	devices, err := auth.NewDevices(secret, cfg.DeviceTTL)
+	ledger, err := pix.NewMemoryLedger(pix.DemoAccounts(), pix.WithNightCap(f.cfg.Night))
 	if err != nil {
 		return nil, err
 	}
 	for i := range 2 {
-		opt := &redis.Options{Addr: redisAddr}
-		ratelimit.ClientOptions(opt, cfg.RedisTimeout)
-		rdb := redis.NewClient(opt)
-		f.clients = append(f.clients, rdb)
 		logger := slog.New(slog.NewTextHandler(logs, nil)).With("replica", i+1)
-		opts := cfg.LimiterOptions()
-		opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
-		limiter, err := ratelimit.New(rdb, opts)
+		r, err := app.New(context.Background(), f.cfg, app.Deps{Logger: logger, Ledger: ledger})
 		if err != nil {
 			return nil, err
 		}
-		f.limiters = append(f.limiters, limiter)
-		h, err := httpapi.NewServer(httpapi.Deps{Logger: logger, Limiter: limiter, Limits: httpapi.Limits(cfg.Limits),
-			Ledger: ledger, Tokens: tokens, Devices: devices, TrustedProxies: cfg.TrustedProxies})
-		if err != nil {
-			return nil, err
-		}
+		f.replicas = append(f.replicas, r)
+		f.limiters = append(f.limiters, r.Limiter)
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: r.Handler, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		f.servers = append(f.servers, srv)
 		f.urls = append(f.urls, "http://"+ln.Addr().String())
@@ -139,11 +121,8 @@ func (f *fleet) close() {
 		_ = s.Shutdown(ctx)
 		cancel()
 	}
-	for _, l := range f.limiters {
-		_ = l.Close() // waits for withdrawals in flight, before their clients close
-	}
-	for _, c := range f.clients {
-		_ = c.Close()
+	for _, r := range f.replicas {
+		r.Close() // its limiter waits for withdrawals in flight, before its client closes
 	}
 	if f.redis != nil {
 		f.redis.mr.Close()

@@ -90,8 +90,23 @@ func (d *demo) against(ctx context.Context, target, redisURL string) (func(), er
 		return nil, err
 	}
 	d.out.intro(fmt.Sprintf("Driving %s. Cleared %d rate-limit keys left by earlier runs, so every story starts fresh.", strings.Join(d.replicas, ", "), n))
+	if n > 0 {
+		// Each replica remembers full keys for up to its deny cache's hold (5 s) without asking
+		// Redis, so a key cleared there may still be refused here for that long.
+		d.out.intro(fmt.Sprintf("Waiting %v: the replicas' memory of full keys outlives a cleared Redis by at most that.", denyCacheHold))
+		select {
+		case <-time.After(denyCacheHold):
+		case <-ctx.Done():
+			r.close()
+			return nil, ctx.Err()
+		}
+	}
 	return r.close, nil
 }
+
+// denyCacheHold is the longest a replica's deny cache answers for a key (ratelimit's
+// LocalCacheHold default).
+const denyCacheHold = 5 * time.Second
 
 // options are the demo's flags.
 type options struct {

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pixlimit/pixlimit/internal/httpapi"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
@@ -66,9 +67,10 @@ type Config struct {
 	RedisSentinel []string       `env:"-"` // sentinels watching RedisSentinelMaster
 	// DemoAccounts says whether to seed the demo accounts: DEMO_ACCOUNTS when set, else only
 	// into the in-memory ledger (never, unasked, into a DATABASE_URL database).
-	DemoAccounts bool         `env:"-"`
-	Limits       Limits       `env:"-"`
-	Night        pix.NightCap `env:"-"` // from NIGHT_*
+	DemoAccounts bool `env:"-"`
+	// Limits are the routes' validated policies, as the HTTP layer takes them.
+	Limits httpapi.Limits `env:"-"`
+	Night  pix.NightCap   `env:"-"` // from NIGHT_*
 }
 
 // Route is one limited route's variables, read with the route's prefix.
@@ -98,17 +100,6 @@ type LoginRoute struct {
 	Algorithm    ratelimit.Algorithm `env:"ALGORITHM"`
 	Burst        int                 `env:"BURST"`
 	Mode         string              `env:"MODE"`
-}
-
-// Limits are the routes' validated rate-limit policies and the Retry-After of a fail-closed
-// route that cannot decide: the shape of httpapi.Limits, which converts from it.
-type Limits struct {
-	PIX, Statement, LoginIP, LoginAccount, LoginDevice ratelimit.Policy
-	FailClosedRetryAfter                               time.Duration
-	// PIXLookup is the key look-up's anti-scan token bucket; a look-up that misses costs
-	// LookupMissCost tokens, one that finds the key 1.
-	PIXLookup      ratelimit.Policy
-	LookupMissCost int
 }
 
 // defaults are the contract's defaults of the route variables.
@@ -282,7 +273,7 @@ func (cfg *Config) check(p *problems) {
 	if !slices.Contains([]string{"text", "json"}, cfg.LogFormat) {
 		p.add("LOG_FORMAT", "%q: want text or json", cfg.LogFormat)
 	}
-	cfg.Limits = Limits{
+	cfg.Limits = httpapi.Limits{
 		PIX:                  policy(p, "PIX_", cfg.PIX.Policy("pix")),
 		Statement:            policy(p, "STATEMENT_", cfg.Statement.Policy("statement")),
 		LoginIP:              policy(p, "LOGIN_", cfg.Login.policy("login-ip", cfg.Login.IPLimit), "IP_LIMIT"),

@@ -1,0 +1,234 @@
+// Package app assembles one pixlimit replica from its configuration: the one composition root.
+// The API program, the demo's in-process fleet and the whole-program tests all build their
+// replicas with New, as mailgun/gubernator's cmd and cluster harness both call SpawnDaemon, so
+// what runs in a test is what runs in production: the same Redis client tuning, limiter,
+// warm-up, ledger, token issuers, probes and metrics.
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/config"
+	"github.com/pixlimit/pixlimit/internal/httpapi"
+	"github.com/pixlimit/pixlimit/internal/memredis"
+	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+)
+
+// Deps are what a replica may be handed instead of building it from the configuration. Every
+// field may be left zero.
+type Deps struct {
+	// Logger receives the replica's logs. Default: discarded.
+	Logger *slog.Logger
+	// Registry, when set, receives the replica's metrics (httpapi.NewMetrics).
+	Registry prometheus.Registerer
+	// Ledger, when set, is used instead of the one the configuration names (DATABASE_URL, or an
+	// in-memory one): the replicas of an in-process fleet share one. The caller closes it.
+	Ledger pix.Ledger
+}
+
+// Replica is one API replica: its HTTP handler over its own Redis client and limiter, and the
+// ledger and token issuers its fleet shares.
+type Replica struct {
+	// Handler serves the API (httpapi.NewServer).
+	Handler http.Handler
+	// Limiter is the replica's rate limiter; its Stats tell what it did.
+	Limiter *ratelimit.Limiter
+	// Ledger is the replica's ledger, as the handler sees it.
+	Ledger pix.Ledger
+	// Tokens issues the access tokens the replica accepts.
+	Tokens *auth.Tokens
+
+	probes  []httpapi.Probe
+	closers []func() // in the order opened
+}
+
+// warmTimeout bounds the limiter's warm-up at start, and warmConns is how many connections it
+// dials to each Redis master: a burst of about that many decisions finds them open.
+const (
+	warmTimeout = 5 * time.Second
+	warmConns   = 16
+)
+
+// New builds a replica: Redis (REDIS_URL, a cluster, sentinels, or an embedded one) and its
+// limiter, warmed before the replica serves; the token secret; the ledger; /readyz's probes;
+// the metrics; and the handler over them. On an error New has released what it built, and the
+// error says what failed. Close releases a replica.
+func New(ctx context.Context, cfg config.Config, deps Deps) (*Replica, error) {
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Replica{}
+	if err := r.build(ctx, cfg, deps); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// build is New's body: each thing it opens adds its closer as soon as it exists.
+func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error {
+	logger := deps.Logger
+	rdb, closeRedis, err := connectRedis(cfg, logger)
+	if err != nil {
+		return err
+	}
+	r.closers = append(r.closers, closeRedis)
+	secret := []byte(cfg.AuthSecret)
+	if len(secret) == 0 { // only with the embedded Redis: config refuses it with a shared one
+		secret = []byte(rand.Text() + rand.Text())
+		logger.Warn("AUTH_SECRET is empty: using a random secret for this process; its tokens and " +
+			"rate-limit keys are not shared with other processes")
+	}
+	opts := cfg.LimiterOptions()
+	opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
+	if r.Limiter, err = ratelimit.New(rdb, opts); err != nil {
+		return err
+	}
+	r.closers = append(r.closers, func() { _ = r.Limiter.Close() }) // waits for withdrawals, before Redis closes
+	// Before serving: the scripts loaded on every master, the slot map known, connections
+	// dialed, so the first burst's decisions pay for none of it inside their budget.
+	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)
+	if err := r.Limiter.Warm(warmCtx, warmConns); err != nil {
+		logger.Warn("could not warm the rate limiter: its first decisions may fail by their fail modes", "err", err)
+	}
+	cancel()
+	if r.Tokens, err = auth.NewTokens(secret, cfg.TokenTTL); err != nil {
+		return err
+	}
+	devices, err := auth.NewDevices(secret, cfg.DeviceTTL)
+	if err != nil {
+		return err
+	}
+	r.Ledger = deps.Ledger
+	if r.Ledger == nil {
+		ledger, closeLedger, err := openLedger(ctx, cfg, logger)
+		if err != nil {
+			return err
+		}
+		r.Ledger = ledger
+		r.closers = append(r.closers, closeLedger)
+	}
+
+	// A proxy routes on /readyz (deploy/haproxy.cfg checks it every second): a probe that waits
+	// out a long ledger deadline delays a lost replica's exit from the rotation by as much, so
+	// the database probe gets a second at most. A database that needs more is not ready.
+	r.probes = []httpapi.Probe{{Name: "redis", Timeout: cfg.RedisTimeout, Ping: r.Limiter.Ready}}
+	if db, ok := r.Ledger.(*pix.PostgresLedger); ok {
+		r.probes = append(r.probes, httpapi.Probe{Name: "database", Timeout: min(cfg.DBTimeout, time.Second), Ping: db.Ping})
+	}
+	var metrics *httpapi.Metrics
+	if deps.Registry != nil {
+		if metrics, err = httpapi.NewMetrics(deps.Registry, r.Limiter.RedisUp); err != nil {
+			return err
+		}
+	}
+	r.Handler, err = httpapi.NewServer(httpapi.Deps{
+		Metrics:          metrics,
+		Logger:           logger,
+		Limiter:          r.Limiter,
+		Limits:           cfg.Limits,
+		Ledger:           r.Ledger,
+		LedgerRetryAfter: cfg.DBTimeout,
+		Tokens:           r.Tokens,
+		Devices:          devices,
+		TrustedProxies:   cfg.TrustedProxies,
+		Probes:           r.probes,
+	})
+	return err
+}
+
+// Ready runs /readyz's probes: nil when the replica can decide and reach its ledger.
+func (r *Replica) Ready(ctx context.Context) error {
+	var errs []error
+	for _, p := range r.probes {
+		pctx, cancel := context.WithTimeout(ctx, p.Timeout)
+		if err := p.Ping(pctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.Name, err))
+		}
+		cancel()
+	}
+	return errors.Join(errs...)
+}
+
+// Close releases what the replica opened, in reverse order. A ledger handed in Deps stays open.
+func (r *Replica) Close() {
+	for i := len(r.closers) - 1; i >= 0; i-- {
+		r.closers[i]()
+	}
+	r.closers = nil
+}
+
+// openLedger opens the PostgreSQL ledger of DATABASE_URL, or an in-memory one when it is empty.
+func openLedger(ctx context.Context, cfg config.Config, logger *slog.Logger) (pix.Ledger, func(), error) {
+	var accounts []pix.Account
+	if cfg.DemoAccounts {
+		accounts = pix.DemoAccounts()
+	}
+	if cfg.DatabaseURL == "" {
+		if cfg.DemoAccounts {
+			logger.Info("seeding the demo accounts into the in-memory ledger")
+		}
+		logger.Warn("DATABASE_URL is empty: the ledger is in this process's memory; balances are " +
+			"lost on restart and not shared with other replicas, so set DATABASE_URL for a fleet")
+		l, err := pix.NewMemoryLedger(accounts, pix.WithNightCap(cfg.Night))
+		return l, func() {}, err
+	}
+	if cfg.DemoAccounts {
+		logger.Warn("DEMO_ACCOUNTS=true: seeding the demo accounts, whose passwords are published, into " +
+			"the PostgreSQL ledger; never do this in a real deployment")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	l, err := pix.OpenPostgres(ctx, cfg.DatabaseURL, cfg.DBTimeout, accounts, pix.WithNightCap(cfg.Night))
+	if err != nil {
+		return nil, nil, fmt.Errorf("open the ledger of DATABASE_URL: %w", err)
+	}
+	return l, l.Close, nil
+}
+
+// connectRedis returns a client tuned for the decision budget: of REDIS_URL, of the Redis
+// Cluster of REDIS_CLUSTER_ADDRS, of the master REDIS_SENTINEL_* name, or of an embedded
+// in-process Redis when none is set. go-redis follows MOVED/ASK redirections and sentinel
+// failovers itself; while one is under way, decisions fail and the routes' fail modes answer.
+func connectRedis(cfg config.Config, logger *slog.Logger) (redis.UniversalClient, func(), error) {
+	switch {
+	case len(cfg.RedisCluster) > 0:
+		opt := &redis.UniversalOptions{Addrs: cfg.RedisCluster, IsClusterMode: true}
+		ratelimit.UniversalClientOptions(opt, cfg.RedisTimeout)
+		rdb := redis.NewUniversalClient(opt)
+		return rdb, func() { _ = rdb.Close() }, nil
+	case len(cfg.RedisSentinel) > 0:
+		opt := &redis.UniversalOptions{Addrs: cfg.RedisSentinel, MasterName: cfg.RedisSentinelMaster}
+		ratelimit.UniversalClientOptions(opt, cfg.RedisTimeout)
+		rdb := redis.NewUniversalClient(opt)
+		return rdb, func() { _ = rdb.Close() }, nil
+	}
+	opt := cfg.Redis
+	stop := func() {}
+	if opt == nil {
+		mr, err := memredis.Start()
+		if err != nil {
+			return nil, nil, err
+		}
+		logger.Warn("REDIS_URL is empty: using an embedded in-process Redis; limits hold for this " +
+			"replica only, so set REDIS_URL for a fleet")
+		opt = &redis.Options{Addr: mr.Addr()}
+		stop = mr.Close
+	} else {
+		opt = new(*opt) // the configuration's own stays as parsed
+	}
+	ratelimit.ClientOptions(opt, cfg.RedisTimeout)
+	rdb := redis.NewClient(opt)
+	return rdb, func() { _ = rdb.Close(); stop() }, nil
+}
