@@ -1,7 +1,8 @@
-// Command demo replays pixlimit's three stories against a running API and checks what it sees:
-// a PIX burst, a distributed login attack and a Redis outage. With no flags it is
-// self-contained: an embedded Redis and two API replicas in this process, with short windows.
-// With -target it drives a running deployment instead.
+// Command demo replays pixlimit's six stories against a running API and checks what it sees: a
+// PIX burst, a distributed login attack, a Redis outage, the 2× hole at a window's boundary, a
+// key scanner, and the night-time value cap. With no flags it is self-contained: an embedded
+// Redis and two API replicas in this process, built by app.New, with short windows. With -target
+// it drives a running deployment instead.
 //
 // It exits 0 only when every expectation held, so it is a smoke test as much as a lesson.
 package main

@@ -21,7 +21,8 @@ type Tokens struct {
 	now    func() time.Time
 }
 
-// NewTokens returns Tokens signing with secret (at least 32 bytes) and valid for ttl.
+// NewTokens returns Tokens signing with a key derived from secret (at least 32 bytes) for access
+// tokens alone, valid for ttl.
 func NewTokens(secret []byte, ttl time.Duration) (*Tokens, error) {
 	if len(secret) < 32 {
 		return nil, fmt.Errorf("auth: token secret of %d bytes: want at least 32", len(secret))
@@ -29,7 +30,7 @@ func NewTokens(secret []byte, ttl time.Duration) (*Tokens, error) {
 	if ttl <= 0 {
 		return nil, errors.New("auth: token lifetime must be positive")
 	}
-	return &Tokens{secret: secret, ttl: ttl, now: time.Now}, nil
+	return &Tokens{secret: DeriveKey(secret, "access tokens"), ttl: ttl, now: time.Now}, nil
 }
 
 // TTL is how long an issued token stays valid.

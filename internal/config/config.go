@@ -129,14 +129,17 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 			return Config{}, err
 		}
 	}
-	for prefix, burst := range map[string]int{"PIX_": cfg.PIX.Burst, "STATEMENT_": cfg.Statement.Burst, "LOGIN_": cfg.Login.Burst} {
-		if getenv(prefix+"BURST") != "" && burst < 1 { // zero means "the limit" only when unset
-			p.add(prefix+"BURST", "%d: want at least 1", burst)
+	// In the contract's order (slices, not maps: the report reads the same on every run).
+	for _, r := range []struct {
+		prefix string
+		burst  int
+		mode   string
+	}{{"PIX_", cfg.PIX.Burst, cfg.PIX.Mode}, {"STATEMENT_", cfg.Statement.Burst, cfg.Statement.Mode}, {"LOGIN_", cfg.Login.Burst, cfg.Login.Mode}} {
+		if getenv(r.prefix+"BURST") != "" && r.burst < 1 { // zero means "the limit" only when unset
+			p.add(r.prefix+"BURST", "%d: want at least 1", r.burst)
 		}
-	}
-	for prefix, mode := range map[string]string{"PIX_": cfg.PIX.Mode, "STATEMENT_": cfg.Statement.Mode, "LOGIN_": cfg.Login.Mode} {
-		if mode != "enforce" && mode != "shadow" {
-			p.add(prefix+"MODE", "%q: want enforce or shadow", mode)
+		if r.mode != "enforce" && r.mode != "shadow" {
+			p.add(r.prefix+"MODE", "%q: want enforce or shadow", r.mode)
 		}
 	}
 	if v, set := lookup("METRICS_ADDR"); set && v == "" {
@@ -387,7 +390,11 @@ func (cfg *Config) checkNight(p *problems) {
 		p.add("NIGHT_LIMIT_CENTS", "%d: want 0 (off) or more cents", cfg.NightLimitCents)
 	}
 	night.LimitCents = cfg.NightLimitCents
-	for name, v := range map[string]*string{"NIGHT_START": &cfg.NightStart, "NIGHT_END": &cfg.NightEnd} {
+	for _, n := range []struct {
+		name string
+		v    *string
+	}{{"NIGHT_START", &cfg.NightStart}, {"NIGHT_END", &cfg.NightEnd}} {
+		name, v := n.name, n.v
 		t, err := time.Parse("15:04", *v)
 		if err != nil {
 			p.add(name, "%q: want HH:MM", *v)

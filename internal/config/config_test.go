@@ -193,6 +193,11 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 	if strings.Contains(err.Error(), "short") {
 		t.Errorf("the error shows AUTH_SECRET's value:\n%v", err)
 	}
+	for range 20 { // one report, in one order, every time
+		if _, again := load(bad); again.Error() != err.Error() {
+			t.Fatalf("the same environment, two reports:\n%v\n---\n%v", err, again)
+		}
+	}
 }
 
 func TestAlgorithms(t *testing.T) {

@@ -37,8 +37,8 @@ type Deps struct {
 	Devices *auth.Devices
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client (auth.IPExtractor).
 	TrustedProxies []netip.Prefix
-	// Probes are what /readyz asks, in order: redis first (Limiter.Ready: can it decide?), then
-	// the database if there is one.
+	// Probes are what /readyz asks, all at once: redis (Limiter.Ready: can it decide?) and the
+	// database if there is one; the body lists them in this order.
 	Probes []Probe
 	// Metrics, when set, counts requests, decisions and ledger calls (NewMetrics).
 	Metrics *Metrics

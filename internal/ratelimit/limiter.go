@@ -253,9 +253,10 @@ func (l *Limiter) Allow(ctx context.Context, p Policy, identity string) (Decisio
 // A request on a key this Limiter knows to be full is refused without asking Redis
 // (Decision.Local), exactly as the script would refuse it, recording nothing; this holds while
 // Redis is down too. A block is kept until the key can have room again, or for LocalCacheHold,
-// whichever is sooner; the Retry-After of a local refusal is the key's own, which can be longer. A refusal teaches the cache, unless its keys may see withdrawals that free
-// room early: a split decision on a cluster, whose sibling admissions are withdrawn, is never
-// cached. (A late decision's withdrawal, after a timeout, can still free room in a key another
+// whichever is sooner; the Retry-After of a local refusal is the key's own, which can be
+// longer. A refusal teaches the cache (see learn), unless its keys may see withdrawals that
+// free room early: a split decision on a cluster, whose sibling admissions are withdrawn, is
+// never cached. (A late decision's withdrawal, after a timeout, can still free room in a key another
 // replica has cached: for at most that key's Reset, the cache then refuses on the strict side.)
 func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, error) {
 	if len(checks) == 0 {
@@ -425,7 +426,7 @@ func (l *Limiter) Stats() Stats {
 }
 
 // decide runs the checks' script for one request over their keys. The arguments are those of
-// prelude.lua: the request's id, now (” for the Redis clock), op (” to decide, or a cost or a
+// prelude.lua: the request's id, now (empty for the Redis clock), op (empty to decide, or a
 // cost), then each key's limit, window in microseconds and capacity.
 func (l *Limiter) decide(ctx context.Context, op string, checks []Check, keys []string) (Decision, error) {
 	a := checks[0].Policy.algorithm()
