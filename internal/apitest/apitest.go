@@ -38,12 +38,14 @@ type Response struct {
 	Took   time.Duration
 }
 
-// JSON decodes the body as a JSON object, failing the test otherwise.
+// JSON decodes the body as a JSON object, failing the test otherwise (with Errorf, so that a
+// worker goroutine may call it: testing forbids FailNow outside the test's own; the map is then
+// nil, and the checks that follow fail too).
 func (r Response) JSON(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(r.Body, &m); err != nil {
-		t.Fatalf("body %q is not a JSON object: %v", r.Body, err)
+		t.Errorf("body %q is not a JSON object: %v", r.Body, err)
 	}
 	return m
 }
@@ -65,13 +67,15 @@ func (c *Client) Do(method, path string, body any, headers ...string) Response {
 	default:
 		buf, err := json.Marshal(b)
 		if err != nil {
-			c.T.Fatal(err)
+			c.T.Errorf("%s %s: %v", method, path, err)
+			return Response{Header: http.Header{}}
 		}
 		rd = bytes.NewReader(buf)
 	}
 	req, err := http.NewRequest(method, c.Base+path, rd)
 	if err != nil {
-		c.T.Fatal(err)
+		c.T.Errorf("%s %s: %v", method, path, err)
+		return Response{Header: http.Header{}}
 	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -86,18 +90,21 @@ func (c *Client) Do(method, path string, body any, headers ...string) Response {
 	return c.Send(req)
 }
 
-// Send sends a prepared request and reads the whole answer.
+// Send sends a prepared request and reads the whole answer. A request that gets no answer fails
+// the test with Errorf, not Fatal, so that Burst's workers may send (testing forbids FailNow
+// outside the test's goroutine), and returns a Response of status 0.
 func (c *Client) Send(req *http.Request) Response {
 	c.T.Helper()
 	start := time.Now()
 	resp, err := httpClient.Do(req)
 	if err != nil {
-		c.T.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+		c.T.Errorf("%s %s: %v", req.Method, req.URL.Path, err)
+		return Response{Header: http.Header{}, Took: time.Since(start)}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		c.T.Fatal(err)
+		c.T.Errorf("%s %s: reading the answer: %v", req.Method, req.URL.Path, err)
 	}
 	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b, Took: time.Since(start)}
 }
@@ -108,14 +115,16 @@ func (c *Client) Login(document, password string, headers ...string) Response {
 	return c.Do(http.MethodPost, "/v1/login", map[string]string{"document": document, "password": password}, headers...)
 }
 
-// Token logs in and returns the access token, failing the test otherwise.
+// Token logs in and returns the access token, failing the test otherwise (Errorf, and "").
 func (c *Client) Token(document, password string, headers ...string) string {
 	c.T.Helper()
 	r := c.Login(document, password, headers...)
 	if r.Status != http.StatusOK {
-		c.T.Fatalf("login %s: %v", document, r)
+		c.T.Errorf("login %s: %v", document, r)
+		return ""
 	}
-	return r.JSON(c.T)["access_token"].(string)
+	tok, _ := r.JSON(c.T)["access_token"].(string)
+	return tok
 }
 
 // PIX sends cents to key from the token's account under a fresh Idempotency-Key, as a careful
@@ -136,14 +145,16 @@ func (c *Client) Statement(token string) Response {
 	return c.Do(http.MethodGet, "/v1/statement?limit=100", nil, "Authorization", "Bearer "+token)
 }
 
-// Balance is the token's account's balance, failing the test if the statement fails.
+// Balance is the token's account's balance, failing the test (-1) if the statement fails.
 func (c *Client) Balance(token string) int64 {
 	c.T.Helper()
 	r := c.Statement(token)
 	if r.Status != http.StatusOK {
-		c.T.Fatalf("statement: %v", r)
+		c.T.Errorf("statement: %v", r)
+		return -1
 	}
-	return int64(r.JSON(c.T)["balance_cents"].(float64))
+	b, _ := r.JSON(c.T)["balance_cents"].(float64)
+	return int64(b)
 }
 
 // Burst sends n requests at once, request i to replica i mod len(replicas), and counts statuses.
