@@ -22,7 +22,7 @@ func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
 		if req.ContentLength > maxBody {
-			return &Error{Code: "request_too_large", Message: "request body too large"}
+			return &Error{Code: CodeRequestTooLarge}
 		}
 		req.Body = http.MaxBytesReader(c.Response(), req.Body, maxBody)
 		return next(c)
@@ -40,7 +40,7 @@ func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 func decodeJSON(c echo.Context, v any) error {
 	mt, _, err := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
 	if err != nil || mt != echo.MIMEApplicationJSON {
-		return &Error{Code: "unsupported_media_type", Message: "Content-Type must be application/json"}
+		return &Error{Code: CodeUnsupportedMediaType}
 	}
 	dec := jsontext.NewDecoder(c.Request().Body) // rejects duplicate names and invalid UTF-8
 	body, err := dec.ReadValue()
@@ -66,7 +66,7 @@ func decodeJSON(c echo.Context, v any) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &tooLarge):
-		return &Error{Code: "request_too_large", Message: "request body too large"}
+		return &Error{Code: CodeRequestTooLarge}
 	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syntactic):
 		return invalid("duplicate member name", map[string]string{member(string(syntactic.JSONPointer)): "appears more than once"})
 	case errors.Is(err, json.ErrUnknownName) && errors.As(err, &semantic):

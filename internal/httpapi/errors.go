@@ -15,14 +15,70 @@ import (
 	"github.com/pixlimit/pixlimit/internal/pix"
 )
 
-// Error is every error the API answers with, as benbjohnson/wtf does it: a code from the
-// contract, which alone decides the status (statusOf), a message for people, and the offending
-// fields of a 400. Handlers return an *Error or a domain error; errorHandler maps the latter in
-// one table (domainErrors) and writes every answer.
+// Code is an error code of the contract: the "error" member of every error body. Its status is
+// codes' alone.
+type Code string
+
+// The contract's error codes.
+const (
+	CodeInvalidRequest         Code = "invalid_request"
+	CodeIdempotencyKeyRequired Code = "idempotency_key_required"
+	CodeInvalidCredentials     Code = "invalid_credentials"
+	CodeUnauthorized           Code = "unauthorized"
+	CodeKeyNotFound            Code = "key_not_found"
+	CodeNotFound               Code = "not_found"
+	CodeMethodNotAllowed       Code = "method_not_allowed"
+	CodeIdempotencyConflict    Code = "idempotency_conflict"
+	CodeRequestTooLarge        Code = "request_too_large"
+	CodeUnsupportedMediaType   Code = "unsupported_media_type"
+	CodeInsufficientFunds      Code = "insufficient_funds"
+	CodeSameAccount            Code = "same_account"
+	CodeNightLimitExceeded     Code = "night_limit_exceeded"
+	CodeRateLimitExceeded      Code = "rate_limit_exceeded"
+	CodeRateLimiterUnavailable Code = "rate_limiter_unavailable"
+	CodeClientClosedRequest    Code = "client_closed_request"
+	CodeInternal               Code = "internal_error"
+	CodeLedgerUnavailable      Code = "ledger_unavailable"
+	CodeTransferOutcomeUnknown Code = "transfer_outcome_unknown"
+)
+
+// codes is the one table of the contract's errors: each code's status, and the message a person
+// reads when the error brings none of its own.
+var codes = map[Code]struct {
+	status  int
+	message string
+}{
+	CodeInvalidRequest:         {http.StatusBadRequest, "invalid request"},
+	CodeIdempotencyKeyRequired: {http.StatusBadRequest, "a PIX needs an Idempotency-Key header (1-64 of A-Z a-z 0-9 _ -), the same on every retry of one transfer"},
+	CodeInvalidCredentials:     {http.StatusUnauthorized, "invalid document or password"},
+	CodeUnauthorized:           {http.StatusUnauthorized, auth.ErrUnauthorized.Error()},
+	CodeKeyNotFound:            {http.StatusNotFound, "no account has this PIX key"},
+	CodeNotFound:               {http.StatusNotFound, "no such route"},
+	CodeMethodNotAllowed:       {http.StatusMethodNotAllowed, "method not allowed"},
+	CodeIdempotencyConflict:    {http.StatusConflict, pix.ErrIdempotencyConflict.Error()},
+	CodeRequestTooLarge:        {http.StatusRequestEntityTooLarge, "request body too large"},
+	CodeUnsupportedMediaType:   {http.StatusUnsupportedMediaType, "Content-Type must be application/json"},
+	CodeInsufficientFunds:      {http.StatusUnprocessableEntity, pix.ErrInsufficientFunds.Error()},
+	CodeSameAccount:            {http.StatusUnprocessableEntity, pix.ErrSameAccount.Error()},
+	CodeNightLimitExceeded:     {http.StatusUnprocessableEntity, pix.ErrNightLimitExceeded.Error()},
+	CodeRateLimitExceeded:      {http.StatusTooManyRequests, "too many requests; retry after the time given"},
+	CodeRateLimiterUnavailable: {http.StatusTooManyRequests, "the rate limiter cannot decide right now; try again later"},
+	CodeClientClosedRequest:    {499, "the client closed the request"}, // nginx's: logged as what it is rather than as a 500
+	CodeInternal:               {http.StatusInternalServerError, "internal error"},
+	CodeLedgerUnavailable:      {http.StatusServiceUnavailable, "the ledger did not answer in time; nothing was changed, try again later"},
+	CodeTransferOutcomeUnknown: {http.StatusServiceUnavailable, "the ledger did not confirm this transfer in time: it may have been made. " +
+		"Retry with the same Idempotency-Key: if it was made, you get its receipt; if not, it is made once"},
+}
+
+// Error is every error the API answers with, as benbjohnson/wtf does it: a Code, which alone
+// decides the status (codes), a message for people, and the offending fields of a 400. Handlers
+// return an *Error or a domain error; errorHandler maps the latter in one table (domainErrors)
+// and writes every answer.
 type Error struct {
-	// Code is the contract's error code: "invalid_request", "rate_limit_exceeded", ...
-	Code string
-	// Message explains Code to a person; it never holds a secret or an identity.
+	// Code is the contract's error code.
+	Code Code
+	// Message explains Code to a person; it never holds a secret or an identity. Empty: the
+	// code's own message.
 	Message string
 	// Fields names, for an invalid_request, each offending field and why.
 	Fields map[string]string
@@ -35,71 +91,64 @@ type Error struct {
 
 func (e *Error) Error() string {
 	if e.cause != nil {
-		return e.Code + ": " + e.Message + ": " + e.cause.Error()
+		return string(e.Code) + ": " + e.message() + ": " + e.cause.Error()
 	}
-	return e.Code + ": " + e.Message
+	return string(e.Code) + ": " + e.message()
 }
 
 func (e *Error) Unwrap() error { return e.cause }
 
-// statusOf is the one code→status table.
-var statusOf = map[string]int{
-	"invalid_request":          http.StatusBadRequest,
-	"idempotency_key_required": http.StatusBadRequest,
-	"invalid_credentials":      http.StatusUnauthorized,
-	"unauthorized":             http.StatusUnauthorized,
-	"key_not_found":            http.StatusNotFound,
-	"not_found":                http.StatusNotFound,
-	"method_not_allowed":       http.StatusMethodNotAllowed,
-	"idempotency_conflict":     http.StatusConflict,
-	"request_too_large":        http.StatusRequestEntityTooLarge,
-	"unsupported_media_type":   http.StatusUnsupportedMediaType,
-	"insufficient_funds":       http.StatusUnprocessableEntity,
-	"same_account":             http.StatusUnprocessableEntity,
-	"night_limit_exceeded":     http.StatusUnprocessableEntity,
-	"rate_limit_exceeded":      http.StatusTooManyRequests,
-	"rate_limiter_unavailable": http.StatusTooManyRequests,
-	"client_closed_request":    499, // nginx's: logged as what it is rather than as a 500
-	"internal_error":           http.StatusInternalServerError,
-	"ledger_unavailable":       http.StatusServiceUnavailable,
-	"transfer_outcome_unknown": http.StatusServiceUnavailable,
+// message is the Error's message, or its code's.
+func (e *Error) message() string {
+	if e.Message != "" {
+		return e.Message
+	}
+	return codes[e.Code].message
+}
+
+// status is the Error's HTTP status: its code's, or 500 for a code the table lacks (a bug).
+func (e *Error) status() int {
+	if c, ok := codes[e.Code]; ok {
+		return c.status
+	}
+	return http.StatusInternalServerError
 }
 
 // invalid is a 400 invalid_request naming the offending fields.
 func invalid(message string, fields map[string]string) *Error {
-	return &Error{Code: "invalid_request", Message: message, Fields: fields}
+	return &Error{Code: CodeInvalidRequest, Message: message, Fields: fields}
 }
 
-// domainErrors maps the domain packages' errors to the contract's, in one place.
+// domainErrors maps the domain packages' errors to the contract's codes, in one place; an
+// error's own text is the message when it says more than the code's (how much is left tonight).
 var domainErrors = []struct {
 	err     error
-	code    string
-	message string
+	code    Code
+	ownText bool
 }{
-	{auth.ErrInvalidCredentials, "invalid_credentials", "invalid document or password"},
-	{auth.ErrUnauthorized, "unauthorized", auth.ErrUnauthorized.Error()},
-	{pix.ErrAccountNotFound, "unauthorized", auth.ErrUnauthorized.Error()}, // a valid token for no account
-	{pix.ErrKeyNotFound, "key_not_found", "no account has this PIX key"},
-	{pix.ErrInsufficientFunds, "insufficient_funds", pix.ErrInsufficientFunds.Error()},
-	{pix.ErrSameAccount, "same_account", pix.ErrSameAccount.Error()},
-	{pix.ErrIdempotencyConflict, "idempotency_conflict", pix.ErrIdempotencyConflict.Error()},
-	{pix.ErrNightLimitExceeded, "night_limit_exceeded", ""}, // its message says how much is left tonight
-	{pix.ErrUnavailable, "ledger_unavailable", "the ledger did not answer in time; nothing was changed, try again later"},
-	{pix.ErrOutcomeUnknown, "transfer_outcome_unknown", "the ledger did not confirm this transfer in time: it may have been made. " +
-		"Retry with the same Idempotency-Key: if it was made, you get its receipt; if not, it is made once"},
-	{context.Canceled, "client_closed_request", "the client closed the request"},
+	{auth.ErrInvalidCredentials, CodeInvalidCredentials, false},
+	{auth.ErrUnauthorized, CodeUnauthorized, false},
+	{pix.ErrAccountNotFound, CodeUnauthorized, false}, // a valid token for no account
+	{pix.ErrKeyNotFound, CodeKeyNotFound, false},
+	{pix.ErrInsufficientFunds, CodeInsufficientFunds, false},
+	{pix.ErrSameAccount, CodeSameAccount, false},
+	{pix.ErrIdempotencyConflict, CodeIdempotencyConflict, false},
+	{pix.ErrNightLimitExceeded, CodeNightLimitExceeded, true},
+	{pix.ErrUnavailable, CodeLedgerUnavailable, false},
+	{pix.ErrOutcomeUnknown, CodeTransferOutcomeUnknown, false},
+	{context.Canceled, CodeClientClosedRequest, false},
 }
 
 // echoCodes names the statuses Echo itself answers with (its router and body reader).
-var echoCodes = map[int]string{
-	http.StatusNotFound:              "not_found",
-	http.StatusMethodNotAllowed:      "method_not_allowed",
-	http.StatusRequestEntityTooLarge: "request_too_large",
-	http.StatusUnsupportedMediaType:  "unsupported_media_type",
+var echoCodes = map[int]Code{
+	http.StatusNotFound:              CodeNotFound,
+	http.StatusMethodNotAllowed:      CodeMethodNotAllowed,
+	http.StatusRequestEntityTooLarge: CodeRequestTooLarge,
+	http.StatusUnsupportedMediaType:  CodeUnsupportedMediaType,
 }
 
 // toError turns any error into the *Error to answer with. ledgerRetryAfter is the Retry-After of
-// ledger_unavailable.
+// the ledger's 503s.
 func toError(err error, ledgerRetryAfter time.Duration) *Error {
 	var (
 		e  *Error
@@ -110,11 +159,11 @@ func toError(err error, ledgerRetryAfter time.Duration) *Error {
 	}
 	for _, d := range domainErrors {
 		if errors.Is(err, d.err) {
-			e := &Error{Code: d.code, Message: d.message, cause: err}
-			if e.Message == "" {
+			e := &Error{Code: d.code, cause: err}
+			if d.ownText {
 				e.Message = err.Error()
 			}
-			if d.err == pix.ErrUnavailable || d.err == pix.ErrOutcomeUnknown {
+			if d.code == CodeLedgerUnavailable || d.code == CodeTransferOutcomeUnknown {
 				e.RetryAfter = ledgerRetryAfter
 			}
 			return e
@@ -123,19 +172,19 @@ func toError(err error, ledgerRetryAfter time.Duration) *Error {
 	if errors.As(err, &he) {
 		code, ok := echoCodes[he.Code]
 		if !ok {
-			code = "invalid_request"
+			code = CodeInvalidRequest
 		}
 		if he.Code >= 500 {
-			code = "internal_error"
+			code = CodeInternal
 		}
 		return &Error{Code: code, Message: fmt.Sprint(he.Message), cause: err}
 	}
-	return &Error{Code: "internal_error", Message: "internal error", cause: err}
+	return &Error{Code: CodeInternal, cause: err}
 }
 
 // errorBody is the JSON body of every error.
 type errorBody struct {
-	Error             string            `json:"error"`
+	Error             Code              `json:"error"`
 	Message           string            `json:"message"`
 	Fields            map[string]string `json:"fields,omitempty"`
 	RetryAfterSeconds int64             `json:"retry_after_seconds,omitempty"`
@@ -148,21 +197,18 @@ func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTP
 			return
 		}
 		e := toError(err, ledgerRetryAfter)
-		status, ok := statusOf[e.Code]
-		if !ok {
-			status = http.StatusInternalServerError
-		}
+		status := e.status()
 		switch {
-		case e.Code == "ledger_unavailable", e.Code == "transfer_outcome_unknown":
-			logger.Error(e.Code, "route", c.Path(), "err", err)
+		case e.Code == CodeLedgerUnavailable, e.Code == CodeTransferOutcomeUnknown:
+			logger.Error(string(e.Code), "route", c.Path(), "err", err)
 		case status >= http.StatusInternalServerError:
 			logger.Error("internal error", "route", c.Path(), "err", err)
 		}
 		h := c.Response().Header()
-		if status == http.StatusUnauthorized && e.Code == "unauthorized" {
+		if e.Code == CodeUnauthorized {
 			h.Set(echo.HeaderWWWAuthenticate, "Bearer")
 		}
-		body := errorBody{Error: e.Code, Message: e.Message, Fields: e.Fields}
+		body := errorBody{Error: e.Code, Message: e.message(), Fields: e.Fields}
 		if e.RetryAfter > 0 {
 			body.RetryAfterSeconds = retrySeconds(e.RetryAfter)
 			h.Set("Retry-After", strconv.FormatInt(body.RetryAfterSeconds, 10))

@@ -236,9 +236,7 @@ func validTransfer(h http.Header, rawKey string, cents int64, description string
 	idem = h.Get("Idempotency-Key")
 	switch keys := h.Values("Idempotency-Key"); {
 	case len(keys) == 0:
-		return "", "", &Error{Code: "idempotency_key_required", Message: "a PIX needs an Idempotency-Key header " +
-			"(1-64 of A-Z a-z 0-9 _ -), the same on every retry of one transfer",
-			Fields: map[string]string{"Idempotency-Key": "required"}}
+		return "", "", &Error{Code: CodeIdempotencyKeyRequired, Fields: map[string]string{"Idempotency-Key": "required"}}
 	case len(keys) > 1:
 		fields["Idempotency-Key"] = "must be sent once" // which one would the client mean?
 	case !idempotencyKey.MatchString(idem):

@@ -109,8 +109,7 @@ func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit
 		for _, ch := range checks {
 			if ch.Policy.FailMode == ratelimit.FailClosed && !ch.Policy.Shadow {
 				r.metrics.decided(checks, outcomeFailedClosed, took)
-				return &Error{Code: "rate_limiter_unavailable", RetryAfter: r.failClosedRetryAfter, cause: err,
-					Message: "the rate limiter cannot decide right now; try again later"}
+				return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: r.failClosedRetryAfter, cause: err}
 			}
 		}
 		r.metrics.decided(checks, outcomeFailedOpen, took)
@@ -140,8 +139,7 @@ func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit
 	if !d.Allowed {
 		// The body never names the key that refused: a login refused by its IP key and one refused
 		// by its document key read the same.
-		return &Error{Code: "rate_limit_exceeded", RetryAfter: d.Worst.RetryAfter,
-			Message: "too many requests; retry after the time given"}
+		return &Error{Code: CodeRateLimitExceeded, RetryAfter: d.Worst.RetryAfter}
 	}
 	return nil
 }

@@ -144,7 +144,7 @@ func recovering(next echo.HandlerFunc, c echo.Context) (err error) {
 			if r == http.ErrAbortHandler {
 				panic(r)
 			}
-			err = &Error{Code: "internal_error", Message: "internal error", cause: fmt.Errorf("panic: %v\n%s", r, debug.Stack())}
+			err = &Error{Code: CodeInternal, cause: fmt.Errorf("panic: %v\n%s", r, debug.Stack())}
 		}
 	}()
 	return next(c)
