@@ -77,15 +77,15 @@ type Config struct {
 type Route struct {
 	Limit     int                 `env:"LIMIT"`
 	Window    time.Duration       `env:"WINDOW"`
-	FailMode  ratelimit.FailMode  `env:"FAIL_MODE"`
+	FailMode  httpapi.FailMode    `env:"FAIL_MODE"`
 	Algorithm ratelimit.Algorithm `env:"ALGORITHM"`
 	Burst     int                 `env:"BURST"`
 	Mode      string              `env:"MODE"` // enforce or shadow
 }
 
-// Policy is the route's rate-limit policy under the given name.
-func (r Route) Policy(name string) ratelimit.Policy {
-	return ratelimit.Policy{Name: name, Limit: r.Limit, Window: r.Window, Algorithm: r.Algorithm, Burst: r.Burst,
+// As is the route's limit under the given name: its policy, fail mode and mode.
+func (r Route) As(name string) httpapi.Limit {
+	return httpapi.Limit{Policy: ratelimit.Policy{Name: name, Limit: r.Limit, Window: r.Window, Algorithm: r.Algorithm, Burst: r.Burst},
 		FailMode: r.FailMode, Shadow: r.Mode == "shadow"}
 }
 
@@ -96,7 +96,7 @@ type LoginRoute struct {
 	AccountLimit int                 `env:"ACCOUNT_LIMIT"`
 	DeviceLimit  int                 `env:"DEVICE_LIMIT"` // a trusted device's own key (see auth.Devices)
 	Window       time.Duration       `env:"WINDOW"`
-	FailMode     ratelimit.FailMode  `env:"FAIL_MODE"`
+	FailMode     httpapi.FailMode    `env:"FAIL_MODE"`
 	Algorithm    ratelimit.Algorithm `env:"ALGORITHM"`
 	Burst        int                 `env:"BURST"`
 	Mode         string              `env:"MODE"`
@@ -105,9 +105,9 @@ type LoginRoute struct {
 // defaults are the contract's defaults of the route variables.
 func defaults() Config {
 	return Config{
-		PIX:       Route{Limit: 10, Window: time.Minute, FailMode: ratelimit.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
-		Statement: Route{Limit: 30, Window: time.Minute, FailMode: ratelimit.FailOpen, Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
-		Login: LoginRoute{IPLimit: 10, AccountLimit: 5, DeviceLimit: 5, Window: 10 * time.Minute, FailMode: ratelimit.FailClosed,
+		PIX:       Route{Limit: 10, Window: time.Minute, FailMode: httpapi.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
+		Statement: Route{Limit: 30, Window: time.Minute, FailMode: httpapi.FailOpen, Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
+		Login: LoginRoute{IPLimit: 10, AccountLimit: 5, DeviceLimit: 5, Window: 10 * time.Minute, FailMode: httpapi.FailClosed,
 			Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
 	}
 }
@@ -277,14 +277,14 @@ func (cfg *Config) check(p *problems) {
 		p.add("LOG_FORMAT", "%q: want text or json", cfg.LogFormat)
 	}
 	cfg.Limits = httpapi.Limits{
-		PIX:                  policy(p, "PIX_", cfg.PIX.Policy("pix")),
-		Statement:            policy(p, "STATEMENT_", cfg.Statement.Policy("statement")),
+		PIX:                  policy(p, "PIX_", cfg.PIX.As("pix")),
+		Statement:            policy(p, "STATEMENT_", cfg.Statement.As("statement")),
 		LoginIP:              policy(p, "LOGIN_", cfg.Login.policy("login-ip", cfg.Login.IPLimit), "IP_LIMIT"),
 		LoginAccount:         policy(p, "LOGIN_", cfg.Login.policy("login-account", cfg.Login.AccountLimit), "ACCOUNT_LIMIT"),
 		LoginDevice:          policy(p, "LOGIN_", cfg.Login.policy("login-device", cfg.Login.DeviceLimit), "DEVICE_LIMIT"),
 		FailClosedRetryAfter: cfg.FailClosedRetryAfter,
-		PIXLookup: policy(p, "LOOKUP_", ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefill, Window: time.Minute,
-			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacity}, "REFILL_PER_MINUTE"),
+		PIXLookup: policy(p, "LOOKUP_", httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefill, Window: time.Minute,
+			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacity}}, "REFILL_PER_MINUTE"),
 		LookupMissCost: cfg.LookupMissCost,
 	}
 	if cfg.LookupCapacity < 1 {
@@ -295,14 +295,14 @@ func (cfg *Config) check(p *problems) {
 	}
 }
 
-func (l LoginRoute) policy(name string, limit int) ratelimit.Policy {
-	return Route{Limit: limit, Window: l.Window, FailMode: l.FailMode, Algorithm: l.Algorithm, Burst: l.Burst, Mode: l.Mode}.Policy(name)
+func (l LoginRoute) policy(name string, limit int) httpapi.Limit {
+	return Route{Limit: limit, Window: l.Window, FailMode: l.FailMode, Algorithm: l.Algorithm, Burst: l.Burst, Mode: l.Mode}.As(name)
 }
 
 // policy validates pol with the limiter's own rules and reports a problem under the variable
 // that holds the offending field: prefix + LIMIT (or limitVar), WINDOW, ALGORITHM or BURST.
 // Windows must also be whole seconds, as the RateLimit headers count in seconds.
-func policy(p *problems, prefix string, pol ratelimit.Policy, limitVar ...string) ratelimit.Policy {
+func policy(p *problems, prefix string, pol httpapi.Limit, limitVar ...string) httpapi.Limit {
 	vars := map[string]string{"Limit": "LIMIT", "Window": "WINDOW", "Algorithm": "ALGORITHM", "Burst": "BURST"}
 	if len(limitVar) > 0 {
 		vars["Limit"] = limitVar[0]

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pixlimit/pixlimit/internal/httpapi"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
@@ -19,13 +20,13 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]ratelimit.Policy{
-		"pix":           {Name: "pix", Limit: 10, Window: time.Minute, Algorithm: ratelimit.SlidingLog, FailMode: ratelimit.FailClosed},
-		"statement":     {Name: "statement", Limit: 30, Window: time.Minute, Algorithm: ratelimit.SlidingLog, FailMode: ratelimit.FailOpen},
-		"login-ip":      {Name: "login-ip", Limit: 10, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog, FailMode: ratelimit.FailClosed},
-		"login-account": {Name: "login-account", Limit: 5, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog, FailMode: ratelimit.FailClosed},
+	want := map[string]httpapi.Limit{
+		"pix":           {Policy: ratelimit.Policy{Name: "pix", Limit: 10, Window: time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
+		"statement":     {Policy: ratelimit.Policy{Name: "statement", Limit: 30, Window: time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailOpen},
+		"login-ip":      {Policy: ratelimit.Policy{Name: "login-ip", Limit: 10, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
+		"login-account": {Policy: ratelimit.Policy{Name: "login-account", Limit: 5, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
 	}
-	for _, got := range []ratelimit.Policy{cfg.Limits.PIX, cfg.Limits.Statement, cfg.Limits.LoginIP, cfg.Limits.LoginAccount} {
+	for _, got := range []httpapi.Limit{cfg.Limits.PIX, cfg.Limits.Statement, cfg.Limits.LoginIP, cfg.Limits.LoginAccount} {
 		if got != want[got.Name] {
 			t.Errorf("policy %s = %+v, want %+v", got.Name, got, want[got.Name])
 		}
@@ -52,7 +53,7 @@ func TestValidValues(t *testing.T) {
 	if len(cfg.TrustedProxies) != 2 || cfg.TrustedProxies[1].String() != "fd00::/8" {
 		t.Errorf("TRUSTED_PROXIES parsed as %v", cfg.TrustedProxies)
 	}
-	if cfg.Limits.PIX.Limit != 3 || cfg.Limits.PIX.Window != 30*time.Second || cfg.Limits.Statement.FailMode != ratelimit.FailClosed || cfg.DemoAccounts {
+	if cfg.Limits.PIX.Limit != 3 || cfg.Limits.PIX.Window != 30*time.Second || cfg.Limits.Statement.FailMode != httpapi.FailClosed || cfg.DemoAccounts {
 		t.Errorf("parsed %+v", cfg)
 	}
 }

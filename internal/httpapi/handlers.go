@@ -88,15 +88,15 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, to
 		if err != nil {
 			return err
 		}
-		checks := []ratelimit.Check{{Policy: limits.LoginIP, Identity: ratelimit.IPIdentity(addr)}}
+		checks := []check{{limits.LoginIP, ratelimit.IPIdentity(addr)}}
 		document, docErr := pix.ParseCPF(req.Document)
 		device := ""
 		if decodeErr == nil && docErr == nil {
 			device, _ = devices.Verify(presentedDevice(c), document)
 			if device != "" {
-				checks = append(checks, ratelimit.Check{Policy: limits.LoginDevice, Identity: device})
+				checks = append(checks, check{limits.LoginDevice, device})
 			} else {
-				checks = append(checks, ratelimit.Check{Policy: limits.LoginAccount, Identity: document})
+				checks = append(checks, check{limits.LoginAccount, document})
 			}
 		}
 		if err := limiter.enforce(c, loginReport(limits), checks...); err != nil {
@@ -135,7 +135,7 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, to
 func loginReport(limits Limits) func(ratelimit.Decision) ratelimit.Decision {
 	asAccount := func(r ratelimit.Result) ratelimit.Result {
 		if r.Policy.Name == limits.LoginDevice.Name {
-			r.Policy, r.Capacity = limits.LoginAccount, limits.LoginAccount.Capacity()
+			r.Policy, r.Capacity = limits.LoginAccount.Policy, limits.LoginAccount.Capacity()
 			r.Remaining = min(r.Remaining, r.Capacity)
 		}
 		return r

@@ -24,7 +24,7 @@ import (
 // minutes once its hundred tokens are gone.
 type lookupLimiter struct {
 	limiter
-	policy   ratelimit.Policy
+	limit    Limit
 	missCost int
 }
 
@@ -40,15 +40,15 @@ func (l lookupLimiter) pay(c echo.Context, account string, tokens int, quiet boo
 // decided applies decide's decision for account's bucket, as pay does.
 func (l lookupLimiter) decided(c echo.Context, account string, quiet bool,
 	decide func(ctx context.Context, check ratelimit.Check) (ratelimit.Decision, error)) error {
-	check := ratelimit.Check{Policy: l.policy, Identity: account}
+	rc := ratelimit.Check{Policy: l.limit.Policy, Identity: account}
 	report := func(d ratelimit.Decision) ratelimit.Decision {
 		if quiet && d.Allowed {
 			return ratelimit.Decision{Allowed: true}
 		}
 		return d
 	}
-	return l.apply(c, report, []ratelimit.Check{check}, func(ctx context.Context) (ratelimit.Decision, error) {
-		return decide(ctx, check)
+	return l.apply(c, report, []check{{l.limit, account}}, func(ctx context.Context) (ratelimit.Decision, error) {
+		return decide(ctx, rc)
 	})
 }
 
@@ -67,7 +67,7 @@ func consultLookups(lookups lookupLimiter) echo.MiddlewareFunc {
 			if err != nil {
 				return err
 			}
-			d, err := lookups.l.AllowN(c.Request().Context(), ratelimit.Check{Policy: lookups.policy, Identity: account}, 0)
+			d, err := lookups.l.AllowN(c.Request().Context(), ratelimit.Check{Policy: lookups.limit.Policy, Identity: account}, 0)
 			if err == nil {
 				err = lookups.decided(c, account, true, func(context.Context, ratelimit.Check) (ratelimit.Decision, error) { return d, nil })
 				if err != nil {

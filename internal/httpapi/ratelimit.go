@@ -72,8 +72,8 @@ type limiter struct {
 	l *ratelimit.Limiter
 	// failClosedRetryAfter is the Retry-After of a fail-closed policy that could not decide.
 	failClosedRetryAfter time.Duration
-	metrics              *Metrics   // nil: not measured
-	shadow               *shadowLog // nil: shadow refusals are not logged
+	metrics              *Metrics  // nil: not measured
+	events               *eventLog // nil: shadow refusals and fail modes are not logged
 }
 
 // enforce decides the request in c against checks and prepares the response: it sets the
@@ -82,50 +82,55 @@ type limiter struct {
 // chooses what the headers report (none: a Decision with no Results); handlers call enforce
 // directly when the identity comes from the body, as the login.
 //
-// When Redis cannot decide in time the policies' fail modes apply: if any check fails closed the
+// When Redis cannot decide in time the limits' fail modes apply: if any check fails closed the
 // request is refused with rate_limiter_unavailable; otherwise it proceeds with no RateLimit
-// headers, since nothing was decided. The limiter logs the outage.
+// headers, since nothing was decided. The limiter logs the outage, and enforce the fail mode.
 //
-// Policies in shadow mode are decided and counted as usual, but a refusal is served as if
+// Limits in shadow mode are decided and counted as usual, but a refusal is served as if
 // admitted (shadow_refused, logged without identity), and their responses carry no RateLimit
 // headers at all: a limit that is not in force is not advertised.
-func (r limiter) enforce(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, checks ...ratelimit.Check) error {
-	return r.apply(c, report, checks, func(ctx context.Context) (ratelimit.Decision, error) {
-		return r.l.AllowAll(ctx, checks...)
+func (r limiter) enforce(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs ...check) error {
+	return r.apply(c, report, cs, func(ctx context.Context) (ratelimit.Decision, error) {
+		return r.l.AllowAll(ctx, checks(cs)...)
 	})
 }
 
 // apply is enforce with the decision made by decide, over checks (AllowAll, or AllowN for a
 // request of a higher cost).
-func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, checks []ratelimit.Check,
+func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs []check,
 	decide func(ctx context.Context) (ratelimit.Decision, error)) error {
 	start := time.Now()
 	d, err := decide(c.Request().Context())
 	took := time.Since(start)
+	decided := checks(cs)
 	if err != nil {
 		if !errors.Is(err, ratelimit.ErrUnavailable) || c.Request().Context().Err() != nil {
 			return err // a client that left: nothing to fail open or closed
 		}
-		for _, ch := range checks {
-			if ch.Policy.FailMode == ratelimit.FailClosed && !ch.Policy.Shadow {
-				r.metrics.decided(checks, outcomeFailedClosed, took)
+		for _, ch := range cs {
+			if ch.limit.FailMode == FailClosed && !ch.limit.Shadow {
+				r.metrics.decided(decided, outcomeFailedClosed, took)
+				r.events.log("fail:"+ch.limit.Name, slog.LevelWarn, "rate limiter unavailable: fail mode applied",
+					"policy", ch.limit.Name, "fail_mode", FailClosed.String())
 				return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: r.failClosedRetryAfter, cause: err}
 			}
 		}
-		r.metrics.decided(checks, outcomeFailedOpen, took)
+		r.metrics.decided(decided, outcomeFailedOpen, took)
+		r.events.log("fail:"+cs[0].limit.Name, slog.LevelWarn, "rate limiter unavailable: fail mode applied",
+			"policy", cs[0].limit.Name, "fail_mode", FailOpen.String())
 		return nil
 	}
-	shadow := checks[0].Policy.Shadow // policies decided together share it (ValidateTogether)
+	shadow := cs[0].limit.Shadow // limits decided together share it (validateTogether)
 	switch {
 	case d.Allowed:
-		r.metrics.decided(checks, outcomeAllowed, took)
+		r.metrics.decided(decided, outcomeAllowed, took)
 	case shadow:
-		r.metrics.decided(checks, outcomeShadowRefused, took)
-		r.shadow.refused(d.Worst.Policy.Name)
+		r.metrics.decided(decided, outcomeShadowRefused, took)
+		r.events.log("shadow:"+d.Worst.Policy.Name, slog.LevelWarn, "shadow limit would have refused", "policy", d.Worst.Policy.Name)
 	case d.Local:
-		r.metrics.decided(checks, outcomeRefusedLocal, took)
+		r.metrics.decided(decided, outcomeRefusedLocal, took)
 	default:
-		r.metrics.decided(checks, outcomeRefused, took)
+		r.metrics.decided(decided, outcomeRefused, took)
 	}
 	if shadow {
 		return nil
@@ -144,9 +149,9 @@ func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit
 	return nil
 }
 
-// shadowLog reports refusals by policies in shadow mode, per policy at most once per interval,
-// with how many it held back; never an identity.
-type shadowLog struct {
+// eventLog logs events that may come thousands a second (a shadow refusal, a fail mode applied),
+// per event at most once per interval, with how many it held back since; never an identity.
+type eventLog struct {
 	logger *slog.Logger
 	every  time.Duration
 
@@ -155,22 +160,26 @@ type shadowLog struct {
 	held map[string]int
 }
 
-func newShadowLog(logger *slog.Logger, every time.Duration) *shadowLog {
-	return &shadowLog{logger: logger, every: every, last: map[string]time.Time{}, held: map[string]int{}}
+func newEventLog(logger *slog.Logger, every time.Duration) *eventLog {
+	if logger == nil {
+		return nil
+	}
+	return &eventLog{logger: logger, every: every, last: map[string]time.Time{}, held: map[string]int{}}
 }
 
-func (s *shadowLog) refused(policy string) {
+// log logs msg with attrs unless the event key was logged less than every ago.
+func (s *eventLog) log(key string, level slog.Level, msg string, attrs ...any) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if now := time.Now(); now.Sub(s.last[policy]) >= s.every {
-		s.logger.Warn("shadow limit would have refused", "policy", policy, "held_back", s.held[policy])
-		s.last[policy], s.held[policy] = now, 0
+	if now := time.Now(); now.Sub(s.last[key]) >= s.every {
+		s.logger.Log(context.Background(), level, msg, append(attrs, "held_back", s.held[key])...)
+		s.last[key], s.held[key] = now, 0
 		return
 	}
-	s.held[policy]++
+	s.held[key]++
 }
 
 // RateLimitConfig configures the middleware that limits a route by one policy, in the manner of
@@ -180,16 +189,17 @@ type RateLimitConfig struct {
 	Skipper middleware.Skipper
 	// Limiter decides. Required.
 	Limiter *ratelimit.Limiter
-	// Policy is the limit applied. Required, and valid (ratelimit.Policy.Validate).
-	Policy ratelimit.Policy
+	// Limit is the limit applied. Required, its policy valid (ratelimit.Policy.Validate).
+	Limit Limit
 	// Identify names the client of a request; its error is answered as is (such as 401 for a
 	// route limited per account). Default: the client IP from c.RealIP, as
 	// ratelimit.IPIdentity, which is only as trustworthy as Echo's IPExtractor.
 	Identify func(c echo.Context) (string, error)
-	// FailClosedRetryAfter is the Retry-After when a fail-closed Policy cannot be decided.
+	// FailClosedRetryAfter is the Retry-After when a fail-closed Limit cannot be decided.
 	// Default 5s.
 	FailClosedRetryAfter time.Duration
-	// Metrics, when set, counts the decisions. Logger, when set, reports shadow refusals.
+	// Metrics, when set, counts the decisions. Logger, when set, reports shadow refusals and
+	// fail modes applied.
 	Metrics *Metrics
 	Logger  *slog.Logger
 }
@@ -199,7 +209,7 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if config.Limiter == nil {
 		return nil, errors.New("httpapi: rate limit middleware needs a Limiter")
 	}
-	if err := config.Policy.Validate(); err != nil {
+	if err := config.Limit.Validate(); err != nil {
 		return nil, fmt.Errorf("httpapi: rate limit middleware: %w", err)
 	}
 	if config.Skipper == nil {
@@ -211,10 +221,8 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if config.FailClosedRetryAfter == 0 {
 		config.FailClosedRetryAfter = 5 * time.Second
 	}
-	r := limiter{l: config.Limiter, failClosedRetryAfter: config.FailClosedRetryAfter, metrics: config.Metrics}
-	if config.Logger != nil {
-		r.shadow = newShadowLog(config.Logger, 10*time.Second)
-	}
+	r := limiter{l: config.Limiter, failClosedRetryAfter: config.FailClosedRetryAfter, metrics: config.Metrics,
+		events: newEventLog(config.Logger, 10*time.Second)}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if config.Skipper(c) {
@@ -224,7 +232,7 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 			if err != nil {
 				return err
 			}
-			if err := r.enforce(c, nil, ratelimit.Check{Policy: config.Policy, Identity: id}); err != nil {
+			if err := r.enforce(c, nil, check{config.Limit, id}); err != nil {
 				return err
 			}
 			return next(c)

@@ -6,7 +6,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
-	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
 // addRoutes lists every route of the API. The login is limited inside its handler, because its
@@ -26,19 +25,19 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	// One limiter for the routes that decide in their handlers: the login (its document key comes
 	// from the body) and the key look-up (charged after the answer).
 	login := limiter{l: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
-		shadow: newShadowLog(d.Logger, 10*time.Second)}
+		events: newEventLog(d.Logger, 10*time.Second)}
 
 	e.GET("/healthz", handleHealthz())
 	e.GET("/readyz", handleReadyz(d.Probes, d.Limiter))
 	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Tokens, d.Devices))
-	lookups := lookupLimiter{limiter: login, policy: d.Limits.PIXLookup, missCost: d.Limits.LookupMissCost}
+	lookups := lookupLimiter{limiter: login, limit: d.Limits.PIXLookup, missCost: d.Limits.LookupMissCost}
 	e.POST("/v1/pix", handlePIX(d.Ledger), requireAccount, consultLookups(lookups), limitPIX)
 	e.GET("/v1/pix/keys/:key", handleLookup(d.Ledger, lookups), requireAccount)
 	e.GET("/v1/statement", handleStatement(d.Ledger), requireAccount, limitStatement)
 	return nil
 }
 
-func limitByAccount(d Deps, p ratelimit.Policy) (echo.MiddlewareFunc, error) {
-	return RateLimitConfig{Limiter: d.Limiter, Policy: p, Identify: auth.AccountID,
+func limitByAccount(d Deps, l Limit) (echo.MiddlewareFunc, error) {
+	return RateLimitConfig{Limiter: d.Limiter, Limit: l, Identify: auth.AccountID,
 		FailClosedRetryAfter: d.Limits.FailClosedRetryAfter, Metrics: d.Metrics, Logger: d.Logger}.ToMiddleware()
 }

@@ -44,16 +44,16 @@ type Deps struct {
 	Metrics *Metrics
 }
 
-// Limits are the routes' rate-limit policies.
+// Limits are the routes' limits.
 type Limits struct {
-	PIX, Statement, LoginIP, LoginAccount ratelimit.Policy
+	PIX, Statement, LoginIP, LoginAccount Limit
 	// LoginDevice limits the logins of one trusted device, in place of LoginAccount.
-	LoginDevice ratelimit.Policy
-	// FailClosedRetryAfter is the Retry-After when a fail-closed policy cannot be decided.
+	LoginDevice Limit
+	// FailClosedRetryAfter is the Retry-After when a fail-closed limit cannot be decided.
 	FailClosedRetryAfter time.Duration
 	// PIXLookup is the key look-up's anti-scan token bucket; a look-up that misses costs
 	// LookupMissCost tokens, one that finds the key 1.
-	PIXLookup      ratelimit.Policy
+	PIXLookup      Limit
 	LookupMissCost int
 }
 
@@ -71,7 +71,7 @@ func NewServer(d Deps) (http.Handler, error) {
 	if d.Logger == nil || d.Limiter == nil || d.Ledger == nil || d.Tokens == nil || d.Devices == nil {
 		return nil, errors.New("httpapi: Deps needs a Logger, a Limiter, a Ledger, Tokens and Devices")
 	}
-	if err := ratelimit.ValidateTogether(d.Limits.LoginIP, d.Limits.LoginAccount, d.Limits.LoginDevice); err != nil {
+	if err := validateTogether(d.Limits.LoginIP, d.Limits.LoginAccount, d.Limits.LoginDevice); err != nil {
 		return nil, err
 	}
 	if err := d.Limits.PIXLookup.Validate(); err != nil || d.Limits.PIXLookup.Algorithm != ratelimit.TokenBucket || d.Limits.LookupMissCost < 1 {

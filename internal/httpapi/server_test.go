@@ -34,22 +34,22 @@ type server struct {
 
 // lax limits let a test send 1000 requests a minute of every kind.
 func lax() httpapi.Limits {
-	p := func(name string) ratelimit.Policy {
-		return ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}
+	p := func(name string) httpapi.Limit {
+		return httpapi.Limit{Policy: ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}}
 	}
 	return httpapi.Limits{PIX: p("pix"), Statement: p("statement"), LoginIP: p("login-ip"), LoginAccount: p("login-account"),
 		LoginDevice: p("login-device"), LookupMissCost: 20,
-		PIXLookup: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 100}}
+		PIXLookup: httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 100}}}
 }
 
 func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits, probes ...httpapi.Probe) server {
 	t.Helper()
-	lax := func(name string) ratelimit.Policy {
-		return ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}
+	lax := func(name string) httpapi.Limit {
+		return httpapi.Limit{Policy: ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}}
 	}
-	for _, p := range []*ratelimit.Policy{&limits.PIX, &limits.Statement, &limits.LoginIP, &limits.LoginAccount} {
+	for _, p := range []*httpapi.Limit{&limits.PIX, &limits.Statement, &limits.LoginIP, &limits.LoginAccount} {
 		if p.Name == "" {
-			*p = lax(map[*ratelimit.Policy]string{&limits.PIX: "pix", &limits.Statement: "statement",
+			*p = lax(map[*httpapi.Limit]string{&limits.PIX: "pix", &limits.Statement: "statement",
 				&limits.LoginIP: "login-ip", &limits.LoginAccount: "login-account"}[p])
 		}
 	}

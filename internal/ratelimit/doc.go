@@ -86,9 +86,8 @@
 // Each decision has a budget (Options.Timeout): a context deadline covers the round trip, and
 // ClientOptions bounds every dial, read, write and pool wait by it and disables retries, so no
 // request waits longer than the budget. Past it, AllowAll returns an error wrapping
-// ErrUnavailable and the caller applies the policy's FailMode: FailClosed refuses (login and PIX:
-// an unlimited password or money route is the bigger risk), FailOpen serves (the statement:
-// refusing customers their balance is the bigger harm). Outages are logged per policy at most
+// ErrUnavailable and the caller decides what to do without a decision: refuse (a password or a
+// money route, where no limit is the bigger risk) or serve (where refusing is the bigger harm). Outages are logged per policy at most
 // once per Options.OutageLogEvery, with how many failures were held back, and recovery is logged
 // once. Nothing needs a restart: go-redis redials by itself and decisions resume.
 //

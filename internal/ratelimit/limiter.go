@@ -18,7 +18,7 @@ import (
 )
 
 // ErrUnavailable is wrapped by every error that means Redis could not decide in time: the
-// caller then applies the policy's FailMode.
+// caller then applies its fail mode (serve the request unlimited, or refuse it).
 var ErrUnavailable = errors.New("rate limiter unavailable")
 
 // Check asks whether one more request of Identity fits Policy. Identity is anything stable that

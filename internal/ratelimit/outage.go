@@ -48,7 +48,7 @@ func (o *outageLog) failed(p Policy, cause error) {
 		return
 	}
 	o.logger.Error("rate limiter unavailable",
-		"policy", p.Name, "fail_mode", p.FailMode.String(), "cause", cause.Error(),
+		"policy", p.Name, "cause", cause.Error(),
 		"outage", now.Sub(st.since).Round(time.Millisecond).String(), "held_back", st.held)
 	st.logged, st.held = now, 0
 }

@@ -23,7 +23,7 @@ func TestAnOutageIsLoggedAsItWasSeen(t *testing.T) {
 	}))
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	o := newOutageLog(logger, 10*time.Second, func() time.Time { return now })
-	p := Policy{Name: "pix", FailMode: FailClosed}
+	p := Policy{Name: "pix"}
 	cause := errors.New("dial tcp: connection refused")
 
 	o.failed(p, cause)
@@ -37,7 +37,7 @@ func TestAnOutageIsLoggedAsItWasSeen(t *testing.T) {
 
 	got := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	want := []string{
-		`level=ERROR msg="rate limiter unavailable" policy=pix fail_mode=closed cause="dial tcp: connection refused" outage=0s held_back=0`,
+		`level=ERROR msg="rate limiter unavailable" policy=pix cause="dial tcp: connection refused" outage=0s held_back=0`,
 		`level=INFO msg="rate limiter recovered" policy=pix outage=2s last_failure_ago=1m0s held_back=2`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

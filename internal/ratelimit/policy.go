@@ -11,7 +11,9 @@ import (
 // default, SlidingLog, that is at most Limit requests in any interval of length Window.
 //
 // A Policy is plain data, checked once by Validate where it is built (the configuration, a
-// server's constructor); a Limiter trusts the policies it is given.
+// server's constructor); a Limiter trusts the policies it is given. It says what a decision
+// needs and nothing else: what a caller does with a decision, or without one (fail open or
+// closed, enforce or only watch), is the caller's.
 type Policy struct {
 	// Name identifies the policy in Redis keys and in the RateLimit-Policy header; it must be
 	// 1–32 of [a-z0-9_-].
@@ -26,13 +28,6 @@ type Policy struct {
 	// Burst is, for TokenBucket and GCRA only, how many requests may come at once: the bucket's
 	// capacity. Zero means Limit. Other algorithms take no Burst.
 	Burst int
-	// FailMode says what the caller does when the Limiter cannot decide; the zero value is
-	// FailClosed.
-	FailMode FailMode
-	// Shadow says the caller serves a refusal as if admitted, counting it: how a new limit is
-	// watched before it is enforced. The Limiter decides as usual, and records nothing for a
-	// refusal either way, so what it counts is what enforcing would have done.
-	Shadow bool
 }
 
 // Capacity is the most requests p admits at once: Burst (default Limit) for a bucket, else Limit.
@@ -104,46 +99,11 @@ func ValidateTogether(ps ...Policy) error {
 		if err := p.Validate(); err != nil {
 			return err
 		}
-		if p.Shadow != ps[0].Shadow {
-			return &PolicyError{Policy: p.Name, Field: "Shadow", Reason: "policies decided together are all in shadow or none"}
-		}
 		if p.algorithm() != ps[0].algorithm() {
 			return &PolicyError{Policy: p.Name, Field: "Algorithm",
 				Reason: fmt.Sprintf("%s, decided together with %s's %s: policies decided together share an algorithm",
 					p.algorithm(), ps[0].Name, ps[0].algorithm())}
 		}
-	}
-	return nil
-}
-
-// FailMode says what a caller does with a request that the Limiter could not decide in time.
-type FailMode int
-
-const (
-	// FailClosed refuses the request: the safe choice where an unlimited route is a risk
-	// (login, money). It is the zero value, so a policy fails closed unless it says otherwise.
-	FailClosed FailMode = iota
-	// FailOpen serves the request unlimited: the choice where unavailability costs more than
-	// abuse (reading one's own statement).
-	FailOpen
-)
-
-func (m FailMode) String() string {
-	if m == FailOpen {
-		return "open"
-	}
-	return "closed"
-}
-
-// UnmarshalText parses "open" or "closed".
-func (m *FailMode) UnmarshalText(text []byte) error {
-	switch string(text) {
-	case "closed":
-		*m = FailClosed
-	case "open":
-		*m = FailOpen
-	default:
-		return errors.New("want open or closed")
 	}
 	return nil
 }
