@@ -24,13 +24,13 @@ import (
 // a concurrent request on the same key can be refused that one script over all keys would have
 // admitted. The error is only ever on the strict side: the split never admits more than the
 // limit.
-func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, args []any, checks []Check) (Decision, error) {
-	replies := make([][]int64, len(keys))
+func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, c call, checks []Check) (Decision, error) {
+	replies := make([]reply, len(keys))
 	errs := make([]error, len(keys))
 	var wg sync.WaitGroup
 	for i := range keys {
 		wg.Go(func() {
-			replies[i], errs[i] = run(ctx, l.rdb, a, keys[i:i+1], append(args[:3:3], args[3+3*i:6+3*i]...))
+			replies[i], errs[i] = run(ctx, l.rdb, a, keys[i:i+1], c.only(i))
 		})
 	}
 	wg.Wait()
@@ -41,21 +41,21 @@ func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, a
 		switch {
 		case errs[i] != nil:
 			failed = errs[i]
-		case replies[i][0] == 0:
+		case !replies[i].allowed:
 			allowed = false
 		}
 	}
 	pairs := make([]int64, 0, 2*len(keys))
 	for i := range keys {
 		if errs[i] != nil {
-			l.withdrawLate(a, keys[i:i+1], append(args[:3:3], args[3+3*i:6+3*i]...), errs[i]) // it may still run late
+			l.withdrawLate(a, keys[i:i+1], c.only(i), errs[i]) // it may still run late
 		}
-		if errs[i] == nil && replies[i][0] == 1 && (!allowed || failed != nil) {
-			l.withdraw(a, keys[i], args[0], replies[i][3], args[3+3*i:6+3*i], decided)
-			replies[i][1]++ // the place it held is given back
+		if errs[i] == nil && replies[i].allowed && (!allowed || failed != nil) {
+			l.withdraw(a, keys[i], c.only(i), replies[i].now, decided)
+			replies[i].pairs[0]++ // the place it held is given back
 		}
 		if errs[i] == nil {
-			pairs = append(pairs, replies[i][1], replies[i][2])
+			pairs = append(pairs, replies[i].pairs...)
 		}
 	}
 	if failed != nil {

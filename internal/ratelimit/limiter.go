@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -262,7 +261,7 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	if len(checks) == 0 {
 		return Decision{}, errors.New("ratelimit: no checks")
 	}
-	return l.do(ctx, "", checks)
+	return l.do(ctx, decideMode(1), checks)
 }
 
 // AllowN decides one request of c that costs n tokens of a TokenBucket policy: it is admitted
@@ -280,17 +279,13 @@ func (l *Limiter) AllowN(ctx context.Context, c Check, n int) (Decision, error) 
 	if c.Policy.algorithm() != TokenBucket || n < 0 {
 		return Decision{}, fmt.Errorf("ratelimit: a cost of %d on %s: want 0 or more tokens of a token_bucket policy", n, c.Policy.Name)
 	}
-	op := ""
-	if n != 1 {
-		op = "n" + strconv.Itoa(n)
-	}
-	return l.do(ctx, op, []Check{c})
+	return l.do(ctx, decideMode(n), []Check{c})
 }
 
 // do is the one path of every call that asks Redis (AllowAll, AllowN): the deny cache, the
-// breaker, the outage log, the Redis-up flag and the counters apply to each alike. op is the
-// script's third argument (prelude.lua): "" decides a request, "n<cost>" one of that cost.
-func (l *Limiter) do(ctx context.Context, op string, checks []Check) (Decision, error) {
+// breaker, the outage log, the Redis-up flag and the counters apply to each alike. mode is the
+// script's (decideMode).
+func (l *Limiter) do(ctx context.Context, mode any, checks []Check) (Decision, error) {
 	sent := l.clock() // before asking Redis, which decides later: deadlines from here are never late
 	keys := make([]string, len(checks))
 	for i, c := range checks {
@@ -310,7 +305,7 @@ func (l *Limiter) do(ctx context.Context, op string, checks []Check) (Decision, 
 		return Decision{}, err
 	}
 	l.stats.redis.Add(1)
-	d, err := l.decide(ctx, op, checks, keys)
+	d, err := l.decide(ctx, mode, checks, keys)
 	switch {
 	case err == nil:
 		if l.down.Load() { // a write on every decision would bounce one cache line between cores
@@ -425,36 +420,22 @@ func (l *Limiter) Stats() Stats {
 	return s
 }
 
-// decide runs the checks' script for one request over their keys. The arguments are those of
-// prelude.lua: the request's id, now (empty for the Redis clock), op (empty to decide, or a
-// cost), then each key's limit, window in microseconds and capacity.
-func (l *Limiter) decide(ctx context.Context, op string, checks []Check, keys []string) (Decision, error) {
+// decide runs the checks' script for one request over their keys, in mode (decideMode).
+func (l *Limiter) decide(ctx context.Context, mode any, checks []Check, keys []string) (Decision, error) {
 	a := checks[0].Policy.algorithm()
-	args := make([]any, 3, 3+3*len(checks))
-	args[0], args[1], args[2] = "", "", op
-	if a == SlidingLog {
-		args[0] = requestID() // only the sorted set records the request itself
-	}
-	if l.now != nil {
-		args[1] = l.now().UnixMicro()
-	}
-	for _, c := range checks {
-		pa := l.policyArgs(c.Policy)
-		args = append(args, pa[0], pa[1], pa[2])
-	}
-
+	c := l.newCall(a, mode, checks)
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	if l.cluster && len(checks) > 1 {
-		return l.decideApart(ctx, a, keys, args, checks)
+		return l.decideApart(ctx, a, keys, c, checks)
 	}
-	reply, err := run(ctx, l.rdb, a, keys, args)
+	r, err := run(ctx, l.rdb, a, keys, c)
 	if err != nil {
 		l.refreshTopology()
-		l.withdrawLate(a, keys, args, err)
+		l.withdrawLate(a, keys, c, err)
 		return Decision{}, err
 	}
-	return newDecision(reply[0] == 1, reply[1:len(reply)-1], checks), nil
+	return newDecision(r.allowed, r.pairs, checks), nil
 }
 
 // policyArgs are a policy's three script arguments (limit, window in µs, capacity), boxed once
@@ -473,19 +454,6 @@ func (l *Limiter) policyArgs(p Policy) [3]any {
 	}
 	l.argsMu.Unlock()
 	return args
-}
-
-// run runs an algorithm's script to decide and checks the shape of its reply:
-// {allowed, remaining_1, reset_1, ..., now}.
-func run(ctx context.Context, rdb redis.Scripter, a Algorithm, keys []string, args []any) ([]int64, error) {
-	reply, err := scripts[a].Run(ctx, rdb, keys, args...).Int64Slice()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	if len(reply) != 2+2*len(keys) {
-		return nil, fmt.Errorf("%w: script returned %d values for %d keys", ErrUnavailable, len(reply), len(keys))
-	}
-	return reply, nil
 }
 
 // newDecision builds a Decision from the script's per-key (remaining, reset µs) pairs.

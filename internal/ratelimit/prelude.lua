@@ -1,5 +1,7 @@
 -- prelude.lua: what every algorithm's script shares. Go prepends it to each of them
 -- (algorithm.go), so each script below starts with the clock, its arguments and its reply in hand.
+-- protocol.go is the Go side of these arguments and this reply: one encoder (call) and one
+-- decoder (parseReply).
 --
 -- KEYS[i]      the state of the i-th identity, in the algorithm's own format
 -- ARGV[1]      the request's id: unique per request (the sliding log records it; the others ignore it)

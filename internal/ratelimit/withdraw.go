@@ -7,26 +7,13 @@ import (
 	"time"
 )
 
-// withdrawArgs are the arguments that make an algorithm's script withdraw the request id,
-// admitted at `at` (the `now` its decision returned), from a key of the given limit, window and
-// capacity (three values, as a decision passes them).
-func (l *Limiter) withdrawArgs(id any, at int64, policy []any) []any {
-	now := any("")
-	if l.now != nil {
-		now = l.now().UnixMicro()
-	}
-	return append([]any{id, now, at}, policy...)
-}
-
 // withdraw takes back one admission in the background, within its own budget: the cluster path's
 // admission in a key whose sibling refused (see decideApart).
-func (l *Limiter) withdraw(a Algorithm, key string, id any, at int64, policy []any, decided time.Time) {
+func (l *Limiter) withdraw(a Algorithm, key string, c call, at int64, decided time.Time) {
 	l.withdrawals.Add(1)
 	go func() {
 		defer l.withdrawals.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-		defer cancel()
-		if err := scripts[a].Run(ctx, l.rdb, []string{key}, l.withdrawArgs(id, at, policy)...).Err(); err != nil {
+		if _, err := l.runWithdrawal(a, key, c.withdrawal(at, l.clockArg())); err != nil {
 			// The admission stays counted until its window passes: stricter, never looser.
 			l.logger.Warn("rate limiter could not withdraw an admission", "algorithm", a, "cause", err.Error())
 			return
@@ -54,7 +41,7 @@ const maxLateWithdrawals = 256
 // never ran. The other algorithms keep counts, not requests, and cannot tell whether this request
 // was counted, so giving one back could admit past the limit: their late admissions stay counted
 // until they leave the window, the strict side.
-func (l *Limiter) withdrawLate(a Algorithm, keys []string, args []any, cause error) {
+func (l *Limiter) withdrawLate(a Algorithm, keys []string, c call, cause error) {
 	if a != SlidingLog || !mayHaveRun(cause) {
 		return
 	}
@@ -75,10 +62,8 @@ func (l *Limiter) withdrawLate(a Algorithm, keys []string, args []any, cause err
 			}
 			removed := int64(0)
 			for i, key := range keys { // one key per call: on a cluster they live apart
-				ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 				var n int64
-				n, err = scripts[a].Run(ctx, l.rdb, []string{key}, l.withdrawArgs(args[0], 0, args[3+3*i:6+3*i])...).Int64()
-				cancel()
+				n, err = l.runWithdrawal(a, key, c.only(i).withdrawal(0, l.clockArg()))
 				removed += n
 			}
 			if removed > 0 {
