@@ -1,8 +1,14 @@
 // Package ratelimit owns pixlimit's rate limiting: policies, the algorithms and their Lua
 // scripts, the Redis keys, and the Limiter that decides a request over one or several keys.
-// Its state lives in Redis, so every replica enforces one limit together. It knows nothing of
-// HTTP: a Decision, or an error wrapping ErrUnavailable, is all it answers; headers, 429 bodies
-// and fail-mode answers are the HTTP layer's (internal/httpapi).
+// Its state lives in Redis, so every replica enforces one limit together. It knows requests and
+// keys, nothing of routes: a Decision, or an error wrapping ErrUnavailable, is all it answers,
+// and what a caller makes of it (an answer to a client, a fail mode) is the caller's.
+//
+// The API is small: a Policy says what is counted, a Check names the identity counted, and a
+// Limiter decides. AllowAll (and Allow, for one check) decides one request; AllowN one that
+// costs other than one token of a bucket. Ready says whether decisions can be made now, Warm
+// readies a new Limiter for its first burst, Stats tells what it did, and Close waits for its
+// work in the background.
 //
 // # The sliding-window log
 //
