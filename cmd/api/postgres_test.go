@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -348,14 +347,7 @@ func TestAPostgresRestartUnderLoadIsNeverA500(t *testing.T) {
 		t.Errorf("statuses %v: want the restart seen (some 503) and at least 50 transfers", statuses)
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	rows, _ := conn.Query(ctx, "SELECT end_to_end_id FROM transfers")
+	rows, _ := pgtest.Connect(t, pg.URL).Query(t.Context(), "SELECT end_to_end_id FROM transfers")
 	inLedger, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		t.Fatal(err)
@@ -389,17 +381,11 @@ func TestASlowCommitOnARealServer(t *testing.T) {
 	a := startAPI(t, redistest.Start(t), map[string]string{"DATABASE_URL": pg.URL, "DEMO_ACCOUNTS": "true", "DB_TIMEOUT": "500ms"})
 	ana := a.Token(demo[0].Document, demo[0].Password)
 	before := a.Balance(ana)
+	conn := pgtest.Connect(t, pg.URL)
 	exec := func(sql string) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, pg.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(context.Background())
 		for _, q := range []string{sql, "SELECT pg_reload_conf()"} {
-			if _, err := conn.Exec(ctx, q); err != nil {
+			if _, err := conn.Exec(t.Context(), q); err != nil {
 				t.Fatalf("%s: %v", q, err)
 			}
 		}

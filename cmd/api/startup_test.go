@@ -67,19 +67,13 @@ func TestStartupFailuresSayWhyAndExit1(t *testing.T) {
 func readOnlyRole(t *testing.T) string {
 	t.Helper()
 	dbURL := pgtest.URL(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := pgtest.Connect(t, dbURL)
 	role := "pixlimit_reader_" + strings.ToLower(rand.Text()[:10])
 	for _, sql := range []string{
 		"CREATE ROLE " + role + " LOGIN PASSWORD 'reader-" + role + "'",
 		"REVOKE CREATE ON SCHEMA public FROM PUBLIC",
 	} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
+		if _, err := conn.Exec(t.Context(), sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}

@@ -347,3 +347,16 @@ func (g *Gate) pipe(dst, src net.Conn) {
 		}
 	}
 }
+
+// Connect opens a connection to the database of url for t, closed when t ends.
+func Connect(t testing.TB, url string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("pgtest: connect %s: %v", redact(url), err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
