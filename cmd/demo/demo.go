@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pixlimit/pixlimit/client"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
@@ -91,38 +91,21 @@ func (r reply) cents(k string) int64 {
 	return int64(f)
 }
 
-// call sends one request from client IP ip to the next replica; headers come in pairs.
+// call sends one request from client IP ip to the next replica, through the API's client
+// (package client); headers come in pairs.
 func (d *demo) call(ctx context.Context, ip, method, path, token string, body any, headers ...string) reply {
 	i := int(d.next.Add(1)-1) % len(d.replicas)
 	r := reply{replica: i + 1, ip: ip, method: method, path: path}
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, d.replicas[i]+path, rd)
-	if err != nil {
-		r.err = err
-		return r
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	hdrs := []string{"X-Forwarded-For", ip}
 	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+		hdrs = append(hdrs, "Authorization", "Bearer "+token)
 	}
-	req.Header.Set("X-Forwarded-For", ip)
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := d.client.Do(req)
+	resp, err := (&client.Client{BaseURL: d.replicas[i], HTTP: &d.client}).Do(ctx, method, path, body, append(hdrs, headers...)...)
 	if err != nil {
 		r.err = err
 		return r
 	}
-	defer resp.Body.Close()
-	r.status, r.header = resp.StatusCode, resp.Header
-	r.raw, _ = io.ReadAll(resp.Body)
+	r.status, r.header, r.raw = resp.Status, resp.Header, resp.Body
 	_ = json.Unmarshal(r.raw, &r.body)
 	return r
 }

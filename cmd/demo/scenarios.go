@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"maps"
 	"net/http"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pixlimit/pixlimit/client"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
@@ -22,17 +22,18 @@ const maxStoryLimit = 50
 // account is a demo account as a customer knows it.
 type account struct{ document, password string }
 
-var (
-	ana   = account{"529.982.247-25", "demo-ana-123"}
-	bruno = account{"390.533.447-05", "demo-bruno-123"}
-	carla = account{"111.444.777-35", "demo-carla-123"}
-	diego = account{"935.411.347-80", "demo-diego-123"}
-)
+// The contract's demo accounts (client.DemoAccounts), by name.
+var ana, bruno, carla, diego = demoAccount(0), demoAccount(1), demoAccount(2), demoAccount(3)
+
+func demoAccount(i int) account {
+	a := client.DemoAccounts()[i]
+	return account{a.Document, a.Password}
+}
 
 // pix sends one PIX from client IP ip under a fresh Idempotency-Key, which the API requires: a
 // client that names each transfer can retry any failure without paying twice.
 func (d *demo) pix(ctx context.Context, ip, token string, body map[string]any) reply {
-	return d.call(ctx, ip, "POST", "/v1/pix", token, body, "Idempotency-Key", rand.Text())
+	return d.call(ctx, ip, "POST", "/v1/pix", token, body, "Idempotency-Key", client.NewIdempotencyKey())
 }
 
 func pixBody(key string, cents int64) map[string]any {

@@ -9,7 +9,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -29,15 +28,19 @@ import (
 	"text/tabwriter"
 	"time"
 
+	api "github.com/pixlimit/pixlimit/client"
 	"github.com/pixlimit/pixlimit/internal/pix"
 )
 
 const (
 	public = "http://127.0.0.1:8080" // the public door
 	lab    = "http://127.0.0.1:8081" // the lab door: X-Forwarded-For passes through
-	// The demo account the drills log in as (CONTRACT.md), and the one it pays.
-	document, password, payee = "935.411.347-80", "demo-diego-123", "ana@example.com"
+	// The key the drills pay: Ana's.
+	payee = "ana@example.com"
 )
+
+// drillAccount is the demo account the drills log in as: Diego.
+func drillAccount() api.Account { return api.DemoAccounts()[3] }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -223,33 +226,10 @@ func (a answer) String() string {
 func (a answer) proxyError() bool { return a.err != nil || (a.status >= 500 && a.code == "") }
 
 func (c *client) do(ctx context.Context, base, method, path string, body any, headers ...string) answer {
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
-	if err != nil {
-		return answer{err: err}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
 	start := time.Now()
-	resp, err := c.http.Do(req)
-	a := answer{took: time.Since(start), at: start, err: err}
-	if err != nil {
-		return a
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	var e struct {
-		Error string `json:"error"`
-	}
-	_ = json.Unmarshal(raw, &e)
-	a.status, a.code, a.limited, a.body = resp.StatusCode, e.Error, resp.Header.Get("RateLimit-Limit") != "", raw
-	return a
+	r, err := (&api.Client{BaseURL: base, HTTP: c.http}).Do(ctx, method, path, body, headers...)
+	return answer{status: r.Status, code: r.Code, limited: r.Header.Get("RateLimit-Limit") != "", body: r.Body,
+		took: r.Took, err: err, at: start}
 }
 
 // addr is a new client address for the lab door, so no login shares an IP key.
@@ -261,7 +241,7 @@ func (c *client) addr() string {
 }
 
 func (c *client) login(ctx context.Context) error {
-	a := c.do(ctx, lab, http.MethodPost, "/v1/login", map[string]string{"document": document, "password": password},
+	a := c.do(ctx, lab, http.MethodPost, "/v1/login", map[string]string{"document": drillAccount().Document, "password": drillAccount().Password},
 		"X-Forwarded-For", c.addr())
 	var out struct {
 		AccessToken string `json:"access_token"`
@@ -293,7 +273,7 @@ func (c *client) wrongLogin(ctx context.Context) answer {
 
 func (c *client) pix(ctx context.Context) answer {
 	return c.do(ctx, public, http.MethodPost, "/v1/pix", map[string]any{"key": payee, "amount_cents": 1},
-		"Authorization", "Bearer "+c.token, "Idempotency-Key", strings.ReplaceAll(rand.Text(), "=", ""))
+		"Authorization", "Bearer "+c.token, "Idempotency-Key", api.NewIdempotencyKey())
 }
 
 // load sends statements through the public door from workers goroutines until ctx is done.

@@ -1,42 +1,30 @@
-// Package apitest is a test client of the pixlimit API over real HTTP: requests, logins,
-// transfers and statements as a client sends them, the contract's demo accounts, and the small
-// tools that tests of a running API or of a fleet of replicas share.
+// Package apitest is the tests' wrapper of the pixlimit client (package client): the same
+// requests, with every failure to get an answer reported to the test, and the small tools that
+// tests of a running API or of a fleet of replicas share.
 package apitest
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/json"
-	"fmt"
-	"io"
+	"context"
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/pixlimit/pixlimit/client"
 	"github.com/pixlimit/pixlimit/internal/pix"
 )
 
-// httpClient gives up on a request after 30 s: a test of an API that hangs fails instead of
-// hanging.
-var httpClient = &http.Client{Timeout: 30 * time.Second}
-
-// Client talks to one API replica at Base.
+// Client talks to one API replica at Base: client.Client, with each failure to get an answer
+// reported to T.
 type Client struct {
 	T    testing.TB
 	Base string // "http://127.0.0.1:port"
 }
 
 // Response is what a test looks at: status, headers, the raw body and how long it took.
-type Response struct {
-	Status int
-	Header http.Header
-	Body   []byte
-	Took   time.Duration
-}
+type Response struct{ client.Response }
 
 // JSON decodes the body as a JSON object, failing the test otherwise (with Errorf, so that a
 // worker goroutine may call it: testing forbids FailNow outside the test's own; the map is then
@@ -44,69 +32,34 @@ type Response struct {
 func (r Response) JSON(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
-	if err := json.Unmarshal(r.Body, &m); err != nil {
-		t.Errorf("body %q is not a JSON object: %v", r.Body, err)
+	if err := r.Decode(&m); err != nil {
+		t.Errorf("%v", err)
 	}
 	return m
 }
 
-func (r Response) String() string {
-	return fmt.Sprintf("%d %s", r.Status, bytes.TrimSpace(r.Body))
-}
+func (c *Client) api() *client.Client { return &client.Client{BaseURL: c.Base} }
 
-// Do sends a request; headers come in pairs (name, value), an empty value deleting the header. A
-// body that is not a string is encoded as JSON; a string is sent as is; both with the JSON
-// content type.
+// Do sends a request (client.Client.Do). A request that gets no answer fails the test with
+// Errorf, not Fatal, so that Burst's workers may send (testing forbids FailNow outside the
+// test's goroutine), and returns a Response of status 0.
 func (c *Client) Do(method, path string, body any, headers ...string) Response {
 	c.T.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		buf, err := json.Marshal(b)
-		if err != nil {
-			c.T.Errorf("%s %s: %v", method, path, err)
-			return Response{Header: http.Header{}}
-		}
-		rd = bytes.NewReader(buf)
-	}
-	req, err := http.NewRequest(method, c.Base+path, rd)
+	r, err := c.api().Do(context.Background(), method, path, body, headers...)
 	if err != nil {
-		c.T.Errorf("%s %s: %v", method, path, err)
-		return Response{Header: http.Header{}}
+		c.T.Errorf("%v", err)
 	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		if headers[i+1] == "" {
-			req.Header.Del(headers[i])
-			continue
-		}
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	return c.Send(req)
+	return Response{r}
 }
 
-// Send sends a prepared request and reads the whole answer. A request that gets no answer fails
-// the test with Errorf, not Fatal, so that Burst's workers may send (testing forbids FailNow
-// outside the test's goroutine), and returns a Response of status 0.
+// Send sends a prepared request and reads the whole answer, as Do.
 func (c *Client) Send(req *http.Request) Response {
 	c.T.Helper()
-	start := time.Now()
-	resp, err := httpClient.Do(req)
+	r, err := c.api().Send(req)
 	if err != nil {
-		c.T.Errorf("%s %s: %v", req.Method, req.URL.Path, err)
-		return Response{Header: http.Header{}, Took: time.Since(start)}
+		c.T.Errorf("%v", err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		c.T.Errorf("%s %s: reading the answer: %v", req.Method, req.URL.Path, err)
-	}
-	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b, Took: time.Since(start)}
+	return Response{r}
 }
 
 // Login posts a login.
@@ -132,17 +85,24 @@ func (c *Client) Token(document, password string, headers ...string) string {
 // ("Idempotency-Key", "").
 func (c *Client) PIX(token string, key string, cents int64, headers ...string) Response {
 	c.T.Helper()
-	return c.Do(http.MethodPost, "/v1/pix", map[string]any{"key": key, "amount_cents": cents},
-		append([]string{"Authorization", "Bearer " + token, "Idempotency-Key", NewIdempotencyKey()}, headers...)...)
+	r, err := c.api().PIX(context.Background(), token, client.Transfer{Key: key, AmountCents: cents}, headers...)
+	if err != nil {
+		c.T.Errorf("%v", err)
+	}
+	return Response{r}
 }
 
-// NewIdempotencyKey is a fresh Idempotency-Key: 26 characters of crypto/rand's base32 text.
-func NewIdempotencyKey() string { return rand.Text() }
+// NewIdempotencyKey is a fresh Idempotency-Key (client.NewIdempotencyKey).
+func NewIdempotencyKey() string { return client.NewIdempotencyKey() }
 
 // Statement asks for the token's account's statement, up to 100 entries.
 func (c *Client) Statement(token string) Response {
 	c.T.Helper()
-	return c.Do(http.MethodGet, "/v1/statement?limit=100", nil, "Authorization", "Bearer "+token)
+	r, err := c.api().Statement(context.Background(), token, 100)
+	if err != nil {
+		c.T.Errorf("%v", err)
+	}
+	return Response{r}
 }
 
 // Balance is the token's account's balance, failing the test (-1) if the statement fails.
@@ -174,16 +134,8 @@ func Burst(replicas []*Client, n int, send func(c *Client, i int) Response) map[
 	return statuses
 }
 
-// Account is a demo account as a client knows it.
-type Account struct{ Name, Document, Password, Key string }
-
-// Demo holds the contract's demo accounts: Ana, Bruno, Carla, Diego.
-var Demo = []Account{
-	{"ana", "529.982.247-25", "demo-ana-123", "ana@example.com"},
-	{"bruno", "390.533.447-05", "demo-bruno-123", "bruno@example.com"},
-	{"carla", "111.444.777-35", "demo-carla-123", "carla@example.com"},
-	{"diego", "935.411.347-80", "demo-diego-123", "diego@example.com"},
-}
+// Demo holds the contract's demo accounts: Ana, Bruno, Carla, Diego (client.DemoAccounts).
+var Demo = client.DemoAccounts()
 
 // CPF returns the n-th valid CPF made from the 9-digit base 100000000+n; none is an account.
 func CPF(n int) string {
