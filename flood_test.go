@@ -19,9 +19,9 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/pixlimit/pixlimit/internal/apitest"
 	"github.com/pixlimit/pixlimit/internal/pix"
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // BenchmarkFlood is the attack the demo tells, at full speed, against two replicas on loopback

@@ -16,9 +16,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/pixlimit/pixlimit/internal/apitest"
 	"github.com/pixlimit/pixlimit/internal/config"
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // compose is the part of docker-compose.yml these tests read.

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pixlimit/pixlimit/internal/apitest"
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // TestMalformedRequests sends what a careless or hostile client might: every answer is a 4xx

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pixlimit/pixlimit/internal/apitest"
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // TestKeyLookupAntiScan: across two replicas, hits cost one token and misses twenty, exactly;

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pixlimit/pixlimit/internal/apitest"
 	"github.com/pixlimit/pixlimit/internal/config"
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // testSecret is the AUTH_SECRET of every API a test starts, so that the replicas of one test form

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // TestAFloodOfIdentitiesNeverMakesRedisForgetAFullKey: compose's Redis, its maxmemory policy as

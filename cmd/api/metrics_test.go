@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pixlimit/pixlimit/internal/apitest"
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // scrape reads the API's /metrics into "name{labels}" → value.

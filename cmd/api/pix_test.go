@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 func TestPIXLimitIsPerAccountAndRefusalsMoveNoMoney(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pixlimit/pixlimit/internal/apitest"
-	"github.com/pixlimit/pixlimit/internal/pgtest"
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // TestPostgresFleet runs two API processes over one PostgreSQL and one Redis: what one replica

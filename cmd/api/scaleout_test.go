@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pixlimit/pixlimit/internal/apitest"
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // TestOnRedisCluster runs two API processes on a 3-master cluster: the login's two keys live in

@@ -12,8 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pixlimit/pixlimit/internal/pgtest"
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // TestMain lets a test run this package's main as a process of its own (the test binary, with

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 func noEnv(string) string { return "" }

@@ -16,9 +16,9 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pixlimit/pixlimit/internal/apitest"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // budget is the decision budget of the fail-mode test, which measures it.

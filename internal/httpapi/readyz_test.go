@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pixlimit/pixlimit/internal/httpapi"
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // TestReadyzProbesRunTogether: two probes that each answer only once the other has started can

@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pixlimit/pixlimit/internal/pgtest"
+	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
 )
 
 func TestParseCPF(t *testing.T) {

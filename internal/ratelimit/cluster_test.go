@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // TestSplitDecisionWithdraws forces the cluster path on one node, for every algorithm: when the

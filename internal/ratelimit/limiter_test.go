@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")

@@ -15,8 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pixlimit/pixlimit/internal/apitest"
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // world is a fleet of replicas over clients from newClient, with one injected clock, and with

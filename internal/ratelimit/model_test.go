@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // A model is a pure-Go statement of what one algorithm's script must decide: the same

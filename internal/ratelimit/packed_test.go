@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pixlimit/pixlimit/internal/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // sameLogTrace drives one random trace through a sorted-set log and a packed log (fleets of
