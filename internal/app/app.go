@@ -90,7 +90,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		logger.Warn("AUTH_SECRET is empty: using a random secret for this process; its tokens and " +
 			"rate-limit keys are not shared with other processes")
 	}
-	opts := cfg.LimiterOptions()
+	opts := cfg.Limiter
 	opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
 	if r.Limiter, err = ratelimit.New(rdb, opts); err != nil {
 		return err
@@ -203,18 +203,18 @@ func openLedger(ctx context.Context, cfg config.Config, logger *slog.Logger) (pi
 // failovers itself; while one is under way, decisions fail and the routes' fail modes answer.
 func connectRedis(cfg config.Config, logger *slog.Logger) (redis.UniversalClient, func(), error) {
 	switch {
-	case len(cfg.RedisCluster) > 0:
-		opt := &redis.UniversalOptions{Addrs: cfg.RedisCluster, IsClusterMode: true}
+	case len(cfg.Redis.Cluster) > 0:
+		opt := &redis.UniversalOptions{Addrs: cfg.Redis.Cluster, IsClusterMode: true}
 		ratelimit.UniversalClientOptions(opt, cfg.RedisTimeout)
 		rdb := redis.NewUniversalClient(opt)
 		return rdb, func() { _ = rdb.Close() }, nil
-	case len(cfg.RedisSentinel) > 0:
-		opt := &redis.UniversalOptions{Addrs: cfg.RedisSentinel, MasterName: cfg.RedisSentinelMaster}
+	case len(cfg.Redis.Sentinel) > 0:
+		opt := &redis.UniversalOptions{Addrs: cfg.Redis.Sentinel, MasterName: cfg.Redis.SentinelMaster}
 		ratelimit.UniversalClientOptions(opt, cfg.RedisTimeout)
 		rdb := redis.NewUniversalClient(opt)
 		return rdb, func() { _ = rdb.Close() }, nil
 	}
-	opt := cfg.Redis
+	opt := cfg.Redis.URL
 	stop := func() {}
 	if opt == nil {
 		mr, err := memredis.Start()

@@ -26,9 +26,51 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
-// Config is the validated configuration. The env-tagged fields mirror the contract's table; the
-// others are derived from them by Load.
+// Config is the validated configuration: typed values only, each made from its variables by
+// Load in one pass (environment is what the variables say, as written).
 type Config struct {
+	HTTPAddr string
+	// MetricsAddr is the metrics listener's address; empty: none.
+	MetricsAddr string
+	// Redis is the Redis to use: of REDIS_URL, a cluster, sentinels, or none set (embedded).
+	Redis Redis
+	// RedisTimeout is the budget of one limiter decision.
+	RedisTimeout time.Duration
+	// DatabaseURL is the PostgreSQL ledger's; empty: the in-memory ledger.
+	DatabaseURL string
+	// DBTimeout is the deadline of one ledger call up to COMMIT, and COMMIT's own.
+	DBTimeout time.Duration
+	// AuthSecret keys every token and rate-limit hash; empty: random (embedded Redis only).
+	AuthSecret          string
+	TokenTTL, DeviceTTL time.Duration
+	// Night is the night-time value cap.
+	Night          pix.NightCap
+	TrustedProxies []netip.Prefix
+	// Limits are the routes' validated limits, as the HTTP layer takes them.
+	Limits httpapi.Limits
+	// Limiter are the limiter's options from REDIS_TIMEOUT and RATELIMIT_* (0 in the environment
+	// means off, which ratelimit.Options says with a negative number); the caller adds KeySecret
+	// and Logger.
+	Limiter ratelimit.Options
+	// DemoAccounts says whether to seed the demo accounts: DEMO_ACCOUNTS when set, else only
+	// into the in-memory ledger (never, unasked, into a DATABASE_URL database).
+	DemoAccounts bool
+	LogLevel     slog.Level
+	LogFormat    string // text or json
+}
+
+// Redis is the Redis mode: at most one of URL, Cluster and Sentinel is set; none means the
+// embedded Redis.
+type Redis struct {
+	URL            *redis.Options // from REDIS_URL
+	Cluster        []string       // seed nodes of a Redis Cluster
+	Sentinel       []string       // sentinels watching SentinelMaster
+	SentinelMaster string
+}
+
+// environment is what the variables say, as written: the contract's table, parsed but not yet
+// checked or combined.
+type environment struct {
 	HTTPAddr             string         `env:"HTTP_ADDR" envDefault:":8080"`
 	MetricsAddr          string         `env:"METRICS_ADDR" envDefault:":9464"`
 	RedisURL             string         `env:"REDIS_URL"`
@@ -60,17 +102,6 @@ type Config struct {
 	PIX       Route      `env:"-"`
 	Statement Route      `env:"-"`
 	Login     LoginRoute `env:"-"`
-
-	// Derived by Load.
-	Redis         *redis.Options `env:"-"` // from REDIS_URL; nil in the other modes
-	RedisCluster  []string       `env:"-"` // seed nodes of a Redis Cluster
-	RedisSentinel []string       `env:"-"` // sentinels watching RedisSentinelMaster
-	// DemoAccounts says whether to seed the demo accounts: DEMO_ACCOUNTS when set, else only
-	// into the in-memory ledger (never, unasked, into a DATABASE_URL database).
-	DemoAccounts bool `env:"-"`
-	// Limits are the routes' validated policies, as the HTTP layer takes them.
-	Limits httpapi.Limits `env:"-"`
-	Night  pix.NightCap   `env:"-"` // from NIGHT_*
 }
 
 // Route is one limited route's variables, read with the route's prefix.
@@ -80,13 +111,31 @@ type Route struct {
 	FailMode  httpapi.FailMode    `env:"FAIL_MODE"`
 	Algorithm ratelimit.Algorithm `env:"ALGORITHM"`
 	Burst     int                 `env:"BURST"`
-	Mode      string              `env:"MODE"` // enforce or shadow
+	Mode      Mode                `env:"MODE"`
 }
+
+// Mode is a route's MODE: enforce its limit, or only watch it (shadow).
+type Mode string
+
+// UnmarshalText parses "enforce" or "shadow".
+func (m *Mode) UnmarshalText(text []byte) error {
+	if s := string(text); s == "enforce" || s == "shadow" {
+		*m = Mode(s)
+		return nil
+	}
+	return errors.New("want enforce or shadow")
+}
+
+// The modes of a route.
+const (
+	EnforceMode Mode = "enforce"
+	ShadowMode  Mode = "shadow"
+)
 
 // As is the route's limit under the given name: its policy, fail mode and mode.
 func (r Route) As(name string) httpapi.Limit {
 	return httpapi.Limit{Policy: ratelimit.Policy{Name: name, Limit: r.Limit, Window: r.Window, Algorithm: r.Algorithm, Burst: r.Burst},
-		FailMode: r.FailMode, Shadow: r.Mode == "shadow"}
+		FailMode: r.FailMode, Shadow: r.Mode == ShadowMode}
 }
 
 // LoginRoute is the login's variables: two limits, by client IP and by document, over one window,
@@ -99,16 +148,16 @@ type LoginRoute struct {
 	FailMode     httpapi.FailMode    `env:"FAIL_MODE"`
 	Algorithm    ratelimit.Algorithm `env:"ALGORITHM"`
 	Burst        int                 `env:"BURST"`
-	Mode         string              `env:"MODE"`
+	Mode         Mode                `env:"MODE"`
 }
 
 // defaults are the contract's defaults of the route variables.
-func defaults() Config {
-	return Config{
-		PIX:       Route{Limit: 10, Window: time.Minute, FailMode: httpapi.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
-		Statement: Route{Limit: 30, Window: time.Minute, FailMode: httpapi.FailOpen, Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
+func defaults() environment {
+	return environment{
+		PIX:       Route{Limit: 10, Window: time.Minute, FailMode: httpapi.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
+		Statement: Route{Limit: 30, Window: time.Minute, FailMode: httpapi.FailOpen, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
 		Login: LoginRoute{IPLimit: 10, AccountLimit: 5, DeviceLimit: 5, Window: 10 * time.Minute, FailMode: httpapi.FailClosed,
-			Algorithm: ratelimit.SlidingLog, Mode: "enforce"},
+			Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
 	}
 }
 
@@ -133,23 +182,19 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	for _, r := range []struct {
 		prefix string
 		burst  int
-		mode   string
-	}{{"PIX_", cfg.PIX.Burst, cfg.PIX.Mode}, {"STATEMENT_", cfg.Statement.Burst, cfg.Statement.Mode}, {"LOGIN_", cfg.Login.Burst, cfg.Login.Mode}} {
+	}{{"PIX_", cfg.PIX.Burst}, {"STATEMENT_", cfg.Statement.Burst}, {"LOGIN_", cfg.Login.Burst}} {
 		if getenv(r.prefix+"BURST") != "" && r.burst < 1 { // zero means "the limit" only when unset
 			p.add(r.prefix+"BURST", "%d: want at least 1", r.burst)
-		}
-		if r.mode != "enforce" && r.mode != "shadow" {
-			p.add(r.prefix+"MODE", "%q: want enforce or shadow", r.mode)
 		}
 	}
 	if v, set := lookup("METRICS_ADDR"); set && v == "" {
 		cfg.MetricsAddr = "" // set empty: no metrics listener
 	}
-	cfg.check(&p)
+	out := cfg.check(&p)
 	if len(p.list) > 0 {
 		return Config{}, &Error{Problems: p.list}
 	}
-	return cfg, nil
+	return out, nil
 }
 
 // Map is a lookup over m, for tests and for programs that build their own environment.
@@ -226,8 +271,11 @@ func parsePrefixes(list string) (any, error) {
 	return prefixes, nil
 }
 
-// check validates what parsed and derives the rest.
-func (cfg *Config) check(p *problems) {
+// check validates what parsed and makes the Config of it.
+func (cfg *environment) check(p *problems) Config {
+	out := Config{HTTPAddr: cfg.HTTPAddr, MetricsAddr: cfg.MetricsAddr, RedisTimeout: cfg.RedisTimeout,
+		DatabaseURL: cfg.DatabaseURL, DBTimeout: cfg.DBTimeout, AuthSecret: cfg.AuthSecret, TokenTTL: cfg.TokenTTL,
+		DeviceTTL: cfg.DeviceTTL, TrustedProxies: cfg.TrustedProxies, LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat}
 	if !listenAddr(cfg.HTTPAddr) {
 		p.add("HTTP_ADDR", "%q is not host:port with a port from 0 to 65535", cfg.HTTPAddr)
 	}
@@ -235,7 +283,7 @@ func (cfg *Config) check(p *problems) {
 		p.add("METRICS_ADDR", "%q is not host:port with a port from 0 to 65535 (or empty, for no metrics)", cfg.MetricsAddr)
 	}
 	checkProxies(p, cfg.TrustedProxies)
-	cfg.checkRedis(p)
+	out.Redis = cfg.checkRedis(p)
 	if cfg.DatabaseURL != "" {
 		scheme, _, _ := strings.Cut(cfg.DatabaseURL, "://")
 		if _, err := pgxpool.ParseConfig(cfg.DatabaseURL); err != nil || (scheme != "postgres" && scheme != "postgresql") {
@@ -244,7 +292,7 @@ func (cfg *Config) check(p *problems) {
 	}
 	between(p, "REDIS_TIMEOUT", cfg.RedisTimeout, time.Millisecond, time.Minute)
 	between(p, "DB_TIMEOUT", cfg.DBTimeout, 10*time.Millisecond, time.Minute)
-	if longest := cfg.LongestRequest(); longest > WriteTimeout-writeMargin {
+	if longest := out.LongestRequest(); longest > WriteTimeout-writeMargin {
 		p.add("DB_TIMEOUT", "%v with REDIS_TIMEOUT %v: a PIX could take %v (%d limiter decisions, its statements and "+
 			"its COMMIT %v each, up to %v to learn an unknown outcome), past the %v within which every answer is "+
 			"written (the server's write timeout is %v, the shipped HAProxy's 20s); lower DB_TIMEOUT",
@@ -264,19 +312,28 @@ func (cfg *Config) check(p *problems) {
 		p.add("RATELIMIT_BREAKER_FAILURES", "%d: want 0 (off) or more", cfg.BreakerFailures)
 	}
 	between(p, "RATELIMIT_BREAKER_COOLDOWN", cfg.BreakerCooldown, 10*time.Millisecond, time.Minute)
-	cfg.checkNight(p)
+	out.Night = cfg.checkNight(p)
 	cfg.checkSecret(p)
-	cfg.DemoAccounts = cfg.DatabaseURL == ""
+	out.DemoAccounts = cfg.DatabaseURL == ""
 	if cfg.DemoAccountsSet != nil {
-		cfg.DemoAccounts = *cfg.DemoAccountsSet
+		out.DemoAccounts = *cfg.DemoAccountsSet
 	}
+	// 0 in the environment means off; ratelimit.Options says it with a negative number.
+	off := func(n int) int {
+		if n == 0 {
+			return -1
+		}
+		return n
+	}
+	out.Limiter = ratelimit.Options{Timeout: cfg.RedisTimeout, LocalCacheSize: off(cfg.LocalCacheSize),
+		BreakerFailures: off(cfg.BreakerFailures), BreakerCooldown: cfg.BreakerCooldown}
 	if !slices.Contains([]slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}, cfg.LogLevel) {
 		p.add("LOG_LEVEL", "%v: want debug, info, warn or error", cfg.LogLevel)
 	}
 	if !slices.Contains([]string{"text", "json"}, cfg.LogFormat) {
 		p.add("LOG_FORMAT", "%q: want text or json", cfg.LogFormat)
 	}
-	cfg.Limits = httpapi.Limits{
+	out.Limits = httpapi.Limits{
 		PIX:                  policy(p, "PIX_", cfg.PIX.As("pix")),
 		Statement:            policy(p, "STATEMENT_", cfg.Statement.As("statement")),
 		LoginIP:              policy(p, "LOGIN_", cfg.Login.policy("login-ip", cfg.Login.IPLimit), "IP_LIMIT"),
@@ -293,6 +350,7 @@ func (cfg *Config) check(p *problems) {
 	if cfg.LookupMissCost < 1 {
 		p.add("LOOKUP_MISS_COST", "%d: want at least 1", cfg.LookupMissCost)
 	}
+	return out
 }
 
 func (l LoginRoute) policy(name string, limit int) httpapi.Limit {
@@ -348,43 +406,32 @@ func between(p *problems, name string, d, lo, hi time.Duration) {
 }
 
 // checkRedis parses the Redis mode: REDIS_URL, a cluster's seeds or sentinels, at most one.
-func (cfg *Config) checkRedis(p *problems) {
+func (cfg *environment) checkRedis(p *problems) Redis {
+	r := Redis{SentinelMaster: cfg.RedisSentinelMaster}
 	if cfg.RedisURL != "" {
 		opt, err := redis.ParseURL(cfg.RedisURL)
 		if err != nil {
 			p.add("REDIS_URL", "not a redis://, rediss:// or unix:// URL (%v)", redactURLError(err, cfg.RedisURL))
 		}
-		cfg.Redis = opt
+		r.URL = opt
 	}
-	cfg.RedisCluster = addrList(p, "REDIS_CLUSTER_ADDRS", cfg.RedisClusterAddrs)
-	cfg.RedisSentinel = addrList(p, "REDIS_SENTINEL_ADDRS", cfg.RedisSentinelAddrs)
+	r.Cluster = addrList(p, "REDIS_CLUSTER_ADDRS", cfg.RedisClusterAddrs)
+	r.Sentinel = addrList(p, "REDIS_SENTINEL_ADDRS", cfg.RedisSentinelAddrs)
 	if (cfg.RedisSentinelAddrs == "") != (cfg.RedisSentinelMaster == "") {
 		p.add("REDIS_SENTINEL_MASTER", "REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER go together")
 	}
 	if cfg.redisModes() > 1 {
 		p.add("REDIS_URL", "set one of REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS, not several")
 	}
-}
-
-// LimiterOptions are the limiter's options from RATELIMIT_*: the deny cache and the breaker,
-// where 0 in the environment means off (negative in ratelimit.Options).
-func (cfg *Config) LimiterOptions() ratelimit.Options {
-	off := func(n int) int {
-		if n == 0 {
-			return -1
-		}
-		return n
-	}
-	return ratelimit.Options{Timeout: cfg.RedisTimeout, LocalCacheSize: off(cfg.LocalCacheSize),
-		BreakerFailures: off(cfg.BreakerFailures), BreakerCooldown: cfg.BreakerCooldown}
+	return r
 }
 
 // checkNight reads the night-time cap: a limit of 0 disables it; times are HH:MM, São Paulo.
-func (cfg *Config) checkNight(p *problems) {
+func (cfg *environment) checkNight(p *problems) pix.NightCap {
 	night, err := pix.DefaultNightCap()
 	if err != nil {
 		p.add("NIGHT_START", "%v", err)
-		return
+		return night
 	}
 	if cfg.NightLimitCents < 0 {
 		p.add("NIGHT_LIMIT_CENTS", "%d: want 0 (off) or more cents", cfg.NightLimitCents)
@@ -411,11 +458,11 @@ func (cfg *Config) checkNight(p *problems) {
 		p.add("NIGHT_START", "%s equals NIGHT_END: a night of no length; to switch the night-time cap off, "+
 			"set NIGHT_LIMIT_CENTS=0", cfg.NightStart)
 	}
-	cfg.Night = night
+	return night
 }
 
 // redisModes counts the Redis modes set; zero means the embedded Redis.
-func (cfg *Config) redisModes() int {
+func (cfg *environment) redisModes() int {
 	n := 0
 	for _, v := range []string{cfg.RedisURL, cfg.RedisClusterAddrs, cfg.RedisSentinelAddrs} {
 		if v != "" {
@@ -439,7 +486,7 @@ var publishedSecrets = []string{
 
 // checkSecret refuses a short or published AUTH_SECRET, and an empty one with a shared Redis.
 // The value never appears in a message.
-func (cfg *Config) checkSecret(p *problems) {
+func (cfg *environment) checkSecret(p *problems) {
 	switch {
 	case cfg.AuthSecret != "" && len(cfg.AuthSecret) < 32:
 		p.add("AUTH_SECRET", "%d bytes: want at least 32 random bytes (openssl rand -base64 48)", len(cfg.AuthSecret))

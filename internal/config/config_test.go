@@ -32,7 +32,7 @@ func TestDefaults(t *testing.T) {
 		}
 	}
 	if cfg.HTTPAddr != ":8080" || cfg.RedisTimeout != 100*time.Millisecond || cfg.TokenTTL != 15*time.Minute ||
-		cfg.FailClosedRetryAfter != 5*time.Second || !cfg.DemoAccounts || cfg.LogFormat != "text" || cfg.Redis != nil {
+		cfg.Limits.FailClosedRetryAfter != 5*time.Second || !cfg.DemoAccounts || cfg.LogFormat != "text" || cfg.Redis.URL != nil {
 		t.Errorf("defaults = %+v", cfg)
 	}
 }
@@ -47,8 +47,8 @@ func TestValidValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Redis == nil || cfg.Redis.Addr != "10.0.0.5:6380" || cfg.Redis.DB != 2 {
-		t.Errorf("REDIS_URL parsed as %+v", cfg.Redis)
+	if cfg.Redis.URL == nil || cfg.Redis.URL.Addr != "10.0.0.5:6380" || cfg.Redis.URL.DB != 2 {
+		t.Errorf("REDIS_URL parsed as %+v", cfg.Redis.URL)
 	}
 	if len(cfg.TrustedProxies) != 2 || cfg.TrustedProxies[1].String() != "fd00::/8" {
 		t.Errorf("TRUSTED_PROXIES parsed as %v", cfg.TrustedProxies)
@@ -226,12 +226,12 @@ func TestRedisModes(t *testing.T) {
 	t.Parallel()
 	secret := rand.Text() + rand.Text()
 	cfg, err := load(map[string]string{"REDIS_CLUSTER_ADDRS": "10.0.0.1:7000, 10.0.0.2:7000", "AUTH_SECRET": secret})
-	if err != nil || len(cfg.RedisCluster) != 2 || cfg.Redis != nil {
-		t.Errorf("cluster: %+v, %v", cfg.RedisCluster, err)
+	if err != nil || len(cfg.Redis.Cluster) != 2 || cfg.Redis.URL != nil {
+		t.Errorf("cluster: %+v, %v", cfg.Redis.Cluster, err)
 	}
 	cfg, err = load(map[string]string{"REDIS_SENTINEL_ADDRS": "s1:26379,s2:26379,s3:26379", "REDIS_SENTINEL_MASTER": "mymaster", "AUTH_SECRET": secret})
-	if err != nil || len(cfg.RedisSentinel) != 3 {
-		t.Errorf("sentinel: %+v, %v", cfg.RedisSentinel, err)
+	if err != nil || len(cfg.Redis.Sentinel) != 3 {
+		t.Errorf("sentinel: %+v, %v", cfg.Redis.Sentinel, err)
 	}
 	for _, env := range []map[string]string{
 		{"REDIS_URL": "redis://r:6379", "REDIS_CLUSTER_ADDRS": "10.0.0.1:7000"},
