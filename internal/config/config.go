@@ -94,6 +94,7 @@ type environment struct {
 	LocalCacheSize       int            `env:"RATELIMIT_LOCAL_CACHE_SIZE" envDefault:"100000"`
 	BreakerFailures      int            `env:"RATELIMIT_BREAKER_FAILURES" envDefault:"5"`
 	BreakerCooldown      time.Duration  `env:"RATELIMIT_BREAKER_COOLDOWN" envDefault:"1s"`
+	BatchMax             int            `env:"RATELIMIT_BATCH_MAX" envDefault:"32"`
 	DemoAccountsSet      *bool          `env:"DEMO_ACCOUNTS"` // nil when unset
 	LogLevel             slog.Level     `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat            string         `env:"LOG_FORMAT" envDefault:"text"`
@@ -312,6 +313,9 @@ func (cfg *environment) check(p *problems) Config {
 		p.add("RATELIMIT_BREAKER_FAILURES", "%d: want 0 (off) or more", cfg.BreakerFailures)
 	}
 	between(p, "RATELIMIT_BREAKER_COOLDOWN", cfg.BreakerCooldown, 10*time.Millisecond, time.Minute)
+	if cfg.BatchMax < 1 || cfg.BatchMax > 1000 {
+		p.add("RATELIMIT_BATCH_MAX", "%d: want 1 (no batching) to 1000", cfg.BatchMax)
+	}
 	out.Night = cfg.checkNight(p)
 	cfg.checkSecret(p)
 	out.DemoAccounts = cfg.DatabaseURL == ""
@@ -326,7 +330,7 @@ func (cfg *environment) check(p *problems) Config {
 		return n
 	}
 	out.Limiter = ratelimit.Options{Timeout: cfg.RedisTimeout, LocalCacheSize: off(cfg.LocalCacheSize),
-		BreakerFailures: off(cfg.BreakerFailures), BreakerCooldown: cfg.BreakerCooldown}
+		BreakerFailures: off(cfg.BreakerFailures), BreakerCooldown: cfg.BreakerCooldown, BatchMax: cfg.BatchMax}
 	if !slices.Contains([]slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}, cfg.LogLevel) {
 		p.add("LOG_LEVEL", "%v: want debug, info, warn or error", cfg.LogLevel)
 	}

@@ -165,6 +165,7 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 		"STATEMENT_BURST":         "5", // with the default sliding_log
 		"LOGIN_BURST":             "0",
 		"NIGHT_START":             "06:00", // equal to NIGHT_END: a night of no length
+		"RATELIMIT_BATCH_MAX":     "0",
 	}
 	for name, value := range bad {
 		if value == "" {

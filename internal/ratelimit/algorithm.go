@@ -84,6 +84,8 @@ var (
 	tokenBucketLua string
 	//go:embed gcra.lua
 	gcraLua string
+	//go:embed batch.lua
+	batchLua string
 )
 
 // scripts are each algorithm's script after the shared prelude (the clock, the arguments, the
@@ -97,4 +99,19 @@ var scripts = map[Algorithm]*redis.Script{
 	FixedWindow:      redis.NewScript(preludeLua + fixedWindowLua),
 	TokenBucket:      redis.NewScript(preludeLua + tokenBucketLua),
 	GCRA:             redis.NewScript(preludeLua + gcraLua),
+}
+
+// batchScripts decide several requests of one algorithm in one call (batch.lua): the same
+// prelude and body, wrapped in a function of one decision's KEYS and ARGV.
+var batchScripts = map[Algorithm]*redis.Script{
+	SlidingLog:       batchOf(slidingLogLua),
+	SlidingLogPacked: batchOf(slidingLogPackedLua),
+	SlidingWindow:    batchOf(slidingWindowLua),
+	FixedWindow:      batchOf(fixedWindowLua),
+	TokenBucket:      batchOf(tokenBucketLua),
+	GCRA:             batchOf(gcraLua),
+}
+
+func batchOf(body string) *redis.Script {
+	return redis.NewScript("local function decide(KEYS, ARGV)\n" + preludeLua + body + "\nend\n" + batchLua)
 }

@@ -97,6 +97,11 @@ type Options struct {
 	BreakerFailures int
 	// BreakerCooldown is how long an open breaker fails decisions at once. Default 1s.
 	BreakerCooldown time.Duration
+	// BatchMax is the most decisions one call to Redis carries: decisions that arrive while
+	// calls are on their way go together in the next one (see batcher), decided one after
+	// another as they would be one by one. Default 32; 1 (or negative) sends every decision
+	// alone. A cluster Limiter never batches: a script touches one slot.
+	BatchMax int
 }
 
 // probeScript is what Ready and the breaker ask of Redis: what a decision needs, a script that
@@ -110,6 +115,7 @@ const (
 	defaultLocalCacheHold  = 5 * time.Second
 	defaultBreakerFailures = 5
 	defaultBreakerCooldown = time.Second
+	defaultBatchMax        = 32
 )
 
 // Limiter decides requests against policies whose state lives in Redis. It is safe for
@@ -128,6 +134,8 @@ type Limiter struct {
 	hold time.Duration
 	// breaker fails decisions at once while Redis keeps failing (breaker.go); nil when disabled.
 	breaker *breaker
+	// batch sends each algorithm's decisions in batches under load (batch.go); nil when disabled.
+	batch map[Algorithm]*batcher
 	// stats counts what the limiter did, for Stats.
 	stats stats
 	// down is set while the last decision could not reach Redis (RedisUp).
@@ -189,6 +197,9 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.LocalCacheSize >= 0 {
 		l.deny = newDenyCache(cmp.Or(opts.LocalCacheSize, defaultLocalCacheSize))
 		l.hold = cmp.Or(opts.LocalCacheHold, defaultLocalCacheHold)
+	}
+	if !l.cluster {
+		l.batch = newBatchers(l, cmp.Or(opts.BatchMax, defaultBatchMax))
 	}
 	// On a cluster one master's failure fails only its slots: a breaker for the whole Limiter
 	// would turn that into an outage of every slot, so a cluster has none.
@@ -429,7 +440,13 @@ func (l *Limiter) decide(ctx context.Context, mode any, checks []Check, keys []s
 	if l.cluster && len(checks) > 1 {
 		return l.decideApart(ctx, a, keys, c, checks)
 	}
-	r, err := run(ctx, l.rdb, a, keys, c)
+	var r reply
+	var err error
+	if b := l.batch[a]; b != nil {
+		r, err = b.decide(ctx, keys, c)
+	} else {
+		r, err = run(ctx, l.rdb, a, keys, c)
+	}
 	if err != nil {
 		l.refreshTopology()
 		l.withdrawLate(a, keys, c, err)
