@@ -79,7 +79,8 @@ func (b *batcher) decide(ctx context.Context, keys []string, c call) (reply, err
 		return res.r, res.err
 	case <-ctx.Done():
 		if p.state.CompareAndSwap(waiting, abandoned) {
-			return reply{}, fmt.Errorf("%w: %w (waiting for a batch)", ErrUnavailable, ctx.Err())
+			// Not ctx.Err(): it was never sent, so there is no late decision to withdraw.
+			return reply{}, fmt.Errorf("%w: its budget ran out while it waited for a batch", ErrUnavailable)
 		}
 		res := <-p.done // sent: its call ends by this decision's deadline
 		return res.r, res.err

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -120,5 +121,37 @@ func TestBatchedReplicasAdmitExactlyTheLimit(t *testing.T) {
 	}
 	if batched.Load() == 0 {
 		t.Error("no batch had more than one member: the test proved nothing about batches")
+	}
+}
+
+// TestADecisionThatWaitsPastItsBudgetIsNeverSent: with both calls in flight, a decision waits in
+// the queue; when its budget runs out there it fails as unavailable at once, and the next flush
+// skips it: nothing is recorded for a request answered by its fail mode.
+func TestADecisionThatWaitsPastItsBudgetIsNeverSent(t *testing.T) {
+	t.Parallel()
+	l := replicas(t, redistest.Start(t), 1, generous)[0]
+	b := l.batch[SlidingLog]
+	var sent atomic.Int64
+	b.sent = func(n int) { sent.Add(int64(n)) }
+	b.mu.Lock()
+	b.inFlight = maxInFlight // as if two calls were on their way
+	b.mu.Unlock()
+	p := policy("pix", 5, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := l.AllowAll(ctx, Check{p, "queued"})
+	if !errors.Is(err, ErrUnavailable) || time.Since(start) > time.Second {
+		t.Fatalf("a decision queued past its budget: %v after %v, want ErrUnavailable about then", err, time.Since(start))
+	}
+	b.mu.Lock()
+	b.inFlight = maxInFlight - 1 // one call returns: its flush finds the queue
+	b.mu.Unlock()
+	b.flush()
+	if n := sent.Load(); n != 0 {
+		t.Errorf("%d decisions sent, want 0: the abandoned one must not be", n)
+	}
+	if d := mustAllow(t, l, Check{p, "queued"}); !d.Allowed || d.Worst.Remaining != 4 {
+		t.Errorf("the key after: %+v, want nothing recorded by the abandoned decision (4 left after this one)", d.Worst)
 	}
 }
