@@ -48,25 +48,21 @@ func BenchmarkDecision(b *testing.B) {
 	fresh := func(name string) Policy { return policy(fmt.Sprint(name, "-", round.Add(1)), 1000, time.Minute) }
 
 	for _, par := range []int{1, 16, 64} {
-		for _, a := range Algorithms() {
-			b.Run(fmt.Sprintf("%s/one_key/p=%d", a, par), func(b *testing.B) {
-				p := fresh("one")
-				p.Algorithm = a
-				measure(b, rdb, par, func(i int) error {
-					_, err := l.Allow(ctx, p, ids[i%len(ids)])
-					return err
+		for _, row := range []struct {
+			name string
+			l    *Limiter
+			algs []Algorithm
+		}{{"one_key", l, Algorithms()}, {"one_key_unbatched", alone, []Algorithm{SlidingLog, SlidingLogPacked}}} {
+			for _, a := range row.algs {
+				b.Run(fmt.Sprintf("%s/%s/p=%d", a, row.name, par), func(b *testing.B) {
+					p := fresh("one")
+					p.Algorithm = a
+					measure(b, rdb, par, func(i int) error {
+						_, err := row.l.Allow(ctx, p, ids[i%len(ids)])
+						return err
+					})
 				})
-			})
-		}
-		for _, a := range []Algorithm{SlidingLog, SlidingLogPacked} {
-			b.Run(fmt.Sprintf("%s/one_key_unbatched/p=%d", a, par), func(b *testing.B) {
-				p := fresh("one")
-				p.Algorithm = a
-				measure(b, rdb, par, func(i int) error {
-					_, err := alone.Allow(ctx, p, ids[i%len(ids)])
-					return err
-				})
-			})
+			}
 		}
 		for _, a := range []Algorithm{SlidingLog, SlidingLogPacked} {
 			b.Run(fmt.Sprintf("%s/two_keys/p=%d", a, par), func(b *testing.B) {
