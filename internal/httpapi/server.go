@@ -88,7 +88,7 @@ func NewServer(d Deps) (http.Handler, error) {
 		d.Ledger = instrumented{Ledger: d.Ledger, m: d.Metrics}
 	}
 	routes := map[string]bool{}
-	e.Use(edge(d.Logger, d.Metrics, routes), limitBody)
+	e.Use(edge(d.Logger, newEventLog(d.Logger, 10*time.Second), d.Metrics, routes), limitBody)
 	if err := addRoutes(e, d); err != nil {
 		return nil, err
 	}
@@ -108,7 +108,9 @@ func NewServer(d Deps) (http.Handler, error) {
 // which a container engine and a proxy send every few seconds, are logged at debug level. Labels
 // and logged names come from fixed sets: the route templates registered (routes, filled once
 // they are) or "unmatched", the standard methods or "other", so that no request mints a series.
-func edge(logger *slog.Logger, m *Metrics, routes map[string]bool) echo.MiddlewareFunc {
+// Refusals (429) are logged as counted summaries, per route at most once per interval of
+// floods: under attack they are most requests, and a line each would cost more than the refusal.
+func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]bool) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
@@ -120,6 +122,11 @@ func edge(logger *slog.Logger, m *Metrics, routes map[string]bool) echo.Middlewa
 				route = "unmatched"
 			}
 			took := time.Since(start)
+			m.observe(route, method, c.Response().Status, took)
+			if c.Response().Status == http.StatusTooManyRequests {
+				floods.log("refused:"+route, slog.LevelInfo, "requests refused", "route", route, "status", http.StatusTooManyRequests)
+				return nil
+			}
 			level := slog.LevelInfo
 			if route == "/healthz" || route == "/readyz" {
 				level = slog.LevelDebug
@@ -130,7 +137,6 @@ func edge(logger *slog.Logger, m *Metrics, routes map[string]bool) echo.Middlewa
 				slog.Int("status", c.Response().Status),
 				slog.Duration("duration", took),
 				slog.String("client", c.RealIP()))
-			m.observe(route, method, c.Response().Status, took)
 			return nil
 		}
 	}

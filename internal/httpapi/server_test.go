@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -44,6 +46,12 @@ func lax() httpapi.Limits {
 
 func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits, probes ...httpapi.Probe) server {
 	t.Helper()
+	return newServerWith(t, srv, limits, ratelimit.Options{}, probes...)
+}
+
+// newServerWith is newServer with the limiter's options (KeySecret and Timeout are set here).
+func newServerWith(t testing.TB, srv *redistest.Server, limits httpapi.Limits, opts ratelimit.Options, probes ...httpapi.Probe) server {
+	t.Helper()
 	lax := func(name string) httpapi.Limit {
 		return httpapi.Limit{Policy: ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}}
 	}
@@ -67,7 +75,8 @@ func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits, probe
 		t.Fatal(err)
 	}
 	rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, time.Second) })
-	limiter, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: auth.RateLimitKey(secret), Timeout: time.Second})
+	opts.KeySecret, opts.Timeout = auth.RateLimitKey(secret), time.Second
+	limiter, err := ratelimit.New(rdb, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,5 +249,64 @@ func TestMadeUpMethodsMintNoSeries(t *testing.T) {
 	}
 	if got := (requests(t, reg, "unmatched", "other", "404")); got != 1000 {
 		t.Errorf("unmatched other 404 = %v, want 1000", got)
+	}
+}
+
+// BenchmarkRefusal measures what a refused login costs this process, in CPU time per request
+// (getrusage: user + system, the replica alone, whatever Redis does), next to the floor: an Echo
+// handler that only writes the same 429 body. "local" is refused by the deny cache, "redis" asks
+// Redis for every refusal (deny cache off). Sequential requests through the handler, no network.
+//
+//	go test -run '^$' -bench Refusal -benchtime 20000x ./internal/httpapi
+func BenchmarkRefusal(b *testing.B) {
+	srv := redistest.Start(b)
+	body := `{"document":"x","password":"y"}` // malformed: counted by the IP key alone, no bcrypt
+	login := func(h http.Handler) {
+		req := httptest.NewRequest(http.MethodPost, "/v1/login", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.RemoteAddr = "198.51.100.7:1234"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusTooManyRequests && rec.Code != http.StatusBadRequest {
+			b.Fatalf("login: %d %s", rec.Code, rec.Body)
+		}
+	}
+	floor := echo.New()
+	floor.POST("/v1/login", func(c echo.Context) error {
+		c.Response().Header().Set("Retry-After", "600")
+		return c.JSON(http.StatusTooManyRequests, map[string]any{"error": "rate_limit_exceeded",
+			"message": "too many requests; retry after the time given", "retry_after_seconds": 600})
+	})
+	for _, tc := range []struct {
+		name  string
+		cache int
+		h     func() http.Handler
+	}{
+		{"floor", 0, func() http.Handler { return floor }},
+		{"local", 0, nil},
+		{"redis", -1, nil},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			h := http.Handler(floor)
+			if tc.h == nil {
+				limits := lax()
+				limits.LoginIP.Limit = 10
+				s := newServerWith(b, srv, limits, ratelimit.Options{LocalCacheSize: tc.cache})
+				h = s.h
+				for range 11 { // the IP key's 10, then the first refusal, which teaches the cache
+					login(h)
+				}
+			}
+			var before, after syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+			b.ResetTimer()
+			for range b.N {
+				login(h)
+			}
+			b.StopTimer()
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+			cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+		})
 	}
 }
