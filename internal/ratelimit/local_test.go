@@ -235,7 +235,9 @@ func TestBreaker(t *testing.T) {
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		start := time.Now()
 		_, err := l.AllowAll(context.Background(), check)
-		if took := time.Since(start); err == nil || took > 5*time.Millisecond {
+		// At once: a fraction of the 100 ms budget (5 ms failed once on a machine running a CI
+		// clone beside the tests).
+		if took := time.Since(start); err == nil || took > budget/4 {
 			t.Fatalf("breaker open: %v after %v, want ErrUnavailable at once", err, took)
 		}
 	}

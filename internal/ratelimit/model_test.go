@@ -386,7 +386,9 @@ func TestBucketsBurstThenRefill(t *testing.T) {
 				gaps = append(gaps, admitted[i]-admitted[i-1])
 			}
 			sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
-			if len(gaps) > 0 && (gaps[0] < 40*time.Millisecond || gaps[len(gaps)/2] > 60*time.Millisecond) {
+			// A burst would show gaps of the 5 ms poll; a request delayed on a busy machine makes
+			// one gap long and the next short, so the shortest may fall well under 50 ms.
+			if len(gaps) > 0 && (gaps[0] < 25*time.Millisecond || gaps[len(gaps)/2] > 60*time.Millisecond) {
 				t.Errorf("%s: gaps between admissions %v .. median %v, want evenly about 50ms", a, gaps[0], gaps[len(gaps)/2])
 			}
 			t.Logf("%s: burst 5, then %d admitted in 1s, gaps %v", a, len(admitted), fmt.Sprint(gaps[0], "..", gaps[len(gaps)-1]))
