@@ -45,7 +45,7 @@
 // # Refused requests are not recorded
 //
 // A refused request adds nothing, so a client that insists while blocked does not push its own
-// unblocking later: Retry-After is the time until the oldest counted entry leaves the window, and
+// unblocking later: RetryAfter is the time until the oldest counted entry leaves the window, and
 // hammering does not move it. Every admission gets a unique member (a random 72-bit request id),
 // so two requests in the same microsecond are two entries. Every key gets a TTL of one Window each
 // time an entry is added: the key lives exactly as long as it has something to count.
@@ -124,6 +124,6 @@
 //     (the theoretical arrival time), the bucket two (tokens and time).
 //
 // Every key has a TTL, never longer than its algorithm needs the key (TestEveryAlgorithmKeepsTTLs),
-// and Retry-After is exact for every algorithm (TestRetryAfterIsExact). Each script has a pure-Go
+// and RetryAfter is exact for every algorithm (TestRetryAfterIsExact). Each script has a pure-Go
 // model in model_test.go that the tests drive alongside it through thousands of random steps.
 package ratelimit

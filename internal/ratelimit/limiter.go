@@ -263,7 +263,7 @@ func (l *Limiter) Allow(ctx context.Context, p Policy, identity string) (Decisio
 // A request on a key this Limiter knows to be full is refused without asking Redis
 // (Decision.Local), exactly as the script would refuse it, recording nothing; this holds while
 // Redis is down too. A block is kept until the key can have room again, or for LocalCacheHold,
-// whichever is sooner; the Retry-After of a local refusal is the key's own, which can be
+// whichever is sooner; the RetryAfter of a local refusal is the key's own, which can be
 // longer. A refusal teaches the cache (see learn), unless its keys may see withdrawals that
 // free room early: a split decision on a cluster, whose sibling admissions are withdrawn, is
 // never cached. (A late decision's withdrawal, after a timeout, can still free room in a key another

@@ -15,7 +15,7 @@ import (
 // needs and nothing else: what a caller does with a decision, or without one (fail open or
 // closed, enforce or only watch), is the caller's.
 type Policy struct {
-	// Name identifies the policy in Redis keys and in the RateLimit-Policy header; it must be
+	// Name identifies the policy in Redis keys and to the caller; it must be
 	// 1–32 of [a-z0-9_-].
 	Name string
 	// Limit is the number of requests admitted per Window (for TokenBucket and GCRA, the
