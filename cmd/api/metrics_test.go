@@ -44,7 +44,7 @@ func decisions(m map[string]float64, policy, outcome string) float64 {
 }
 
 // TestMetricsCountWhatHappened: 15 PIX at once are 10 allowed and 5 refused, as counters, HTTP
-// statuses and ledger calls; a Redis outage is one failed_closed PIX, one failed_open statement
+// statuses and ledger calls; a Redis outage is one failed_closed PIX, one decided_local statement
 // and redis_up 0; no label carries an identity.
 func TestMetricsCountWhatHappened(t *testing.T) {
 	t.Parallel()
@@ -94,8 +94,8 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	if got := decisions(m, "pix", "failed_closed"); got != 1 {
 		t.Errorf("pix failed_closed = %v, want 1", got)
 	}
-	if got := decisions(m, "statement", "failed_open"); got != 1 {
-		t.Errorf("statement failed_open = %v, want 1", got)
+	if got := decisions(m, "statement", "decided_local"); got != 1 {
+		t.Errorf("statement decided_local = %v, want 1", got)
 	}
 	if got := m["pixlimit_ratelimit_redis_up"]; got != 0 {
 		t.Errorf("redis_up = %v with Redis down, want 0", got)

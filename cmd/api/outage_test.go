@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,10 +43,12 @@ func TestRedisOutage(t *testing.T) {
 		if r.Status != http.StatusTooManyRequests || r.JSON(t)["error"] != "rate_limiter_unavailable" {
 			t.Errorf("%s, PIX: %v, want 429 rate_limiter_unavailable", outage.name, r)
 		}
+		// The statement decides locally (its default fail mode), at its share: a replica alone
+		// assumes the floor, RATELIMIT_FLEET_SIZE (2), and says so in its headers.
 		r = a.Statement(ana)
 		within("statement", r)
-		if r.Status != http.StatusOK || r.Header.Get("RateLimit-Limit") != "" {
-			t.Errorf("%s, statement: %v %v, want 200 without RateLimit headers", outage.name, r, r.Header)
+		if r.Status != http.StatusOK || r.Header.Get("RateLimit-Policy") != `"statement";q=15;w=60` {
+			t.Errorf("%s, statement: %v %v, want 200 decided locally, RateLimit-Policy of the local quota (15 of 30)", outage.name, r, r.Header)
 		}
 		if got := int64(r.JSON(t)["balance_cents"].(float64)); got != before {
 			t.Errorf("%s: balance %d, want %d: a refused PIX moved money", outage.name, got, before)
@@ -74,7 +77,7 @@ func TestRedisOutage(t *testing.T) {
 	}
 	// The limiter logs the outage and its cause; each route the fail mode it applied.
 	if logs := a.logs.String(); !strings.Contains(logs, `msg="rate limiter unavailable" policy=login-ip cause=`) ||
-		!strings.Contains(logs, "policy=login-ip fail_mode=closed") || !strings.Contains(logs, "policy=statement fail_mode=open") {
+		!strings.Contains(logs, "policy=login-ip fail_mode=closed") || !strings.Contains(logs, "policy=statement fail_mode=local") {
 		t.Errorf("outages not logged per policy and fail mode:\n%s", logs)
 	}
 }
@@ -137,5 +140,47 @@ func TestReadinessMeansDecisionsWork(t *testing.T) {
 	srv.Resume()
 	if r := b.Do(http.MethodGet, "/readyz", nil); r.Status != http.StatusServiceUnavailable || r.JSON(t)["breaker"] != "open" {
 		t.Errorf("with the breaker open: /readyz %v, want 503 naming the breaker open", r)
+	}
+}
+
+// TestTheStatementDecidesLocallyWhileRedisIsGone: three replicas, STATEMENT_LIMIT 10, Redis
+// killed. Each replica decides in memory at its share, ⌈10 / 3⌉ = 4 per window for one account
+// (the heartbeat counted three), with the same headers and refusals as Redis's; the fleet admits
+// 12, not unlimited. Once Redis is back, the next decision is Redis's again (breaker off here:
+// with it, within one cool-down).
+func TestTheStatementDecidesLocallyWhileRedisIsGone(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	env := map[string]string{"STATEMENT_LIMIT": "10", "REDIS_TIMEOUT": "200ms", "RATELIMIT_BREAKER_FAILURES": "0"}
+	replicas := []*api{startAPI(t, srv, env), startAPI(t, srv, env), startAPI(t, srv, env)}
+	ana := replicas[0].Token(demo[0].Document, demo[0].Password)
+	time.Sleep(1500 * time.Millisecond) // the heartbeat's period: every replica has counted the three
+	srv.Kill()
+	admitted := 0
+	for i, a := range replicas {
+		var got []int
+		for range 6 {
+			r := a.Statement(ana)
+			got = append(got, r.Status)
+			if r.Status == http.StatusOK {
+				admitted++
+				if p := r.Header.Get("RateLimit-Policy"); p != `"statement";q=4;w=60` {
+					t.Errorf("replica %d: RateLimit-Policy %q, want the local quota, q=4", i+1, p)
+				}
+			} else if r.Status != http.StatusTooManyRequests || r.JSON(t)["error"] != "rate_limit_exceeded" || r.Header.Get("Retry-After") == "" {
+				t.Errorf("replica %d: %v, want 429 rate_limit_exceeded with Retry-After past the local quota", i+1, r)
+			}
+		}
+		if want := []int{200, 200, 200, 200, 429, 429}; !slices.Equal(got, want) {
+			t.Errorf("replica %d with Redis gone: %v, want %v", i+1, got, want)
+		}
+	}
+	if admitted != 12 {
+		t.Errorf("the fleet admitted %d with Redis gone, want 12 (4 × 3), not unlimited", admitted)
+	}
+	srv.Restart()
+	r := replicas[1].Statement(ana)
+	if r.Status != http.StatusOK || r.Header.Get("RateLimit-Policy") != `"statement";q=10;w=60` {
+		t.Errorf("the first statement after Redis returned: %v %v, want Redis's decision (q=10)", r, r.Header)
 	}
 }

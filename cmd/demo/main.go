@@ -42,7 +42,7 @@ var scenarios = []struct {
 }{
 	{"burst", "PIX burst: the key is the account, not the IP", burst},
 	{"login", "Distributed login attack: two keys, one answer", loginAttack},
-	{"outage", "Redis outage: login and PIX fail closed, the statement fails open", outage},
+	{"outage", "Redis outage: login and PIX fail closed, the statement is limited in each replica's memory", outage},
 	{"hole", "The 2× hole: six algorithms, one boundary", hole},
 	{"scan", "Key look-ups: a miss costs twenty times a hit", scan},
 	{"night", "The night-time cap: a limit on money, kept by the ledger", night},

@@ -231,7 +231,8 @@ func sweepCPF(i int) string {
 	return doc
 }
 
-// outage: with Redis gone, login and PIX fail closed, the statement fails open, nothing waits
+// outage: with Redis gone, login and PIX fail closed, the statement is decided in each replica's
+// memory at its share of the limit, nothing waits
 // past the budget, and limiting resumes by itself.
 func outage(ctx context.Context, d *demo) (err error) {
 	const ip = "192.0.2.80"
@@ -243,6 +244,7 @@ func outage(ctx context.Context, d *demo) (err error) {
 	if err != nil {
 		return err
 	}
+	full, _ := declaredLimit(d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil).header, "statement")
 	what, err := d.outage.stop(ctx)
 	if err != nil {
 		return err
@@ -263,10 +265,28 @@ func outage(ctx context.Context, d *demo) (err error) {
 		p.status == http.StatusTooManyRequests && p.code() == "rate_limiter_unavailable", p.summary())
 	s := d.show(d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil))
 	d.openBreakers(ctx, ip, token)
-	d.expect("statement fails open: 200 without RateLimit headers",
-		s.status == http.StatusOK && s.header.Get("RateLimit-Limit") == "", fmt.Sprintf("%s, RateLimit-Limit %q", s.summary(), s.header.Get("RateLimit-Limit")))
+	share, _ := declaredLimit(s.header, "statement")
+	d.expect(fmt.Sprintf("statement decided in each replica's memory: 200, its share of the limit (%d of %d) in RateLimit-Policy", share, full),
+		s.status == http.StatusOK && share > 0 && share < full && share == (full+len(d.replicas)-1)/len(d.replicas),
+		fmt.Sprintf("%s, RateLimit-Policy %s", s.summary(), s.header.Get("RateLimit-Policy")))
 	d.expect("the refused PIX moved no money", s.status == http.StatusOK && s.cents("balance_cents") == before,
 		fmt.Sprintf("balance %s, was %s", pix.BRL(s.cents("balance_cents")), pix.BRL(before)))
+	d.out.say("More statements, alternating replicas, past each one's share:")
+	var local []reply
+	refusedBy := map[int]bool{}
+	for range 2*share*len(d.replicas) + len(d.replicas) {
+		r := d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil)
+		local = append(local, r)
+		if r.status == http.StatusTooManyRequests && r.code() == "rate_limit_exceeded" && r.header.Get("Retry-After") != "" {
+			refusedBy[r.replica] = true
+		}
+		if len(refusedBy) == len(d.replicas) {
+			break
+		}
+	}
+	counts, seen := count(local)
+	d.expect("past its share each replica refuses: 429 rate_limit_exceeded with Retry-After, the fleet bounded",
+		len(refusedBy) == len(d.replicas) && counts[http.StatusOK]+1 <= share*len(d.replicas), seen)
 
 	what, err = d.outage.resume(ctx)
 	if err != nil {
@@ -276,7 +296,8 @@ func outage(ctx context.Context, d *demo) (err error) {
 	d.out.say("Redis returns: %s.", what)
 	start := time.Now()
 	for decided := 0; decided < len(d.replicas) && time.Since(start) < 10*time.Second; { // every replica in turn
-		if r := d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil); r.header.Get("RateLimit-Limit") != "" {
+		r := d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil)
+		if q, ok := declaredLimit(r.header, "statement"); ok && q == full { // Redis's decision: the whole limit
 			decided++
 			continue
 		}

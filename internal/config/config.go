@@ -95,6 +95,7 @@ type environment struct {
 	BreakerFailures      int            `env:"RATELIMIT_BREAKER_FAILURES" envDefault:"5"`
 	BreakerCooldown      time.Duration  `env:"RATELIMIT_BREAKER_COOLDOWN" envDefault:"1s"`
 	BatchMax             int            `env:"RATELIMIT_BATCH_MAX" envDefault:"32"`
+	FleetSize            int            `env:"RATELIMIT_FLEET_SIZE" envDefault:"2"`
 	DemoAccountsSet      *bool          `env:"DEMO_ACCOUNTS"` // nil when unset
 	LogLevel             slog.Level     `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat            string         `env:"LOG_FORMAT" envDefault:"text"`
@@ -156,7 +157,7 @@ type LoginRoute struct {
 func defaults() environment {
 	return environment{
 		PIX:       Route{Limit: 10, Window: time.Minute, FailMode: httpapi.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
-		Statement: Route{Limit: 30, Window: time.Minute, FailMode: httpapi.FailOpen, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
+		Statement: Route{Limit: 30, Window: time.Minute, FailMode: httpapi.FailLocal, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
 		Login: LoginRoute{IPLimit: 10, AccountLimit: 5, DeviceLimit: 5, Window: 10 * time.Minute, FailMode: httpapi.FailClosed,
 			Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
 	}
@@ -313,6 +314,9 @@ func (cfg *environment) check(p *problems) Config {
 		p.add("RATELIMIT_BREAKER_FAILURES", "%d: want 0 (off) or more", cfg.BreakerFailures)
 	}
 	between(p, "RATELIMIT_BREAKER_COOLDOWN", cfg.BreakerCooldown, 10*time.Millisecond, time.Minute)
+	if cfg.FleetSize < 1 || cfg.FleetSize > 1000 {
+		p.add("RATELIMIT_FLEET_SIZE", "%d: want 1 to 1000 replicas", cfg.FleetSize)
+	}
 	if cfg.BatchMax < 1 || cfg.BatchMax > 1000 {
 		p.add("RATELIMIT_BATCH_MAX", "%d: want 1 (no batching) to 1000", cfg.BatchMax)
 	}
@@ -353,6 +357,12 @@ func (cfg *environment) check(p *problems) Config {
 	}
 	if cfg.LookupMissCost < 1 {
 		p.add("LOOKUP_MISS_COST", "%d: want at least 1", cfg.LookupMissCost)
+	}
+	// A route that decides locally needs the fleet's size: the heartbeat counts it.
+	for _, l := range []httpapi.Limit{out.Limits.PIX, out.Limits.Statement, out.Limits.LoginIP} {
+		if l.FailMode == httpapi.FailLocal {
+			out.Limiter.FleetSize = cfg.FleetSize
+		}
 	}
 	return out
 }

@@ -22,7 +22,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := map[string]httpapi.Limit{
 		"pix":           {Policy: ratelimit.Policy{Name: "pix", Limit: 10, Window: time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
-		"statement":     {Policy: ratelimit.Policy{Name: "statement", Limit: 30, Window: time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailOpen},
+		"statement":     {Policy: ratelimit.Policy{Name: "statement", Limit: 30, Window: time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailLocal},
 		"login-ip":      {Policy: ratelimit.Policy{Name: "login-ip", Limit: 10, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
 		"login-account": {Policy: ratelimit.Policy{Name: "login-account", Limit: 5, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
 	}
@@ -166,6 +166,7 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 		"LOGIN_BURST":             "0",
 		"NIGHT_START":             "06:00", // equal to NIGHT_END: a night of no length
 		"RATELIMIT_BATCH_MAX":     "0",
+		"RATELIMIT_FLEET_SIZE":    "0",
 	}
 	for name, value := range bad {
 		if value == "" {

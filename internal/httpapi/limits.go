@@ -29,26 +29,35 @@ const (
 	// unless it says otherwise.
 	FailClosed FailMode = iota
 	// FailOpen serves the request unlimited, without RateLimit headers: the choice where
-	// unavailability costs more than abuse (reading one's own statement).
+	// unavailability costs more than abuse.
 	FailOpen
+	// FailLocal decides the request in the replica's memory at its share of the limit,
+	// ⌈limit / replicas⌉ (ratelimit.Limiter.AllowLocal), with the same headers and refusals:
+	// the route stays available and bounded (the statement's default).
+	FailLocal
 )
 
 func (m FailMode) String() string {
-	if m == FailOpen {
+	switch m {
+	case FailOpen:
 		return "open"
+	case FailLocal:
+		return "local"
 	}
 	return "closed"
 }
 
-// UnmarshalText parses "open" or "closed".
+// UnmarshalText parses "open", "closed" or "local".
 func (m *FailMode) UnmarshalText(text []byte) error {
 	switch string(text) {
 	case "closed":
 		*m = FailClosed
 	case "open":
 		*m = FailOpen
+	case "local":
+		*m = FailLocal
 	default:
-		return errors.New("want open or closed")
+		return errors.New("want open, closed or local")
 	}
 	return nil
 }

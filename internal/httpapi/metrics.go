@@ -31,6 +31,7 @@ const (
 	outcomeFailedOpen    = "failed_open"    // Redis could not decide; served unlimited
 	outcomeFailedClosed  = "failed_closed"  // Redis could not decide; refused
 	outcomeShadowRefused = "shadow_refused" // refused by a policy in shadow mode; served anyway
+	outcomeDecidedLocal  = "decided_local"  // Redis could not decide; decided in the replica's memory
 )
 
 // NewMetrics registers the API's metrics with reg. redisUp reports whether the limiter's last
@@ -39,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer, redisUp func() bool) (*Metrics, error
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pixlimit_ratelimit_decisions_total",
-			Help: "Rate-limit decisions by policy and outcome (allowed, refused, refused_local, failed_open, failed_closed, shadow_refused).",
+			Help: "Rate-limit decisions by policy and outcome (allowed, refused, refused_local, failed_open, failed_closed, shadow_refused, decided_local).",
 		}, []string{"policy", "outcome"}),
 		decisionSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pixlimit_ratelimit_decision_seconds",

@@ -84,9 +84,10 @@ type limiter struct {
 // chooses what the headers report (none: a Decision with no Results); handlers call enforce
 // directly when the identity comes from the body, as the login.
 //
-// When Redis cannot decide in time the limits' fail modes apply: if any check fails closed the
-// request is refused with rate_limiter_unavailable; otherwise it proceeds with no RateLimit
-// headers, since nothing was decided. The limiter logs the outage, and enforce the fail mode.
+// When Redis cannot decide in time the limits' fail modes apply (failMode): closed refuses the
+// request with rate_limiter_unavailable; local decides it in the replica's memory at its share
+// of each limit, and answers as any decision (headers, 429); open lets it proceed with no
+// RateLimit headers, since nothing was decided. The limiter logs the outage, enforce the mode.
 //
 // Limits in shadow mode are decided and counted as usual, but a refusal is served as if
 // admitted (shadow_refused, logged without identity), and their responses carry no RateLimit
@@ -109,21 +110,23 @@ func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit
 		if !errors.Is(err, ratelimit.ErrUnavailable) || c.Request().Context().Err() != nil {
 			return err // a client that left: nothing to fail open or closed
 		}
-		for _, ch := range cs {
-			if ch.limit.FailMode == FailClosed && !ch.limit.Shadow {
-				r.metrics.decided(decided, outcomeFailedClosed, took)
-				r.events.log("fail:"+ch.limit.Name, slog.LevelWarn, "rate limiter unavailable: fail mode applied",
-					"policy", ch.limit.Name, "fail_mode", FailClosed.String())
-				return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: r.failClosedRetryAfter, cause: err}
-			}
-		}
-		r.metrics.decided(decided, outcomeFailedOpen, took)
+		mode := failMode(cs)
 		r.events.log("fail:"+cs[0].limit.Name, slog.LevelWarn, "rate limiter unavailable: fail mode applied",
-			"policy", cs[0].limit.Name, "fail_mode", FailOpen.String())
-		return nil
+			"policy", cs[0].limit.Name, "fail_mode", mode.String())
+		switch mode {
+		case FailClosed:
+			r.metrics.decided(decided, outcomeFailedClosed, took)
+			return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: r.failClosedRetryAfter, cause: err}
+		case FailOpen:
+			r.metrics.decided(decided, outcomeFailedOpen, took)
+			return nil
+		}
+		d = r.l.AllowLocal(decided...) // FailLocal: decided here, reported and refused as any decision
 	}
 	shadow := cs[0].limit.Shadow // limits decided together share it (validateTogether)
 	switch {
+	case d.Fallback:
+		r.metrics.decided(decided, outcomeDecidedLocal, took)
 	case d.Allowed:
 		r.metrics.decided(decided, outcomeAllowed, took)
 	case shadow:
@@ -149,6 +152,22 @@ func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit
 		return &Error{Code: CodeRateLimitExceeded, RetryAfter: d.Worst.RetryAfter}
 	}
 	return nil
+}
+
+// failMode is the fail mode of a request over cs: closed if any enforced check fails closed, else
+// local if any does, else open. Shadow limits never refuse, so they fail open.
+func failMode(cs []check) FailMode {
+	mode := FailOpen
+	for _, c := range cs {
+		switch {
+		case c.limit.Shadow:
+		case c.limit.FailMode == FailClosed:
+			return FailClosed
+		case c.limit.FailMode == FailLocal:
+			mode = FailLocal
+		}
+	}
+	return mode
 }
 
 // eventLog logs events that may come thousands a second (a shadow refusal, a fail mode applied),

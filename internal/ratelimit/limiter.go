@@ -58,12 +58,15 @@ type Decision struct {
 	// Worst is a key known to be full, and the Results of keys not known to be full carry their
 	// Capacity as Remaining, since nothing was asked of them.
 	Local bool
+	// Fallback says the request was decided in this Limiter's memory (AllowLocal), at its share
+	// of each limit, because Redis could not decide.
+	Fallback bool
 }
 
 // Only returns the Decision as if it had checked only its i-th check: the same verdict, with
 // that check's Result as the worst and only one.
 func (d Decision) Only(i int) Decision {
-	return Decision{Allowed: d.Allowed, Worst: d.Results[i], Results: d.Results[i : i+1 : i+1], Local: d.Local}
+	return Decision{Allowed: d.Allowed, Worst: d.Results[i], Results: d.Results[i : i+1 : i+1], Local: d.Local, Fallback: d.Fallback}
 }
 
 // Options configure a Limiter. The zero value of each field but KeySecret has a default.
@@ -97,6 +100,12 @@ type Options struct {
 	BreakerFailures int
 	// BreakerCooldown is how long an open breaker fails decisions at once. Default 1s.
 	BreakerCooldown time.Duration
+	// FleetSize is the fewest replicas AllowLocal assumes share the limits (its share is
+	// ⌈Limit / fleet size⌉). Zero: 1, and no heartbeat; above zero, the Limiter beats in Redis
+	// every second and counts the replicas that do (no identity in it), never fewer than this.
+	FleetSize int
+	// LocalLogSize bounds the keys AllowLocal remembers. Default 100,000.
+	LocalLogSize int
 	// BatchMax is the most decisions one call to Redis carries: decisions that arrive while
 	// calls are on their way go together in the next one (see batcher), decided one after
 	// another as they would be one by one. Default 32; 1 (or negative) sends every decision
@@ -136,6 +145,11 @@ type Limiter struct {
 	breaker *breaker
 	// batch sends each algorithm's decisions in batches under load (batch.go); nil when disabled.
 	batch map[Algorithm]*batcher
+	// fleet is the fleet's size as the heartbeat last counted it, at least fleetFloor (fallback.go).
+	fleet      atomic.Int64
+	fleetFloor int64
+	// local decides in memory while Redis cannot (AllowLocal).
+	local *localLog
 	// stats counts what the limiter did, for Stats.
 	stats stats
 	// down is set while the last decision could not reach Redis (RedisUp).
@@ -200,6 +214,13 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	}
 	if !l.cluster {
 		l.batch = newBatchers(l, cmp.Or(opts.BatchMax, defaultBatchMax))
+	}
+	l.local = newLocalLog(cmp.Or(opts.LocalLogSize, defaultLocalCacheSize))
+	l.fleetFloor = int64(max(1, opts.FleetSize))
+	l.fleet.Store(l.fleetFloor)
+	if opts.FleetSize > 0 {
+		l.withdrawals.Add(1) // Close waits for it, as for the withdrawals
+		go l.heartbeat()
 	}
 	// On a cluster one master's failure fails only its slots: a breaker for the whole Limiter
 	// would turn that into an outage of every slot, so a cluster has none.
@@ -321,6 +342,7 @@ func (l *Limiter) do(ctx context.Context, mode any, checks []Check) (Decision, e
 	case err == nil:
 		if l.down.Load() { // a write on every decision would bounce one cache line between cores
 			l.down.Store(false)
+			l.local.forget() // Redis decides from its own state again
 		}
 		if l.breaker != nil {
 			l.breaker.success()

@@ -1,0 +1,95 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The fleet's insurance while Redis cannot decide: a replica may decide in its own memory, with
+// an exact sliding-window log per key, at its share of each limit, ⌈Limit / N⌉ for a fleet of N
+// replicas, so the fleet as a whole admits at most about the limit (⌈Limit/N⌉ × N). N is the
+// number of replicas the heartbeat last counted while Redis answered, and never fewer than
+// Options.FleetSize (the floor, all there is before Redis ever answered). Replicas added during an outage are not counted, and each admits its share
+// on top: with M more, the fleet admits up to ⌈Limit/N⌉ × (N + M). The local log starts empty
+// and is forgotten when Redis answers again (Redis kept its own state; what was admitted
+// locally meanwhile is on top of it).
+
+// heartbeatScript keeps the fleet's roster: each replica's id scored by when it last beat;
+// those older than the TTL are dropped, and the count of the rest is the fleet's size. No
+// identity is in it.
+var heartbeatScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return redis.call('ZCARD', KEYS[1])`)
+
+// Heartbeat timing: every replica beats each second, and one silent for five is no longer
+// counted (a new replica is counted within a second, a gone one within five).
+const (
+	heartbeatEvery = time.Second
+	heartbeatTTL   = 5 * time.Second
+)
+
+// heartbeat beats until Close, keeping l.fleet current.
+func (l *Limiter) heartbeat() {
+	defer l.withdrawals.Done()
+	id := rand.Text()
+	key := l.keys.prefix + ":{fleet}"
+	tick := time.NewTicker(heartbeatEvery)
+	defer tick.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+		n, err := heartbeatScript.Run(ctx, l.rdb, []string{key}, id, heartbeatTTL.Milliseconds()).Int64()
+		cancel()
+		if err == nil {
+			l.fleet.Store(max(n, l.fleetFloor)) // never below the floor: a fleet starting together first sees itself alone
+		}
+		select {
+		case <-tick.C:
+		case <-l.closing:
+			return
+		}
+	}
+}
+
+// FleetSize is how many replicas share the limits: those the heartbeat last counted while Redis
+// answered, and never fewer than Options.FleetSize (replicas starting together first count
+// themselves alone; a single replica in local mode is then stricter than it need be).
+func (l *Limiter) FleetSize() int { return int(l.fleet.Load()) }
+
+// AllowLocal decides a request in this replica's memory, at its share of each check's limit
+// (⌈Limit / FleetSize⌉ per Window, every algorithm counted as an exact sliding log): what a
+// caller does instead of failing open or closed while Redis cannot decide. The Decision reports
+// the local quota as each Result's Policy.Limit and Capacity, and Fallback is set. The checks
+// are decided together: admitted only if every key has room, and recorded in all or none.
+func (l *Limiter) AllowLocal(checks ...Check) Decision {
+	n := max(1, l.FleetSize())
+	now := l.clock()
+	keys := make([]string, len(checks))
+	quotas := make([]Policy, len(checks))
+	for i, c := range checks {
+		keys[i] = l.keys.key(c.Policy, c.Identity)
+		q := c.Policy
+		q.Limit = (c.Policy.Capacity() + n - 1) / n
+		q.Algorithm, q.Burst = SlidingLog, 0
+		quotas[i] = q
+	}
+	allowed, remaining, reset := l.local.allow(now, keys, quotas)
+	d := Decision{Allowed: allowed, Results: make([]Result, len(checks)), Fallback: true}
+	for i, q := range quotas {
+		r := Result{Policy: q, Capacity: q.Limit, Remaining: remaining[i], Reset: reset[i]}
+		if !allowed && r.Remaining == 0 {
+			r.RetryAfter = r.Reset
+		}
+		d.Results[i] = r
+		if i == 0 || r.Remaining < d.Worst.Remaining || r.Remaining == d.Worst.Remaining && r.Reset > d.Worst.Reset {
+			d.Worst = r
+		}
+	}
+	return d
+}

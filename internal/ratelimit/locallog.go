@@ -1,0 +1,106 @@
+package ratelimit
+
+import (
+	"sync"
+	"time"
+)
+
+// localLog is an exact sliding-window log in memory, for Limiter.AllowLocal: per key, the times
+// of its admissions in the last window, at most its limit of them. Memory is bounded: at most
+// max keys, and when full, keys whose entries have all expired go first, then the key touched
+// longest ago. It is emptied when Redis answers again (forget).
+type localLog struct {
+	max int
+
+	mu   sync.Mutex
+	keys map[string]*localKey
+}
+
+type localKey struct {
+	times   []time.Time // admissions, oldest first, at most the key's limit
+	window  time.Duration
+	touched time.Time
+}
+
+func newLocalLog(max int) *localLog { return &localLog{max: max, keys: map[string]*localKey{}} }
+
+// allow admits a request at now if every key holds fewer than its policy's Limit admissions in
+// the window before now, recording it in all; else it records nothing. It returns, per key, how
+// many more it admits now and the time until it admits one more than that.
+func (l *localLog) allow(now time.Time, keys []string, ps []Policy) (bool, []int, []time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ks := make([]*localKey, len(keys))
+	allowed := true
+	for i, key := range keys {
+		k := l.keys[key]
+		if k == nil {
+			l.makeRoom(now)
+			k = &localKey{}
+			l.keys[key] = k
+		}
+		k.touched, k.window = now, ps[i].Window
+		cut := 0
+		for cut < len(k.times) && !k.times[cut].After(now.Add(-ps[i].Window)) {
+			cut++
+		}
+		k.times = k.times[cut:]
+		if len(k.times) >= ps[i].Limit {
+			allowed = false
+		}
+		ks[i] = k
+	}
+	remaining, reset := make([]int, len(keys)), make([]time.Duration, len(keys))
+	for i, k := range ks {
+		if allowed {
+			k.times = append(k.times, now)
+		}
+		remaining[i] = max(0, ps[i].Limit-len(k.times))
+		if len(k.times) > 0 {
+			// One more fits when the entry of rank len-limit leaves the window: the oldest, when full.
+			at := k.times[max(0, len(k.times)-ps[i].Limit)]
+			reset[i] = at.Add(ps[i].Window).Sub(now)
+		}
+	}
+	return allowed, remaining, reset
+}
+
+// makeRoom drops a key when the log is full, looking at a few keys only (Go's map order is
+// random), so a flood of new identities costs each request the same: an expired one among them
+// if there is one, else the one of them touched longest ago. l.mu is held.
+func (l *localLog) makeRoom(now time.Time) {
+	if len(l.keys) < l.max {
+		return
+	}
+	var victim string
+	seen := 0
+	for key, k := range l.keys {
+		if len(k.times) == 0 || !k.times[len(k.times)-1].After(now.Add(-k.window)) {
+			victim = key
+			break
+		}
+		if victim == "" || k.touched.Before(l.keys[victim].touched) {
+			victim = key
+		}
+		if seen++; seen == 8 {
+			break
+		}
+	}
+	delete(l.keys, victim)
+}
+
+// forget empties the log: Redis answers again, and decides from its own state.
+func (l *localLog) forget() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.keys) > 0 {
+		l.keys = map[string]*localKey{}
+	}
+}
+
+// size is how many keys the log holds.
+func (l *localLog) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.keys)
+}
