@@ -206,6 +206,7 @@ type answer struct {
 	status  int
 	code    string // the JSON body's "error", if any
 	limited bool   // RateLimit-Limit was sent
+	policy  string // RateLimit-Policy
 	body    []byte
 	took    time.Duration
 	err     error
@@ -228,7 +229,7 @@ func (a answer) proxyError() bool { return a.err != nil || (a.status >= 500 && a
 func (c *client) do(ctx context.Context, base, method, path string, body any, headers ...string) answer {
 	start := time.Now()
 	r, err := (&api.Client{BaseURL: base, HTTP: c.http}).Do(ctx, method, path, body, headers...)
-	return answer{status: r.Status, code: r.Code, limited: r.Header.Get("RateLimit-Limit") != "", body: r.Body,
+	return answer{status: r.Status, code: r.Code, limited: r.Header.Get("RateLimit-Limit") != "", policy: r.Header.Get("RateLimit-Policy"), body: r.Body,
 		took: r.Took, err: err, at: start}
 }
 
@@ -354,20 +355,26 @@ func spoofing(ctx context.Context) row {
 	}
 }
 
-// failModes checks what a Redis outage must look like from outside: statement 200 without
-// RateLimit headers, login and PIX 429 rate_limiter_unavailable, from the replicas, not the proxy.
+// statementByRedis is the statement policy as Redis decides it in the compose fleet (30 a
+// minute); decided in a replica's memory, the policy shows that replica's share instead.
+const statementByRedis = `"statement";q=30;w=60`
+
+// failModes checks what a Redis outage must look like from outside: the statement decided in a
+// replica's memory (200, or 429 past its share, with RateLimit headers showing the share), login
+// and PIX 429 rate_limiter_unavailable, from the replicas, not the proxy.
 func failModes(ctx context.Context, c *client) (string, bool) {
 	st, lg, px := c.statement(ctx), c.wrongLogin(ctx), c.pix(ctx)
-	ok := st.status == http.StatusOK && !st.limited &&
+	ok := (st.status == http.StatusOK || st.status == http.StatusTooManyRequests && st.code == "rate_limit_exceeded") &&
+		st.limited && st.policy != statementByRedis &&
 		lg.status == http.StatusTooManyRequests && lg.code == "rate_limiter_unavailable" &&
 		px.status == http.StatusTooManyRequests && px.code == "rate_limiter_unavailable"
-	return fmt.Sprintf("statement %s, login %s, PIX %s", st, lg, px), ok
+	return fmt.Sprintf("statement %s (%s), login %s, PIX %s", st, st.policy, lg, px), ok
 }
 
-// normal checks the limiter is back: a wrong password is 401, a statement carries RateLimit headers.
+// normal checks the limiter is back: a wrong password is 401, a statement decided by Redis.
 func normal(ctx context.Context, c *client) bool {
 	st, lg := c.statement(ctx), c.wrongLogin(ctx)
-	return st.limited && (st.status == http.StatusOK || st.status == http.StatusTooManyRequests) &&
+	return st.policy == statementByRedis && (st.status == http.StatusOK || st.status == http.StatusTooManyRequests) &&
 		lg.status == http.StatusUnauthorized
 }
 
