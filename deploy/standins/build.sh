@@ -40,6 +40,9 @@ deb http://deb.debian.org/debian bookworm-updates main
 deb http://deb.debian.org/debian-security bookworm-security main
 SOURCES
   rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  # mktemp -d made the root 0700, and tar keeps it: a USER other than root (the redis image's)
+  # could then reach no file at all ("executable file not found in $PATH").
+  chmod 755 "$rootfs"
   tar -C "$rootfs" -c . | docker import - "$base" >/dev/null
   rm -rf "$rootfs"
 fi
