@@ -28,27 +28,20 @@ type lookupLimiter struct {
 	missCost int
 }
 
-// pay decides a request of account that costs tokens (0: whether one would be admitted), or
-// refuses it (429) when the bucket holds no token. With quiet, an admission sets no RateLimit
-// headers (a PIX reports its own policy); a refusal always reports the bucket.
-func (l lookupLimiter) pay(c echo.Context, account string, tokens int, quiet bool) error {
-	return l.decided(c, account, quiet, func(ctx context.Context, check ratelimit.Check) (ratelimit.Decision, error) {
-		return l.l.AllowN(ctx, check, tokens)
-	})
-}
-
-// decided applies decide's decision for account's bucket, as pay does.
-func (l lookupLimiter) decided(c echo.Context, account string, quiet bool,
-	decide func(ctx context.Context, check ratelimit.Check) (ratelimit.Decision, error)) error {
-	rc := ratelimit.Check{Policy: l.limit.Policy, Identity: account}
+// pay decides a request of account that costs tokens (0: whether one would be admitted) on the
+// bucket as limit says (its fail mode decides when Redis cannot), or refuses it (429) when the
+// bucket holds no token. With quiet, an admission sets no RateLimit headers (a PIX reports its
+// own policy); a refusal always reports the bucket.
+func (l lookupLimiter) pay(c echo.Context, limit Limit, account string, tokens int, quiet bool) error {
+	rc := ratelimit.Check{Policy: limit.Policy, Identity: account}
 	report := func(d ratelimit.Decision) ratelimit.Decision {
 		if quiet && d.Allowed {
 			return ratelimit.Decision{Allowed: true}
 		}
 		return d
 	}
-	return l.apply(c, report, []check{{l.limit, account}}, func(ctx context.Context) (ratelimit.Decision, error) {
-		return decide(ctx, rc)
+	return l.apply(c, report, []check{{limit, account}}, func(ctx context.Context) (ratelimit.Decision, error) {
+		return l.l.AllowN(ctx, rc, tokens)
 	})
 }
 
@@ -61,22 +54,20 @@ func (l lookupLimiter) decided(c echo.Context, account string, quiet bool,
 // a found key costs the bucket nothing. A bucket that cannot be asked (Redis down) leaves the
 // PIX to its own limit's fail mode.
 func consultLookups(lookups lookupLimiter) echo.MiddlewareFunc {
+	asked := lookups.limit
+	asked.FailMode = FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			account, err := auth.AccountID(c)
 			if err != nil {
 				return err
 			}
-			d, err := lookups.l.AllowN(c.Request().Context(), ratelimit.Check{Policy: lookups.limit.Policy, Identity: account}, 0)
-			if err == nil {
-				err = lookups.decided(c, account, true, func(context.Context, ratelimit.Check) (ratelimit.Decision, error) { return d, nil })
-				if err != nil {
-					return err
-				}
+			if err := lookups.pay(c, asked, account, 0, true); err != nil {
+				return err
 			}
 			err = next(c)
 			if errors.Is(err, pix.ErrKeyNotFound) {
-				if payErr := lookups.pay(c, account, lookups.missCost, true); payErr != nil {
+				if payErr := lookups.pay(c, lookups.limit, account, lookups.missCost, true); payErr != nil {
 					return payErr
 				}
 			}
@@ -110,17 +101,17 @@ func handleLookup(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
 		if err != nil {
 			return invalid("invalid PIX key", map[string]string{"key": err.Error()})
 		}
-		if err := lookups.pay(c, account, 0, false); err != nil {
+		if err := lookups.pay(c, lookups.limit, account, 0, false); err != nil {
 			return err
 		}
 		p, err := ledger.LookupKey(c.Request().Context(), key)
 		switch {
 		case errors.Is(err, pix.ErrKeyNotFound):
-			if err := lookups.pay(c, account, lookups.missCost, false); err != nil {
+			if err := lookups.pay(c, lookups.limit, account, lookups.missCost, false); err != nil {
 				return err
 			}
 		case err == nil:
-			if err := lookups.pay(c, account, 1, false); err != nil {
+			if err := lookups.pay(c, lookups.limit, account, 1, false); err != nil {
 				return err
 			}
 		}

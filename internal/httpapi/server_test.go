@@ -310,3 +310,32 @@ func BenchmarkRefusal(b *testing.B) {
 		})
 	}
 }
+
+// TestRefusalsAreLoggedAsSummaries: a flood of refused logins is not a flood of log lines: one
+// summary line per route and interval, saying how many were held back, and no line per request.
+func TestRefusalsAreLoggedAsSummaries(t *testing.T) {
+	t.Parallel()
+	limits := lax()
+	limits.LoginIP.Limit = 2
+	s := newServer(t, redistest.Start(t), limits)
+	var logs apitest.Logs
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Limiter: s.limiter,
+		Limits: limits, Ledger: s.ledger, Tokens: s.tokens, Devices: s.devices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for range 52 {
+		req := httptest.NewRequest(http.MethodPost, "/v1/login", strings.NewReader(`{"document":"x","password":"y"}`))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code == http.StatusTooManyRequests {
+			refused++
+		}
+	}
+	out := logs.String()
+	if refused != 50 || strings.Count(out, `msg="requests refused"`) != 1 || strings.Contains(out, "msg=request method=POST route=/v1/login status=429") {
+		t.Errorf("%d refused; log:\n%s\nwant 50 refusals in one summary line, none logged one by one", refused, out)
+	}
+}

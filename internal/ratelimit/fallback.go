@@ -79,17 +79,12 @@ func (l *Limiter) AllowLocal(checks ...Check) Decision {
 		q.Algorithm, q.Burst = SlidingLog, 0
 		quotas[i] = q
 	}
-	allowed, remaining, reset := l.local.allow(now, keys, quotas)
-	d := Decision{Allowed: allowed, Results: make([]Result, len(checks)), Fallback: true}
-	for i, q := range quotas {
-		r := Result{Policy: q, Capacity: q.Limit, Remaining: remaining[i], Reset: reset[i]}
-		if !allowed && r.Remaining == 0 {
-			r.RetryAfter = r.Reset
-		}
-		d.Results[i] = r
-		if i == 0 || r.Remaining < d.Worst.Remaining || r.Remaining == d.Worst.Remaining && r.Reset > d.Worst.Reset {
-			d.Worst = r
-		}
+	allowed, pairs := l.local.allow(now, keys, quotas)
+	local := make([]Check, len(checks))
+	for i, c := range checks {
+		local[i] = Check{Policy: quotas[i], Identity: c.Identity}
 	}
+	d := newDecision(allowed, pairs, local) // as a script's reply would build it
+	d.Fallback = true
 	return d
 }

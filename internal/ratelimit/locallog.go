@@ -25,9 +25,10 @@ type localKey struct {
 func newLocalLog(max int) *localLog { return &localLog{max: max, keys: map[string]*localKey{}} }
 
 // allow admits a request at now if every key holds fewer than its policy's Limit admissions in
-// the window before now, recording it in all; else it records nothing. It returns, per key, how
-// many more it admits now and the time until it admits one more than that.
-func (l *localLog) allow(now time.Time, keys []string, ps []Policy) (bool, []int, []time.Duration) {
+// the window before now, recording it in all; else it records nothing. It returns, per key, as
+// a script's reply does, how many more it admits now and the microseconds until it admits one
+// more than that (newDecision reads them).
+func (l *localLog) allow(now time.Time, keys []string, ps []Policy) (bool, []int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ks := make([]*localKey, len(keys))
@@ -50,19 +51,19 @@ func (l *localLog) allow(now time.Time, keys []string, ps []Policy) (bool, []int
 		}
 		ks[i] = k
 	}
-	remaining, reset := make([]int, len(keys)), make([]time.Duration, len(keys))
+	pairs := make([]int64, 2*len(keys))
 	for i, k := range ks {
 		if allowed {
 			k.times = append(k.times, now)
 		}
-		remaining[i] = max(0, ps[i].Limit-len(k.times))
+		pairs[2*i] = int64(max(0, ps[i].Limit-len(k.times)))
 		if len(k.times) > 0 {
 			// One more fits when the entry of rank len-limit leaves the window: the oldest, when full.
 			at := k.times[max(0, len(k.times)-ps[i].Limit)]
-			reset[i] = at.Add(ps[i].Window).Sub(now)
+			pairs[2*i+1] = at.Add(ps[i].Window).Sub(now).Microseconds()
 		}
 	}
-	return allowed, remaining, reset
+	return allowed, pairs
 }
 
 // makeRoom drops a key when the log is full, looking at a few keys only (Go's map order is
