@@ -23,7 +23,7 @@ import (
 // decision, measured by TestClusterExactness) a refused request holds one place in that key, and
 // a concurrent request on the same key can be refused that one script over all keys would have
 // admitted. The error is only ever on the strict side: the split never admits more than the
-// limit.
+// limit. A request that only asks (AskAll) took nothing, and nothing is withdrawn.
 func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, c call, checks []Check) (Decision, error) {
 	replies := make([]reply, len(keys))
 	errs := make([]error, len(keys))
@@ -45,8 +45,15 @@ func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, c
 			allowed = false
 		}
 	}
+	asking := c.mode == decideMode(0) // AskAll took nothing: there is nothing to withdraw
 	pairs := make([]int64, 0, 2*len(keys))
 	for i := range keys {
+		if asking {
+			if errs[i] == nil {
+				pairs = append(pairs, replies[i].pairs...)
+			}
+			continue
+		}
 		if errs[i] != nil {
 			l.withdrawLate(a, keys[i:i+1], c.only(i), errs[i]) // it may still run late
 		}

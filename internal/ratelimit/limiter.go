@@ -314,6 +314,38 @@ func (l *Limiter) AllowN(ctx context.Context, c Check, n int) (Decision, error) 
 	return l.do(ctx, decideMode(n), []Check{c})
 }
 
+// AskAll asks whether a request would be admitted by every check, taking nothing, in one round
+// trip: AllowN(ctx, c, 0) over several TokenBucket policies at once. A request that must pass
+// several buckets (a key look-up: the payer's and the bank's) asks them together before it does
+// its work, then pays each its own price (AllowN). Decision.Results says which bucket is empty.
+func (l *Limiter) AskAll(ctx context.Context, checks ...Check) (Decision, error) {
+	if len(checks) == 0 {
+		return Decision{}, errors.New("ratelimit: no checks")
+	}
+	for _, c := range checks {
+		if c.Policy.algorithm() != TokenBucket {
+			return Decision{}, fmt.Errorf("ratelimit: asking %s: want token_bucket policies", c.Policy.Name)
+		}
+	}
+	return l.do(ctx, decideMode(0), checks)
+}
+
+// Refund gives n tokens (1 or more) back to c's TokenBucket bucket at once, never above its
+// capacity: a price paid for something that turned out to be worth it (DICT gives back the token
+// of a key look-up that a payment followed). It is never refused, and this replica's deny cache
+// forgets the key. Another replica that holds the key as blocked learns of the refund within
+// Options.LocalCacheHold, as after a withdrawal: until then it may refuse a request the refund
+// made room for, never admit one too many.
+func (l *Limiter) Refund(ctx context.Context, c Check, n int) (Decision, error) {
+	if c.Policy.algorithm() != TokenBucket || n < 1 {
+		return Decision{}, fmt.Errorf("ratelimit: a refund of %d on %s: want 1 or more tokens of a token_bucket policy", n, c.Policy.Name)
+	}
+	if l.deny != nil {
+		l.deny.forget(l.keys.key(c.Policy, c.Identity))
+	}
+	return l.do(ctx, decideMode(-n), []Check{c})
+}
+
 // do is the one path of every call that asks Redis (AllowAll, AllowN): the deny cache, the
 // breaker, the outage log, the Redis-up flag and the counters apply to each alike. mode is the
 // script's (decideMode).

@@ -537,3 +537,62 @@ func TestConcurrentCostsBuyNoMoreThanSequentialOnes(t *testing.T) {
 		t.Errorf("%d of 60 concurrent misses admitted, want 5", got)
 	}
 }
+
+// TestRefundGivesTokensBackUpToCapacity: a bucket of 3 emptied by three requests admits a fourth
+// once one token is given back, and no more; refunds to a full bucket leave it at its capacity;
+// the deny cache that learned the bucket was empty forgets it at the refund; and a refund is
+// never refused, even to a bucket in debt, which stays refused until refilled.
+func TestRefundGivesTokensBackUpToCapacity(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	withClock(l) // time stands still: no refill
+	ctx := context.Background()
+	c := Check{Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: TokenBucket, Burst: 3}, "payer"}
+	refund := func(n int) Decision {
+		t.Helper()
+		d, err := l.Refund(ctx, c, n)
+		if err != nil || !d.Allowed {
+			t.Fatalf("Refund(%d) = %+v, %v; want allowed", n, d, err)
+		}
+		return d
+	}
+	if d := refund(5); d.Worst.Remaining != 3 {
+		t.Fatalf("a refund to a full bucket: %d left, want 3 (its capacity)", d.Worst.Remaining)
+	}
+	for range 3 {
+		mustAllow(t, l, c)
+	}
+	if d := mustAllow(t, l, c); d.Allowed || !d.Local {
+		t.Fatalf("the fourth: %+v, want refused by the deny cache", d)
+	}
+	if d := refund(1); d.Worst.Remaining != 1 {
+		t.Fatalf("after a refund of 1: %d left, want 1", d.Worst.Remaining)
+	}
+	if d := mustAllow(t, l, c); !d.Allowed {
+		t.Fatalf("after the refund: %+v, want admitted (and not by a stale deny-cache entry)", d)
+	}
+	if d := mustAllow(t, l, c); d.Allowed {
+		t.Fatal("two admitted after a refund of one")
+	}
+	if _, err := l.AllowN(ctx, c, 20); err != nil { // refused (empty): takes nothing
+		t.Fatal(err)
+	}
+	refund(1)
+	if d, _ := l.AllowN(ctx, c, 20); !d.Allowed { // 1 - 20 = -19
+		t.Fatal("a miss with one token: refused")
+	}
+	if d := refund(1); d.Worst.Remaining != 0 {
+		t.Fatalf("a refund into debt: %d left, want 0 (-18 tokens)", d.Worst.Remaining)
+	}
+	if d := mustAllow(t, l, c); d.Allowed {
+		t.Fatal("admitted while in debt")
+	}
+	for _, bad := range []struct {
+		c Check
+		n int
+	}{{c, 0}, {c, -1}, {Check{policy("pix", 10, time.Minute), "x"}, 1}} {
+		if _, err := l.Refund(ctx, bad.c, bad.n); err == nil {
+			t.Errorf("Refund(%s, %d): no error", bad.c.Policy.Name, bad.n)
+		}
+	}
+}

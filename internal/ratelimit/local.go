@@ -18,8 +18,9 @@ import (
 // calendar. The deadline is counted from when this replica sent the request, on its monotonic
 // clock: Redis decided later, so the key's true unblocking is never before sent + Reset. It can
 // be up to one round trip after it, which costs one extra Redis call, never a wrong refusal.
-// Only a withdrawal (of a late decision, or of a cluster split's admission) frees room early;
-// see Limiter.AllowAll for how they are kept out of the cache.
+// Only a withdrawal (of a late decision, or of a cluster split's admission) and a token bucket's
+// refund (Limiter.Refund) free room early; see Limiter.AllowAll for how withdrawals are kept out
+// of the cache. A refund clears its key here; elsewhere it is seen within the hold.
 //
 // An entry answers until the deadline or for at most LocalCacheHold, whichever is sooner: the
 // guarantee rests on Redis keeping its state, and if it loses it (a restart without persistence,
@@ -79,6 +80,16 @@ func (c *denyCache) block(key string, until, deadline time.Time) {
 	e := &denied{key: key, until: until, deadline: deadline}
 	heap.Push(&c.byUntil, e)
 	c.entries[key] = e
+}
+
+// forget drops key's entry, if any: its key may have room before the entry's deadline.
+func (c *denyCache) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[key]; ok {
+		heap.Remove(&c.byUntil, e.index)
+		delete(c.entries, key)
+	}
 }
 
 // len is the number of entries, expired ones included until they are found or pushed out.

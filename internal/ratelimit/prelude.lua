@@ -9,7 +9,7 @@
 -- ARGV[3]      '' to decide the request; or, to withdraw the request admitted at that time (µs, the
 --              `now` its decision returned), that time: the script then undoes its admission; or
 --              (token_bucket only) 'n' and a cost: decide a request that costs that many tokens (0:
---              whether one would be admitted, taking nothing)
+--              whether one would be admitted, taking nothing; below 0: give that many back)
 -- ARGV[3i+1]   limit of KEYS[i]: requests per window, at least 1
 -- ARGV[3i+2]   window of KEYS[i] in microseconds (a whole number of milliseconds)
 -- ARGV[3i+3]   burst of KEYS[i]: requests at once (the capacity of token_bucket and gcra; the limit
@@ -27,7 +27,7 @@ if now == nil then
   now = t[1] * 1000000 + t[2]                                      -- < 2^53, so exact in a Lua number
 end
 local undo_at = tonumber(ARGV[3])                                  -- nil: decide
-local cost = tonumber(string.match(ARGV[3], '^n(%d+)$') or 1)     -- what a request takes (token_bucket)
+local cost = tonumber(string.match(ARGV[3], '^n(-?%d+)$') or 1)   -- what a request takes (token_bucket; < 0 gives back)
 local n = #KEYS
 local limits, windows, bursts = {}, {}, {}
 for i = 1, n do

@@ -15,6 +15,10 @@
 -- its work (a PIX key look-up: 1 if found, 20 if not) pays it: admission and payment in one
 -- atomic step before it answers, so requests sent together buy no more answers than one by one.
 --
+-- A negative cost ('n-<k>') gives k tokens back, never above the capacity, and is never refused:
+-- a refund (Limiter.Refund), such as the token a PIX payment returns to the look-up bucket that
+-- preceded it.
+--
 -- level(i) is KEYS[i]'s scaled tokens now, refilled since they were stored; an absent key is full.
 local function level(i)
   local capacity = bursts[i] * windows[i]                          -- a full bucket, scaled
@@ -51,7 +55,7 @@ local levels = {}
 local full = false
 for i = 1, n do
   levels[i] = level(i)
-  if levels[i] < windows[i] then
+  if levels[i] < windows[i] and cost >= 0 then
     full = true                                                    -- less than one token: refuse the whole request
   end
 end
@@ -59,7 +63,10 @@ end
 local remaining, reset = {}, {}
 for i = 1, n do
   local limit, window, l = limits[i], windows[i], levels[i]
-  if not full and cost > 0 then
+  if cost < 0 then
+    l = math.min(bursts[i] * window, l - cost * window)            -- a refund, up to a full bucket
+    store(i, l)
+  elseif not full and cost > 0 then
     l = l - cost * window                                          -- take the cost; a refusal takes nothing
     store(i, l)
   end
