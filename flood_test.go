@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
@@ -77,7 +78,7 @@ func runFlood(b *testing.B, srv *redistest.Server, on bool) floodResult {
 	bases := []string{replicas[0].Base, replicas[1].Base}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}}
 	defer client.CloseIdleConnections()
-	attacker, _ := tokens.Issue("acct-ana")
+	attacker, _ := tokens.Issue(auth.Subject{Account: "acct-ana", Payer: "payer-ana", Person: "PF"})
 
 	res := floodResult{cacheOn: on}
 	stallWindow := &window{}

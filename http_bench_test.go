@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
@@ -32,13 +33,13 @@ func BenchmarkStatementOverHTTP(b *testing.B) {
 		b.Run("batch_max="+batch, func(b *testing.B) {
 			replicas, tokens := fleet(b, srv, ledger, 2, map[string]string{"RATELIMIT_BATCH_MAX": batch,
 				"STATEMENT_LIMIT": "1000000", "LOG_LEVEL": "error", "REDIS_TIMEOUT": "1s"})
-			auth := make([]string, len(accounts))
+			bearer := make([]string, len(accounts))
 			for i, a := range accounts {
-				tok, err := tokens.Issue(a.ID)
+				tok, err := tokens.Issue(auth.Subject{Account: a.ID, Payer: a.ID, Person: "PF"})
 				if err != nil {
 					b.Fatal(err)
 				}
-				auth[i] = "Bearer " + tok
+				bearer[i] = "Bearer " + tok
 			}
 			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
 			defer client.CloseIdleConnections()
@@ -53,7 +54,7 @@ func BenchmarkStatementOverHTTP(b *testing.B) {
 							return
 						}
 						req, _ := http.NewRequest(http.MethodGet, replicas[i%2].Base+"/v1/statement?limit=1", nil)
-						req.Header.Set("Authorization", auth[i%int64(len(auth))])
+						req.Header.Set("Authorization", bearer[i%int64(len(bearer))])
 						resp, err := client.Do(req)
 						if err != nil || resp.StatusCode != http.StatusOK {
 							failed.Add(1)

@@ -153,12 +153,15 @@ func NewIdempotencyKey() string { return rand.Text() }
 // Account is a demo account as its customer knows it.
 type Account struct{ Name, Document, Password, Key string }
 
-// DemoAccounts are the contract's demo accounts (DEMO_ACCOUNTS=true): Ana, Bruno, Carla, Diego.
+// DemoAccounts are the contract's demo accounts (DEMO_ACCOUNTS=true): four persons, Ana, Bruno,
+// Carla and Diego, then two companies, a bakery (a numeric CNPJ) and a café (an alphanumeric one).
 func DemoAccounts() []Account {
 	return []Account{
 		{"ana", "529.982.247-25", "demo-ana-123", "ana@example.com"},
 		{"bruno", "390.533.447-05", "demo-bruno-123", "bruno@example.com"},
 		{"carla", "111.444.777-35", "demo-carla-123", "carla@example.com"},
 		{"diego", "935.411.347-80", "demo-diego-123", "diego@example.com"},
+		{"padaria", "11.222.333/0001-81", "demo-padaria-123", "padaria@example.com"},
+		{"cafe", "12.ABC.345/01DE-35", "demo-cafe-123", "cafe@example.com"},
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pixlimit/pixlimit/internal/config"
+	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
@@ -151,4 +152,14 @@ func TestConfigErrorsStopTheProgram(t *testing.T) {
 			t.Errorf("%v: something listens on %s after a configuration error", tt.env, addr)
 		}
 	}
+}
+
+// demoOpening is the sum of the demo accounts' opening balances: what the books hold in all,
+// whatever moved between them.
+func demoOpening() int64 {
+	sum := int64(0)
+	for _, a := range pix.DemoAccounts() {
+		sum += a.OpeningCents
+	}
+	return sum
 }

@@ -169,7 +169,7 @@ func TestConcurrentTransfers(t *testing.T) {
 			seen[e.(map[string]any)["end_to_end_id"].(string)]++
 		}
 	}
-	if want := int64(1_850_000); total != want {
+	if want := demoOpening(); total != want {
 		t.Errorf("sum of balances %d, want %d: money was created or destroyed", total, want)
 	}
 	for id, n := range seen {

@@ -105,8 +105,8 @@ func TestPostgresFleetUnderLoad(t *testing.T) {
 		}
 		total += b
 	}
-	if total != 1_850_000 {
-		t.Errorf("sum of balances %d, want 1850000", total)
+	if want := demoOpening(); total != want {
+		t.Errorf("sum of balances %d, want %d", total, want)
 	}
 }
 
@@ -364,8 +364,8 @@ func TestAPostgresRestartUnderLoadIsNeverA500(t *testing.T) {
 	for i, tok := range tokens {
 		total += replicas[(i+1)%2].Balance(tok)
 	}
-	if total != 1_850_000 {
-		t.Errorf("sum of balances %d, want 1850000", total)
+	if want := demoOpening(); total != want {
+		t.Errorf("sum of balances %d, want %d", total, want)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pixlimit/pixlimit/client"
+	"github.com/pixlimit/pixlimit/internal/httpapi"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
@@ -35,6 +36,19 @@ type demo struct {
 	// limiters are the in-process replicas' (nil against -target): their Stats tell what
 	// happened inside, which a client cannot see.
 	limiters []*ratelimit.Limiter
+	// bank is the in-process fleet's participant look-up policy (pix-lookup-participant); its
+	// bucket's level, which no customer may read, shows what a scan cost the bank.
+	bank ratelimit.Policy
+}
+
+// bankTokens is how many tokens the bank's DICT look-up bucket holds; ok is false against
+// -target.
+func (d *demo) bankTokens(ctx context.Context) (tokens int, ok bool) {
+	if len(d.limiters) == 0 {
+		return 0, false
+	}
+	dec, err := d.limiters[0].AskAll(ctx, ratelimit.Check{Policy: d.bank, Identity: httpapi.ParticipantIdentity})
+	return dec.Worst.Remaining, err == nil
 }
 
 // stats sums the in-process replicas' limiter counters; ok is false against -target.

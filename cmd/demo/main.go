@@ -57,7 +57,7 @@ func (d *demo) selfContained(redisURL string, logs io.Writer) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	d.replicas, d.outage, d.limiters = f.urls, f.redis, f.limiters
+	d.replicas, d.outage, d.limiters, d.bank = f.urls, f.redis, f.limiters, f.cfg.Limits.LookupParticipant.Policy
 	d.lab = redis.NewClient(&redis.Options{Addr: f.redis.mr.Addr()})
 	d.out.intro(f.describe())
 	return func() { _ = d.lab.Close(); f.close() }, nil

@@ -9,8 +9,9 @@ import (
 	"github.com/pixlimit/pixlimit/internal/pix"
 )
 
-// scan: a scanner harvesting PIX keys pays twenty tokens a miss from its account's look-up
-// bucket and is stopped after a handful, while a customer who types keys correctly pays one.
+// scan: the DICT anti-scan policy. A look-up followed by its payment costs nothing (the payment
+// gives the token back); a scanner harvesting keys pays twenty tokens a miss from its own bucket
+// and is stopped after a handful, having cost the bank's own bucket only three a miss.
 func scan(ctx context.Context, d *demo) error {
 	const ip = "192.0.2.90"
 	diego, err := d.login(ctx, ip, diego.document, diego.password)
@@ -20,13 +21,20 @@ func scan(ctx context.Context, d *demo) error {
 	lookup := func(token, key string) reply {
 		return d.show(d.call(ctx, ip, "GET", "/v1/pix/keys/"+key, token, nil))
 	}
+	buckets := func(token string) reply { return d.show(d.call(ctx, ip, "GET", "/v1/pix/keys/limits", token, nil)) }
 	d.out.say("Before paying, Diego looks up Bruno's phone key and sees who will receive.")
 	hit := lookup(diego, "+5511987654321")
 	before, _ := strconv.Atoi(hit.header.Get("RateLimit-Remaining"))
 	d.expect("a look-up shows the holder abbreviated and the document masked, for one token",
 		hit.status == http.StatusOK && hit.str("name") == "Bruno L." && hit.str("document") == "***.533.447-**",
 		fmt.Sprintf("%s %s %s, %d tokens left", hit.summary(), hit.str("name"), hit.str("document"), before))
+	d.out.say("He pays: as at DICT, the payment gives the look-up's token back.")
+	paid := d.show(d.pix(ctx, ip, diego, pixBody("+5511987654321", 100)))
+	refilled := available(buckets(diego), "pix-lookup")
+	d.expect("a look-up followed by its payment costs nothing", paid.status == http.StatusCreated && refilled == before+1,
+		fmt.Sprintf("%s, then %d tokens in pix-lookup", paid.summary(), refilled))
 
+	bankBefore, inProcess := d.bankTokens(ctx)
 	d.out.say("Then a scanner in Diego's app probes random e-mail keys, as leaked-key harvesters do.")
 	var probes []reply
 	for i := range 12 {
@@ -38,10 +46,27 @@ func scan(ctx context.Context, d *demo) error {
 	}
 	misses := len(probes) - 1
 	after, _ := strconv.Atoi(probes[0].header.Get("RateLimit-Remaining"))
-	cost := before - after
+	cost := refilled - after
 	d.expect(fmt.Sprintf("each miss costs %d tokens, and the scanner is stopped after %d misses", cost, misses),
-		cost > 1 && misses > 0 && misses == (before+cost-1)/cost && probes[misses].status == http.StatusTooManyRequests, sequence(probes))
+		cost > 1 && misses > 0 && misses == (refilled+cost-1)/cost && probes[misses].status == http.StatusTooManyRequests, sequence(probes))
+	if inProcess {
+		bankAfter, _ := d.bankTokens(ctx)
+		d.expect(fmt.Sprintf("the scan cost the bank's own DICT bucket only %d tokens: the scanner's bucket ran dry first", bankBefore-bankAfter),
+			bankBefore-bankAfter == 3*misses, fmt.Sprintf("pix-lookup-participant: %d → %d tokens, 3 a miss", bankBefore, bankAfter))
+	}
 	return nil
+}
+
+// available is a policy's available tokens in a GET /v1/pix/keys/limits reply, or -1.
+func available(r reply, policy string) int {
+	policies, _ := r.body["policies"].([]any)
+	for _, p := range policies {
+		if m, _ := p.(map[string]any); m["name"] == policy {
+			n, _ := m["available_tokens"].(float64)
+			return int(n)
+		}
+	}
+	return -1
 }
 
 // night: the night-time value cap is the ledger's, enforced in the transfer's transaction.

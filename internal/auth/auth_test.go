@@ -27,14 +27,14 @@ func TestTokens(t *testing.T) {
 	}
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	tokens.now = func() time.Time { return now }
-	good, err := tokens.Issue("acct-ana")
+	good, err := tokens.Issue(Subject{Account: "acct-ana", Payer: "payer-ana", Person: "PF"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id, err := tokens.Verify(good); err != nil || id != "acct-ana" {
-		t.Fatalf("Verify(issued) = %q, %v", id, err)
+	if s, err := tokens.Verify(good); err != nil || s != (Subject{Account: "acct-ana", Payer: "payer-ana", Person: "PF"}) {
+		t.Fatalf("Verify(issued) = %+v, %v", s, err)
 	}
-	other, _ := tokens.Issue("acct-ana")
+	other, _ := tokens.Issue(Subject{Account: "acct-ana", Payer: "payer-ana", Person: "PF"})
 	if other == good {
 		t.Error("two tokens for one account are identical: no jti")
 	}
@@ -56,12 +56,15 @@ func TestTokens(t *testing.T) {
 		{"no expiry", sign(jwt.SigningMethodHS256, secret, jwt.RegisteredClaims{Subject: "acct-ana"})},
 		{"expired", sign(jwt.SigningMethodHS256, secret, jwt.RegisteredClaims{Subject: "acct-ana", ExpiresAt: jwt.NewNumericDate(now.Add(-time.Second))})},
 		{"no subject", sign(jwt.SigningMethodHS256, secret, jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(now.Add(time.Minute))})},
+		{"no payer", sign(jwt.SigningMethodHS256, tokens.secret, claims{RegisteredClaims: valid, Person: "PF"})},
+		{"no person", sign(jwt.SigningMethodHS256, tokens.secret, claims{RegisteredClaims: valid, Payer: "p"})},
+		{"another person", sign(jwt.SigningMethodHS256, tokens.secret, claims{RegisteredClaims: valid, Payer: "p", Person: "XX"})},
 		{"tampered", good[:len(good)-2] + "xx"},
 		{"empty", ""},
 	}
 	for _, f := range forged {
 		if id, err := tokens.Verify(f.token); !errors.Is(err, ErrUnauthorized) {
-			t.Errorf("%s: Verify = %q, %v; want ErrUnauthorized", f.name, id, err)
+			t.Errorf("%s: Verify = %+v, %v; want ErrUnauthorized", f.name, id, err)
 		}
 	}
 	now = now.Add(15*time.Minute + time.Second)
@@ -75,7 +78,7 @@ func TestTokens(t *testing.T) {
 
 func TestRequireAccount(t *testing.T) {
 	tokens, _ := NewTokens(secret, time.Minute)
-	tok, _ := tokens.Issue("acct-bruno")
+	tok, _ := tokens.Issue(Subject{Account: "acct-bruno", Payer: "payer-bruno", Person: "PF"})
 	h := RequireAccount(tokens)(func(c echo.Context) error {
 		id, err := AccountID(c)
 		if err != nil {

@@ -18,11 +18,11 @@ func RequireAccount(tokens *Tokens) echo.MiddlewareFunc {
 			if !ok || !strings.EqualFold(scheme, "Bearer") {
 				return ErrUnauthorized
 			}
-			id, err := tokens.Verify(strings.TrimSpace(token))
+			s, err := tokens.Verify(strings.TrimSpace(token))
 			if err != nil {
 				return err
 			}
-			c.Set(accountKey, id)
+			c.Set(accountKey, s)
 			return next(c)
 		}
 	}
@@ -31,9 +31,15 @@ func RequireAccount(tokens *Tokens) echo.MiddlewareFunc {
 // AccountID is the account that RequireAccount authenticated, for handlers and key functions
 // behind it.
 func AccountID(c echo.Context) (string, error) {
-	id, ok := c.Get(accountKey).(string)
-	if !ok || id == "" {
-		return "", ErrUnauthorized
+	s, err := SubjectOf(c)
+	return s.Account, err
+}
+
+// SubjectOf is the subject of the token RequireAccount verified: the account and its holder.
+func SubjectOf(c echo.Context) (Subject, error) {
+	s, ok := c.Get(accountKey).(Subject)
+	if !ok || s.Account == "" {
+		return Subject{}, ErrUnauthorized
 	}
-	return id, nil
+	return s, nil
 }

@@ -35,7 +35,7 @@ func TestDevices(t *testing.T) {
 	other, _ := NewDevices([]byte("another-secret-another-secret-xx"), time.Hour)
 	fromOther, _ := other.Issue(carla, "")
 	tokens, _ := NewTokens(secret, time.Hour)
-	access, _ := tokens.Issue("acct-carla")
+	access, _ := tokens.Issue(Subject{Account: "acct-carla", Payer: "payer-carla", Person: "PF"})
 	unsigned, _ := jwt.NewWithClaims(jwt.SigningMethodNone, deviceClaims{RegisteredClaims: jwt.RegisteredClaims{ID: device,
 		ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour))}, Document: devices.bind(carla)}).SignedString(jwt.UnsafeAllowNoneSignatureType)
 	for name, tt := range map[string]struct{ token, document string }{

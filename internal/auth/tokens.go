@@ -1,7 +1,10 @@
 package auth
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -13,12 +16,33 @@ import (
 var ErrUnauthorized = errors.New("missing, invalid or expired access token")
 
 // Tokens issues and verifies access tokens: HS256 JWTs whose subject is the account id, with an
-// expiry and a unique id (jti). Every replica that shares the secret accepts every replica's
-// tokens.
+// expiry, a unique id (jti) and the payer the account belongs to (Subject). Every replica that
+// shares the secret accepts every replica's tokens.
 type Tokens struct {
 	secret []byte
+	payers []byte // the key of PayerID
 	ttl    time.Duration
 	now    func() time.Time
+}
+
+// Subject is who an access token speaks for: an account, and the person who holds it.
+type Subject struct {
+	// Account is the account's id.
+	Account string
+	// Payer identifies the holder's document (CPF or CNPJ) without revealing it: PayerID of the
+	// document. Limits that follow a person across their accounts (the DICT anti-scan buckets,
+	// keyed by DICT's PI-PayerId) are keyed by it, and no document travels in clear inside a
+	// token anyone holding it can decode.
+	Payer string
+	// Person is "PF" (a natural person) or "PJ" (a company).
+	Person string
+}
+
+// claims are an access token's: the registered ones, and the Subject's payer and person.
+type claims struct {
+	jwt.RegisteredClaims
+	Payer  string `json:"pyr"`
+	Person string `json:"per"`
 }
 
 // NewTokens returns Tokens signing with a key derived from secret (at least 32 bytes) for access
@@ -30,40 +54,52 @@ func NewTokens(secret []byte, ttl time.Duration) (*Tokens, error) {
 	if ttl <= 0 {
 		return nil, errors.New("auth: token lifetime must be positive")
 	}
-	return &Tokens{secret: DeriveKey(secret, "access tokens"), ttl: ttl, now: time.Now}, nil
+	return &Tokens{secret: DeriveKey(secret, "access tokens"), payers: DeriveKey(secret, "payer ids"), ttl: ttl, now: time.Now}, nil
+}
+
+// PayerID is the opaque, stable name of a document (as pix.ParseDocument returns it): 22
+// characters of HMAC-SHA256 under a key derived from the secret, the same on every replica.
+// A support desk that knows a customer's CPF computes it to find her buckets.
+func (t *Tokens) PayerID(document string) string {
+	m := hmac.New(sha256.New, t.payers)
+	m.Write([]byte(document))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))[:22]
 }
 
 // TTL is how long an issued token stays valid.
 func (t *Tokens) TTL() time.Duration { return t.ttl }
 
-// Issue returns a signed token for the account.
-func (t *Tokens) Issue(accountID string) (string, error) {
+// Issue returns a signed token for the subject.
+func (t *Tokens) Issue(s Subject) (string, error) {
+	if s.Account == "" || s.Payer == "" || (s.Person != "PF" && s.Person != "PJ") {
+		return "", fmt.Errorf("auth: a token for %q needs its account, payer and person", s.Account)
+	}
 	now := t.now()
-	claims := jwt.RegisteredClaims{
-		Subject:   accountID,
+	c := claims{RegisteredClaims: jwt.RegisteredClaims{
+		Subject:   s.Account,
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(t.ttl)),
 		ID:        rand.Text(),
-	}
-	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(t.secret)
+	}, Payer: s.Payer, Person: s.Person}
+	token, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(t.secret)
 	if err != nil {
 		return "", fmt.Errorf("auth: sign token: %w", err)
 	}
-	return s, nil
+	return token, nil
 }
 
-// Verify returns the account id of a valid token. Only HS256 is accepted, whatever the token's
+// Verify returns the subject of a valid token. Only HS256 is accepted, whatever the token's
 // header claims: "alg": "none" and algorithm-confusion tokens fail here, as do bad signatures,
-// tokens without an expiry and expired ones.
-func (t *Tokens) Verify(token string) (string, error) {
-	var claims jwt.RegisteredClaims
-	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return t.secret, nil },
+// tokens without an expiry, expired ones and ones without a payer and person.
+func (t *Tokens) Verify(token string) (Subject, error) {
+	var c claims
+	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return t.secret, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
 		jwt.WithTimeFunc(t.now),
 	)
-	if err != nil || claims.Subject == "" {
-		return "", ErrUnauthorized
+	if err != nil || c.Subject == "" || c.Payer == "" || (c.Person != "PF" && c.Person != "PJ") {
+		return Subject{}, ErrUnauthorized
 	}
-	return claims.Subject, nil
+	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person}, nil
 }

@@ -89,6 +89,10 @@ type environment struct {
 	LookupCapacity       int            `env:"LOOKUP_CAPACITY" envDefault:"100"`
 	LookupRefill         int            `env:"LOOKUP_REFILL_PER_MINUTE" envDefault:"2"`
 	LookupMissCost       int            `env:"LOOKUP_MISS_COST" envDefault:"20"`
+	LookupCapacityPJ     int            `env:"LOOKUP_CAPACITY_PJ" envDefault:"1000"`
+	ParticipantCategory  string         `env:"LOOKUP_PARTICIPANT_CATEGORY" envDefault:"D"`
+	ParticipantCapacity  int            `env:"LOOKUP_PARTICIPANT_CAPACITY"`          // 0: the category's
+	ParticipantRefill    int            `env:"LOOKUP_PARTICIPANT_REFILL_PER_MINUTE"` // 0: the category's
 	TrustedProxies       []netip.Prefix `env:"TRUSTED_PROXIES"`
 	FailClosedRetryAfter time.Duration  `env:"FAIL_CLOSED_RETRY_AFTER" envDefault:"5s"`
 	LocalCacheSize       int            `env:"RATELIMIT_LOCAL_CACHE_SIZE" envDefault:"100000"`
@@ -351,9 +355,37 @@ func (cfg *environment) check(p *problems) Config {
 		PIXLookup: policy(p, "LOOKUP_", httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefill, Window: time.Minute,
 			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacity}}, "REFILL_PER_MINUTE"),
 		LookupMissCost: cfg.LookupMissCost,
+		PIXLookupPJ: policy(p, "LOOKUP_", httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefill, Window: time.Minute,
+			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacityPJ}}, "REFILL_PER_MINUTE"),
+		LookupParticipantMissCost: participantMissCost,
+		LookupCategory:            cfg.ParticipantCategory,
 	}
 	if cfg.LookupCapacity < 1 {
 		p.add("LOOKUP_CAPACITY", "%d: want at least 1", cfg.LookupCapacity)
+	}
+	if cfg.LookupCapacityPJ < 1 {
+		p.add("LOOKUP_CAPACITY_PJ", "%d: want at least 1", cfg.LookupCapacityPJ)
+	}
+	category, ok := participantCategories[cfg.ParticipantCategory]
+	if !ok {
+		p.add("LOOKUP_PARTICIPANT_CATEGORY", "%q: want one of DICT's categories, A to F", cfg.ParticipantCategory)
+	}
+	for _, v := range []struct {
+		name      string
+		value     *int
+		fromTable int
+	}{{"LOOKUP_PARTICIPANT_CAPACITY", &cfg.ParticipantCapacity, category.capacity}, {"LOOKUP_PARTICIPANT_REFILL_PER_MINUTE", &cfg.ParticipantRefill, category.refill}} {
+		switch {
+		case *v.value < 0:
+			p.add(v.name, "%d: want 1 or more, or 0 (unset) for the category's", *v.value)
+			ok = false
+		case *v.value == 0:
+			*v.value = v.fromTable
+		}
+	}
+	if ok {
+		out.Limits.LookupParticipant = policy(p, "LOOKUP_PARTICIPANT_", httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup-participant",
+			Limit: cfg.ParticipantRefill, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: cfg.ParticipantCapacity}}, "REFILL_PER_MINUTE")
 	}
 	if cfg.LookupMissCost < 1 {
 		p.add("LOOKUP_MISS_COST", "%d: want at least 1", cfg.LookupMissCost)
@@ -366,6 +398,20 @@ func (cfg *environment) check(p *problems) Config {
 	}
 	return out
 }
+
+// participantCategories is DICT's table of the participant anti-scan bucket
+// (ENTRIES_READ_PARTICIPANT_ANTISCAN, DICT API v1.8.0): by the participant's category, its refill
+// per minute and capacity. The central bank assigns the category by the participant's number of
+// accounts; pixlimit's default, D, is a mid-sized bank's, large enough that the demo's customers
+// never reach it and small enough that a fleet of scanners would.
+var participantCategories = map[string]struct{ refill, capacity int }{
+	"A": {12_000, 20_000}, "B": {8_000, 15_000}, "C": {2_000, 8_000},
+	"D": {500, 4_000}, "E": {50, 3_000}, "F": {2, 1_000},
+}
+
+// participantMissCost is what a look-up of a key nobody has costs the participant's bucket in
+// DICT's table (a found key costs 1, a payment gives 1 back).
+const participantMissCost = 3
 
 func (l LoginRoute) policy(name string, limit int) httpapi.Limit {
 	return Route{Limit: limit, Window: l.Window, FailMode: l.FailMode, Algorithm: l.Algorithm, Burst: l.Burst, Mode: l.Mode}.As(name)

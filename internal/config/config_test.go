@@ -37,6 +37,37 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// TestLookUpDefaultsAreDICTs: the payer buckets hold 100 for a person and 1,000 for a company,
+// refilled 2 a minute; the bank's bucket follows DICT's table for its category (D by default),
+// and either figure can be set apart.
+func TestLookUpDefaultsAreDICTs(t *testing.T) {
+	t.Parallel()
+	bucket := func(name string, refill, capacity int) httpapi.Limit {
+		return httpapi.Limit{Policy: ratelimit.Policy{Name: name, Limit: refill, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: capacity}}
+	}
+	for _, tc := range []struct {
+		env                 map[string]string
+		pf, pj, participant httpapi.Limit
+		category            string
+	}{
+		{nil, bucket("pix-lookup", 2, 100), bucket("pix-lookup", 2, 1000), bucket("pix-lookup-participant", 500, 4000), "D"},
+		{map[string]string{"LOOKUP_PARTICIPANT_CATEGORY": "A"}, bucket("pix-lookup", 2, 100), bucket("pix-lookup", 2, 1000),
+			bucket("pix-lookup-participant", 12000, 20000), "A"},
+		{map[string]string{"LOOKUP_PARTICIPANT_CATEGORY": "F", "LOOKUP_PARTICIPANT_CAPACITY": "10", "LOOKUP_CAPACITY_PJ": "300"},
+			bucket("pix-lookup", 2, 100), bucket("pix-lookup", 2, 300), bucket("pix-lookup-participant", 2, 10), "F"},
+	} {
+		cfg, err := load(tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := cfg.Limits
+		if l.PIXLookup != tc.pf || l.PIXLookupPJ != tc.pj || l.LookupParticipant != tc.participant || l.LookupCategory != tc.category ||
+			l.LookupMissCost != 20 || l.LookupParticipantMissCost != 3 {
+			t.Errorf("%v: %+v", tc.env, l)
+		}
+	}
+}
+
 func TestValidValues(t *testing.T) {
 	t.Parallel()
 	cfg, err := load(map[string]string{
@@ -137,36 +168,40 @@ func TestEveryAnswerFitsInTheWriteTimeout(t *testing.T) {
 func TestEveryInvalidVariableIsNamed(t *testing.T) {
 	t.Parallel()
 	bad := map[string]string{
-		"HTTP_ADDR":               "8080",
-		"REDIS_URL":               "http://redis:6379",
-		"DATABASE_URL":            "mysql://db/pixlimit",
-		"DB_TIMEOUT":              "1ms",
-		"METRICS_ADDR":            "127.0.0.1:notaport",
-		"PIX_MODE":                "observe",
-		"REDIS_TIMEOUT":           "soon",
-		"AUTH_SECRET":             "short",
-		"TOKEN_TTL":               "0s",
-		"TRUSTED_PROXIES":         "10.0.0.0/8,not-a-cidr",
-		"PIX_LIMIT":               "0",
-		"PIX_WINDOW":              "1500ms",
-		"PIX_FAIL_MODE":           "maybe",
-		"STATEMENT_LIMIT":         "many",
-		"STATEMENT_WINDOW":        "0s",
-		"STATEMENT_FAIL_MODE":     "OPEN",
-		"LOGIN_IP_LIMIT":          "-1",
-		"LOGIN_ACCOUNT_LIMIT":     "0",
-		"LOGIN_WINDOW":            "500ms",
-		"LOGIN_FAIL_MODE":         "",
-		"FAIL_CLOSED_RETRY_AFTER": "0s",
-		"DEMO_ACCOUNTS":           "yes please",
-		"LOG_LEVEL":               "loud",
-		"LOG_FORMAT":              "xml",
-		"PIX_ALGORITHM":           "leaky",
-		"STATEMENT_BURST":         "5", // with the default sliding_log
-		"LOGIN_BURST":             "0",
-		"NIGHT_START":             "06:00", // equal to NIGHT_END: a night of no length
-		"RATELIMIT_BATCH_MAX":     "0",
-		"RATELIMIT_FLEET_SIZE":    "0",
+		"HTTP_ADDR":                            "8080",
+		"REDIS_URL":                            "http://redis:6379",
+		"DATABASE_URL":                         "mysql://db/pixlimit",
+		"DB_TIMEOUT":                           "1ms",
+		"METRICS_ADDR":                         "127.0.0.1:notaport",
+		"PIX_MODE":                             "observe",
+		"REDIS_TIMEOUT":                        "soon",
+		"AUTH_SECRET":                          "short",
+		"TOKEN_TTL":                            "0s",
+		"TRUSTED_PROXIES":                      "10.0.0.0/8,not-a-cidr",
+		"PIX_LIMIT":                            "0",
+		"PIX_WINDOW":                           "1500ms",
+		"PIX_FAIL_MODE":                        "maybe",
+		"STATEMENT_LIMIT":                      "many",
+		"STATEMENT_WINDOW":                     "0s",
+		"STATEMENT_FAIL_MODE":                  "OPEN",
+		"LOGIN_IP_LIMIT":                       "-1",
+		"LOGIN_ACCOUNT_LIMIT":                  "0",
+		"LOGIN_WINDOW":                         "500ms",
+		"LOGIN_FAIL_MODE":                      "",
+		"FAIL_CLOSED_RETRY_AFTER":              "0s",
+		"DEMO_ACCOUNTS":                        "yes please",
+		"LOG_LEVEL":                            "loud",
+		"LOG_FORMAT":                           "xml",
+		"PIX_ALGORITHM":                        "leaky",
+		"STATEMENT_BURST":                      "5", // with the default sliding_log
+		"LOGIN_BURST":                          "0",
+		"NIGHT_START":                          "06:00", // equal to NIGHT_END: a night of no length
+		"RATELIMIT_BATCH_MAX":                  "0",
+		"RATELIMIT_FLEET_SIZE":                 "0",
+		"LOOKUP_CAPACITY_PJ":                   "0",
+		"LOOKUP_PARTICIPANT_CATEGORY":          "G",
+		"LOOKUP_PARTICIPANT_CAPACITY":          "-5",
+		"LOOKUP_PARTICIPANT_REFILL_PER_MINUTE": "-1",
 	}
 	for name, value := range bad {
 		if value == "" {

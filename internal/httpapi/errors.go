@@ -21,25 +21,26 @@ type Code string
 
 // The contract's error codes.
 const (
-	CodeInvalidRequest         Code = "invalid_request"
-	CodeIdempotencyKeyRequired Code = "idempotency_key_required"
-	CodeInvalidCredentials     Code = "invalid_credentials"
-	CodeUnauthorized           Code = "unauthorized"
-	CodeKeyNotFound            Code = "key_not_found"
-	CodeNotFound               Code = "not_found"
-	CodeMethodNotAllowed       Code = "method_not_allowed"
-	CodeIdempotencyConflict    Code = "idempotency_conflict"
-	CodeRequestTooLarge        Code = "request_too_large"
-	CodeUnsupportedMediaType   Code = "unsupported_media_type"
-	CodeInsufficientFunds      Code = "insufficient_funds"
-	CodeSameAccount            Code = "same_account"
-	CodeNightLimitExceeded     Code = "night_limit_exceeded"
-	CodeRateLimitExceeded      Code = "rate_limit_exceeded"
-	CodeRateLimiterUnavailable Code = "rate_limiter_unavailable"
-	CodeClientClosedRequest    Code = "client_closed_request"
-	CodeInternal               Code = "internal_error"
-	CodeLedgerUnavailable      Code = "ledger_unavailable"
-	CodeTransferOutcomeUnknown Code = "transfer_outcome_unknown"
+	CodeInvalidRequest          Code = "invalid_request"
+	CodeIdempotencyKeyRequired  Code = "idempotency_key_required"
+	CodeInvalidCredentials      Code = "invalid_credentials"
+	CodeUnauthorized            Code = "unauthorized"
+	CodeKeyNotFound             Code = "key_not_found"
+	CodeNotFound                Code = "not_found"
+	CodeMethodNotAllowed        Code = "method_not_allowed"
+	CodeIdempotencyConflict     Code = "idempotency_conflict"
+	CodeRequestTooLarge         Code = "request_too_large"
+	CodeUnsupportedMediaType    Code = "unsupported_media_type"
+	CodeInsufficientFunds       Code = "insufficient_funds"
+	CodeSameAccount             Code = "same_account"
+	CodeNightLimitExceeded      Code = "night_limit_exceeded"
+	CodeRateLimitExceeded       Code = "rate_limit_exceeded"
+	CodeRateLimiterUnavailable  Code = "rate_limiter_unavailable"
+	CodeClientClosedRequest     Code = "client_closed_request"
+	CodeInternal                Code = "internal_error"
+	CodeLedgerUnavailable       Code = "ledger_unavailable"
+	CodeTransferOutcomeUnknown  Code = "transfer_outcome_unknown"
+	CodeLookupCapacityExhausted Code = "lookup_capacity_exhausted"
 )
 
 // codes is the one table of the contract's errors: each code's status, and the message a person
@@ -66,6 +67,8 @@ var codes = map[Code]struct {
 	CodeClientClosedRequest:    {499, "the client closed the request"}, // nginx's: logged as what it is rather than as a 500
 	CodeInternal:               {http.StatusInternalServerError, "internal error"},
 	CodeLedgerUnavailable:      {http.StatusServiceUnavailable, "the ledger did not answer in time; nothing was changed, try again later"},
+	CodeLookupCapacityExhausted: {http.StatusServiceUnavailable, "the bank's key look-up quota at the central bank's DICT is spent for now; " +
+		"this is not your doing, try again after the time given"},
 	CodeTransferOutcomeUnknown: {http.StatusServiceUnavailable, "the ledger did not confirm this transfer in time: it may have been made. " +
 		"Retry with the same Idempotency-Key: if it was made, you get its receipt; if not, it is made once"},
 }

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -62,7 +63,7 @@ func handleReadyz(probes []Probe, limiter *ratelimit.Limiter) echo.HandlerFunc {
 // sending it.
 const deviceCookie = "__Host-pixlimit-device"
 
-// handleLogin checks the client IP and, when the document is a valid CPF, the document too, in
+// handleLogin checks the client IP and, when the document is a valid CPF or CNPJ, the document too, in
 // one limiter decision made before anything else: a refused login costs no bcrypt and reveals
 // nothing, and every attempt counts, malformed ones included. A login that presents a valid
 // device token for its document (auth.Devices) is counted against that device's key instead of
@@ -89,7 +90,7 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, to
 			return err
 		}
 		checks := []check{{limits.LoginIP, ratelimit.IPIdentity(addr)}}
-		document, docErr := pix.ParseCPF(req.Document)
+		document, person, docErr := pix.ParseDocument(req.Document)
 		device := ""
 		if decodeErr == nil && docErr == nil {
 			device, _ = devices.Verify(presentedDevice(c), document)
@@ -113,7 +114,7 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, to
 		if err != nil {
 			return err
 		}
-		token, err := tokens.Issue(acct.ID)
+		token, err := tokens.Issue(auth.Subject{Account: acct.ID, Payer: tokens.PayerID(document), Person: string(person)})
 		if err != nil {
 			return err
 		}
@@ -157,7 +158,7 @@ func loginReport(limits Limits) func(ratelimit.Decision) ratelimit.Decision {
 func validLogin(docErr error, password string) error {
 	fields := map[string]string{}
 	if docErr != nil {
-		fields["document"] = "must be a valid CPF: 11 digits, punctuation optional (529.982.247-25)"
+		fields["document"] = "must be a valid CPF (529.982.247-25) or CNPJ (11.222.333/0001-81, or alphanumeric: 12.ABC.345/01DE-35), punctuation optional"
 	}
 	switch {
 	case password == "":
@@ -187,12 +188,47 @@ var idempotencyKey = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 const maxDescription = 140
 
-func handlePIX(ledger pix.Ledger) echo.HandlerFunc {
+// pixRequest is a PIX request once decoded and validated (decodePIX), for the middleware behind
+// it (the look-up buckets need its key's type) and the handler.
+type pixRequest struct {
+	key         string
+	keyType     pix.KeyType
+	amountCents int64
+	description string
+	idempotency string
+}
+
+// Context keys of a PIX's request and, once made, its receipt.
+const (
+	pixRequestKey = "pixlimit.pix.request"
+	pixReceiptKey = "pixlimit.pix.receipt"
+)
+
+// decodePIX decodes and validates a PIX request before any limit decides it: a malformed one is a
+// 400 that costs no quota, and the limits behind it know the key's type.
+func decodePIX() echo.MiddlewareFunc {
 	type request struct {
 		Key         string `json:"key"`
 		AmountCents int64  `json:"amount_cents"`
 		Description string `json:"description"`
 	}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			var req request
+			if err := decodeJSON(c, &req); err != nil {
+				return err
+			}
+			key, keyType, idem, err := validTransfer(c.Request().Header, req.Key, req.AmountCents, req.Description)
+			if err != nil {
+				return err
+			}
+			c.Set(pixRequestKey, pixRequest{key, keyType, req.AmountCents, req.Description, idem})
+			return next(c)
+		}
+	}
+}
+
+func handlePIX(ledger pix.Ledger) echo.HandlerFunc {
 	type payee struct {
 		Key  string `json:"key"`
 		Name string `json:"name"`
@@ -209,20 +245,17 @@ func handlePIX(ledger pix.Ledger) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		var req request
-		if err := decodeJSON(c, &req); err != nil {
-			return err
-		}
-		key, idem, err := validTransfer(c.Request().Header, req.Key, req.AmountCents, req.Description)
-		if err != nil {
-			return err
+		req, ok := c.Get(pixRequestKey).(pixRequest)
+		if !ok {
+			return errors.New("httpapi: handlePIX runs after decodePIX")
 		}
 		r, err := ledger.Transfer(c.Request().Context(), pix.TransferRequest{
-			From: from, ToKey: key, AmountCents: req.AmountCents, Description: req.Description, IdempotencyKey: idem,
+			From: from, ToKey: req.key, AmountCents: req.amountCents, Description: req.description, IdempotencyKey: req.idempotency,
 		})
 		if err != nil {
 			return err
 		}
+		c.Set(pixReceiptKey, r)
 		return c.JSON(http.StatusCreated, response{r.EndToEndID, r.AmountCents, r.BalanceCents,
 			payee{r.ToKey, r.ToName}, r.CreatedAt})
 	}
@@ -231,18 +264,18 @@ func handlePIX(ledger pix.Ledger) echo.HandlerFunc {
 // validTransfer checks a PIX request and returns its normalized key and Idempotency-Key, or a
 // 400: idempotency_key_required without the header (every PIX names itself, so that a retry after
 // any failure is safe), else invalid_request naming every offending field.
-func validTransfer(h http.Header, rawKey string, cents int64, description string) (key, idem string, err error) {
+func validTransfer(h http.Header, rawKey string, cents int64, description string) (key string, keyType pix.KeyType, idem string, err error) {
 	fields := map[string]string{}
 	idem = h.Get("Idempotency-Key")
 	switch keys := h.Values("Idempotency-Key"); {
 	case len(keys) == 0:
-		return "", "", &Error{Code: CodeIdempotencyKeyRequired, Fields: map[string]string{"Idempotency-Key": "required"}}
+		return "", "", "", &Error{Code: CodeIdempotencyKeyRequired, Fields: map[string]string{"Idempotency-Key": "required"}}
 	case len(keys) > 1:
 		fields["Idempotency-Key"] = "must be sent once" // which one would the client mean?
 	case !idempotencyKey.MatchString(idem):
 		fields["Idempotency-Key"] = "must be 1-64 of A-Z a-z 0-9 _ -"
 	}
-	key, _, keyErr := pix.ParseKey(rawKey)
+	key, keyType, keyErr := pix.ParseKey(rawKey)
 	if keyErr != nil {
 		fields["key"] = keyErr.Error()
 	}
@@ -254,9 +287,9 @@ func validTransfer(h http.Header, rawKey string, cents int64, description string
 		fields["description"] = "at most 140 printable characters"
 	}
 	if len(fields) > 0 {
-		return "", "", invalid("invalid PIX request", fields)
+		return "", "", "", invalid("invalid PIX request", fields)
 	}
-	return key, idem, nil
+	return key, keyType, idem, nil
 }
 
 func printable(s string) bool {

@@ -3,9 +3,11 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -14,71 +16,197 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
-// lookupLimiter is the key look-up's anti-scan bucket, after the central bank's DICT policy for
-// individuals: a look-up is answered while the bucket holds a token (none left: 429), and costs 1
-// if it finds the key and LookupMissCost if not. It asks the bucket before the ledger (a refused
-// look-up costs no query) and pays its price, admission and payment in one atomic step
-// (ratelimit.Limiter.AllowN), before it answers: look-ups sent together cannot buy more answers
-// than the same look-ups one by one. A customer who types keys correctly spends one token a
-// look-up and barely notices; a scanner pays twenty per miss and is down to one miss per ten
-// minutes once its hundred tokens are gone.
+// lookupLimiter is the DICT anti-scan policy, as the central bank's DICT API specification
+// (v1.8.0, "Limitação de requisições") has its participants mirror it, so that no customer can
+// spend the bank's quota at DICT and the bank never meets a 429 from DICT:
+//
+//   - Two buckets per payer, keyed by the payer's document (DICT's PI-PayerId, the CPF or CNPJ,
+//     not the account: a customer with several accounts has one budget): pix-lookup for e-mail
+//     and phone keys (ENTRIES_READ_USER_ANTISCAN) and pix-lookup-v2 for CPF, CNPJ and random keys
+//     (ENTRIES_READ_USER_ANTISCAN_V2). Capacity 100 for a person, 1,000 for a company, refill 2
+//     a minute; a found key costs 1, a key nobody has 20.
+//   - One bucket for the whole bank, pix-lookup-participant (ENTRIES_READ_PARTICIPANT_ANTISCAN),
+//     sized by the bank's DICT category: a found key costs 1, a miss 3. Empty, it answers 503
+//     lookup_capacity_exhausted: the customer did nothing wrong.
+//   - A PIX answered 201 to a key gives one token back to the payer's bucket of that key's type
+//     and to the bank's (never above capacity), as DICT does for the look-up that preceded a
+//     payment: a customer who looks up and pays loses nothing, a scanner who never pays drains.
+//
+// A look-up asks both buckets, in one round trip, before the ledger (a refused look-up costs no
+// query), then pays its price, admission and payment in one atomic step per bucket
+// (ratelimit.Limiter.AllowN), before it answers: look-ups sent together cannot buy more answers than the same look-ups one
+// by one. The payer's bucket is asked and paid first, so a scanner drains its own bucket, not
+// the bank's: five misses empty a person's bucket and cost the bank's 15 tokens.
 type lookupLimiter struct {
 	limiter
-	limit    Limit
-	missCost int
+	limits Limits
 }
 
-// pay decides a request of account that costs tokens (0: whether one would be admitted) on the
-// bucket as limit says (its fail mode decides when Redis cannot), or refuses it (429) when the
+// bucket is the payer's bucket for keys of type t: pix-lookup or pix-lookup-v2, at the payer's
+// capacity.
+func (l lookupLimiter) bucket(s auth.Subject, t pix.KeyType) check {
+	limit := l.limits.PIXLookup
+	if s.Person == string(pix.PJ) {
+		limit = l.limits.PIXLookupPJ
+	}
+	if t.V2() {
+		limit.Name += "-v2"
+	}
+	return check{limit, s.Payer}
+}
+
+// ParticipantIdentity is the identity of the bank's own look-up bucket (pix-lookup-participant):
+// one for every customer and replica.
+const ParticipantIdentity = "ispb:" + pix.ISPB
+
+// bank is the participant's bucket.
+func (l lookupLimiter) bank() check {
+	return check{l.limits.LookupParticipant, ParticipantIdentity}
+}
+
+// pay decides a request that costs tokens (0: whether one would be admitted) on the bucket of
+// chk, as its limit says (its fail mode decides when Redis cannot), or refuses it (429) when the
 // bucket holds no token. With quiet, an admission sets no RateLimit headers (a PIX reports its
 // own policy); a refusal always reports the bucket.
-func (l lookupLimiter) pay(c echo.Context, limit Limit, account string, tokens int, quiet bool) error {
-	rc := ratelimit.Check{Policy: limit.Policy, Identity: account}
+func (l lookupLimiter) pay(c echo.Context, chk check, tokens int, quiet bool) error {
+	rc := ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}
 	report := func(d ratelimit.Decision) ratelimit.Decision {
 		if quiet && d.Allowed {
 			return ratelimit.Decision{Allowed: true}
 		}
 		return d
 	}
-	return l.apply(c, report, []check{{limit, account}}, func(ctx context.Context) (ratelimit.Decision, error) {
+	return l.apply(c, report, []check{chk}, func(ctx context.Context) (ratelimit.Decision, error) {
 		return l.l.AllowN(ctx, rc, tokens)
 	})
 }
 
-// consultLookups is the PIX's side of the anti-scan bucket: a PIX to a key nobody has answers 404
-// as a look-up does, so it is paid for like one, or PIX would be the way to enumerate keys once
-// look-ups are refused. Before the PIX's own limit, it asks the bucket, taking nothing: while the
-// bucket holds no token the PIX is refused (429, policy pix-lookup) whether or not its key
+// payBank is pay on the bank's bucket: it never sets RateLimit headers (the bank's quota is not
+// a customer's), and its refusal is 503 lookup_capacity_exhausted, with the bucket's
+// Retry-After, logged and counted (its policy's refused outcome).
+func (l lookupLimiter) payBank(c echo.Context, limit Limit, tokens int) error {
+	chk := check{limit, l.bank().identity}
+	rc := ratelimit.Check{Policy: limit.Policy, Identity: chk.identity}
+	report := func(d ratelimit.Decision) ratelimit.Decision {
+		return ratelimit.Decision{Allowed: d.Allowed, Worst: d.Worst}
+	}
+	err := l.apply(c, report, []check{chk}, func(ctx context.Context) (ratelimit.Decision, error) {
+		return l.l.AllowN(ctx, rc, tokens)
+	})
+	var e *Error
+	if errors.As(err, &e) && e.Code == CodeRateLimitExceeded {
+		return l.exhausted(limit, e.RetryAfter)
+	}
+	return err
+}
+
+// ask asks the payer's bucket (user) and the bank's (bank, its limit) in one decision, taking
+// nothing: an empty payer's bucket is a 429 reporting it, else an empty bank's bucket is a 503
+// lookup_capacity_exhausted without RateLimit headers; the fail mode is the payer bucket's. With
+// quiet, an admission sets no RateLimit headers.
+func (l lookupLimiter) ask(c echo.Context, user check, bank Limit, quiet bool) error {
+	bank.FailMode = user.limit.FailMode
+	cs := []check{user, {bank, l.bank().identity}}
+	bankRefused := false
+	report := func(d ratelimit.Decision) ratelimit.Decision {
+		switch {
+		case !d.Allowed && d.Results[0].RetryAfter > 0: // the payer's own bucket is empty
+			return d.Only(0)
+		case !d.Allowed:
+			bankRefused = true
+			return ratelimit.Decision{Worst: d.Results[1]}
+		case quiet:
+			return ratelimit.Decision{Allowed: true}
+		}
+		return d.Only(0)
+	}
+	err := l.apply(c, report, cs, func(ctx context.Context) (ratelimit.Decision, error) {
+		return l.l.AskAll(ctx, checks(cs)...)
+	})
+	var e *Error
+	if bankRefused && errors.As(err, &e) && e.Code == CodeRateLimitExceeded {
+		return l.exhausted(bank, e.RetryAfter)
+	}
+	return err
+}
+
+// exhausted is the answer while the bank's bucket is empty, logged (at most once per interval).
+func (l lookupLimiter) exhausted(bank Limit, retryAfter time.Duration) error {
+	l.events.log("exhausted:"+bank.Name, slog.LevelWarn, "the bank's DICT look-up quota is spent: look-ups answer 503",
+		"policy", bank.Name, "retry_after", retryAfter.String())
+	return &Error{Code: CodeLookupCapacityExhausted, RetryAfter: retryAfter}
+}
+
+// charge pays a look-up's price once the answer is known, on the payer's bucket then the bank's:
+// found costs 1 of each, a miss the payer's miss cost and the bank's.
+func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool) error {
+	userCost, bankCost := l.limits.LookupMissCost, l.limits.LookupParticipantMissCost
+	if found {
+		userCost, bankCost = 1, 1
+	}
+	if err := l.pay(c, user, userCost, quiet); err != nil {
+		return err
+	}
+	return l.payBank(c, l.limits.LookupParticipant, bankCost)
+}
+
+// refund gives one token back to the payer's bucket and to the bank's, after a payment. It is
+// best effort: a refund that cannot reach Redis is logged and lost, which costs the customer a
+// token, never the bank a look-up.
+func (l lookupLimiter) refund(ctx context.Context, user check) {
+	for _, chk := range []check{user, l.bank()} {
+		if _, err := l.l.Refund(ctx, ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, 1); err != nil {
+			l.events.log("refund:"+chk.limit.Name, slog.LevelWarn, "look-up token not given back after a payment",
+				"policy", chk.limit.Name, "cause", err.Error())
+		}
+	}
+}
+
+// consultLookups is the PIX's side of the anti-scan buckets: a PIX to a key nobody has answers
+// 404 as a look-up does, so it is paid for like one, or PIX would be the way to enumerate keys
+// once look-ups are refused. Before the PIX's own limit, it asks the payer's bucket of the key's
+// type and the bank's, taking nothing: while either holds no token the PIX is refused (429,
+// policy pix-lookup or pix-lookup-v2; or 503 lookup_capacity_exhausted) whether or not its key
 // exists, and the PIX's own limit records nothing. A PIX to a key nobody has then pays the miss,
 // admitted and paid at once, before its 404 is sent (refused, it is a 429 instead); a payment to
-// a found key costs the bucket nothing. A bucket that cannot be asked (Redis down) leaves the
-// PIX to its own limit's fail mode.
+// a found key costs nothing, and its 201 gives a token back to both buckets (a replayed 201,
+// which moved nothing, gives none). A bucket that cannot be asked (Redis down) leaves the PIX to
+// its own limit's fail mode.
 func consultLookups(lookups lookupLimiter) echo.MiddlewareFunc {
-	asked := lookups.limit
-	asked.FailMode = FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			account, err := auth.AccountID(c)
+			s, err := auth.SubjectOf(c)
 			if err != nil {
 				return err
 			}
-			if err := lookups.pay(c, asked, account, 0, true); err != nil {
+			req, ok := c.Get(pixRequestKey).(pixRequest)
+			if !ok {
+				return errors.New("httpapi: consultLookups runs after decodePIX")
+			}
+			user := lookups.bucket(s, req.keyType)
+			asked := user
+			asked.limit.FailMode = FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
+			if err := lookups.ask(c, asked, lookups.limits.LookupParticipant, true); err != nil {
 				return err
 			}
 			err = next(c)
-			if errors.Is(err, pix.ErrKeyNotFound) {
-				if payErr := lookups.pay(c, lookups.limit, account, lookups.missCost, true); payErr != nil {
+			switch r, _ := c.Get(pixReceiptKey).(pix.Receipt); {
+			case errors.Is(err, pix.ErrKeyNotFound):
+				if payErr := lookups.charge(c, user, false, true); payErr != nil {
 					return payErr
 				}
+			case err == nil && r.EndToEndID != "" && !r.Replayed:
+				lookups.refund(context.WithoutCancel(c.Request().Context()), user)
 			}
 			return err
 		}
 	}
 }
 
-// handleLookup shows the payer who owns a PIX key before paying: the holder's name abbreviated
-// as banks show it and the document masked, or 404. It is limited by the anti-scan bucket. The
-// key is percent-decoded once, then validated: bruno%40example.com is bruno@example.com.
+// handleLookup shows the payer who owns a PIX key before paying: a person's name abbreviated
+// as banks show it and the document masked, a company's name and CNPJ in full (both are public
+// in the Receita Federal's register), or 404. It is limited by the anti-scan buckets. The key is
+// percent-decoded once, then validated: bruno%40example.com is bruno@example.com.
 func handleLookup(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
 	type response struct {
 		Key         string `json:"key"`
@@ -87,7 +215,7 @@ func handleLookup(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
 		Institution string `json:"institution"`
 	}
 	return func(c echo.Context) error {
-		account, err := auth.AccountID(c)
+		s, err := auth.SubjectOf(c)
 		if err != nil {
 			return err
 		}
@@ -97,29 +225,70 @@ func handleLookup(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
 		if err != nil {
 			return invalid("invalid PIX key", map[string]string{"key": "malformed percent-encoding"})
 		}
-		key, _, err := pix.ParseKey(raw)
+		key, keyType, err := pix.ParseKey(raw)
 		if err != nil {
 			return invalid("invalid PIX key", map[string]string{"key": err.Error()})
 		}
-		if err := lookups.pay(c, lookups.limit, account, 0, false); err != nil {
+		user := lookups.bucket(s, keyType)
+		if err := lookups.ask(c, user, lookups.limits.LookupParticipant, false); err != nil {
 			return err
 		}
 		p, err := ledger.LookupKey(c.Request().Context(), key)
 		switch {
 		case errors.Is(err, pix.ErrKeyNotFound):
-			if err := lookups.pay(c, lookups.limit, account, lookups.missCost, false); err != nil {
+			if err := lookups.charge(c, user, false, false); err != nil {
 				return err
 			}
 		case err == nil:
-			if err := lookups.pay(c, lookups.limit, account, 1, false); err != nil {
+			if err := lookups.charge(c, user, true, false); err != nil {
 				return err
 			}
 		}
 		if err != nil {
 			return err
 		}
-		return c.JSON(http.StatusOK, response{Key: p.Key, Name: abbreviate(p.Name), Document: maskCPF(p.Document),
+		name, document := abbreviate(p.Name), maskCPF(p.Document)
+		if pix.PersonOf(p.Document) == pix.PJ {
+			name, document = p.Name, pix.FormatDocument(p.Document)
+		}
+		return c.JSON(http.StatusOK, response{Key: p.Key, Name: name, Document: document,
 			Institution: "pixlimit (ISPB " + pix.ISPB + ")"})
+	}
+}
+
+// handleLookupLimits shows the payer its own look-up buckets and the bank's DICT category, as
+// DICT's GET /policies shows a participant its own: available tokens, capacity, refill. It asks
+// each bucket without taking anything, and shows no other customer's state (nor the bank's
+// bucket: its level tells how busy the bank is).
+func handleLookupLimits(lookups lookupLimiter) echo.HandlerFunc {
+	type policy struct {
+		Name                string `json:"name"`
+		AvailableTokens     int    `json:"available_tokens"`
+		Capacity            int    `json:"capacity"`
+		RefillTokens        int    `json:"refill_tokens"`
+		RefillPeriodSeconds int64  `json:"refill_period_seconds"`
+	}
+	type response struct {
+		Category string   `json:"category"`
+		Policies []policy `json:"policies"`
+	}
+	return func(c echo.Context) error {
+		s, err := auth.SubjectOf(c)
+		if err != nil {
+			return err
+		}
+		resp := response{Category: lookups.limits.LookupCategory, Policies: []policy{}}
+		for _, t := range []pix.KeyType{pix.KeyEmail, pix.KeyCPF} {
+			chk := lookups.bucket(s, t)
+			d, err := lookups.l.AllowN(c.Request().Context(), ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, 0)
+			if err != nil {
+				return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: lookups.failClosedRetryAfter, cause: err}
+			}
+			p := chk.limit.Policy
+			resp.Policies = append(resp.Policies, policy{Name: p.Name, AvailableTokens: d.Worst.Remaining, Capacity: p.Burst,
+				RefillTokens: p.Limit, RefillPeriodSeconds: int64(p.Window / time.Second)})
+		}
+		return c.JSON(http.StatusOK, resp)
 	}
 }
 

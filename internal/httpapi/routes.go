@@ -11,7 +11,8 @@ import (
 // addRoutes lists every route of the API. The login is limited inside its handler, because its
 // document key comes from the body; PIX and statement are limited per authenticated account
 // (never per IP: a whole office shares one), after authentication, before the handler, so a 429
-// never reaches the ledger. A PIX consults the look-up's anti-scan bucket first (consultLookups).
+// never reaches the ledger. A PIX is decoded and validated first (a 400 costs no quota), then
+// consults the look-up's anti-scan buckets (consultLookups).
 func addRoutes(e *echo.Echo, d Deps) error {
 	requireAccount := auth.RequireAccount(d.Tokens)
 	limitPIX, err := limitByAccount(d, d.Limits.PIX)
@@ -30,8 +31,9 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	e.GET("/healthz", handleHealthz())
 	e.GET("/readyz", handleReadyz(d.Probes, d.Limiter))
 	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Tokens, d.Devices))
-	lookups := lookupLimiter{limiter: login, limit: d.Limits.PIXLookup, missCost: d.Limits.LookupMissCost}
-	e.POST("/v1/pix", handlePIX(d.Ledger), requireAccount, consultLookups(lookups), limitPIX)
+	lookups := lookupLimiter{limiter: login, limits: d.Limits}
+	e.POST("/v1/pix", handlePIX(d.Ledger), requireAccount, decodePIX(), consultLookups(lookups), limitPIX)
+	e.GET("/v1/pix/keys/limits", handleLookupLimits(lookups), requireAccount)
 	e.GET("/v1/pix/keys/:key", handleLookup(d.Ledger, lookups), requireAccount)
 	e.GET("/v1/statement", handleStatement(d.Ledger), requireAccount, limitStatement)
 	return nil

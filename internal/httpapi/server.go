@@ -51,10 +51,20 @@ type Limits struct {
 	LoginDevice Limit
 	// FailClosedRetryAfter is the Retry-After when a fail-closed limit cannot be decided.
 	FailClosedRetryAfter time.Duration
-	// PIXLookup is the key look-up's anti-scan token bucket; a look-up that misses costs
-	// LookupMissCost tokens, one that finds the key 1.
-	PIXLookup      Limit
-	LookupMissCost int
+	// PIXLookup is the payer's DICT anti-scan token bucket for e-mail and phone keys
+	// (pix-lookup) at a natural person's capacity, PIXLookupPJ the same at a company's; the
+	// bucket of CPF, CNPJ and random keys (pix-lookup-v2) is the same policy under its own name.
+	// A look-up that misses costs LookupMissCost tokens, one that finds the key 1, and a PIX
+	// answered 201 gives one back.
+	PIXLookup, PIXLookupPJ Limit
+	LookupMissCost         int
+	// LookupParticipant is the bank's own bucket at DICT (pix-lookup-participant), shared by
+	// every customer and replica: a hit costs 1, a miss LookupParticipantMissCost, a PIX
+	// answered 201 gives one back. LookupCategory is the bank's DICT category (A to F), which
+	// GET /v1/pix/keys/limits reports.
+	LookupParticipant         Limit
+	LookupParticipantMissCost int
+	LookupCategory            string
 }
 
 // Probe is one dependency that /readyz checks.
@@ -74,8 +84,13 @@ func NewServer(d Deps) (http.Handler, error) {
 	if err := validateTogether(d.Limits.LoginIP, d.Limits.LoginAccount, d.Limits.LoginDevice); err != nil {
 		return nil, err
 	}
-	if err := d.Limits.PIXLookup.Validate(); err != nil || d.Limits.PIXLookup.Algorithm != ratelimit.TokenBucket || d.Limits.LookupMissCost < 1 {
-		return nil, fmt.Errorf("httpapi: the key look-up needs a valid token_bucket policy and a miss cost of at least 1 (%v)", err)
+	for _, l := range []Limit{d.Limits.PIXLookup, d.Limits.PIXLookupPJ, d.Limits.LookupParticipant} {
+		if err := l.Validate(); err != nil || l.Algorithm != ratelimit.TokenBucket {
+			return nil, fmt.Errorf("httpapi: the key look-up needs valid token_bucket policies (%s: %v)", l.Name, err)
+		}
+	}
+	if d.Limits.LookupMissCost < 1 || d.Limits.LookupParticipantMissCost < 1 {
+		return nil, errors.New("httpapi: the key look-up needs miss costs of at least 1")
 	}
 	if d.LedgerRetryAfter <= 0 {
 		d.LedgerRetryAfter = time.Second

@@ -41,7 +41,11 @@ func lax() httpapi.Limits {
 	}
 	return httpapi.Limits{PIX: p("pix"), Statement: p("statement"), LoginIP: p("login-ip"), LoginAccount: p("login-account"),
 		LoginDevice: p("login-device"), LookupMissCost: 20,
-		PIXLookup: httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 100}}}
+		PIXLookup:   httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 100}},
+		PIXLookupPJ: httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 1000}},
+		LookupParticipant: httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup-participant", Limit: 500, Window: time.Minute,
+			Algorithm: ratelimit.TokenBucket, Burst: 4000}},
+		LookupParticipantMissCost: 3, LookupCategory: "D"}
 }
 
 func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits, probes ...httpapi.Probe) server {
@@ -96,7 +100,7 @@ func FuzzRequestBodies(f *testing.F) {
 		f.Add(s)
 	}
 	s := newServer(f, redistest.Start(f), lax())
-	token, _ := s.tokens.Issue("acct-diego")
+	token, _ := s.tokens.Issue(auth.Subject{Account: "acct-diego", Payer: "payer-diego", Person: "PF"})
 	balance := func() int64 {
 		st, _ := s.ledger.Statement(context.Background(), "acct-diego", 1)
 		return st.BalanceCents
@@ -161,7 +165,7 @@ func TestPanicsAreAnsweredLoggedAndCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	token, _ := s.tokens.Issue("acct-ana")
+	token, _ := s.tokens.Issue(auth.Subject{Account: "acct-ana", Payer: "payer-ana", Person: "PF"})
 	req := httptest.NewRequest(http.MethodGet, "/v1/statement", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	rec := httptest.NewRecorder()

@@ -1,6 +1,7 @@
 package pix
 
-// DemoAccounts are the contract's demo accounts. Their password hashes are bcrypt (cost 10) of
+// DemoAccounts are the contract's demo accounts: four persons (PF) and two companies (PJ), one
+// of them with an alphanumeric CNPJ. Their password hashes are bcrypt (cost 10) of
 // the published demo passwords, computed once so that starting a replica costs no hashing.
 func DemoAccounts() []Account {
 	return []Account{
@@ -16,5 +17,11 @@ func DemoAccounts() []Account {
 		{ID: "acct-diego", Name: "Diego Costa", Document: "93541134780", OpeningCents: 100_000,
 			PasswordHash: []byte("$2a$10$qx5UsoTJYJPPipklkXTDSug1vW1lQYeYlohoCXdP3yl.55IzetcUq"),
 			Keys:         []string{"diego@example.com", "93541134780"}},
+		{ID: "acct-padaria", Name: "Padaria Pão Quente Ltda", Document: "11222333000181", OpeningCents: 2_000_000,
+			PasswordHash: []byte("$2a$10$owjI9xBBxr69/X8vWw3/duijqWQ6j45S6lMDeXYPZvkmWO7osuHZq"),
+			Keys:         []string{"padaria@example.com", "11222333000181"}},
+		{ID: "acct-cafe", Name: "Café Aurora Ltda", Document: "12ABC34501DE35", OpeningCents: 1_500_000,
+			PasswordHash: []byte("$2a$10$OZe/T9CXo3u5antzFy0wv.aOg0A1iYR9GoC2OE22ZA0.UNPrwQ7yG"),
+			Keys:         []string{"cafe@example.com", "12ABC34501DE35"}},
 	}
 }

@@ -11,15 +11,17 @@ type KeyType string
 // The PIX key types the central bank defines.
 const (
 	KeyCPF    KeyType = "cpf"
+	KeyCNPJ   KeyType = "cnpj"
 	KeyEmail  KeyType = "email"
 	KeyPhone  KeyType = "phone"
 	KeyRandom KeyType = "random"
 )
 
 // ErrInvalidKey is returned by ParseKey.
-var ErrInvalidKey = errors.New("not a valid PIX key: want a CPF, an e-mail, a phone in E.164 (+5511987654321) or a random key (UUID)")
+var ErrInvalidKey = errors.New("not a valid PIX key: want a CPF, a CNPJ, an e-mail, a phone in E.164 (+5511987654321) or a random key (UUID)")
 
-// ParseKey recognises and normalizes a PIX key: a CPF (11 digits, punctuation allowed), an e-mail
+// ParseKey recognises and normalizes a PIX key: a CPF (11 digits, punctuation allowed), a CNPJ
+// (14 characters, numeric or alphanumeric, punctuation allowed, upper-cased), an e-mail
 // (lowercased, at most 77 characters as the central bank allows), a phone in E.164 or a random key
 // (a UUID, lowercased).
 func ParseKey(s string) (string, KeyType, error) {
@@ -40,12 +42,18 @@ func ParseKey(s string) (string, KeyType, error) {
 		}
 		return strings.ToLower(s), KeyRandom, nil
 	}
-	cpf, err := ParseCPF(s)
-	if err != nil {
-		return "", "", ErrInvalidKey
+	if cpf, err := ParseCPF(s); err == nil {
+		return cpf, KeyCPF, nil
 	}
-	return cpf, KeyCPF, nil
+	if cnpj, err := ParseCNPJ(s); err == nil {
+		return cnpj, KeyCNPJ, nil
+	}
+	return "", "", ErrInvalidKey
 }
+
+// V2 reports whether the key's type is counted by DICT's ENTRIES_READ_USER_ANTISCAN_V2 bucket
+// (CPF, CNPJ and random keys) rather than by ENTRIES_READ_USER_ANTISCAN (e-mail and phone).
+func (t KeyType) V2() bool { return t == KeyCPF || t == KeyCNPJ || t == KeyRandom }
 
 // isE164: "+", a non-zero country code digit, 8 to 15 digits in all.
 func isE164(s string) bool {

@@ -36,7 +36,7 @@ const MaxAmountCents = 100_000_000_000
 type Account struct {
 	ID       string
 	Name     string
-	Document string // CPF, 11 digits
+	Document string // CPF (11 digits) or CNPJ (14 characters), as ParseDocument returns it
 	// PasswordHash is the bcrypt hash of the account's password.
 	PasswordHash []byte
 	// Keys are the account's PIX keys, normalized as ParseKey returns them.
@@ -48,7 +48,8 @@ type Account struct {
 // Ledger keeps accounts' balances and moves money between them. Implementations are safe for
 // concurrent use, keep every balance non-negative and make each transfer all or nothing.
 type Ledger interface {
-	// AccountByDocument finds the account of a CPF (11 digits), or returns ErrAccountNotFound.
+	// AccountByDocument finds the account of a document (as ParseDocument returns it), or
+	// returns ErrAccountNotFound.
 	AccountByDocument(ctx context.Context, document string) (Account, error)
 	// Transfer moves money from one account to the owner of a PIX key. A request with the
 	// IdempotencyKey of an earlier one from the same account returns the earlier Receipt and
@@ -66,7 +67,7 @@ type Ledger interface {
 type Payee struct {
 	Key      string
 	Name     string
-	Document string // CPF, 11 digits
+	Document string // CPF or CNPJ, as ParseDocument returns it
 }
 
 // TransferRequest asks to move AmountCents from account From to the owner of the key ToKey.
@@ -97,6 +98,9 @@ type Receipt struct {
 	ToKey        string
 	ToName       string
 	CreatedAt    time.Time
+	// Replayed says the receipt is an earlier transfer's, answered again for a request with its
+	// IdempotencyKey: nothing moved this time.
+	Replayed bool
 }
 
 // Statement is an account's balance and latest entries, newest first.

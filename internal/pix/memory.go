@@ -88,7 +88,9 @@ func (l *MemoryLedger) Transfer(_ context.Context, r TransferRequest) (Receipt, 
 		if rec.req != r {
 			return Receipt{}, ErrIdempotencyConflict
 		}
-		return rec.receipt, nil
+		replay := rec.receipt
+		replay.Replayed = true
+		return replay, nil
 	}
 	from, ok := l.accounts[r.From]
 	if !ok {

@@ -341,6 +341,7 @@ func (l *PostgresLedger) outcomeOf(ctx context.Context, r TransferRequest, commi
 	defer cancel()
 	receipt, found, err := findReplay(ctx, l.pool, r)
 	if found && err == nil {
+		receipt.Replayed = false // the COMMIT this request sent made it
 		return receipt, nil
 	}
 	return Receipt{}, fmt.Errorf("%w: COMMIT sent, no answer (%w); look-up: found %t, %v", ErrOutcomeUnknown, commitErr, found, err)
@@ -485,7 +486,7 @@ func findReplay(ctx context.Context, q querier, r TransferRequest) (Receipt, boo
 	if rec.ToKey != r.ToKey || amount != r.AmountCents || desc != r.Description {
 		return Receipt{}, true, ErrIdempotencyConflict
 	}
-	rec.AmountCents, rec.ToName, rec.CreatedAt = amount, payeeName, rec.CreatedAt.UTC()
+	rec.AmountCents, rec.ToName, rec.CreatedAt, rec.Replayed = amount, payeeName, rec.CreatedAt.UTC(), true
 	return rec, true, nil
 }
 
