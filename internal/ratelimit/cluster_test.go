@@ -47,6 +47,36 @@ func TestSplitDecisionWithdraws(t *testing.T) {
 	}
 }
 
+// TestSplitAskWithdrawsNothing: on the cluster path an ask (AskAll) took nothing, so a refusal
+// by one bucket gives nothing "back" to the other: a withdrawal there would add a token.
+func TestSplitAskWithdrawsNothing(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	l.cluster = true
+	l.deny = nil // every ask goes to Redis, on the split path
+	withClock(l)
+	ctx := context.Background()
+	bucket := func(name string, burst int) Check {
+		return Check{Policy{Name: name, Limit: 2, Window: time.Minute, Algorithm: TokenBucket, Burst: burst}, "x"}
+	}
+	user, bank := bucket("user", 3), bucket("bank", 1)
+	mustAllow(t, l, user)
+	mustAllow(t, l, bank) // the bank's bucket is empty
+	for range 3 {
+		d, err := l.AskAll(ctx, user, bank)
+		if err != nil || d.Allowed || d.Results[0].Remaining != 2 || d.Results[1].RetryAfter == 0 {
+			t.Fatalf("asking with the bank's bucket empty: %+v, %v; want refused by it, the user's at 2", d, err)
+		}
+	}
+	l.withdrawals.Wait()
+	if d, _ := l.AskAll(ctx, user); !d.Allowed || d.Worst.Remaining != 2 {
+		t.Errorf("after three refused asks: %+v, want the user's bucket at 2, as before", d.Worst)
+	}
+	if _, err := l.AskAll(ctx, Check{policy("pix", 10, time.Minute), "x"}); err == nil {
+		t.Error("asking a sliding log: no error")
+	}
+}
+
 func clusterLimiters(t *testing.T, c *redistest.Cluster, n int, timeout time.Duration) []*Limiter {
 	t.Helper()
 	ls := make([]*Limiter, n)
