@@ -19,7 +19,8 @@ import (
 // secret and ledger, configured by env. It returns their clients and the fleet's token issuer.
 func fleet(t testing.TB, srv *redistest.Server, ledger pix.Ledger, n int, env map[string]string) ([]*apitest.Client, *auth.Tokens) {
 	t.Helper()
-	env["NIGHT_LIMIT_CENTS"] = "0" // tests never depend on the hour they run at
+	env["NIGHT_LIMIT_CENTS"] = "0"                                                                                    // tests never depend on the hour they run at
+	env["DAY_LIMIT_CENTS"], env["NEW_DEVICE_TRANSFER_LIMIT_CENTS"], env["NEW_DEVICE_DAY_LIMIT_CENTS"] = "0", "0", "0" // nor on the device
 	env["REDIS_URL"] = "redis://" + srv.Addr()
 	env["AUTH_SECRET"] = rand.Text() + rand.Text() // one for the fleet
 	cfg, err := config.Load(config.Map(env))

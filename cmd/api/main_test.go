@@ -68,6 +68,9 @@ func launch(t *testing.T, ctx context.Context, srv *redistest.Server, env map[st
 		// The night-time cap would make tests depend on the hour they run at; the tests of the
 		// cap set a night around now.
 		"NIGHT_LIMIT_CENTS": "0",
+		// Likewise the day limit and the new-device caps: every test's logins are new devices.
+		// The tests of the money limits set them.
+		"DAY_LIMIT_CENTS": "0", "NEW_DEVICE_TRANSFER_LIMIT_CENTS": "0", "NEW_DEVICE_DAY_LIMIT_CENTS": "0",
 	}
 	if srv != nil {
 		vars["REDIS_URL"] = "redis://" + srv.Addr()

@@ -80,7 +80,7 @@ func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fle
 	if f.cfg, err = config.Load(config.Map(env)); err != nil {
 		return nil, err
 	}
-	ledger, err := pix.NewMemoryLedger(pix.DemoAccounts(), pix.WithNightCap(f.cfg.Night))
+	ledger, err := pix.NewMemoryLedger(pix.DemoAccounts(), pix.WithRules(f.cfg.Money))
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,7 @@ var scenarios = []struct {
 	{"hole", "The 2× hole: six algorithms, one boundary", hole},
 	{"scan", "Key look-ups: a miss costs twenty times a hit", scan},
 	{"night", "The night-time cap: a limit on money, kept by the ledger", night},
+	{"evening", "A stolen evening: new devices capped, limits raised only tomorrow, the cap between persons", evening},
 }
 
 // selfContained starts the embedded Redis and two replicas in this process.
@@ -122,7 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.target, "target", "", "comma-separated base URLs of running API replicas `URL[,URL...]` (default: start two in this process)")
 	fs.StringVar(&o.redisURL, "redis", "", "with -target: the deployment's Redis `URL`, used to pause it for the outage (CLIENT PAUSE) and to clear old limiter state")
-	only := fs.String("scenario", "all", "burst, login, outage, hole, scan, night or all")
+	only := fs.String("scenario", "all", "burst, login, outage, hole, scan, night, evening or all")
 	fs.BoolVar(&o.asJSON, "json", false, "print the results as JSON on stdout; the narration goes to stderr")
 	fs.BoolVar(&o.verbose, "v", false, "show the in-process replicas' logs on stderr")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -137,7 +138,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 	}
 	if len(o.chosen) == 0 {
-		return o, fmt.Errorf("-scenario %q: want burst, login, outage, hole, scan, night or all", *only)
+		return o, fmt.Errorf("-scenario %q: want burst, login, outage, hole, scan, night, evening or all", *only)
 	}
 	return o, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/pixlimit/pixlimit/internal/pix"
 )
@@ -76,7 +77,7 @@ func night(ctx context.Context, d *demo) error {
 		return nil
 	}
 	const ip = "192.0.2.95"
-	bruno, err := d.login(ctx, ip, bruno.document, bruno.password)
+	bruno, err := d.trustedLogin(ctx, ip, bruno)
 	if err != nil {
 		return err
 	}
@@ -96,5 +97,74 @@ func night(ctx context.Context, d *demo) error {
 		first.status == http.StatusCreated && second.status == http.StatusUnprocessableEntity && second.code() == "night_limit_exceeded",
 		second.summary()+": "+second.str("message"))
 	d.expect("only the first moved money", before-after == 90_000, fmt.Sprintf("%s moved", pix.BRL(before-after)))
+	return nil
+}
+
+// trustedLogin logs who in from ip on a device registered for PIX: the login, then the
+// registration with the password again (the bank's strong authentication stands behind it in a
+// real app), as a customer's own phone is.
+func (d *demo) trustedLogin(ctx context.Context, ip string, who account) (string, error) {
+	token, err := d.login(ctx, ip, who.document, who.password)
+	if err != nil {
+		return "", err
+	}
+	r := d.show(d.call(ctx, ip, "POST", "/v1/devices/current/register", token, map[string]string{"password": who.password}))
+	if r.status != http.StatusOK {
+		return "", fmt.Errorf("registering %s's device: %s", who.document, r.summary())
+	}
+	return token, nil
+}
+
+// evening: a stolen evening. A phone that never paid with Diego's account logs in to it: its
+// R$ 500,00 PIX is refused (a new device may send R$ 200,00 at most), and its request to raise
+// the night limit is recorded for tomorrow, not applied; Diego's own registered phone pays
+// R$ 300,00 as usual. Then Bruno pays a bakery at night past R$ 1.000,00: the night cap is between persons.
+func evening(ctx context.Context, d *demo) error {
+	const own, thief = "192.0.2.100", "203.0.113.66"
+	mine, err := d.trustedLogin(ctx, own, diego)
+	if err != nil {
+		return err
+	}
+	d.out.say("A phone that never paid from Diego's account logs in with his password (phished) and sends R$ 500,00.")
+	stolen, err := d.login(ctx, thief, diego.document, diego.password)
+	if err != nil {
+		return err
+	}
+	// To Carla's CPF key: its look-up bucket is not the one the scan story emptied.
+	refused := d.show(d.pix(ctx, thief, stolen, pixBody("11144477735", 50_000)))
+	d.expect("a device never registered for PIX cannot send R$ 500,00, and is told how much it may and how to register",
+		refused.status == http.StatusUnprocessableEntity && refused.code() == "device_limit_exceeded" && refused.cents("remaining_cents") == 20_000,
+		refused.summary()+": "+refused.str("message"))
+
+	d.out.say("It asks to raise the night limit to R$ 10.000,00, to empty the account tonight.")
+	raise := d.show(d.call(ctx, thief, "PUT", "/v1/limits", stolen, map[string]any{"night_limit_cents": 1_000_000}))
+	pending, _ := raise.body["pending"].([]any)
+	var effective time.Time
+	if len(pending) == 1 {
+		p, _ := pending[0].(map[string]any)
+		effective, _ = time.Parse(time.RFC3339Nano, fmt.Sprint(p["effective_at"]))
+	}
+	d.expect("a higher limit is only recorded, for 24 hours later: tonight's stays",
+		raise.status == http.StatusOK && raise.cents("night_limit_cents") == 100_000 && time.Until(effective) > 23*time.Hour,
+		fmt.Sprintf("%s, night limit %s, R$ 10.000,00 pending until %s", raise.summary(), pix.BRL(raise.cents("night_limit_cents")),
+			effective.Format(time.RFC3339)))
+	d.show(d.call(ctx, own, "DELETE", "/v1/limits/pending", mine, nil)) // Diego sees it and cancels it
+
+	d.out.say("Diego's own phone, registered, pays Carla R$ 300,00 as usual.")
+	paid := d.show(d.pix(ctx, own, mine, pixBody("11144477735", 30_000)))
+	d.expect("the customer's registered device is not capped as a new one", paid.status == http.StatusCreated, paid.summary())
+
+	if d.limiters == nil {
+		d.out.say("The bakery at night is skipped against -target: the night window is the deployment's, and it may be day there.")
+		return nil
+	}
+	d.out.say("Bruno pays the Padaria Pão Quente R$ 1.200,00 at night: a company is outside the cap between persons.")
+	b, err := d.trustedLogin(ctx, "192.0.2.101", bruno)
+	if err != nil {
+		return err
+	}
+	bakery := d.show(d.pix(ctx, "192.0.2.101", b, pixBody("padaria@example.com", 120_000)))
+	d.expect("the night cap covers payments between persons only: R$ 1.200,00 to a company passes at night",
+		bakery.status == http.StatusCreated, bakery.summary())
 	return nil
 }

@@ -181,7 +181,7 @@ func openLedger(ctx context.Context, cfg config.Config, logger *slog.Logger) (pi
 		}
 		logger.Warn("DATABASE_URL is empty: the ledger is in this process's memory; balances are " +
 			"lost on restart and not shared with other replicas, so set DATABASE_URL for a fleet")
-		l, err := pix.NewMemoryLedger(accounts, pix.WithNightCap(cfg.Night))
+		l, err := pix.NewMemoryLedger(accounts, pix.WithRules(cfg.Money))
 		return l, func() {}, err
 	}
 	if cfg.DemoAccounts {
@@ -190,7 +190,7 @@ func openLedger(ctx context.Context, cfg config.Config, logger *slog.Logger) (pi
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	l, err := pix.OpenPostgres(ctx, cfg.DatabaseURL, cfg.DBTimeout, accounts, pix.WithNightCap(cfg.Night))
+	l, err := pix.OpenPostgres(ctx, cfg.DatabaseURL, cfg.DBTimeout, accounts, pix.WithRules(cfg.Money))
 	if err != nil {
 		return nil, nil, fmt.Errorf("open the ledger of DATABASE_URL: %w", err)
 	}

@@ -36,6 +36,9 @@ type Subject struct {
 	Payer string
 	// Person is "PF" (a natural person) or "PJ" (a company).
 	Person string
+	// Device is the id of the device the login came from (its device token's), a fresh one for
+	// a new device: what the new-device money caps and registration key on.
+	Device string
 }
 
 // claims are an access token's: the registered ones, and the Subject's payer and person.
@@ -43,6 +46,7 @@ type claims struct {
 	jwt.RegisteredClaims
 	Payer  string `json:"pyr"`
 	Person string `json:"per"`
+	Device string `json:"dev"`
 }
 
 // NewTokens returns Tokens signing with a key derived from secret (at least 32 bytes) for access
@@ -80,7 +84,7 @@ func (t *Tokens) Issue(s Subject) (string, error) {
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(t.ttl)),
 		ID:        rand.Text(),
-	}, Payer: s.Payer, Person: s.Person}
+	}, Payer: s.Payer, Person: s.Person, Device: s.Device}
 	token, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(t.secret)
 	if err != nil {
 		return "", fmt.Errorf("auth: sign token: %w", err)
@@ -101,5 +105,5 @@ func (t *Tokens) Verify(token string) (Subject, error) {
 	if err != nil || c.Subject == "" || c.Payer == "" || (c.Person != "PF" && c.Person != "PJ") {
 		return Subject{}, ErrUnauthorized
 	}
-	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person}, nil
+	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person, Device: c.Device}, nil
 }

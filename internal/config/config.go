@@ -43,8 +43,9 @@ type Config struct {
 	// AuthSecret keys every token and rate-limit hash; empty: random (embedded Redis only).
 	AuthSecret          string
 	TokenTTL, DeviceTTL time.Duration
-	// Night is the night-time value cap.
-	Night          pix.NightCap
+	// Money are the limits on money the ledger enforces: the night cap, the day limit, the
+	// new-device caps and the delay of a customer's increase.
+	Money          pix.Rules
 	TrustedProxies []netip.Prefix
 	// Limits are the routes' validated limits, as the HTTP layer takes them.
 	Limits httpapi.Limits
@@ -86,6 +87,10 @@ type environment struct {
 	NightLimitCents      int64          `env:"NIGHT_LIMIT_CENTS" envDefault:"100000"`
 	NightStart           string         `env:"NIGHT_START" envDefault:"20:00"`
 	NightEnd             string         `env:"NIGHT_END" envDefault:"06:00"`
+	DayLimitCents        int64          `env:"DAY_LIMIT_CENTS" envDefault:"1000000"`
+	NewDeviceTransfer    int64          `env:"NEW_DEVICE_TRANSFER_LIMIT_CENTS" envDefault:"20000"`
+	NewDeviceDay         int64          `env:"NEW_DEVICE_DAY_LIMIT_CENTS" envDefault:"100000"`
+	IncreaseDelay        time.Duration  `env:"LIMIT_INCREASE_DELAY" envDefault:"24h"`
 	LookupCapacity       int            `env:"LOOKUP_CAPACITY" envDefault:"100"`
 	LookupRefill         int            `env:"LOOKUP_REFILL_PER_MINUTE" envDefault:"2"`
 	LookupMissCost       int            `env:"LOOKUP_MISS_COST" envDefault:"20"`
@@ -324,7 +329,19 @@ func (cfg *environment) check(p *problems) Config {
 	if cfg.BatchMax < 1 || cfg.BatchMax > 1000 {
 		p.add("RATELIMIT_BATCH_MAX", "%d: want 1 (no batching) to 1000", cfg.BatchMax)
 	}
-	out.Night = cfg.checkNight(p)
+	out.Money = pix.Rules{Night: cfg.checkNight(p), DayLimitCents: cfg.DayLimitCents, NewDeviceTransferCents: cfg.NewDeviceTransfer,
+		NewDeviceDayCents: cfg.NewDeviceDay, IncreaseDelay: cfg.IncreaseDelay}
+	for _, v := range []struct {
+		name  string
+		cents int64
+	}{{"DAY_LIMIT_CENTS", cfg.DayLimitCents}, {"NEW_DEVICE_TRANSFER_LIMIT_CENTS", cfg.NewDeviceTransfer}, {"NEW_DEVICE_DAY_LIMIT_CENTS", cfg.NewDeviceDay}} {
+		if v.cents < 0 || v.cents > pix.MaxLimitCents {
+			p.add(v.name, "%d: want 0 (off) to %d cents", v.cents, int64(pix.MaxLimitCents))
+		}
+	}
+	if cfg.IncreaseDelay <= 0 {
+		p.add("LIMIT_INCREASE_DELAY", "%v: want a positive duration (the central bank asks 24h at least of a real bank)", cfg.IncreaseDelay)
+	}
 	cfg.checkSecret(p)
 	out.DemoAccounts = cfg.DatabaseURL == ""
 	if cfg.DemoAccountsSet != nil {

@@ -34,6 +34,8 @@ const (
 	CodeInsufficientFunds       Code = "insufficient_funds"
 	CodeSameAccount             Code = "same_account"
 	CodeNightLimitExceeded      Code = "night_limit_exceeded"
+	CodeDailyLimitExceeded      Code = "daily_limit_exceeded"
+	CodeDeviceLimitExceeded     Code = "device_limit_exceeded"
 	CodeRateLimitExceeded       Code = "rate_limit_exceeded"
 	CodeRateLimiterUnavailable  Code = "rate_limiter_unavailable"
 	CodeClientClosedRequest     Code = "client_closed_request"
@@ -62,6 +64,8 @@ var codes = map[Code]struct {
 	CodeInsufficientFunds:      {http.StatusUnprocessableEntity, pix.ErrInsufficientFunds.Error()},
 	CodeSameAccount:            {http.StatusUnprocessableEntity, pix.ErrSameAccount.Error()},
 	CodeNightLimitExceeded:     {http.StatusUnprocessableEntity, pix.ErrNightLimitExceeded.Error()},
+	CodeDailyLimitExceeded:     {http.StatusUnprocessableEntity, pix.ErrDailyLimitExceeded.Error()},
+	CodeDeviceLimitExceeded:    {http.StatusUnprocessableEntity, pix.ErrDeviceLimitExceeded.Error()},
 	CodeRateLimitExceeded:      {http.StatusTooManyRequests, "too many requests; retry after the time given"},
 	CodeRateLimiterUnavailable: {http.StatusTooManyRequests, "the rate limiter cannot decide right now; try again later"},
 	CodeClientClosedRequest:    {499, "the client closed the request"}, // nginx's: logged as what it is rather than as a 500
@@ -88,6 +92,8 @@ type Error struct {
 	// RetryAfter, when positive, is sent as Retry-After (whole seconds, at least 1) and, in the
 	// body, as retry_after_seconds.
 	RetryAfter time.Duration
+	// RemainingCents, when set, is what a money limit leaves (remaining_cents in the body).
+	RemainingCents *int64
 	// cause is what went wrong underneath, for the log; never sent.
 	cause error
 }
@@ -137,6 +143,8 @@ var domainErrors = []struct {
 	{pix.ErrSameAccount, CodeSameAccount, false},
 	{pix.ErrIdempotencyConflict, CodeIdempotencyConflict, false},
 	{pix.ErrNightLimitExceeded, CodeNightLimitExceeded, true},
+	{pix.ErrDailyLimitExceeded, CodeDailyLimitExceeded, true},
+	{pix.ErrDeviceLimitExceeded, CodeDeviceLimitExceeded, true},
 	{pix.ErrUnavailable, CodeLedgerUnavailable, false},
 	{pix.ErrOutcomeUnknown, CodeTransferOutcomeUnknown, false},
 	{context.Canceled, CodeClientClosedRequest, false},
@@ -166,6 +174,11 @@ func toError(err error, ledgerRetryAfter time.Duration) *Error {
 			if d.ownText {
 				e.Message = err.Error()
 			}
+			var left interface{ Remaining() int64 }
+			if errors.As(err, &left) {
+				v := left.Remaining()
+				e.RemainingCents = &v
+			}
 			if d.code == CodeLedgerUnavailable || d.code == CodeTransferOutcomeUnknown {
 				e.RetryAfter = ledgerRetryAfter
 			}
@@ -191,6 +204,7 @@ type errorBody struct {
 	Message           string            `json:"message"`
 	Fields            map[string]string `json:"fields,omitempty"`
 	RetryAfterSeconds int64             `json:"retry_after_seconds,omitempty"`
+	RemainingCents    *int64            `json:"remaining_cents,omitempty"`
 }
 
 // errorHandler is the one place where errors become HTTP responses.
@@ -211,7 +225,7 @@ func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTP
 		if e.Code == CodeUnauthorized {
 			h.Set(echo.HeaderWWWAuthenticate, "Bearer")
 		}
-		body := errorBody{Error: e.Code, Message: e.message(), Fields: e.Fields}
+		body := errorBody{Error: e.Code, Message: e.message(), Fields: e.Fields, RemainingCents: e.RemainingCents}
 		if e.RetryAfter > 0 {
 			body.RetryAfterSeconds = retrySeconds(e.RetryAfter)
 			h.Set("Retry-After", strconv.FormatInt(body.RetryAfterSeconds, 10))

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
@@ -114,7 +115,10 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, to
 		if err != nil {
 			return err
 		}
-		token, err := tokens.Issue(auth.Subject{Account: acct.ID, Payer: tokens.PayerID(document), Person: string(person)})
+		if device == "" {
+			device = rand.Text() // a new device: the access token and the device token name it
+		}
+		token, err := tokens.Issue(auth.Subject{Account: acct.ID, Payer: tokens.PayerID(document), Person: string(person), Device: device})
 		if err != nil {
 			return err
 		}
@@ -241,7 +245,7 @@ func handlePIX(ledger pix.Ledger) echo.HandlerFunc {
 		CreatedAt    time.Time `json:"created_at"`
 	}
 	return func(c echo.Context) error {
-		from, err := auth.AccountID(c)
+		s, err := auth.SubjectOf(c)
 		if err != nil {
 			return err
 		}
@@ -250,7 +254,8 @@ func handlePIX(ledger pix.Ledger) echo.HandlerFunc {
 			return errors.New("httpapi: handlePIX runs after decodePIX")
 		}
 		r, err := ledger.Transfer(c.Request().Context(), pix.TransferRequest{
-			From: from, ToKey: req.key, AmountCents: req.amountCents, Description: req.description, IdempotencyKey: req.idempotency,
+			From: s.Account, ToKey: req.key, AmountCents: req.amountCents, Description: req.description, IdempotencyKey: req.idempotency,
+			Device: s.Device,
 		})
 		if err != nil {
 			return err

@@ -36,6 +36,10 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	e.GET("/v1/pix/keys/limits", handleLookupLimits(lookups), requireAccount)
 	e.GET("/v1/pix/keys/:key", handleLookup(d.Ledger, lookups), requireAccount)
 	e.GET("/v1/statement", handleStatement(d.Ledger), requireAccount, limitStatement)
+	e.GET("/v1/limits", handleGetLimits(d.Ledger), requireAccount)
+	e.PUT("/v1/limits", handlePutLimits(d.Ledger), requireAccount)
+	e.DELETE("/v1/limits/pending", handleCancelPending(d.Ledger), requireAccount)
+	e.POST("/v1/devices/current/register", handleRegisterDevice(login, d.Limits, d.Ledger), requireAccount)
 	return nil
 }
 

@@ -61,6 +61,18 @@ type Ledger interface {
 	// LookupKey finds the owner of a PIX key (normalized, as ParseKey returns it), or returns
 	// ErrKeyNotFound.
 	LookupKey(ctx context.Context, key string) (Payee, error)
+	// Account finds an account by its id, or returns ErrAccountNotFound.
+	Account(ctx context.Context, id string) (Account, error)
+	// Limits returns the account's money limits in force now and its pending increases.
+	Limits(ctx context.Context, accountID string) (Limits, error)
+	// SetLimits changes the account's limits (Rules: lower at once, higher after the delay)
+	// and returns them; an invalid change wraps ErrInvalidLimits and changes nothing.
+	SetLimits(ctx context.Context, accountID string, c LimitsChange) (Limits, error)
+	// CancelPendingLimits drops the account's pending increases and returns its limits.
+	CancelPendingLimits(ctx context.Context, accountID string) (Limits, error)
+	// RegisterDevice registers a device of the account for PIX: its transfers are no longer
+	// capped as a new device's. Registering twice is registering once.
+	RegisterDevice(ctx context.Context, accountID, device string) error
 }
 
 // Payee is the owner of a PIX key, as a payer may see them before paying.
@@ -77,6 +89,25 @@ type TransferRequest struct {
 	AmountCents    int64
 	Description    string
 	IdempotencyKey string // required: names the transfer across retries
+	// Device is the id of the device that asks (the access token's), "" when unknown: a device
+	// the account has not registered (RegisterDevice) sends under the new-device caps.
+	Device string
+}
+
+// same reports whether r and o are one transfer, as an idempotency key names it: the same payer,
+// key, amount and description, from whichever device.
+func (r TransferRequest) same(o TransferRequest) bool {
+	r.Device, o.Device = "", ""
+	return r == o
+}
+
+// betweenPersons reports whether a payment from document payer to document payee is between
+// distinct natural persons (PF to PF), the payments the night cap covers. Documents are unique
+// per account here, so one person's two accounts cannot exist; a payment between the same
+// document's accounts would not be "between distinct persons" (Res. BCB 142/2021) and is not
+// capped, which this comparison also says.
+func betweenPersons(payer, payee string) bool {
+	return PersonOf(payer) == PF && PersonOf(payee) == PF && payer != payee
 }
 
 // valid checks what every ledger requires of a transfer before it looks at any account.

@@ -2,6 +2,7 @@ package pix
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -12,7 +13,7 @@ import (
 // mutex serializes transfers, which makes each trivially atomic.
 type MemoryLedger struct {
 	now   func() time.Time
-	night NightCap
+	rules Rules
 
 	mu       sync.Mutex
 	accounts map[string]*memAccount // by id
@@ -25,7 +26,18 @@ type MemoryLedger struct {
 type memAccount struct {
 	Account
 	balance int64
-	entries []Entry // oldest first
+	entries []Entry   // oldest first
+	sent    []memSent // the transfers it sent, oldest first
+	limits  accountLimits
+	devices map[string]bool // registered for PIX
+}
+
+// memSent is one transfer an account sent, as its money limits count it.
+type memSent struct {
+	at             time.Time
+	amount         int64
+	betweenPersons bool
+	unregistered   bool
 }
 
 type idemKey struct{ account, key string }
@@ -40,7 +52,7 @@ func NewMemoryLedger(accounts []Account, opts ...Option) (*MemoryLedger, error) 
 	o := newOptions(opts)
 	l := &MemoryLedger{
 		now:      o.now,
-		night:    o.night,
+		rules:    o.rules,
 		accounts: map[string]*memAccount{},
 		byDoc:    map[string]string{},
 		byKey:    map[string]string{},
@@ -54,7 +66,7 @@ func NewMemoryLedger(accounts []Account, opts ...Option) (*MemoryLedger, error) 
 		if a.OpeningCents < 0 {
 			return nil, fmt.Errorf("pix: account %s: negative opening balance", a.ID)
 		}
-		l.accounts[a.ID] = &memAccount{Account: a, balance: a.OpeningCents}
+		l.accounts[a.ID] = &memAccount{Account: a, balance: a.OpeningCents, devices: map[string]bool{}}
 		l.byDoc[a.Document] = a.ID
 		for _, k := range a.Keys {
 			if _, dup := l.byKey[k]; dup {
@@ -85,7 +97,7 @@ func (l *MemoryLedger) Transfer(_ context.Context, r TransferRequest) (Receipt, 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if rec, ok := l.replays[idemKey{r.From, r.IdempotencyKey}]; ok {
-		if rec.req != r {
+		if !rec.req.same(r) {
 			return Receipt{}, ErrIdempotencyConflict
 		}
 		replay := rec.receipt
@@ -104,12 +116,14 @@ func (l *MemoryLedger) Transfer(_ context.Context, r TransferRequest) (Receipt, 
 	if to == from {
 		return Receipt{}, ErrSameAccount
 	}
+	now := l.now().UTC()
+	facts := transferFacts{now: now, amount: r.AmountCents, betweenPersons: betweenPersons(from.Document, to.Document),
+		deviceRegistered: r.Device != "" && from.devices[r.Device], limits: l.rules.inForce(from.limits, now)}
+	if err := l.rules.check(facts, from.spent(l.rules, facts)); err != nil {
+		return Receipt{}, err // the limits first, then the balance, as PostgresLedger checks them
+	}
 	if from.balance < r.AmountCents {
 		return Receipt{}, ErrInsufficientFunds
-	}
-	now := l.now().UTC()
-	if err := l.night.check(now, from.sentSince(l.night, now), r.AmountCents); err != nil {
-		return Receipt{}, err
 	}
 	if to.balance > math.MaxInt64-r.AmountCents {
 		// Unreachable while money is only moved, never created: no balance exceeds the total.
@@ -123,6 +137,7 @@ func (l *MemoryLedger) Transfer(_ context.Context, r TransferRequest) (Receipt, 
 	l.ids[id] = true
 	from.balance -= r.AmountCents
 	to.balance += r.AmountCents
+	from.sent = append(from.sent, memSent{at: now, amount: r.AmountCents, betweenPersons: facts.betweenPersons, unregistered: !facts.deviceRegistered})
 	from.entries = append(from.entries, Entry{EndToEndID: id, Direction: Out, AmountCents: r.AmountCents,
 		Counterparty: to.Name, Description: r.Description, CreatedAt: now})
 	to.entries = append(to.entries, Entry{EndToEndID: id, Direction: In, AmountCents: r.AmountCents,
@@ -146,19 +161,95 @@ func (l *MemoryLedger) LookupKey(_ context.Context, key string) (Payee, error) {
 	return Payee{Key: key, Name: a.Name, Document: a.Document}, nil
 }
 
-// sentSince is what the account has sent since the night containing now began (0 by day).
-func (a *memAccount) sentSince(n NightCap, now time.Time) int64 {
-	start, night := n.nightOf(now)
-	if !night {
-		return 0
-	}
-	spent := int64(0)
-	for i := len(a.entries) - 1; i >= 0 && !a.entries[i].CreatedAt.Before(start); i-- {
-		if a.entries[i].Direction == Out {
-			spent += a.entries[i].AmountCents
+// spent is what the account sent in the periods a transfer's limits count (Rules.periods).
+func (a *memAccount) spent(r Rules, t transferFacts) sent {
+	night, day := r.periods(t.now, t.limits.NightStart)
+	var s sent
+	for i := len(a.sent) - 1; i >= 0; i-- {
+		e := a.sent[i]
+		inNight, inDay := !night.IsZero() && !e.at.Before(night), !e.at.Before(day)
+		if !inNight && !inDay {
+			break
+		}
+		if inNight && e.betweenPersons {
+			s.night += e.amount
+		}
+		if inDay {
+			s.day += e.amount
+			if e.unregistered {
+				s.unregistered += e.amount
+			}
 		}
 	}
-	return spent
+	return s
+}
+
+// Account implements Ledger.
+func (l *MemoryLedger) Account(_ context.Context, id string) (Account, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok := l.accounts[id]
+	if !ok {
+		return Account{}, ErrAccountNotFound
+	}
+	return a.Account, nil
+}
+
+// Limits implements Ledger.
+func (l *MemoryLedger) Limits(_ context.Context, accountID string) (Limits, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok := l.accounts[accountID]
+	if !ok {
+		return Limits{}, ErrAccountNotFound
+	}
+	return l.rules.inForce(a.limits, l.now()), nil
+}
+
+// SetLimits implements Ledger.
+func (l *MemoryLedger) SetLimits(_ context.Context, accountID string, c LimitsChange) (Limits, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok := l.accounts[accountID]
+	if !ok {
+		return Limits{}, ErrAccountNotFound
+	}
+	now := l.now()
+	changed, err := l.rules.change(a.limits, c, now)
+	if err != nil {
+		return Limits{}, err
+	}
+	a.limits = changed
+	return l.rules.inForce(a.limits, now), nil
+}
+
+// CancelPendingLimits implements Ledger.
+func (l *MemoryLedger) CancelPendingLimits(_ context.Context, accountID string) (Limits, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok := l.accounts[accountID]
+	if !ok {
+		return Limits{}, ErrAccountNotFound
+	}
+	now := l.now()
+	a.limits = a.limits.settle(now) // what is due has applied: only what is not yet is cancelled
+	a.limits.pending = nil
+	return l.rules.inForce(a.limits, now), nil
+}
+
+// RegisterDevice implements Ledger.
+func (l *MemoryLedger) RegisterDevice(_ context.Context, accountID, device string) error {
+	if device == "" {
+		return errors.New("pix: a device needs an id")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok := l.accounts[accountID]
+	if !ok {
+		return ErrAccountNotFound
+	}
+	a.devices[device] = true
+	return nil
 }
 
 // Statement implements Ledger.

@@ -8,7 +8,8 @@ import (
 )
 
 // NightCap is the PIX rulebook's night-time value cap for individuals: between Start and End,
-// local time in Location, the transfers an account sends may not sum past LimitCents per night.
+// local time in Location, the transfers an account sends to other persons may not sum past
+// LimitCents per night (Rules says to whom it applies, and the customer may choose its start).
 // It is a limit on money, so it lives in the ledger's transaction, beside the balance it
 // protects, never in Redis: a rate limit may forget its state on a Redis restart and cost at most
 // one fresh window; a money limit must not forget anything.
@@ -97,12 +98,16 @@ func BRL(cents int64) string {
 type Option func(*options)
 
 type options struct {
-	night NightCap
+	rules Rules
 	now   func() time.Time
 }
 
-// WithNightCap enforces n in every transfer.
-func WithNightCap(n NightCap) Option { return func(o *options) { o.night = n } }
+// WithNightCap enforces n in every transfer (between persons): Rules with this night cap and
+// no other rule.
+func WithNightCap(n NightCap) Option { return func(o *options) { o.rules.Night = n } }
+
+// WithRules enforces r in every transfer.
+func WithRules(r Rules) Option { return func(o *options) { o.rules = r } }
 
 // WithClock replaces time.Now: the one clock the ledger stamps and caps transfers with (tests
 // set the hour they need).

@@ -33,7 +33,7 @@ type PostgresLedger struct {
 	pool    *pgxpool.Pool
 	timeout time.Duration
 	now     func() time.Time
-	night   NightCap
+	rules   Rules
 }
 
 // DefaultTimeout is the deadline of one ledger call when OpenPostgres is given none.
@@ -56,7 +56,7 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed [
 	if err != nil {
 		return nil, fmt.Errorf("pix: postgres: %w", err)
 	}
-	l := &PostgresLedger{pool: pool, timeout: timeout, now: o.now, night: o.night}
+	l := &PostgresLedger{pool: pool, timeout: timeout, now: o.now, rules: o.rules}
 	if err := l.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -123,7 +123,7 @@ func serverUnavailable(e *pgconn.PgError) bool {
 func isDomain(err error) bool {
 	for _, d := range []error{ErrAccountNotFound, ErrKeyNotFound, ErrInsufficientFunds, ErrSameAccount,
 		ErrIdempotencyConflict, ErrInvalidAmount, ErrIdempotencyKeyRequired, ErrNightLimitExceeded,
-		ErrUnavailable, ErrOutcomeUnknown} {
+		ErrDailyLimitExceeded, ErrDeviceLimitExceeded, ErrInvalidLimits, ErrUnavailable, ErrOutcomeUnknown} {
 		if errors.Is(err, d) {
 			return true
 		}
@@ -355,9 +355,9 @@ func (l *PostgresLedger) statements(ctx context.Context, tx pgx.Tx, r TransferRe
 	if prior, found, err := findReplay(ctx, tx, r); err != nil || found {
 		return prior, found, err
 	}
-	var payee, payeeName string
-	err = tx.QueryRow(ctx, `SELECT a.id, a.name FROM pix_keys k JOIN accounts a ON a.id = k.account_id WHERE k.key = $1`, r.ToKey).
-		Scan(&payee, &payeeName)
+	var payee, payeeName, payeeDocument string
+	err = tx.QueryRow(ctx, `SELECT a.id, a.name, a.document FROM pix_keys k JOIN accounts a ON a.id = k.account_id WHERE k.key = $1`, r.ToKey).
+		Scan(&payee, &payeeName, &payeeDocument)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Receipt{}, false, keyNotFound(ctx, tx, r.From)
 	}
@@ -385,7 +385,8 @@ func (l *PostgresLedger) statements(ctx context.Context, tx pgx.Tx, r TransferRe
 		return prior, found, err
 	}
 	now := l.now().UTC().Truncate(time.Microsecond)
-	if err := l.checkNight(ctx, tx, r, now); err != nil {
+	registered, err := l.checkLimits(ctx, tx, r, payeeDocument, now)
+	if err != nil {
 		return Receipt{}, false, err
 	}
 	var balance int64
@@ -401,24 +402,205 @@ func (l *PostgresLedger) statements(ctx context.Context, tx pgx.Tx, r TransferRe
 	if _, err := tx.Exec(ctx, "UPDATE accounts SET balance_cents = balance_cents + $2 WHERE id = $1", payee, r.AmountCents); err != nil {
 		return Receipt{}, false, err // 22003 numeric overflow: unreachable while money is only moved
 	}
-	receipt, err = l.record(ctx, tx, r, payee, payerName, payeeName, balance, now)
+	receipt, err = l.record(ctx, tx, r, payee, payerName, payeeName, balance, now, registered)
 	return receipt, false, err
 }
 
-// checkNight applies the night-time cap under the payer's row lock, which the transaction holds:
-// no other transfer of the payer can commit between the sum and this transfer, so concurrent
-// transfers can never sum past the cap.
-func (l *PostgresLedger) checkNight(ctx context.Context, tx pgx.Tx, r TransferRequest, now time.Time) error {
-	start, night := l.night.nightOf(now)
-	if !night || l.night.LimitCents <= 0 {
-		return nil
+// checkLimits applies the money limits (Rules) under the payer's row lock, which the transaction
+// holds: no other transfer of the payer can commit between the sums and this transfer, so
+// concurrent transfers can never sum past a limit. It reports whether the transfer comes from a
+// registered device, which the transfer records.
+func (l *PostgresLedger) checkLimits(ctx context.Context, tx pgx.Tx, r TransferRequest, payeeDocument string, now time.Time) (bool, error) {
+	var payerDocument string
+	var registered bool
+	if err := tx.QueryRow(ctx, `SELECT a.document, EXISTS (SELECT 1 FROM devices d WHERE d.account_id = a.id AND d.device_id = $2)
+		FROM accounts a WHERE a.id = $1`, r.From, r.Device).Scan(&payerDocument, &registered); err != nil {
+		return false, err
 	}
-	var spent int64
-	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount_cents), 0) FROM transfers WHERE payer_id = $1 AND created_at >= $2`,
-		r.From, start).Scan(&spent); err != nil {
+	stored, err := loadLimits(ctx, tx, r.From)
+	if err != nil {
+		return false, err
+	}
+	facts := transferFacts{now: now, amount: r.AmountCents, betweenPersons: betweenPersons(payerDocument, payeeDocument),
+		deviceRegistered: registered && r.Device != "", limits: l.rules.inForce(stored, now)}
+	night, day := l.rules.periods(now, facts.limits.NightStart)
+	if night.IsZero() {
+		night = now.Add(time.Hour) // by day nothing counts as tonight's
+	}
+	since := day
+	if night.Before(day) {
+		since = night
+	}
+	var s sent
+	// The payee's document tells a payment to another person (the night cap's) from one to a
+	// company; transfers_payer_time makes it one index range scan.
+	if err := tx.QueryRow(ctx, `SELECT
+			coalesce(sum(t.amount_cents) FILTER (WHERE t.created_at >= $2 AND length(a.document) = 11 AND a.document <> $5), 0),
+			coalesce(sum(t.amount_cents) FILTER (WHERE t.created_at >= $3), 0),
+			coalesce(sum(t.amount_cents) FILTER (WHERE t.created_at >= $3 AND NOT t.from_registered_device), 0)
+		FROM transfers t JOIN accounts a ON a.id = t.payee_id WHERE t.payer_id = $1 AND t.created_at >= $4`,
+		r.From, night, day, since, payerDocument).Scan(&s.night, &s.day, &s.unregistered); err != nil {
+		return false, err
+	}
+	return facts.deviceRegistered, l.rules.check(facts, s)
+}
+
+// loadLimits reads what an account set and its pending increases.
+func loadLimits(ctx context.Context, q pgx.Tx, account string) (accountLimits, error) {
+	a := accountLimits{pending: map[string]PendingLimit{}}
+	var night, day, start *int64
+	err := q.QueryRow(ctx, "SELECT night_limit_cents, day_limit_cents, night_start FROM account_limits WHERE account_id = $1", account).
+		Scan(&night, &day, &start)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return a, err
+	}
+	a.night, a.day = night, day
+	if start != nil {
+		d := time.Duration(*start) * time.Minute
+		a.start = &d
+	}
+	rows, err := q.Query(ctx, "SELECT field, value, effective_at FROM pending_limits WHERE account_id = $1", account)
+	if err != nil {
+		return a, err
+	}
+	pending, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PendingLimit, error) {
+		var p PendingLimit
+		err := row.Scan(&p.Field, &p.Value, &p.EffectiveAt)
+		if p.Field == FieldNightStart {
+			p.Value = int64(time.Duration(p.Value) * time.Minute)
+		}
+		p.EffectiveAt = p.EffectiveAt.UTC()
+		return p, err
+	})
+	for _, p := range pending {
+		a.pending[p.Field] = p
+	}
+	return a, err
+}
+
+// storeLimits writes what an account set and its pending increases, replacing what was there.
+func storeLimits(ctx context.Context, tx pgx.Tx, account string, a accountLimits) error {
+	var start *int64
+	if a.start != nil {
+		m := int64(*a.start / time.Minute)
+		start = &m
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO account_limits (account_id, night_limit_cents, day_limit_cents, night_start)
+		VALUES ($1, $2, $3, $4) ON CONFLICT (account_id) DO UPDATE
+		SET night_limit_cents = $2, day_limit_cents = $3, night_start = $4`, account, a.night, a.day, start); err != nil {
 		return err
 	}
-	return l.night.check(now, spent, r.AmountCents)
+	if _, err := tx.Exec(ctx, "DELETE FROM pending_limits WHERE account_id = $1", account); err != nil {
+		return err
+	}
+	for _, p := range a.pending {
+		v := p.Value
+		if p.Field == FieldNightStart {
+			v = int64(time.Duration(v) / time.Minute)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO pending_limits (account_id, field, value, effective_at) VALUES ($1, $2, $3, $4)",
+			account, p.Field, v, p.EffectiveAt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Account implements Ledger.
+func (l *PostgresLedger) Account(ctx context.Context, id string) (Account, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	var a Account
+	var hash string
+	err := l.pool.QueryRow(ctx, "SELECT id, name, document, password_hash FROM accounts WHERE id = $1", id).
+		Scan(&a.ID, &a.Name, &a.Document, &hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Account{}, ErrAccountNotFound
+	}
+	if err != nil {
+		return Account{}, fmt.Errorf("pix: account: %w", unavailable(err))
+	}
+	a.PasswordHash = []byte(hash)
+	return a, nil
+}
+
+// Limits implements Ledger.
+func (l *PostgresLedger) Limits(ctx context.Context, accountID string) (Limits, error) {
+	return l.changeLimits(ctx, accountID, func(a accountLimits, _ time.Time) (accountLimits, bool, error) { return a, false, nil })
+}
+
+// SetLimits implements Ledger.
+func (l *PostgresLedger) SetLimits(ctx context.Context, accountID string, c LimitsChange) (Limits, error) {
+	return l.changeLimits(ctx, accountID, func(a accountLimits, now time.Time) (accountLimits, bool, error) {
+		changed, err := l.rules.change(a, c, now)
+		return changed, true, err
+	})
+}
+
+// CancelPendingLimits implements Ledger.
+func (l *PostgresLedger) CancelPendingLimits(ctx context.Context, accountID string) (Limits, error) {
+	return l.changeLimits(ctx, accountID, func(a accountLimits, now time.Time) (accountLimits, bool, error) {
+		a = a.settle(now) // what is due has applied: only what is not yet is cancelled
+		a.pending = nil
+		return a, true, nil
+	})
+}
+
+// changeLimits runs change over an account's limits in one transaction under the account's row
+// lock (transfers take it too, so a transfer sees a change whole or not at all), storing them
+// when change says so, and returns the limits in force.
+func (l *PostgresLedger) changeLimits(ctx context.Context, account string, change func(accountLimits, time.Time) (accountLimits, bool, error)) (Limits, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	var out Limits
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var id string
+		if err := tx.QueryRow(ctx, "SELECT id FROM accounts WHERE id = $1 FOR UPDATE", account).Scan(&id); errors.Is(err, pgx.ErrNoRows) {
+			return ErrAccountNotFound
+		} else if err != nil {
+			return err
+		}
+		stored, err := loadLimits(ctx, tx, account)
+		if err != nil {
+			return err
+		}
+		now := l.now().UTC()
+		changed, write, err := change(stored, now)
+		if err != nil {
+			return err
+		}
+		if write {
+			if err := storeLimits(ctx, tx, account, changed); err != nil {
+				return err
+			}
+		}
+		out = l.rules.inForce(changed, now)
+		return nil
+	})
+	if err != nil {
+		return Limits{}, fmt.Errorf("pix: limits: %w", unavailable(err))
+	}
+	return out, nil
+}
+
+// RegisterDevice implements Ledger.
+func (l *PostgresLedger) RegisterDevice(ctx context.Context, accountID, device string) error {
+	if device == "" {
+		return errors.New("pix: a device needs an id")
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	tag, err := l.pool.Exec(ctx, `INSERT INTO devices (account_id, device_id, registered_at)
+		SELECT id, $2, $3 FROM accounts WHERE id = $1 ON CONFLICT DO NOTHING`, accountID, device, l.now().UTC())
+	if err != nil {
+		return fmt.Errorf("pix: register device: %w", unavailable(err))
+	}
+	if tag.RowsAffected() == 0 {
+		if _, err := l.Account(ctx, accountID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // keyNotFound is the error for a transfer whose key has no owner: ErrAccountNotFound when the
@@ -437,11 +619,11 @@ func keyNotFound(ctx context.Context, q querier, payer string) error {
 
 // record writes a transfer whose money has moved: the transfer row (the idempotency record) and
 // its two statement entries, and returns its receipt.
-func (l *PostgresLedger) record(ctx context.Context, tx pgx.Tx, r TransferRequest, payee, payerName, payeeName string, balance int64, now time.Time) (Receipt, error) {
+func (l *PostgresLedger) record(ctx context.Context, tx pgx.Tx, r TransferRequest, payee, payerName, payeeName string, balance int64, now time.Time, registered bool) (Receipt, error) {
 	id := NewEndToEndID(now)
 	if _, err := tx.Exec(ctx, `INSERT INTO transfers (end_to_end_id, payer_id, payee_id, to_key, amount_cents,
-		description, idempotency_key, payer_balance_after, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		id, r.From, payee, r.ToKey, r.AmountCents, r.Description, r.IdempotencyKey, balance, now); err != nil {
+		description, idempotency_key, payer_balance_after, created_at, from_registered_device) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		id, r.From, payee, r.ToKey, r.AmountCents, r.Description, r.IdempotencyKey, balance, now, registered); err != nil {
 		return Receipt{}, err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO entries (account_id, end_to_end_id, direction, amount_cents, counterparty, description, created_at)

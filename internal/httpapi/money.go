@@ -1,0 +1,173 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/pix"
+)
+
+// limitsBody is GET /v1/limits's answer: the account's money limits in force and the increases
+// it asked for that are not yet (pix.Rules: lower at once, higher after LIMIT_INCREASE_DELAY).
+type limitsBody struct {
+	NightLimitCents int64         `json:"night_limit_cents"`
+	DayLimitCents   int64         `json:"day_limit_cents"`
+	NightStart      string        `json:"night_start"`
+	Pending         []pendingBody `json:"pending"`
+}
+
+// pendingBody is one pending increase: value_cents for a limit, value for the night's start.
+type pendingBody struct {
+	Field       string    `json:"field"`
+	ValueCents  *int64    `json:"value_cents,omitempty"`
+	Value       string    `json:"value,omitempty"`
+	EffectiveAt time.Time `json:"effective_at"`
+}
+
+func toLimitsBody(l pix.Limits) limitsBody {
+	b := limitsBody{NightLimitCents: l.NightLimitCents, DayLimitCents: l.DayLimitCents, NightStart: clock(l.NightStart),
+		Pending: []pendingBody{}}
+	for _, p := range l.Pending {
+		pb := pendingBody{Field: p.Field, EffectiveAt: p.EffectiveAt.UTC()}
+		if p.Field == pix.FieldNightStart {
+			pb.Value = clock(time.Duration(p.Value))
+		} else {
+			v := p.Value
+			pb.ValueCents = &v
+		}
+		b.Pending = append(b.Pending, pb)
+	}
+	return b
+}
+
+// clock is a time of day as HH:MM.
+func clock(d time.Duration) string {
+	return fmt.Sprintf("%02d:%02d", int(d/time.Hour), int(d%time.Hour/time.Minute))
+}
+
+// handleGetLimits shows the account's money limits.
+func handleGetLimits(ledger pix.Ledger) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id, err := auth.AccountID(c)
+		if err != nil {
+			return err
+		}
+		l, err := ledger.Limits(c.Request().Context(), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, toLimitsBody(l))
+	}
+}
+
+// handlePutLimits changes any of the account's limits: a lower value at once, a higher one
+// pending until its effective_at (the answer shows which). Invalid values are 400 naming each
+// field, and nothing changes.
+func handlePutLimits(ledger pix.Ledger) echo.HandlerFunc {
+	type request struct {
+		NightLimitCents *int64  `json:"night_limit_cents"`
+		DayLimitCents   *int64  `json:"day_limit_cents"`
+		NightStart      *string `json:"night_start"`
+	}
+	return func(c echo.Context) error {
+		id, err := auth.AccountID(c)
+		if err != nil {
+			return err
+		}
+		var req request
+		if err := decodeJSON(c, &req); err != nil {
+			return err
+		}
+		change := pix.LimitsChange{NightLimitCents: req.NightLimitCents, DayLimitCents: req.DayLimitCents}
+		if req.NightStart != nil {
+			switch *req.NightStart {
+			case "20:00", "22:00":
+				d := 20 * time.Hour
+				if *req.NightStart == "22:00" {
+					d = 22 * time.Hour
+				}
+				change.NightStart = &d
+			default:
+				return invalid("invalid limits", map[string]string{pix.FieldNightStart: `must be "20:00" or "22:00"`})
+			}
+		}
+		if change.NightLimitCents == nil && change.DayLimitCents == nil && change.NightStart == nil {
+			return invalid("nothing to change", map[string]string{"body": "give night_limit_cents, day_limit_cents or night_start"})
+		}
+		l, err := ledger.SetLimits(c.Request().Context(), id, change)
+		var le *pix.LimitsError
+		if errors.As(err, &le) {
+			return invalid("invalid limits", le.Fields)
+		}
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, toLimitsBody(l))
+	}
+}
+
+// handleCancelPending drops the account's pending increases.
+func handleCancelPending(ledger pix.Ledger) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id, err := auth.AccountID(c)
+		if err != nil {
+			return err
+		}
+		l, err := ledger.CancelPendingLimits(c.Request().Context(), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, toLimitsBody(l))
+	}
+}
+
+// handleRegisterDevice registers the login's device for PIX (the central bank's new-device rule)
+// once the account's password is given again, standing in for the strong authentication the
+// rule requires. Each attempt counts against the device's login key (login-device, the key its
+// logins count against once it is trusted), before the password is checked: an access token,
+// stolen without the password, buys that key's few guesses and no more, since another token
+// needs a login, and a login the password.
+func handleRegisterDevice(limiter limiter, limits Limits, ledger pix.Ledger) echo.HandlerFunc {
+	type request struct {
+		Password string `json:"password"`
+	}
+	type response struct {
+		Device     string `json:"device"`
+		Registered bool   `json:"registered"`
+	}
+	return func(c echo.Context) error {
+		s, err := auth.SubjectOf(c)
+		if err != nil {
+			return err
+		}
+		if s.Device == "" {
+			return auth.ErrUnauthorized // a token from before devices were named: log in again
+		}
+		acct, err := ledger.Account(c.Request().Context(), s.Account)
+		if err != nil {
+			return err
+		}
+		if err := limiter.enforce(c, nil, check{limits.LoginDevice, s.Device}); err != nil {
+			return err
+		}
+		var req request
+		if err := decodeJSON(c, &req); err != nil {
+			return err
+		}
+		if req.Password == "" || len(req.Password) > 72 {
+			return invalid("invalid device registration", map[string]string{"password": "required, at most 72 bytes"})
+		}
+		if _, err := auth.CheckPassword(c.Request().Context(), ledger, acct.Document, req.Password); err != nil {
+			return err
+		}
+		if err := ledger.RegisterDevice(c.Request().Context(), s.Account, s.Device); err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, response{Device: s.Device, Registered: true})
+	}
+}

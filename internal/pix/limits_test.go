@@ -1,0 +1,310 @@
+package pix
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
+)
+
+// rulesBackends are both ledgers with the demo accounts under r and clock.
+func rulesBackends(t *testing.T, r Rules, clock func() time.Time) map[string]Ledger {
+	t.Helper()
+	mem, err := NewMemoryLedger(DemoAccounts(), WithRules(r), WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := OpenPostgres(context.Background(), pgtest.URL(t), 0, DemoAccounts(), WithRules(r), WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Close)
+	return map[string]Ledger{"memory": mem, "postgres": pg}
+}
+
+// testClock is a settable clock.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *testClock) Set(t time.Time)         { c.mu.Lock(); c.now = t; c.mu.Unlock() }
+func (c *testClock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+// defaultRules are the bank's defaults of the contract, the day limit R$ 10.000,00.
+func defaultRules(t *testing.T) Rules {
+	night, err := DefaultNightCap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Rules{Night: night, DayLimitCents: 1_000_000, NewDeviceTransferCents: 20_000, NewDeviceDayCents: 100_000, IncreaseDelay: 24 * time.Hour}
+}
+
+// pay sends a transfer from from to key from device (registered or not).
+func pay(l Ledger, from, key, device string, cents int64) error {
+	_, err := l.Transfer(context.Background(), TransferRequest{From: from, ToKey: key, AmountCents: cents, IdempotencyKey: newKey(), Device: device})
+	return err
+}
+
+// TestNightCapIsBetweenPersonsOnly: at night Bruno (PF) may send Ana (PF) R$ 1.000,00 in all, but
+// pays the bakery (PJ) beyond it, and the bakery pays a person beyond it too; his payments to
+// the bakery do not count against the persons' cap.
+func TestNightCapIsBetweenPersonsOnly(t *testing.T) {
+	t.Parallel()
+	r := defaultRules(t)
+	r.DayLimitCents, r.NewDeviceTransferCents, r.NewDeviceDayCents = 0, 0, 0
+	clock := &testClock{now: time.Date(2026, 11, 30, 22, 0, 0, 0, r.Night.Location)}
+	for name, l := range rulesBackends(t, r, clock.Now) {
+		t.Run(name, func(t *testing.T) {
+			clock.Set(time.Date(2026, 11, 30, 22, 0, 0, 0, r.Night.Location)) // each ledger starts at the same moment
+			if err := pay(l, "acct-bruno", "padaria@example.com", "", 150_000); err != nil {
+				t.Fatalf("Bruno pays the bakery R$ 1.500,00 at night: %v, want no cap (PF to PJ)", err)
+			}
+			if err := pay(l, "acct-bruno", "ana@example.com", "", 100_000); err != nil {
+				t.Fatalf("then Ana R$ 1.000,00: %v, want the whole cap left (the bakery's payment does not count)", err)
+			}
+			if err := pay(l, "acct-bruno", "ana@example.com", "", 1); !errors.Is(err, ErrNightLimitExceeded) {
+				t.Fatalf("one cent more to Ana: %v, want ErrNightLimitExceeded", err)
+			}
+			if err := pay(l, "acct-padaria", "carla@example.com", "", 300_000); err != nil {
+				t.Fatalf("the bakery pays Carla R$ 3.000,00 at night: %v, want no cap (PJ to PF)", err)
+			}
+			if err := pay(l, "acct-cafe", "padaria@example.com", "", 300_000); err != nil {
+				t.Fatalf("the café pays the bakery at night: %v, want no cap (PJ to PJ)", err)
+			}
+		})
+	}
+}
+
+// TestCustomerLimits: a lower limit applies at once; a higher one is pending for exactly
+// IncreaseDelay (refused until then, applied from then), cancellable, and a later night start
+// is a looser one; bad values change nothing.
+func TestCustomerLimits(t *testing.T) {
+	t.Parallel()
+	r := defaultRules(t)
+	r.NewDeviceTransferCents, r.NewDeviceDayCents, r.IncreaseDelay = 0, 0, time.Hour
+	clock := &testClock{}
+	for name, l := range rulesBackends(t, r, clock.Now) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			clock.Set(time.Date(2026, 11, 30, 21, 0, 0, 0, r.Night.Location)) // night
+			got, err := l.Limits(ctx, "acct-diego")
+			if err != nil || got.NightLimitCents != 100_000 || got.DayLimitCents != 1_000_000 || got.NightStart != 20*time.Hour || len(got.Pending) != 0 {
+				t.Fatalf("the defaults: %+v, %v", got, err)
+			}
+			lower, higher := int64(30_000), int64(500_000)
+			if got, err = l.SetLimits(ctx, "acct-diego", LimitsChange{NightLimitCents: &lower}); err != nil || got.NightLimitCents != 30_000 || len(got.Pending) != 0 {
+				t.Fatalf("lowering the night limit: %+v, %v, want R$ 300,00 at once", got, err)
+			}
+			if err := pay(l, "acct-diego", "ana@example.com", "", 30_001); !errors.Is(err, ErrNightLimitExceeded) {
+				t.Fatalf("R$ 300,01 after lowering to R$ 300,00: %v, want refused", err)
+			}
+			requested := clock.Now()
+			got, err = l.SetLimits(ctx, "acct-diego", LimitsChange{NightLimitCents: &higher})
+			if err != nil || got.NightLimitCents != 30_000 || len(got.Pending) != 1 || got.Pending[0].Field != FieldNightLimit ||
+				got.Pending[0].Value != higher || !got.Pending[0].EffectiveAt.Equal(requested.Add(time.Hour)) {
+				t.Fatalf("raising it: %+v, %v, want R$ 300,00 in force and R$ 5.000,00 pending an hour", got, err)
+			}
+			clock.Advance(time.Hour - time.Microsecond)
+			if err := pay(l, "acct-diego", "ana@example.com", "", 40_000); !errors.Is(err, ErrNightLimitExceeded) {
+				t.Fatalf("R$ 400,00 a microsecond before the increase applies: %v, want refused", err)
+			}
+			clock.Advance(time.Microsecond)
+			if err := pay(l, "acct-diego", "ana@example.com", "", 40_000); err != nil {
+				t.Fatalf("R$ 400,00 when the increase applies: %v", err)
+			}
+			if got, _ := l.Limits(ctx, "acct-diego"); got.NightLimitCents != higher || len(got.Pending) != 0 {
+				t.Fatalf("after the delay: %+v, want R$ 5.000,00 in force and nothing pending", got)
+			}
+
+			// Cancelling: a pending increase never applies.
+			day := int64(2_000_000)
+			if got, _ := l.SetLimits(ctx, "acct-diego", LimitsChange{DayLimitCents: &day}); len(got.Pending) != 1 || got.DayLimitCents != 1_000_000 {
+				t.Fatalf("raising the day limit: %+v, want it pending", got)
+			}
+			if got, err := l.CancelPendingLimits(ctx, "acct-diego"); err != nil || len(got.Pending) != 0 {
+				t.Fatalf("cancelling: %+v, %v", got, err)
+			}
+			clock.Advance(2 * time.Hour)
+			if got, _ := l.Limits(ctx, "acct-diego"); got.DayLimitCents != 1_000_000 {
+				t.Fatalf("after a cancelled increase's delay: day limit %d, want 1000000", got.DayLimitCents)
+			}
+
+			// The night's start: 22:00 shortens the night (looser: pending), 20:00 again is at once.
+			late, early := 22*time.Hour, 20*time.Hour
+			if got, _ := l.SetLimits(ctx, "acct-carla", LimitsChange{NightStart: &late}); got.NightStart != 20*time.Hour || len(got.Pending) != 1 {
+				t.Fatalf("a night from 22:00: %+v, want pending", got)
+			}
+			clock.Advance(time.Hour)
+			if got, _ := l.Limits(ctx, "acct-carla"); got.NightStart != 22*time.Hour {
+				t.Fatalf("after the delay: night from %v, want 22h", got.NightStart)
+			}
+			if got, _ := l.SetLimits(ctx, "acct-carla", LimitsChange{NightStart: &early}); got.NightStart != 20*time.Hour || len(got.Pending) != 0 {
+				t.Fatalf("back to 20:00: %+v, want at once", got)
+			}
+
+			// Invalid values: nothing changes.
+			before, _ := l.Limits(ctx, "acct-ana")
+			negative, huge, odd := int64(-1), int64(MaxLimitCents+1), 21*time.Hour
+			for _, c := range []LimitsChange{{NightLimitCents: &negative}, {DayLimitCents: &huge}, {NightStart: &odd}, {NightLimitCents: &lower, DayLimitCents: &negative}} {
+				var le *LimitsError
+				if _, err := l.SetLimits(ctx, "acct-ana", c); !errors.As(err, &le) || !errors.Is(err, ErrInvalidLimits) {
+					t.Errorf("SetLimits(%+v): %v, want a LimitsError", c, err)
+				}
+			}
+			if after, _ := l.Limits(ctx, "acct-ana"); fmt.Sprint(after) != fmt.Sprint(before) {
+				t.Errorf("after invalid changes: %+v, want %+v", after, before)
+			}
+			if _, err := l.SetLimits(ctx, "acct-nobody", LimitsChange{NightLimitCents: &lower}); !errors.Is(err, ErrAccountNotFound) {
+				t.Errorf("an unknown account: %v", err)
+			}
+		})
+	}
+}
+
+// TestCustomerNightStartsAt22: Ana's night from 22:00: at 21:00 she is not capped, at 22:00 she is.
+func TestCustomerNightStartsAt22(t *testing.T) {
+	t.Parallel()
+	r := defaultRules(t)
+	r.NewDeviceTransferCents, r.NewDeviceDayCents, r.IncreaseDelay = 0, 0, time.Minute
+	clock := &testClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, r.Night.Location)}
+	for name, l := range rulesBackends(t, r, clock.Now) {
+		t.Run(name, func(t *testing.T) {
+			clock.Set(time.Date(2026, 11, 30, 12, 0, 0, 0, r.Night.Location)) // each ledger starts at the same moment
+			late := 22 * time.Hour
+			if _, err := l.SetLimits(context.Background(), "acct-ana", LimitsChange{NightStart: &late}); err != nil {
+				t.Fatal(err)
+			}
+			clock.Set(time.Date(2026, 11, 30, 21, 0, 0, 0, r.Night.Location))
+			if err := pay(l, "acct-ana", "bruno@example.com", "", 150_000); err != nil {
+				t.Fatalf("R$ 1.500,00 at 21:00 with the night from 22:00: %v", err)
+			}
+			clock.Set(time.Date(2026, 11, 30, 22, 0, 0, 0, r.Night.Location))
+			if err := pay(l, "acct-ana", "bruno@example.com", "", 150_000); !errors.Is(err, ErrNightLimitExceeded) {
+				t.Fatalf("R$ 1.500,00 at 22:00: %v, want the night cap", err)
+			}
+		})
+	}
+}
+
+// TestDayLimit: the day's transfers sum to the day limit, to persons and companies alike, and a
+// new São Paulo day starts afresh.
+func TestDayLimit(t *testing.T) {
+	t.Parallel()
+	r := defaultRules(t)
+	r.Night.LimitCents, r.NewDeviceTransferCents, r.NewDeviceDayCents, r.DayLimitCents = 0, 0, 0, 300_000
+	clock := &testClock{now: time.Date(2026, 11, 30, 10, 0, 0, 0, r.Night.Location)}
+	for name, l := range rulesBackends(t, r, clock.Now) {
+		t.Run(name, func(t *testing.T) {
+			clock.Set(time.Date(2026, 11, 30, 10, 0, 0, 0, r.Night.Location)) // each ledger starts at the same moment
+			if err := pay(l, "acct-ana", "padaria@example.com", "", 200_000); err != nil {
+				t.Fatal(err)
+			}
+			var de *DayLimitError
+			if err := pay(l, "acct-ana", "bruno@example.com", "", 100_001); !errors.As(err, &de) || de.RemainingCents != 100_000 {
+				t.Fatalf("R$ 1.000,01 with R$ 1.000,00 left today: %v, want DayLimitError with 100000 left", err)
+			}
+			if err := pay(l, "acct-ana", "bruno@example.com", "", 100_000); err != nil {
+				t.Fatalf("the rest of the day: %v", err)
+			}
+			clock.Set(time.Date(2026, 12, 1, 0, 0, 0, 0, r.Night.Location))
+			if err := pay(l, "acct-ana", "bruno@example.com", "", 300_000); err != nil {
+				t.Fatalf("a new day at midnight in São Paulo: %v", err)
+			}
+		})
+	}
+}
+
+// TestNewDevices: an unregistered device sends at most R$ 200,00 a transfer and R$ 1.000,00 a
+// day in all (over every unregistered device), while a registered device is not capped; a replay
+// of a transfer that passed is never refused.
+func TestNewDevices(t *testing.T) {
+	t.Parallel()
+	r := defaultRules(t)
+	r.Night.LimitCents, r.DayLimitCents = 0, 0
+	clock := &testClock{now: time.Date(2026, 11, 30, 10, 0, 0, 0, r.Night.Location)}
+	for name, l := range rulesBackends(t, r, clock.Now) {
+		t.Run(name, func(t *testing.T) {
+			clock.Set(time.Date(2026, 11, 30, 10, 0, 0, 0, r.Night.Location)) // each ledger starts at the same moment
+			ctx := context.Background()
+			var dle *DeviceLimitError
+			if err := pay(l, "acct-ana", "bruno@example.com", "phone-new", 20_001); !errors.As(err, &dle) || !dle.PerTransfer {
+				t.Fatalf("R$ 200,01 from a new device: %v, want DeviceLimitError per transfer", err)
+			}
+			req := TransferRequest{From: "acct-ana", ToKey: "bruno@example.com", AmountCents: 20_000, IdempotencyKey: newKey(), Device: "phone-new"}
+			if _, err := l.Transfer(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 { // 4 × R$ 200,00 = R$ 800,00, over two new devices
+				if err := pay(l, "acct-ana", "bruno@example.com", fmt.Sprint("laptop-", i%2), 20_000); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := pay(l, "acct-ana", "bruno@example.com", "", 20_001); !errors.As(err, &dle) || dle.RemainingCents != 20_000 {
+				t.Fatalf("R$ 200,01 with R$ 200,00 left: %v, want DeviceLimitError with 20000 left", err)
+			}
+			if err := pay(l, "acct-ana", "bruno@example.com", "", 20_000); err != nil {
+				t.Fatalf("the day's last R$ 200,00 from unknown devices: %v", err)
+			}
+			if err := pay(l, "acct-ana", "bruno@example.com", "phone-new", 1); !errors.As(err, &dle) || dle.RemainingCents != 0 {
+				t.Fatalf("a cent more: %v, want DeviceLimitError with nothing left", err)
+			}
+			if again, err := l.Transfer(ctx, req); err != nil || !again.Replayed {
+				t.Fatalf("the replay of a transfer that passed: %+v, %v, want its receipt", again, err)
+			}
+			if err := l.RegisterDevice(ctx, "acct-ana", "phone-own"); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.RegisterDevice(ctx, "acct-ana", "phone-own"); err != nil {
+				t.Fatalf("registering twice: %v", err)
+			}
+			if err := pay(l, "acct-ana", "bruno@example.com", "phone-own", 300_000); err != nil {
+				t.Fatalf("R$ 3.000,00 from a registered device: %v", err)
+			}
+			if err := pay(l, "acct-bruno", "ana@example.com", "phone-own", 20_001); !errors.As(err, &dle) {
+				t.Fatalf("Ana's registered device for Bruno's account: %v, want it new there", err)
+			}
+			if err := l.RegisterDevice(ctx, "acct-nobody", "x"); !errors.Is(err, ErrAccountNotFound) {
+				t.Errorf("registering for an unknown account: %v", err)
+			}
+			clock.Advance(24 * time.Hour)
+			if err := pay(l, "acct-ana", "bruno@example.com", "phone-new", 20_000); err != nil {
+				t.Fatalf("the next day from the new device: %v", err)
+			}
+		})
+	}
+}
+
+// TestMoneyLimitsUnderConcurrency: 20 transfers of R$ 100,00 at once from one unregistered
+// device: exactly 10 pass its R$ 1.000,00 a day, on both ledgers.
+func TestMoneyLimitsUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	r := defaultRules(t)
+	r.Night.LimitCents, r.DayLimitCents = 0, 0
+	clock := &testClock{now: time.Date(2026, 11, 30, 10, 0, 0, 0, r.Night.Location)}
+	for name, l := range rulesBackends(t, r, clock.Now) {
+		t.Run(name, func(t *testing.T) {
+			clock.Set(time.Date(2026, 11, 30, 10, 0, 0, 0, r.Night.Location)) // each ledger starts at the same moment
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			results := map[string]int{}
+			for range 20 {
+				wg.Go(func() {
+					err := pay(l, "acct-bruno", "carla@example.com", "stolen-phone", 10_000)
+					mu.Lock()
+					results[fmt.Sprint(errors.Is(err, ErrDeviceLimitExceeded), err == nil)]++
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			if results["false true"] != 10 || results["true false"] != 10 {
+				t.Errorf("20 concurrent R$ 100,00 from a new device: %v, want 10 passed and 10 refused", results)
+			}
+		})
+	}
+}
