@@ -59,7 +59,7 @@ func TestCompaniesLogInAndArePaid(t *testing.T) {
 	if body := r.JSON(t); r.Status != http.StatusOK || body["name"] != "Padaria Pão Quente Ltda" || body["document"] != "11.222.333/0001-81" {
 		t.Errorf("look-up of the bakery's CNPJ: %v, want its name and CNPJ in full", r)
 	}
-	if got := r.Header.Get("RateLimit-Policy"); got != `"pix-lookup-v2";q=2;w=60;burst=100` {
+	if got := r.Header.Get("RateLimit-Policy"); got != `"pix-lookup-v2";q=2;w=60;pixlimit-burst=100` {
 		t.Errorf("a CNPJ key's look-up: RateLimit-Policy %q, want the v2 bucket", got)
 	}
 }
@@ -92,7 +92,7 @@ func TestLookUpBucketsAsDICTHasThem(t *testing.T) {
 		}
 	}
 	if r := lookupOf(b, padaria, "bruno@example.com"); r.Header.Get("RateLimit-Remaining") != "999" ||
-		r.Header.Get("RateLimit-Policy") != `"pix-lookup";q=2;w=60;burst=1000` {
+		r.Header.Get("RateLimit-Policy") != `"pix-lookup";q=2;w=60;pixlimit-burst=1000` {
 		t.Errorf("a company's hit: %v, want 999 left of 1000", r.Header)
 	}
 

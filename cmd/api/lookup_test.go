@@ -27,7 +27,7 @@ func TestKeyLookupAntiScan(t *testing.T) {
 	if r.Status != http.StatusOK || body["name"] != "Bruno L." || body["document"] != "***.533.447-**" || body["key"] != "+5511987654321" {
 		t.Fatalf("look-up of Bruno's phone: %v, want 200 Bruno L. ***.533.447-**", r)
 	}
-	if got := r.Header.Get("RateLimit-Remaining"); got != "99" || r.Header.Get("RateLimit-Policy") != `"pix-lookup";q=2;w=60;burst=100` {
+	if got := r.Header.Get("RateLimit-Remaining"); got != "99" || r.Header.Get("RateLimit-Policy") != `"pix-lookup";q=2;w=60;pixlimit-burst=100` {
 		t.Errorf("after a hit: Remaining %q, Policy %q; want 99 and the bucket", got, r.Header.Get("RateLimit-Policy"))
 	}
 	for i, c := range []*api{b, a, b} { // three misses, alternating replicas: 99 - 60 = 39

@@ -191,7 +191,7 @@ func TestAlgorithmPerRoute(t *testing.T) {
 		if want := map[bool]int{true: 429, false: 201}[i == 3]; r.Status != want {
 			t.Fatalf("PIX %d with a bucket of 3: %v, want %d", i+1, r, want)
 		}
-		if got, want := r.Header.Get("RateLimit-Policy"), `"pix";q=10;w=60;burst=3`; got != want {
+		if got, want := r.Header.Get("RateLimit-Policy"), `"pix";q=10;w=60;pixlimit-burst=3`; got != want {
 			t.Errorf("RateLimit-Policy = %q, want %q", got, want)
 		}
 		if got := r.Header.Get("RateLimit-Limit"); got != "3" {

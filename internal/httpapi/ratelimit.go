@@ -19,8 +19,8 @@ import (
 )
 
 // setHeaders writes a decision to h as the contract's headers, after the IETF draft
-// "RateLimit header fields for HTTP" and the older, widely parsed RateLimit-Limit/-Remaining/
-// -Reset triple:
+// "RateLimit header fields for HTTP" (draft-ietf-httpapi-ratelimit-headers-12) and the older,
+// widely parsed RateLimit-Limit/-Remaining/-Reset triple:
 //
 //	RateLimit-Limit: 10
 //	RateLimit-Remaining: 7
@@ -45,9 +45,10 @@ func setHeaders(h http.Header, d ratelimit.Decision) {
 		}
 		p.WriteString(`"` + r.Policy.Name + `";q=` + strconv.Itoa(r.Policy.Limit) +
 			";w=" + strconv.FormatInt(seconds(r.Policy.Window), 10))
-		if r.Policy.Algorithm.Bursty() { // q and w stay the sustained rate
-
-			p.WriteString(";burst=" + strconv.Itoa(r.Capacity))
+		if r.Policy.Algorithm.Bursty() {
+			// q and w stay the sustained rate; the burst is an implementation parameter, which
+			// draft-12 asks to be vendor-prefixed.
+			p.WriteString(";pixlimit-burst=" + strconv.Itoa(r.Capacity))
 		}
 	}
 	h["Ratelimit-Policy"] = []string{p.String()}

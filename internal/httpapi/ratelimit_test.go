@@ -240,7 +240,7 @@ func TestSetHeaders(t *testing.T) {
 		{
 			name: "a bucket: Limit is the burst, the policy says both",
 			d:    decision(true, ratelimit.Result{Policy: bucket, Capacity: 20, Remaining: 19, Reset: 6 * time.Second}),
-			want: map[string]string{"RateLimit-Limit": "20", "RateLimit-Policy": `"pix";q=10;w=60;burst=20`},
+			want: map[string]string{"RateLimit-Limit": "20", "RateLimit-Policy": `"pix";q=10;w=60;pixlimit-burst=20`},
 		},
 		{
 			name: "login: both policies listed, the worst reported",
