@@ -407,12 +407,9 @@ func (cfg *environment) check(p *problems) Config {
 	if cfg.LookupMissCost < 1 {
 		p.add("LOOKUP_MISS_COST", "%d: want at least 1", cfg.LookupMissCost)
 	}
-	// A route that decides locally needs the fleet's size: the heartbeat counts it.
-	for _, l := range []httpapi.Limit{out.Limits.PIX, out.Limits.Statement, out.Limits.LoginIP} {
-		if l.FailMode == httpapi.FailLocal {
-			out.Limiter.FleetSize = cfg.FleetSize
-		}
-	}
+	// The heartbeat counts the fleet, for a route that decides locally, and carries the support
+	// desk's forgotten keys to every replica's deny cache: always on.
+	out.Limiter.FleetSize = cfg.FleetSize
 	return out
 }
 

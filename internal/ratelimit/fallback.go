@@ -20,13 +20,35 @@ import (
 // heartbeatScript keeps the fleet's roster: each replica's id scored by when it last beat;
 // those older than the TTL are dropped, and the count of the rest is the fleet's size. No
 // identity is in it.
+//
+// The same call reads the fleet's forget list (KEYS[2], Limiter.Forget): the keys forgotten
+// since ARGV[3] (ms of the Redis clock; 0 the first time), which every replica drops from its
+// deny cache. It returns {fleet size, now, forgotten keys...}.
 var heartbeatScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return redis.call('ZCARD', KEYS[1])`)
+local out = {redis.call('ZCARD', KEYS[1]), now}
+if tonumber(ARGV[3]) > 0 then
+  for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[3], '+inf')) do out[#out + 1] = k end
+end
+return out`)
+
+// forgetScript deletes a key; forgottenScript lists it in the fleet's forget list (KEYS[1]) for
+// ARGV[2] ms, the longest a deny-cache entry lives. Two calls, not one: on a cluster the key and
+// the list live in different slots.
+var (
+	forgetScript    = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
+	forgottenScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return now`)
+)
 
 // Heartbeat timing: every replica beats each second, and one silent for five is no longer
 // counted (a new replica is counted within a second, a gone one within five).
@@ -39,15 +61,26 @@ const (
 func (l *Limiter) heartbeat() {
 	defer l.withdrawals.Done()
 	id := rand.Text()
-	key := l.keys.prefix + ":{fleet}"
+	keys := []string{l.keys.prefix + ":{fleet}", l.keys.prefix + ":{fleet}:forget"}
 	tick := time.NewTicker(heartbeatEvery)
 	defer tick.Stop()
+	var seen int64 // the Redis clock of the last beat, in ms: forgotten keys after it are news
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-		n, err := heartbeatScript.Run(ctx, l.rdb, []string{key}, id, heartbeatTTL.Milliseconds()).Int64()
+		out, err := heartbeatScript.Run(ctx, l.rdb, keys, id, heartbeatTTL.Milliseconds(), seen).Slice()
 		cancel()
-		if err == nil {
+		if err == nil && len(out) >= 2 {
+			n, _ := out[0].(int64)
 			l.fleet.Store(max(n, l.fleetFloor)) // never below the floor: a fleet starting together first sees itself alone
+			for _, k := range out[2:] {
+				if key, ok := k.(string); ok && l.deny != nil {
+					l.deny.forget(key)
+				}
+			}
+			// The next beat asks from a second before this one: a key forgotten in the same
+			// millisecond is not missed, and dropping a key twice is harmless.
+			seen, _ = out[1].(int64)
+			seen -= 1000
 		}
 		select {
 		case <-tick.C:

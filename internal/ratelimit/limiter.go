@@ -102,7 +102,8 @@ type Options struct {
 	BreakerCooldown time.Duration
 	// FleetSize is the fewest replicas AllowLocal assumes share the limits (its share is
 	// ⌈Limit / fleet size⌉). Zero: 1, and no heartbeat; above zero, the Limiter beats in Redis
-	// every second and counts the replicas that do (no identity in it), never fewer than this.
+	// every second and counts the replicas that do (no identity in it), never fewer than this,
+	// and learns the keys Forget cleared on other replicas.
 	FleetSize int
 	// LocalLogSize bounds the keys AllowLocal remembers. Default 100,000.
 	LocalLogSize int
@@ -315,22 +316,41 @@ func (l *Limiter) AllowN(ctx context.Context, c Check, n int) (Decision, error) 
 }
 
 // AskAll asks whether a request would be admitted by every check, taking nothing, in one round
-// trip: AllowN(ctx, c, 0) over several TokenBucket policies at once. A request that must pass
-// several buckets (a key look-up: the payer's and the bank's) asks them together before it does
-// its work, then pays each its own price (AllowN). Decision.Results says which bucket is empty.
+// trip, for any algorithm: the keys' state (Remaining, Reset) as a decision sees it. A request
+// that must pass several buckets (a key look-up: the payer's and the bank's) asks them together
+// before it does its work, then pays each its own price (AllowN); a support desk reads a key's
+// state with it. Decision.Results says which key is full. A key this Limiter holds as full is
+// answered from memory, as any decision.
 func (l *Limiter) AskAll(ctx context.Context, checks ...Check) (Decision, error) {
 	if len(checks) == 0 {
 		return Decision{}, errors.New("ratelimit: no checks")
 	}
-	for _, c := range checks {
-		if c.Policy.algorithm() != TokenBucket {
-			return Decision{}, fmt.Errorf("ratelimit: asking %s: want token_bucket policies", c.Policy.Name)
-		}
-	}
 	return l.do(ctx, decideMode(0), checks)
 }
 
-// Refund gives n tokens (1 or more) back to c's TokenBucket bucket at once, never above its
+// Forget clears c's key in Redis, on every replica at once: the identity starts afresh (a
+// support desk unblocking a customer). This replica's deny cache drops the key now; the others
+// learn it at their next heartbeat (about a second; the key is listed in the fleet's forget
+// list, beside the roster, for as long as a deny-cache entry can live), and one that misses it
+// (cut off from Redis) forgets it within Options.LocalCacheHold anyway. The heartbeat runs only
+// with Options.FleetSize above zero; without it, other replicas forget within the hold.
+func (l *Limiter) Forget(ctx context.Context, c Check) error {
+	key := l.keys.key(c.Policy, c.Identity)
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	if _, err := forgetScript.Run(ctx, l.rdb, []string{key}).Result(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
+	}
+	if _, err := forgottenScript.Run(ctx, l.rdb, []string{l.keys.prefix + ":{fleet}:forget"}, key, l.hold.Milliseconds()).Result(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
+	}
+	if l.deny != nil {
+		l.deny.forget(key)
+	}
+	return nil
+}
+
+// Refund gives n tokens// Refund gives n tokens (1 or more) back to c's TokenBucket bucket at once, never above its
 // capacity: a price paid for something that turned out to be worth it (DICT gives back the token
 // of a key look-up that a payment followed). It is never refused, and this replica's deny cache
 // forgets the key. Another replica that holds the key as blocked learns of the refund within

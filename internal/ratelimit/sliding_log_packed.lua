@@ -74,7 +74,7 @@ end
 local remaining, reset = {}, {}
 for i = 1, n do
   local log, count, limit, window = live[i], counts[i], limits[i], windows[i]
-  if not full then
+  if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
     local t = now
     if count > 0 then t = math.max(now, at(log, count)) end        -- a clock that steps back never reorders the log
     log, count = log .. pack(t), count + 1                         -- record the admission; a refusal writes nothing
