@@ -62,6 +62,14 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		}
 		defer stop()
 	}
+	if cfg.AdminAddr != "" {
+		stop, err := serveAdmin(cfg.AdminAddr, replica.Admin, logger)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stop()
+	}
 	srv := &http.Server{
 		Handler:           replica.Handler,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -90,6 +98,18 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// serveAdmin serves the support desk on its own listener (ADMIN_ADDR), never the public one.
+func serveAdmin(addr string, h http.Handler, logger *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin listen: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 15 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	logger.Info("support desk listening", "addr", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
 }
 
 // serveMetrics serves reg's metrics in the Prometheus text format on their own listener, never

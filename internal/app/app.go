@@ -48,6 +48,8 @@ type Replica struct {
 	Ledger pix.Ledger
 	// Tokens issues the access tokens the replica accepts.
 	Tokens *auth.Tokens
+	// Admin serves the support desk (httpapi.NewAdmin), for ADMIN_ADDR; nil when it is off.
+	Admin http.Handler
 
 	probes  []httpapi.Probe
 	closers []func() // in the order opened
@@ -145,6 +147,11 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		TrustedProxies:   cfg.TrustedProxies,
 		Probes:           r.probes,
 	})
+	if err != nil || cfg.AdminAddr == "" {
+		return err
+	}
+	r.Admin, err = httpapi.NewAdmin(httpapi.AdminDeps{Logger: logger.With("listener", "admin"), Limiter: r.Limiter,
+		Limits: cfg.Limits, Ledger: r.Ledger, Tokens: r.Tokens, Token: cfg.AdminToken})
 	return err
 }
 

@@ -32,6 +32,9 @@ type Config struct {
 	HTTPAddr string
 	// MetricsAddr is the metrics listener's address; empty: none.
 	MetricsAddr string
+	// AdminAddr is the support desk's listener (ADMIN_ADDR); empty: none. AdminToken is its
+	// bearer token (ADMIN_TOKEN), required with it.
+	AdminAddr, AdminToken string
 	// Redis is the Redis to use: of REDIS_URL, a cluster, sentinels, or none set (embedded).
 	Redis Redis
 	// RedisTimeout is the budget of one limiter decision.
@@ -74,6 +77,8 @@ type Redis struct {
 type environment struct {
 	HTTPAddr             string         `env:"HTTP_ADDR" envDefault:":8080"`
 	MetricsAddr          string         `env:"METRICS_ADDR" envDefault:":9464"`
+	AdminAddr            string         `env:"ADMIN_ADDR"`
+	AdminToken           string         `env:"ADMIN_TOKEN"`
 	RedisURL             string         `env:"REDIS_URL"`
 	RedisClusterAddrs    string         `env:"REDIS_CLUSTER_ADDRS"`
 	RedisSentinelAddrs   string         `env:"REDIS_SENTINEL_ADDRS"`
@@ -290,6 +295,8 @@ func (cfg *environment) check(p *problems) Config {
 	if !listenAddr(cfg.HTTPAddr) {
 		p.add("HTTP_ADDR", "%q is not host:port with a port from 0 to 65535", cfg.HTTPAddr)
 	}
+	out.AdminAddr, out.AdminToken = cfg.AdminAddr, cfg.AdminToken
+	cfg.checkAdmin(p)
 	if cfg.MetricsAddr != "" && !listenAddr(cfg.MetricsAddr) {
 		p.add("METRICS_ADDR", "%q is not host:port with a port from 0 to 65535 (or empty, for no metrics)", cfg.MetricsAddr)
 	}
@@ -575,6 +582,33 @@ func (cfg *environment) checkSecret(p *problems) {
 		// be multiplied by the number of replicas, since each keys Redis with its own hash.
 		p.add("AUTH_SECRET", "required with a shared Redis (REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS): "+
 			"every replica must use the same one (openssl rand -base64 48)")
+	}
+}
+
+// checkAdmin checks the support desk's listener and token: off unless ADMIN_ADDR is set, then on
+// its own address, never HTTP_ADDR's, with an ADMIN_TOKEN of at least 32 random bytes that was
+// never published (the same checks as AUTH_SECRET's) and is not AUTH_SECRET itself.
+func (cfg *environment) checkAdmin(p *problems) {
+	switch {
+	case cfg.AdminAddr == "":
+		if cfg.AdminToken != "" {
+			p.add("ADMIN_TOKEN", "set without ADMIN_ADDR: the support desk is off; set both, or neither")
+		}
+		return
+	case !listenAddr(cfg.AdminAddr):
+		p.add("ADMIN_ADDR", "%q is not host:port with a port from 0 to 65535", cfg.AdminAddr)
+	case cfg.AdminAddr == cfg.HTTPAddr:
+		p.add("ADMIN_ADDR", "%q is HTTP_ADDR: the support desk never answers on the public listener", cfg.AdminAddr)
+	}
+	switch t := cfg.AdminToken; {
+	case len(t) < 32:
+		p.add("ADMIN_TOKEN", "%d bytes: want at least 32 random bytes (openssl rand -base64 48)", len(t))
+	case published(t):
+		p.add("ADMIN_TOKEN", "this value is, or contains, one published in pixlimit's repository; make your own (openssl rand -base64 48)")
+	case entropyBits(t) < minSecretBits || periodic(t):
+		p.add("ADMIN_TOKEN", "too predictable: make it random (openssl rand -base64 48)")
+	case t == cfg.AuthSecret:
+		p.add("ADMIN_TOKEN", "equals AUTH_SECRET: the support desk's token must be a secret of its own")
 	}
 }
 

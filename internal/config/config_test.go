@@ -368,3 +368,37 @@ func TestShadowMode(t *testing.T) {
 		t.Errorf("shadow: pix %v, statement %v, login %v/%v; want pix and both login keys", l.PIX.Shadow, l.Statement.Shadow, l.LoginIP.Shadow, l.LoginAccount.Shadow)
 	}
 }
+
+// TestSupportDesk: off by default; on, it needs its own address and a strong token of its own.
+func TestSupportDesk(t *testing.T) {
+	t.Parallel()
+	secret := rand.Text() + rand.Text()
+	token := rand.Text() + rand.Text()
+	cfg, err := load(map[string]string{"AUTH_SECRET": secret})
+	if err != nil || cfg.AdminAddr != "" {
+		t.Fatalf("by default: %q, %v; want the desk off", cfg.AdminAddr, err)
+	}
+	if cfg, err := load(map[string]string{"AUTH_SECRET": secret, "ADMIN_ADDR": "127.0.0.1:9000", "ADMIN_TOKEN": token}); err != nil ||
+		cfg.AdminAddr != "127.0.0.1:9000" || cfg.AdminToken != token {
+		t.Fatalf("on: %+v, %v", cfg, err)
+	}
+	for _, env := range []map[string]string{
+		{"ADMIN_TOKEN": token},                                   // a token without the desk
+		{"ADMIN_ADDR": "127.0.0.1:9000"},                         // the desk without a token
+		{"ADMIN_ADDR": "127.0.0.1:9000", "ADMIN_TOKEN": "short"}, // a short one
+		{"ADMIN_ADDR": "127.0.0.1:9000", "ADMIN_TOKEN": "dev-only-secret-change-me-0123456789abcdef"}, // a published one
+		{"ADMIN_ADDR": "127.0.0.1:9000", "ADMIN_TOKEN": strings.Repeat("ab", 20)},                     // a predictable one
+		{"ADMIN_ADDR": "127.0.0.1:9000", "ADMIN_TOKEN": secret},                                       // AUTH_SECRET again
+		{"ADMIN_ADDR": ":8080", "ADMIN_TOKEN": token},                                                 // the public listener
+		{"ADMIN_ADDR": "9000", "ADMIN_TOKEN": token},                                                  // no port
+	} {
+		env["AUTH_SECRET"] = secret
+		_, err := load(env)
+		if err == nil || !strings.Contains(err.Error(), "ADMIN_") || strings.Count(err.Error(), "\n") != 1 {
+			t.Errorf("%v: %v, want one problem naming ADMIN_ADDR or ADMIN_TOKEN", env, err)
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("%v: the error shows a secret", env)
+		}
+	}
+}

@@ -73,6 +73,10 @@ type Ledger interface {
 	// RegisterDevice registers a device of the account for PIX: its transfers are no longer
 	// capped as a new device's. Registering twice is registering once.
 	RegisterDevice(ctx context.Context, accountID, device string) error
+	// Audit records one call of the support desk; AuditTrail returns the newest records, at
+	// most limit of them.
+	Audit(ctx context.Context, r AuditRecord) error
+	AuditTrail(ctx context.Context, limit int) ([]AuditRecord, error)
 }
 
 // Payee is the owner of a PIX key, as a payer may see them before paying.

@@ -21,6 +21,7 @@ type MemoryLedger struct {
 	byKey    map[string]string      // PIX key → id
 	ids      map[string]bool        // end-to-end ids issued
 	replays  map[idemKey]idemRecord
+	audit    auditLog
 }
 
 type memAccount struct {

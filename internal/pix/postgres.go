@@ -445,6 +445,16 @@ func (l *PostgresLedger) checkLimits(ctx context.Context, tx pgx.Tx, r TransferR
 	return facts.deviceRegistered, l.rules.check(facts, s)
 }
 
+// collectAudit reads admin_audit rows.
+func collectAudit(rows pgx.Rows) ([]AuditRecord, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditRecord, error) {
+		var r AuditRecord
+		err := row.Scan(&r.At, &r.Actor, &r.Action, &r.Status, &r.Policy, &r.Key, &r.Before, &r.After)
+		r.At = r.At.UTC()
+		return r, err
+	})
+}
+
 // loadLimits reads what an account set and its pending increases.
 func loadLimits(ctx context.Context, q pgx.Tx, account string) (accountLimits, error) {
 	a := accountLimits{pending: map[string]PendingLimit{}}

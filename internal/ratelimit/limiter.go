@@ -350,7 +350,11 @@ func (l *Limiter) Forget(ctx context.Context, c Check) error {
 	return nil
 }
 
-// Refund gives n tokens// Refund gives n tokens (1 or more) back to c's TokenBucket bucket at once, never above its
+// Key is the Redis key of c: the policy and the keyed hash of the identity (never the identity
+// in clear), as a support desk's audit names it.
+func (l *Limiter) Key(c Check) string { return l.keys.key(c.Policy, c.Identity) }
+
+// Refund gives n tokens (1 or more) back to c's TokenBucket bucket at once, never above its
 // capacity: a price paid for something that turned out to be worth it (DICT gives back the token
 // of a key look-up that a payment followed). It is never refused, and this replica's deny cache
 // forgets the key. Another replica that holds the key as blocked learns of the refund within

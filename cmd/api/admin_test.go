@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+)
+
+// TestSupportDeskUnblocksCarla: a botnet fills Carla's document key; her login is refused on both
+// replicas (each then holds the key as full in memory). Support reads the key's state on one
+// replica's desk and clears it there: Carla logs in at once through both. A missing or wrong
+// admin token is 401; every call, those included, is audited in PostgreSQL without her CPF in
+// clear; and no admin route answers on the public listener.
+func TestSupportDeskUnblocksCarla(t *testing.T) {
+	t.Parallel()
+	srv, db := redistest.Start(t), pgtest.URL(t)
+	adminToken := rand.Text() + rand.Text() // never a published one: config.Load refuses those
+	env := func() map[string]string {
+		return map[string]string{"DATABASE_URL": db, "DEMO_ACCOUNTS": "true", "TRUSTED_PROXIES": "127.0.0.1/32",
+			"ADMIN_ADDR": apitest.FreeAddr(t), "ADMIN_TOKEN": adminToken}
+	}
+	envA, envB := env(), env()
+	a, b := startAPI(t, srv, envA), startAPI(t, srv, envB)
+	deskA := &apitest.Client{T: t, Base: "http://" + envA["ADMIN_ADDR"]}
+	carla := demo[2]
+	for i := range 5 { // the botnet: five wrong passwords from five addresses
+		c := []*api{a, b}[i%2]
+		if r := c.Login(carla.Document, "wrong", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i+1)); r.Status != http.StatusUnauthorized {
+			t.Fatalf("botnet guess %d: %v", i+1, r)
+		}
+	}
+	for _, c := range []*api{a, b, a, b} {
+		if r := c.Login(carla.Document, carla.Password, "X-Forwarded-For", "203.0.113.50"); r.Status != http.StatusTooManyRequests {
+			t.Fatalf("Carla during the attack: %v, want 429", r)
+		}
+	}
+	admin := func(c *apitest.Client, method, path string, headers ...string) apitest.Response {
+		return c.Do(method, path, nil, append([]string{"Authorization", "Bearer " + adminToken, "Admin-Agent", "joana.support"}, headers...)...)
+	}
+	path := "/admin/v1/keys/login-account/111.444.777-35"
+	r := admin(deskA, http.MethodGet, path)
+	if body := r.JSON(t); r.Status != http.StatusOK || body["full"] != true || body["remaining"] != 0.0 || body["limit"] != 5.0 ||
+		!strings.HasPrefix(body["key"].(string), "rl:login-account:{") {
+		t.Fatalf("the desk's view of Carla's key: %v", r)
+	}
+	r = admin(deskA, http.MethodDelete, path)
+	if body := r.JSON(t); r.Status != http.StatusOK || body["after"].(map[string]any)["remaining"] != 5.0 {
+		t.Fatalf("clearing Carla's key: %v", r)
+	}
+	// At once through both replicas: b held the key as full in its deny cache; the desk's
+	// forget reaches it with its next heartbeat (about a second), so allow a few tries.
+	if r := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "203.0.113.50"); r.Status != http.StatusOK {
+		t.Fatalf("Carla on the desk's replica after support cleared her key: %v, want 200", r)
+	}
+	ok := false
+	for range 40 {
+		r := b.Login(carla.Document, carla.Password, "X-Forwarded-For", "203.0.113.51")
+		if r.Status == http.StatusOK {
+			ok = true
+			break
+		}
+		if r.Status != http.StatusTooManyRequests {
+			t.Fatalf("Carla on the other replica: %v", r)
+		}
+		time.Sleep(50 * time.Millisecond) // the heartbeat is real time: it beats each second
+	}
+	if !ok {
+		t.Fatal("Carla still refused on the other replica 2 s after support cleared her key")
+	}
+
+	for _, bad := range [][]string{nil, {"Authorization", "Bearer " + adminToken + "x"}, {"Authorization", "Basic " + adminToken}} {
+		r := deskA.Do(http.MethodGet, path, nil, bad...)
+		if r.Status != http.StatusUnauthorized || r.JSON(t)["error"] != "unauthorized" {
+			t.Errorf("the desk with %v: %v, want 401", bad, r)
+		}
+	}
+	if r := admin(deskA, http.MethodGet, "/admin/v1/keys/no-such-policy/x"); r.Status != http.StatusNotFound {
+		t.Errorf("an unknown policy: %v, want 404", r)
+	}
+	if r := admin(deskA, http.MethodGet, "/admin/v1/keys/login-account/not-a-cpf"); r.Status != http.StatusBadRequest {
+		t.Errorf("a bad identity: %v, want 400", r)
+	}
+	for _, c := range []*api{a, b} {
+		for _, m := range []string{http.MethodGet, http.MethodDelete} {
+			if r := c.Do(m, path, nil, "Authorization", "Bearer "+adminToken); r.Status != http.StatusNotFound {
+				t.Errorf("%s %s on the public listener: %v, want 404", m, path, r)
+			}
+		}
+	}
+
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(context.Background(), "SELECT actor, action, status, policy, key, before, after FROM admin_audit ORDER BY seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trail []string
+	for rows.Next() {
+		var actor, action, policy, key, before, after string
+		var status int
+		if err := rows.Scan(&actor, &action, &status, &policy, &key, &before, &after); err != nil {
+			t.Fatal(err)
+		}
+		line := fmt.Sprintf("%s|%s|%d|%s|%s|%s|%s", actor, action, status, policy, key, before, after)
+		if strings.Contains(line, "11144477735") || strings.Contains(line, "111.444.777-35") {
+			t.Errorf("an audit record holds Carla's CPF in clear: %s", line)
+		}
+		trail = append(trail, fmt.Sprintf("%s %s %d", strings.Fields(actor)[0][:5], action, status))
+	}
+	want := []string{
+		"token GET /admin/v1/keys/:policy/:identity 200", "token DELETE /admin/v1/keys/:policy/:identity 200",
+		"unaut GET /admin/v1/keys/:policy/:identity 401", "unaut GET /admin/v1/keys/:policy/:identity 401",
+		"unaut GET /admin/v1/keys/:policy/:identity 401",
+		"token GET /admin/v1/keys/:policy/:identity 404", "token GET /admin/v1/keys/:policy/:identity 400",
+	}
+	if fmt.Sprint(trail) != fmt.Sprint(want) {
+		t.Errorf("audit trail:\n%s\nwant:\n%s", strings.Join(trail, "\n"), strings.Join(want, "\n"))
+	}
+	if logs := a.logs.String(); strings.Contains(logs, "11144477735") {
+		t.Error("the log holds Carla's CPF")
+	}
+}

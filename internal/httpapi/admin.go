@@ -1,0 +1,239 @@
+package httpapi
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+)
+
+// AdminDeps are what the support desk needs.
+type AdminDeps struct {
+	Logger  *slog.Logger
+	Limiter *ratelimit.Limiter
+	Limits  Limits
+	// Ledger keeps the audit trail.
+	Ledger pix.Ledger
+	// Tokens names payers (auth.Tokens.PayerID) as the look-up buckets key them.
+	Tokens *auth.Tokens
+	// Token is ADMIN_TOKEN: the bearer token every call must carry.
+	Token string
+}
+
+// NewAdmin returns the support desk's handler, for its own listener (ADMIN_ADDR), never the
+// public one: a desk that sees a key's state by policy and identity and can clear it on every
+// replica at once (ratelimit.Limiter.Forget), so that a customer locked out by a botnet is let in
+// now rather than when the window ends. Every call, refused ones included, is audited in the
+// ledger (who, what, which key by the limiter's own hash, when, the state before and after) and
+// logged without any identity.
+//
+//	GET    /admin/v1/keys/{policy}/{identity}  a key's state
+//	DELETE /admin/v1/keys/{policy}/{identity}  clear it, on every replica
+//
+// The identity is what the policy counts: an account id (pix, statement), an IP (login-ip), a
+// CPF or CNPJ (login-account; and pix-lookup, pix-lookup-v2, whose payer is named from it as the
+// look-up does), a device id (login-device), or the bank's ISPB (pix-lookup-participant).
+func NewAdmin(d AdminDeps) (http.Handler, error) {
+	if d.Logger == nil || d.Limiter == nil || d.Ledger == nil || d.Tokens == nil || len(d.Token) < 32 {
+		return nil, errors.New("httpapi: the support desk needs a Logger, a Limiter, a Ledger, Tokens and a token of at least 32 bytes")
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = errorHandler(d.Logger, time.Second)
+	desk := &desk{AdminDeps: d, token: sha256.Sum256([]byte(d.Token))}
+	e.Use(desk.audit, limitBody)
+	e.GET("/admin/v1/keys/:policy/:identity", desk.getKey)
+	e.DELETE("/admin/v1/keys/:policy/:identity", desk.deleteKey)
+	return e, nil
+}
+
+type desk struct {
+	AdminDeps
+	token [32]byte // SHA-256 of ADMIN_TOKEN: compared in constant time, whatever the length sent
+}
+
+// audited is what a call found out, for its audit record.
+type audited struct {
+	policy, key   string
+	before, after string
+}
+
+const auditKey = "pixlimit.admin.audit"
+
+// agentName is what a caller may call itself in Admin-Agent: the audit's "who" beside the
+// token's fingerprint.
+var agentName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
+
+// audit authenticates every call (Authorization: Bearer ADMIN_TOKEN, compared in constant time)
+// and records it, authorized or not, after it is answered. The record names the caller by the
+// token's fingerprint and the Admin-Agent it gave, never an identity in clear.
+func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		actor := "unauthenticated"
+		scheme, token, _ := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+		sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+		var err error
+		if strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(sum[:], d.token[:]) == 1 {
+			actor = "token:" + hex.EncodeToString(d.token[:4])
+			if agent := c.Request().Header.Get("Admin-Agent"); agentName.MatchString(agent) {
+				actor += " agent:" + agent
+			}
+			err = next(c)
+		} else {
+			err = auth.ErrUnauthorized
+		}
+		if err != nil {
+			c.Error(err) // answered now, so the status audited is the one sent
+		}
+		a, _ := c.Get(auditKey).(audited)
+		action := c.Request().Method + " " + c.Path()
+		if c.Path() == "" || !strings.HasPrefix(c.Path(), "/admin/") {
+			action = c.Request().Method + " unmatched"
+		}
+		if len(action) > 128 {
+			action = action[:128]
+		}
+		rec := pix.AuditRecord{At: start.UTC(), Actor: actor, Action: action, Status: c.Response().Status,
+			Policy: a.policy, Key: a.key, Before: a.before, After: a.after}
+		if aerr := d.Ledger.Audit(c.Request().Context(), rec); aerr != nil {
+			d.Logger.Error("support desk: audit record not stored", "action", action, "status", rec.Status, "err", aerr)
+		}
+		d.Logger.Info("support desk", "actor", actor, "action", action, "policy", a.policy, "status", rec.Status)
+		return nil
+	}
+}
+
+// keyState is a key's state as the desk shows it.
+type keyState struct {
+	Policy       string `json:"policy"`
+	Key          string `json:"key"` // the Redis key: the limiter's keyed hash of the identity
+	Limit        int    `json:"limit"`
+	Remaining    int    `json:"remaining"`
+	ResetSeconds int64  `json:"reset_seconds"`
+	Full         bool   `json:"full"`
+}
+
+func (d *desk) getKey(c echo.Context) error {
+	chk, err := d.resolve(c.Param("policy"), c.Param("identity"))
+	if err != nil {
+		return err
+	}
+	st, err := d.state(c, chk)
+	if err != nil {
+		return err
+	}
+	raw, _ := json.Marshal(st)
+	c.Set(auditKey, audited{policy: st.Policy, key: st.Key, before: string(raw), after: string(raw)})
+	return c.JSON(http.StatusOK, st)
+}
+
+func (d *desk) deleteKey(c echo.Context) error {
+	chk, err := d.resolve(c.Param("policy"), c.Param("identity"))
+	if err != nil {
+		return err
+	}
+	before, err := d.state(c, chk)
+	if err != nil {
+		return err
+	}
+	a := audited{policy: before.Policy, key: before.Key}
+	raw, _ := json.Marshal(before)
+	a.before = string(raw)
+	c.Set(auditKey, a)
+	if err := d.Limiter.Forget(c.Request().Context(), chk); err != nil {
+		return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: time.Second, cause: err}
+	}
+	after, err := d.state(c, chk)
+	if err != nil {
+		return err
+	}
+	raw, _ = json.Marshal(after)
+	a.after = string(raw)
+	c.Set(auditKey, a)
+	return c.JSON(http.StatusOK, map[string]keyState{"before": before, "after": after})
+}
+
+// state asks the key's state, taking nothing.
+func (d *desk) state(c echo.Context, chk ratelimit.Check) (keyState, error) {
+	dec, err := d.Limiter.AskAll(c.Request().Context(), chk)
+	if err != nil {
+		return keyState{}, &Error{Code: CodeRateLimiterUnavailable, RetryAfter: time.Second, cause: err}
+	}
+	r := dec.Worst
+	return keyState{Policy: chk.Policy.Name, Key: d.Limiter.Key(chk), Limit: r.Capacity, Remaining: r.Remaining,
+		ResetSeconds: seconds(r.Reset), Full: !dec.Allowed}, nil
+}
+
+var (
+	accountID = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	deviceID  = regexp.MustCompile(`^[A-Za-z0-9]{1,64}$`)
+)
+
+// resolve turns a policy's name and an identity, as a support agent knows it, into the check
+// the limiter keys (hashing it exactly as the routes do), or a 404 for a policy the desk does not
+// know and a 400 for an identity that policy cannot count.
+func (d *desk) resolve(policy, identity string) (ratelimit.Check, error) {
+	bad := func(want string) error {
+		return invalid("invalid identity", map[string]string{"identity": "the " + policy + " policy counts " + want})
+	}
+	l := d.Limits
+	switch policy {
+	case l.PIX.Name, l.Statement.Name:
+		if !accountID.MatchString(identity) {
+			return ratelimit.Check{}, bad("an account id (acct-ana)")
+		}
+		limit := l.PIX
+		if policy == l.Statement.Name {
+			limit = l.Statement
+		}
+		return ratelimit.Check{Policy: limit.Policy, Identity: identity}, nil
+	case l.LoginIP.Name:
+		addr, err := netip.ParseAddr(identity)
+		if err != nil {
+			return ratelimit.Check{}, bad("a client IP (203.0.113.7 or 2001:db8::1)")
+		}
+		return ratelimit.Check{Policy: l.LoginIP.Policy, Identity: ratelimit.IPIdentity(addr)}, nil
+	case l.LoginAccount.Name:
+		doc, _, err := pix.ParseDocument(identity)
+		if err != nil {
+			return ratelimit.Check{}, bad("a CPF or CNPJ")
+		}
+		return ratelimit.Check{Policy: l.LoginAccount.Policy, Identity: doc}, nil
+	case l.LoginDevice.Name:
+		if !deviceID.MatchString(identity) {
+			return ratelimit.Check{}, bad("a device id")
+		}
+		return ratelimit.Check{Policy: l.LoginDevice.Policy, Identity: identity}, nil
+	case l.PIXLookup.Name, l.PIXLookup.Name + "-v2":
+		doc, person, err := pix.ParseDocument(identity)
+		if err != nil {
+			return ratelimit.Check{}, bad("the payer's CPF or CNPJ")
+		}
+		keyType := pix.KeyEmail
+		if policy != l.PIXLookup.Name {
+			keyType = pix.KeyCPF
+		}
+		chk := lookupLimiter{limits: l}.bucket(auth.Subject{Payer: d.Tokens.PayerID(doc), Person: string(person)}, keyType)
+		return ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, nil
+	case l.LookupParticipant.Name:
+		if identity != pix.ISPB && identity != ParticipantIdentity {
+			return ratelimit.Check{}, bad("the bank's ISPB (" + pix.ISPB + ")")
+		}
+		return ratelimit.Check{Policy: l.LookupParticipant.Policy, Identity: ParticipantIdentity}, nil
+	}
+	return ratelimit.Check{}, &Error{Code: CodeNotFound, Message: "no such policy"}
+}
