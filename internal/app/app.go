@@ -62,6 +62,10 @@ const (
 	warmConns   = 16
 )
 
+// tierPoll is how often a replica asks the ledger whether the tier table changed: a change on
+// one replica is in force on the others within about this plus one query.
+const tierPoll = 500 * time.Millisecond
+
 // New builds a replica: Redis (REDIS_URL, a cluster, sentinels, or an embedded one) and its
 // limiter, warmed before the replica serves; the token secret; the ledger; /readyz's probes;
 // the metrics; and the handler over them. On an error New has released what it built, and the
@@ -129,6 +133,8 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	if db, ok := r.Ledger.(*pix.PostgresLedger); ok {
 		r.probes = append(r.probes, httpapi.Probe{Name: "database", Timeout: min(cfg.DBTimeout, time.Second), Ping: db.Ping})
 	}
+	tiers := httpapi.NewTiers(ctx, r.Ledger, logger, tierPoll)
+	r.closers = append(r.closers, tiers.Close)
 	var metrics *httpapi.Metrics
 	if deps.Registry != nil {
 		if metrics, err = httpapi.NewMetrics(deps.Registry, r.Limiter.RedisUp); err != nil {
@@ -141,6 +147,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		Limiter:          r.Limiter,
 		Limits:           cfg.Limits,
 		Ledger:           r.Ledger,
+		Tiers:            tiers,
 		LedgerRetryAfter: cfg.DBTimeout,
 		Tokens:           r.Tokens,
 		Devices:          devices,
@@ -151,7 +158,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		return err
 	}
 	r.Admin, err = httpapi.NewAdmin(httpapi.AdminDeps{Logger: logger.With("listener", "admin"), Limiter: r.Limiter,
-		Limits: cfg.Limits, Ledger: r.Ledger, Tokens: r.Tokens, Token: cfg.AdminToken})
+		Limits: cfg.Limits, Ledger: r.Ledger, Tokens: r.Tokens, Token: cfg.AdminToken, Tiers: tiers})
 	return err
 }
 

@@ -31,6 +31,8 @@ type AdminDeps struct {
 	Tokens *auth.Tokens
 	// Token is ADMIN_TOKEN: the bearer token every call must carry.
 	Token string
+	// Tiers is the replica's tier table, refreshed at once after a change made here.
+	Tiers *Tiers
 }
 
 // NewAdmin returns the support desk's handler, for its own listener (ADMIN_ADDR), never the
@@ -42,13 +44,15 @@ type AdminDeps struct {
 //
 //	GET    /admin/v1/keys/{policy}/{identity}  a key's state
 //	DELETE /admin/v1/keys/{policy}/{identity}  clear it, on every replica
+//	PUT    /admin/v1/accounts/{account_id}/tier  move an account to a tier, with overrides
+//	GET    /admin/v1/tiers                      the tiers and the defaults under them
 //
 // The identity is what the policy counts: an account id (pix, statement), an IP (login-ip), a
 // CPF or CNPJ (login-account; and pix-lookup, pix-lookup-v2, whose payer is named from it as the
 // look-up does), a device id (login-device), or the bank's ISPB (pix-lookup-participant).
 func NewAdmin(d AdminDeps) (http.Handler, error) {
-	if d.Logger == nil || d.Limiter == nil || d.Ledger == nil || d.Tokens == nil || len(d.Token) < 32 {
-		return nil, errors.New("httpapi: the support desk needs a Logger, a Limiter, a Ledger, Tokens and a token of at least 32 bytes")
+	if d.Logger == nil || d.Limiter == nil || d.Ledger == nil || d.Tokens == nil || d.Tiers == nil || len(d.Token) < 32 {
+		return nil, errors.New("httpapi: the support desk needs a Logger, a Limiter, a Ledger, Tokens, Tiers and a token of at least 32 bytes")
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -57,6 +61,8 @@ func NewAdmin(d AdminDeps) (http.Handler, error) {
 	e.Use(desk.audit, limitBody)
 	e.GET("/admin/v1/keys/:policy/:identity", desk.getKey)
 	e.DELETE("/admin/v1/keys/:policy/:identity", desk.deleteKey)
+	e.PUT("/admin/v1/accounts/:account_id/tier", desk.putTier)
+	e.GET("/admin/v1/tiers", desk.getTiers)
 	return e, nil
 }
 
@@ -236,4 +242,78 @@ func (d *desk) resolve(policy, identity string) (ratelimit.Check, error) {
 		return ratelimit.Check{Policy: l.LookupParticipant.Policy, Identity: ParticipantIdentity}, nil
 	}
 	return ratelimit.Check{}, &Error{Code: CodeNotFound, Message: "no such policy"}
+}
+
+// tierBody is a tier or an account's assignment as the desk shows and takes it: 0 is the
+// default (an override of 0 is none).
+type tierBody struct {
+	Name           string `json:"name,omitempty"`
+	Tier           string `json:"tier,omitempty"`
+	PIXLimit       int    `json:"pix_limit"`
+	StatementLimit int    `json:"statement_limit"`
+	LookupCapacity int    `json:"lookup_capacity"`
+}
+
+func (d *desk) getTiers(c echo.Context) error {
+	type defaults struct {
+		PIXLimit         int `json:"pix_limit"`
+		StatementLimit   int `json:"statement_limit"`
+		LookupCapacityPF int `json:"lookup_capacity_pf"`
+		LookupCapacityPJ int `json:"lookup_capacity_pj"`
+	}
+	table := d.Tiers.Table()
+	out := struct {
+		Version  int64      `json:"version"`
+		Tiers    []tierBody `json:"tiers"`
+		Defaults defaults   `json:"defaults"`
+	}{Version: table.Version, Tiers: []tierBody{}, Defaults: defaults{d.Limits.PIX.Limit, d.Limits.Statement.Limit,
+		d.Limits.PIXLookup.Burst, d.Limits.PIXLookupPJ.Burst}}
+	for _, t := range table.SortedTiers() {
+		out.Tiers = append(out.Tiers, tierBody{Name: t.Name, PIXLimit: t.PIXLimit, StatementLimit: t.StatementLimit, LookupCapacity: t.LookupCapacity})
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// putTier moves an account to a tier, with its own overrides, and refreshes this replica's
+// table at once; the others read it within their polling interval.
+func (d *desk) putTier(c echo.Context) error {
+	id := c.Param("account_id")
+	if !accountID.MatchString(id) {
+		return invalid("invalid account id", map[string]string{"account_id": "an account id (acct-ana)"})
+	}
+	var req tierBody
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if req.Name != "" || req.Tier == "" {
+		return invalid("invalid tier", map[string]string{"tier": "required: one of GET /admin/v1/tiers"})
+	}
+	before, _ := json.Marshal(d.Tiers.Table().Accounts[id])
+	a := audited{policy: "tier", key: "account:" + hex.EncodeToString(sum(id)), before: string(before)}
+	c.Set(auditKey, a)
+	err := d.Ledger.SetTier(c.Request().Context(), id, pix.TierOf{Tier: req.Tier, PIXLimit: req.PIXLimit,
+		StatementLimit: req.StatementLimit, LookupCapacity: req.LookupCapacity})
+	switch {
+	case errors.Is(err, pix.ErrUnknownTier):
+		return invalid("invalid tier", map[string]string{"tier": "no such tier: see GET /admin/v1/tiers"})
+	case errors.Is(err, pix.ErrInvalidLimits):
+		return invalid("invalid overrides", map[string]string{"overrides": err.Error()})
+	case errors.Is(err, pix.ErrAccountNotFound):
+		return &Error{Code: CodeNotFound, Message: "no such account"}
+	case err != nil:
+		return err
+	}
+	if err := d.Tiers.Refresh(c.Request().Context()); err != nil {
+		d.Logger.Warn("support desk: tier table not refreshed after a change; the poller will", "err", err)
+	}
+	after, _ := json.Marshal(d.Tiers.Table().Accounts[id])
+	a.after = string(after)
+	c.Set(auditKey, a)
+	return c.JSON(http.StatusOK, tierBody{Tier: req.Tier, PIXLimit: req.PIXLimit, StatementLimit: req.StatementLimit, LookupCapacity: req.LookupCapacity})
+}
+
+// sum is the first 8 bytes of SHA-256 of s: how the audit names an account without its id.
+func sum(s string) []byte {
+	h := sha256.Sum256([]byte(s))
+	return h[:8]
 }

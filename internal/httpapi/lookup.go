@@ -40,6 +40,7 @@ import (
 type lookupLimiter struct {
 	limiter
 	limits Limits
+	tiers  *Tiers // nil: every payer at its person's default capacity
 }
 
 // bucket is the payer's bucket for keys of type t: pix-lookup or pix-lookup-v2, at the payer's
@@ -48,6 +49,9 @@ func (l lookupLimiter) bucket(s auth.Subject, t pix.KeyType) check {
 	limit := l.limits.PIXLookup
 	if s.Person == string(pix.PJ) {
 		limit = l.limits.PIXLookupPJ
+	}
+	if _, _, capacity := l.tiers.limits(s); capacity > 0 {
+		limit.Burst = capacity // the account's tier: the key, and what it holds, stay
 	}
 	if t.V2() {
 		limit.Name += "-v2"

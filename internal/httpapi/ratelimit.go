@@ -213,6 +213,9 @@ type RateLimitConfig struct {
 	Limiter *ratelimit.Limiter
 	// Limit is the limit applied. Required, its policy valid (ratelimit.Policy.Validate).
 	Limit Limit
+	// LimitOf, when set, is the limit applied to a request: Limit as its client's tier has it
+	// (tierLimit). Default: Limit for every request.
+	LimitOf func(c echo.Context, l Limit) Limit
 	// Identify names the client of a request; its error is answered as is (such as 401 for a
 	// route limited per account). Default: the client IP from c.RealIP, as
 	// ratelimit.IPIdentity, which is only as trustworthy as Echo's IPExtractor.
@@ -254,7 +257,11 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 			if err != nil {
 				return err
 			}
-			if err := r.enforce(c, nil, check{config.Limit, id}); err != nil {
+			limit := config.Limit
+			if config.LimitOf != nil {
+				limit = config.LimitOf(c, limit)
+			}
+			if err := r.enforce(c, nil, check{limit, id}); err != nil {
 				return err
 			}
 			return next(c)

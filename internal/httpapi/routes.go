@@ -15,11 +15,11 @@ import (
 // consults the look-up's anti-scan buckets (consultLookups).
 func addRoutes(e *echo.Echo, d Deps) error {
 	requireAccount := auth.RequireAccount(d.Tokens)
-	limitPIX, err := limitByAccount(d, d.Limits.PIX)
+	limitPIX, err := limitByAccount(d, d.Limits.PIX, tierLimit(d.Tiers, false))
 	if err != nil {
 		return err
 	}
-	limitStatement, err := limitByAccount(d, d.Limits.Statement)
+	limitStatement, err := limitByAccount(d, d.Limits.Statement, tierLimit(d.Tiers, true))
 	if err != nil {
 		return err
 	}
@@ -31,7 +31,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	e.GET("/healthz", handleHealthz())
 	e.GET("/readyz", handleReadyz(d.Probes, d.Limiter))
 	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Tokens, d.Devices))
-	lookups := lookupLimiter{limiter: login, limits: d.Limits}
+	lookups := lookupLimiter{limiter: login, limits: d.Limits, tiers: d.Tiers}
 	e.POST("/v1/pix", handlePIX(d.Ledger), requireAccount, decodePIX(), consultLookups(lookups), limitPIX)
 	e.GET("/v1/pix/keys/limits", handleLookupLimits(lookups), requireAccount)
 	e.GET("/v1/pix/keys/:key", handleLookup(d.Ledger, lookups), requireAccount)
@@ -43,7 +43,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	return nil
 }
 
-func limitByAccount(d Deps, l Limit) (echo.MiddlewareFunc, error) {
-	return RateLimitConfig{Limiter: d.Limiter, Limit: l, Identify: auth.AccountID,
+func limitByAccount(d Deps, l Limit, of func(echo.Context, Limit) Limit) (echo.MiddlewareFunc, error) {
+	return RateLimitConfig{Limiter: d.Limiter, Limit: l, LimitOf: of, Identify: auth.AccountID,
 		FailClosedRetryAfter: d.Limits.FailClosedRetryAfter, Metrics: d.Metrics, Logger: d.Logger}.ToMiddleware()
 }

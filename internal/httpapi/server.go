@@ -29,6 +29,8 @@ type Deps struct {
 	Limiter *ratelimit.Limiter
 	Limits  Limits
 	Ledger  pix.Ledger
+	// Tiers, when set, holds each account to its tier's limits; nil: the Limits for everyone.
+	Tiers *Tiers
 	// LedgerRetryAfter is the Retry-After of a 503 ledger_unavailable: as long as a ledger call
 	// may take. Default 1s.
 	LedgerRetryAfter time.Duration

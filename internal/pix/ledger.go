@@ -77,6 +77,12 @@ type Ledger interface {
 	// most limit of them.
 	Audit(ctx context.Context, r AuditRecord) error
 	AuditTrail(ctx context.Context, limit int) ([]AuditRecord, error)
+	// TierTable returns the tiers and the accounts' assignments, with their version;
+	// TierVersion the version alone, cheap enough to poll; SetTier moves an account to a tier
+	// with its overrides (ErrUnknownTier, ErrAccountNotFound) and moves the version.
+	TierTable(ctx context.Context) (TierTable, error)
+	TierVersion(ctx context.Context) (int64, error)
+	SetTier(ctx context.Context, accountID string, a TierOf) error
 }
 
 // Payee is the owner of a PIX key, as a payer may see them before paying.

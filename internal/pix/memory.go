@@ -22,6 +22,7 @@ type MemoryLedger struct {
 	ids      map[string]bool        // end-to-end ids issued
 	replays  map[idemKey]idemRecord
 	audit    auditLog
+	tiers    tierStore
 }
 
 type memAccount struct {
@@ -59,6 +60,7 @@ func NewMemoryLedger(accounts []Account, opts ...Option) (*MemoryLedger, error) 
 		byKey:    map[string]string{},
 		ids:      map[string]bool{},
 		replays:  map[idemKey]idemRecord{},
+		tiers:    newTierStore(),
 	}
 	for _, a := range accounts {
 		if _, dup := l.accounts[a.ID]; dup {

@@ -123,7 +123,7 @@ func serverUnavailable(e *pgconn.PgError) bool {
 func isDomain(err error) bool {
 	for _, d := range []error{ErrAccountNotFound, ErrKeyNotFound, ErrInsufficientFunds, ErrSameAccount,
 		ErrIdempotencyConflict, ErrInvalidAmount, ErrIdempotencyKeyRequired, ErrNightLimitExceeded,
-		ErrDailyLimitExceeded, ErrDeviceLimitExceeded, ErrInvalidLimits, ErrUnavailable, ErrOutcomeUnknown} {
+		ErrDailyLimitExceeded, ErrDeviceLimitExceeded, ErrInvalidLimits, ErrUnknownTier, ErrUnavailable, ErrOutcomeUnknown} {
 		if errors.Is(err, d) {
 			return true
 		}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"crypto/rand"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+)
+
+// TestTiersChangeAtRuntime, over two replicas on one PostgreSQL: Ana uses 8 of her 10 PIX; support
+// moves her to the restricted tier (5) on one replica's desk, and within two seconds the other
+// replica refuses her next PIX with the tier's limit in RateLimit-Policy (what she used is kept);
+// the premium tier (30) lets her on at once, counting what she used; an override of her own wins
+// over the tier; GET /admin/v1/tiers lists them; unknown tiers and accounts are refused.
+func TestTiersChangeAtRuntime(t *testing.T) {
+	t.Parallel()
+	srv, db := redistest.Start(t), pgtest.URL(t)
+	token := rand.Text() + rand.Text()
+	envA := map[string]string{"DATABASE_URL": db, "DEMO_ACCOUNTS": "true", "ADMIN_ADDR": apitest.FreeAddr(t), "ADMIN_TOKEN": token}
+	a, b := startAPI(t, srv, envA), startAPI(t, srv, map[string]string{"DATABASE_URL": db, "DEMO_ACCOUNTS": "true"})
+	desk := &apitest.Client{T: t, Base: "http://" + envA["ADMIN_ADDR"]}
+	admin := func(method, path string, body any) apitest.Response {
+		return desk.Do(method, path, body, "Authorization", "Bearer "+token)
+	}
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	for i := range 8 {
+		if r := []*api{a, b}[i%2].PIX(ana, "bruno@example.com", 1); r.Status != http.StatusCreated {
+			t.Fatalf("PIX %d: %v", i+1, r)
+		}
+	}
+	if r := admin(http.MethodPut, "/admin/v1/accounts/acct-ana/tier", map[string]any{"tier": "restricted"}); r.Status != http.StatusOK {
+		t.Fatalf("moving Ana to restricted: %v", r)
+	}
+	// b learns it by polling the version: the statement's policy tells when (restricted: 10).
+	start := time.Now()
+	for b.Statement(ana).Header.Get("RateLimit-Policy") != `"statement";q=10;w=60` {
+		if time.Since(start) > 2*time.Second {
+			t.Fatal("the other replica did not apply the new tier within 2 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("the other replica applied the tier %v after the change", time.Since(start).Round(time.Millisecond))
+	r := b.PIX(ana, "bruno@example.com", 1)
+	if r.Status != http.StatusTooManyRequests || r.Header.Get("RateLimit-Policy") != `"pix";q=5;w=60` {
+		t.Fatalf("Ana's 9th PIX on the restricted tier (5): %v %v, want 429 with q=5", r, r.Header)
+	}
+	if r := admin(http.MethodPut, "/admin/v1/accounts/acct-ana/tier", map[string]any{"tier": "premium"}); r.Status != http.StatusOK {
+		t.Fatal(r)
+	}
+	r = a.PIX(ana, "bruno@example.com", 1) // the desk's replica refreshed at once
+	if r.Status != http.StatusCreated || r.Header.Get("RateLimit-Policy") != `"pix";q=30;w=60` || r.Header.Get("RateLimit-Remaining") != "21" {
+		t.Fatalf("on premium (30), after 8 used: %v %v, want 201 with 21 left", r, r.Header)
+	}
+	if r := admin(http.MethodPut, "/admin/v1/accounts/acct-ana/tier", map[string]any{"tier": "pf", "pix_limit": 12}); r.Status != http.StatusOK {
+		t.Fatal(r)
+	}
+	if r := a.PIX(ana, "bruno@example.com", 1); r.Header.Get("RateLimit-Policy") != `"pix";q=12;w=60` || r.Header.Get("RateLimit-Remaining") != "2" {
+		t.Errorf("with her own override of 12: %v %v, want q=12 and 2 left", r, r.Header)
+	}
+	r = admin(http.MethodGet, "/admin/v1/tiers", nil)
+	if body := r.JSON(t); r.Status != http.StatusOK || len(body["tiers"].([]any)) != 4 || body["defaults"].(map[string]any)["pix_limit"] != 10.0 {
+		t.Errorf("GET /admin/v1/tiers: %v", r)
+	}
+	for path, body := range map[string]map[string]any{
+		"/admin/v1/accounts/acct-ana/tier":    {"tier": "gold"},
+		"/admin/v1/accounts/acct-ana/tier#2":  {"tier": "premium", "pix_limit": -1},
+		"/admin/v1/accounts/acct-ana/tier#3":  {},
+		"/admin/v1/accounts/acct-nobody/tier": {"tier": "premium"},
+	} {
+		r := admin(http.MethodPut, strings.Split(path, "#")[0], body)
+		if r.Status != http.StatusBadRequest && r.Status != http.StatusNotFound {
+			t.Errorf("PUT %s %v: %v, want 400 or 404", path, body, r)
+		}
+	}
+	if r := a.Do(http.MethodGet, "/admin/v1/tiers", nil, "Authorization", "Bearer "+token); r.Status != http.StatusNotFound {
+		t.Errorf("tiers on the public listener: %v, want 404", r)
+	}
+}

@@ -1,0 +1,124 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/pix"
+)
+
+// Tiers is a replica's copy of the ledger's tier table (pix.TierTable): which limits each
+// account is held to, read on every request from memory, never from the ledger. It polls the
+// table's version every interval and reloads the table when it moved, so a change made on any
+// replica (the support desk's PUT) is in force everywhere within about an interval plus a query.
+// Polling a one-row version, rather than LISTEN/NOTIFY, needs no connection held open per
+// replica and survives a database restart or failover without re-subscribing; its price is one
+// indexed read per interval per replica. A replica that cannot read the table keeps the last one
+// it knew, logging it once, and never falls back to no limits: the defaults are the
+// deployment's own figures, the floor under every tier.
+type Tiers struct {
+	ledger pix.Ledger
+	logger *slog.Logger
+	table  atomic.Pointer[pix.TierTable]
+
+	failing bool // the last poll failed (the poller's own)
+	stop    chan struct{}
+	done    sync.WaitGroup
+}
+
+// NewTiers loads the table (an empty one, all defaults, if the ledger cannot answer now; the
+// poller retries) and polls its version every interval until Close.
+func NewTiers(ctx context.Context, ledger pix.Ledger, logger *slog.Logger, every time.Duration) *Tiers {
+	t := &Tiers{ledger: ledger, logger: logger, stop: make(chan struct{})}
+	t.table.Store(&pix.TierTable{})
+	if err := t.Refresh(ctx); err != nil {
+		t.failing = true
+		logger.Warn("cannot read the tier table: every account has the default limits until it can", "err", err)
+	}
+	t.done.Add(1)
+	go t.poll(every)
+	return t
+}
+
+// Refresh reloads the table now.
+func (t *Tiers) Refresh(ctx context.Context) error {
+	table, err := t.ledger.TierTable(ctx)
+	if err != nil {
+		return err
+	}
+	t.table.Store(&table)
+	return nil
+}
+
+// Table is the table in force on this replica.
+func (t *Tiers) Table() pix.TierTable { return *t.table.Load() }
+
+func (t *Tiers) poll(every time.Duration) {
+	defer t.done.Done()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		v, err := t.ledger.TierVersion(ctx)
+		if err == nil && v != t.table.Load().Version {
+			err = t.Refresh(ctx)
+		}
+		cancel()
+		switch {
+		case err != nil && !t.failing:
+			t.failing = true
+			t.logger.Warn("cannot read the tier table: keeping the last limits known", "version", t.table.Load().Version, "err", err)
+		case err == nil && t.failing:
+			t.failing = false
+			t.logger.Info("tier table read again", "version", t.table.Load().Version)
+		}
+	}
+}
+
+// Close stops the poller.
+func (t *Tiers) Close() {
+	close(t.stop)
+	t.done.Wait()
+}
+
+// limits are an account's figures (0: the default), or all defaults without Tiers.
+func (t *Tiers) limits(s auth.Subject) (pixLimit, statementLimit, lookupCapacity int) {
+	if t == nil {
+		return 0, 0, 0
+	}
+	return t.table.Load().Limits(s.Account, pix.Person(s.Person))
+}
+
+// tierLimit is a RateLimitConfig.LimitOf: the route's limit with the account's tier's figure,
+// when it has one. The policy keeps its name, so the key (and what it already counted) stays:
+// a customer who used 8 of 10 and moves to a tier of 5 is refused until the log ages.
+func tierLimit(t *Tiers, statement bool) func(c echo.Context, l Limit) Limit {
+	return func(c echo.Context, l Limit) Limit {
+		s, err := auth.SubjectOf(c)
+		if err != nil {
+			return l
+		}
+		p, st, _ := t.limits(s)
+		if statement {
+			p = st
+		}
+		if p > 0 {
+			l.Limit = p
+			if l.Algorithm.Bursty() && l.Burst < p {
+				l.Burst = p
+			}
+		}
+		return l
+	}
+}

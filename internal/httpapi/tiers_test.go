@@ -1,0 +1,95 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/pix"
+)
+
+// flakyTiers is a ledger whose tier table can be changed and made unreadable.
+type flakyTiers struct {
+	pix.Ledger
+	mu    sync.Mutex
+	table pix.TierTable
+	down  bool
+}
+
+func (f *flakyTiers) TierTable(context.Context) (pix.TierTable, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return pix.TierTable{}, pix.ErrUnavailable
+	}
+	return f.table, nil
+}
+
+func (f *flakyTiers) TierVersion(ctx context.Context) (int64, error) {
+	t, err := f.TierTable(ctx)
+	return t.Version, err
+}
+
+func (f *flakyTiers) set(fn func(f *flakyTiers)) { f.mu.Lock(); fn(f); f.mu.Unlock() }
+
+// syncBuffer is a log a poller writes while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestTiersKeepTheLastTableWhenTheLedgerFails: a change is picked up within a few polls; while
+// the table cannot be read the replica keeps the last limits it knew (never none), logs it once,
+// and logs again when it reads it.
+func TestTiersKeepTheLastTableWhenTheLedgerFails(t *testing.T) {
+	t.Parallel()
+	tiers := map[string]pix.Tier{"pf": {Name: "pf"}, "restricted": {Name: "restricted", PIXLimit: 5}}
+	f := &flakyTiers{table: pix.TierTable{Version: 1, Tiers: tiers, Accounts: map[string]pix.TierOf{}}}
+	logs := &syncBuffer{}
+	tt := NewTiers(context.Background(), f, slog.New(slog.NewTextHandler(logs, nil)), 5*time.Millisecond)
+	defer tt.Close()
+	ana := auth.Subject{Account: "acct-ana", Person: "PF"}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(2 * time.Second); !ok(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 2 s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if p, _, _ := tt.limits(ana); p != 0 {
+		t.Fatalf("at first: PIX limit %d, want 0 (the default)", p)
+	}
+	f.set(func(f *flakyTiers) {
+		f.table = pix.TierTable{Version: 2, Tiers: tiers, Accounts: map[string]pix.TierOf{"acct-ana": {Tier: "restricted"}}}
+	})
+	waitFor("the change", func() bool { p, _, _ := tt.limits(ana); return p == 5 })
+	f.set(func(f *flakyTiers) { f.down = true })
+	waitFor("the failure logged", func() bool { return strings.Contains(logs.String(), "keeping the last limits known") })
+	time.Sleep(30 * time.Millisecond) // several failed polls
+	if p, _, _ := tt.limits(ana); p != 5 {
+		t.Errorf("with the ledger down: PIX limit %d, want 5 (the last table)", p)
+	}
+	if n := strings.Count(logs.String(), "keeping the last limits known"); n != 1 {
+		t.Errorf("the failure logged %d times, want once", n)
+	}
+	f.set(func(f *flakyTiers) { f.down = false })
+	waitFor("the recovery logged", func() bool { return strings.Contains(logs.String(), "tier table read again") })
+	if err := tt.Refresh(context.Background()); err != nil || errors.Is(err, pix.ErrUnavailable) {
+		t.Fatal(err)
+	}
+}
