@@ -36,6 +36,9 @@ type demo struct {
 	// limiters are the in-process replicas' (nil against -target): their Stats tell what
 	// happened inside, which a client cannot see.
 	limiters []*ratelimit.Limiter
+	// desk is the in-process fleet's first support desk and adminToken its token ("" against
+	// -target: a deployment's desk is not the demo's to use).
+	desk, adminToken string
 	// bank is the in-process fleet's participant look-up policy (pix-lookup-participant); its
 	// bucket's level, which no customer may read, shows what a scan cost the bank.
 	bank ratelimit.Policy

@@ -51,6 +51,7 @@ func nightAroundNow(env map[string]string) map[string]string {
 type fleet struct {
 	cfg      config.Config
 	urls     []string
+	desks    []string        // each replica's support desk
 	redis    *embeddedOutage // nil when the fleet uses an outside Redis
 	servers  []*http.Server
 	replicas []*app.Replica
@@ -77,6 +78,8 @@ func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fle
 	env = maps.Clone(env)
 	env["REDIS_URL"] = "redis://" + redisAddr
 	env["AUTH_SECRET"] = rand.Text() + rand.Text() // shared by both replicas, as in a fleet
+	// Each replica's support desk, on a listener of its own (the support story uses the first).
+	env["ADMIN_ADDR"], env["ADMIN_TOKEN"] = "127.0.0.1:0", rand.Text()+rand.Text()
 	if f.cfg, err = config.Load(config.Map(env)); err != nil {
 		return nil, err
 	}
@@ -100,6 +103,16 @@ func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fle
 		go func() { _ = srv.Serve(ln) }()
 		f.servers = append(f.servers, srv)
 		f.urls = append(f.urls, "http://"+ln.Addr().String())
+		if r.Admin != nil {
+			aln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return nil, err
+			}
+			asrv := &http.Server{Handler: r.Admin, ReadHeaderTimeout: 5 * time.Second}
+			go func() { _ = asrv.Serve(aln) }()
+			f.servers = append(f.servers, asrv)
+			f.desks = append(f.desks, "http://"+aln.Addr().String())
+		}
 	}
 	return f, nil
 }

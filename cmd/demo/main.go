@@ -42,6 +42,7 @@ var scenarios = []struct {
 }{
 	{"burst", "PIX burst: the key is the account, not the IP", burst},
 	{"login", "Distributed login attack: two keys, one answer", loginAttack},
+	{"support", "The support desk: a locked-out customer let in now, not when the window ends", support},
 	{"outage", "Redis outage: login and PIX fail closed, the statement is limited in each replica's memory", outage},
 	{"hole", "The 2× hole: six algorithms, one boundary", hole},
 	{"scan", "Key look-ups: a miss costs twenty times a hit", scan},
@@ -59,6 +60,9 @@ func (d *demo) selfContained(redisURL string, logs io.Writer) (func(), error) {
 		return nil, err
 	}
 	d.replicas, d.outage, d.limiters, d.bank = f.urls, f.redis, f.limiters, f.cfg.Limits.LookupParticipant.Policy
+	if len(f.desks) > 0 {
+		d.desk, d.adminToken = f.desks[0], f.cfg.AdminToken
+	}
 	d.lab = redis.NewClient(&redis.Options{Addr: f.redis.mr.Addr()})
 	d.out.intro(f.describe())
 	return func() { _ = d.lab.Close(); f.close() }, nil
@@ -123,7 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.target, "target", "", "comma-separated base URLs of running API replicas `URL[,URL...]` (default: start two in this process)")
 	fs.StringVar(&o.redisURL, "redis", "", "with -target: the deployment's Redis `URL`, used to pause it for the outage (CLIENT PAUSE) and to clear old limiter state")
-	only := fs.String("scenario", "all", "burst, login, outage, hole, scan, night, evening or all")
+	only := fs.String("scenario", "all", "burst, login, support, outage, hole, scan, night, evening or all")
 	fs.BoolVar(&o.asJSON, "json", false, "print the results as JSON on stdout; the narration goes to stderr")
 	fs.BoolVar(&o.verbose, "v", false, "show the in-process replicas' logs on stderr")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -138,7 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 	}
 	if len(o.chosen) == 0 {
-		return o, fmt.Errorf("-scenario %q: want burst, login, outage, hole, scan, night, evening or all", *only)
+		return o, fmt.Errorf("-scenario %q: want burst, login, support, outage, hole, scan, night, evening or all", *only)
 	}
 	return o, nil
 }

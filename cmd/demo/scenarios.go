@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -353,4 +354,49 @@ func sequence(replies []reply) string {
 		i = j
 	}
 	return strings.Join(parts, ", then ")
+}
+
+// support: a botnet fills Carla's document key; her new laptop is refused; support reads the
+// key's state on the desk and clears it on every replica; the laptop gets in at once.
+func support(ctx context.Context, d *demo) error {
+	if d.desk == "" {
+		d.out.say("Skipped against -target: the support desk listens on the deployment's ADMIN_ADDR, not the demo's.")
+		return nil
+	}
+	d.out.say("A botnet guesses Carla's password from five addresses, filling her document key.")
+	for i := range 5 {
+		d.show(d.call(ctx, fmt.Sprintf("203.0.113.%d", 100+i), "POST", "/v1/login", "",
+			map[string]string{"document": carla.document, "password": fmt.Sprintf("botnet-%d", i)}))
+	}
+	laptop := d.show(d.call(ctx, "192.0.2.60", "POST", "/v1/login", "", map[string]string{"document": carla.document, "password": carla.password}))
+	d.expect("Carla's new laptop is refused: the document key is full", laptop.status == http.StatusTooManyRequests, laptop.summary())
+
+	d.out.say("She calls the bank. Support reads her key on the desk (its own listener, never the public door),\n" +
+		"by her CPF, hashed as the limiter hashes it, and clears it on every replica.")
+	desk := func(method string) reply {
+		r := d.adminCall(ctx, method, "/admin/v1/keys/login-account/"+carla.document)
+		d.out.say("  desk       %-6s /admin/v1/keys/login-account/{CPF}  %s", method, r.summary())
+		return r
+	}
+	state := desk(http.MethodGet)
+	d.expect("the desk sees the key full", state.status == http.StatusOK && state.body["full"] == true,
+		fmt.Sprintf("%s full=%v remaining=%v", state.summary(), state.body["full"], state.body["remaining"]))
+	cleared := desk(http.MethodDelete)
+	after, _ := cleared.body["after"].(map[string]any)
+	d.expect("support clears it", cleared.status == http.StatusOK && after["full"] == false, cleared.summary())
+	in := d.show(d.call(ctx, "192.0.2.60", "POST", "/v1/login", "", map[string]string{"document": carla.document, "password": carla.password}))
+	d.expect("Carla gets in at once", in.status == http.StatusOK, in.summary())
+	return nil
+}
+
+// adminCall calls the fleet's support desk with its token.
+func (d *demo) adminCall(ctx context.Context, method, path string) reply {
+	c := client.Client{BaseURL: d.desk, HTTP: &d.client}
+	resp, err := c.Do(ctx, method, path, nil, "Authorization", "Bearer "+d.adminToken, "Admin-Agent", "demo")
+	r := reply{method: method, path: path, err: err}
+	if err == nil {
+		r.status, r.header, r.raw = resp.Status, resp.Header, resp.Body
+		_ = json.Unmarshal(resp.Body, &r.body)
+	}
+	return r
 }

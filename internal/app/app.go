@@ -102,6 +102,14 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		return err
 	}
 	r.closers = append(r.closers, func() { _ = r.Limiter.Close() }) // waits for withdrawals, before Redis closes
+	// The support desk's forgotten keys, heard at once (the heartbeat is the backstop).
+	sub := rdb.Subscribe(context.WithoutCancel(ctx), r.Limiter.ForgetChannel())
+	go func() {
+		for msg := range sub.Channel() {
+			r.Limiter.Forgotten(msg.Payload)
+		}
+	}()
+	r.closers = append(r.closers, func() { _ = sub.Close() })
 	// Before serving: the scripts loaded on every master, the slot map known, connections
 	// dialed, so the first burst's decisions pay for none of it inside their budget.
 	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)

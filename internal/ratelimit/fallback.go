@@ -37,7 +37,8 @@ end
 return out`)
 
 // forgetScript deletes a key; forgottenScript lists it in the fleet's forget list (KEYS[1]) for
-// ARGV[2] ms, the longest a deny-cache entry lives. Two calls, not one: on a cluster the key and
+// ARGV[2] ms, the longest a deny-cache entry lives, and publishes it on the channel of the same
+// name (ForgetChannel), for the replicas that subscribe to hear of it at once. Two calls, not one: on a cluster the key and
 // the list live in different slots.
 var (
 	forgetScript    = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
@@ -47,6 +48,7 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PUBLISH', KEYS[1], ARGV[1])
 return now`)
 )
 

@@ -332,7 +332,8 @@ func (l *Limiter) AskAll(ctx context.Context, checks ...Check) (Decision, error)
 // support desk unblocking a customer). This replica's deny cache drops the key now; the others
 // learn it at their next heartbeat (about a second; the key is listed in the fleet's forget
 // list, beside the roster, for as long as a deny-cache entry can live), and one that misses it
-// (cut off from Redis) forgets it within Options.LocalCacheHold anyway. The heartbeat runs only
+// (cut off from Redis) forgets it within Options.LocalCacheHold anyway. Replicas subscribed to
+// ForgetChannel hear of it at once. The heartbeat runs only
 // with Options.FleetSize above zero; without it, other replicas forget within the hold.
 func (l *Limiter) Forget(ctx context.Context, c Check) error {
 	key := l.keys.key(c.Policy, c.Identity)
@@ -348,6 +349,18 @@ func (l *Limiter) Forget(ctx context.Context, c Check) error {
 		l.deny.forget(key)
 	}
 	return nil
+}
+
+// ForgetChannel is the Redis channel Forget publishes each forgotten key on. A replica whose
+// client can subscribe (the API's does) passes each message to Forgotten, and learns of a forget
+// within a round trip; the heartbeat is the backstop for a message missed.
+func (l *Limiter) ForgetChannel() string { return l.keys.prefix + ":{fleet}:forget" }
+
+// Forgotten drops key (as Forget names it, on ForgetChannel) from this replica's deny cache.
+func (l *Limiter) Forgotten(key string) {
+	if l.deny != nil {
+		l.deny.forget(key)
+	}
 }
 
 // Key is the Redis key of c: the policy and the keyed hash of the identity (never the identity
