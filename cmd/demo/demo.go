@@ -85,6 +85,9 @@ type result struct {
 func (d *demo) expect(expectation string, ok bool, observed string) bool {
 	d.results = append(d.results, result{d.scenario, expectation, observed, ok})
 	d.out.verdict(expectation, ok, observed)
+	if s, inside := d.stats(); inside {
+		d.out.counters(s)
+	}
 	return ok
 }
 
@@ -199,6 +202,10 @@ func count(replies []reply) (map[int]int, string) {
 type narrator struct {
 	w      io.Writer
 	colour bool
+	// events, when set (-serve), receives every line as an event, for the page to draw;
+	// scenario is the story being told.
+	events   *hub
+	scenario string
 }
 
 func newNarrator(w io.Writer, getenv func(string) string) *narrator {
@@ -218,14 +225,30 @@ func (n *narrator) paint(code, s string) string {
 	return "\x1b[" + code + "m" + s + "\x1b[0m"
 }
 
-func (n *narrator) intro(s string) { fmt.Fprintf(n.w, "%s\n", n.paint("1", s)) }
+func (n *narrator) intro(s string) {
+	fmt.Fprintf(n.w, "%s\n", n.paint("1", s))
+	n.events.publish(event{Kind: "intro", Text: s})
+}
 
 func (n *narrator) title(s string) {
 	fmt.Fprintf(n.w, "\n%s\n", n.paint("1;36", "== "+s+" =="))
+	n.events.publish(event{Kind: "title", Scenario: n.scenario, Text: s})
 }
 
 func (n *narrator) say(format string, args ...any) {
-	fmt.Fprintf(n.w, "\n%s\n", fmt.Sprintf(format, args...))
+	text := fmt.Sprintf(format, args...)
+	fmt.Fprintf(n.w, "\n%s\n", text)
+	n.events.publish(event{Kind: "say", Scenario: n.scenario, Text: text})
+}
+
+// decision records one request of the algorithm lesson (the terminal draws them as timelines).
+func (n *narrator) decision(a, phase string, allowed bool) {
+	n.events.publish(event{Kind: "decision", Scenario: n.scenario, Algorithm: a, Phase: phase, Allowed: allowed})
+}
+
+// counters records the in-process limiters' counters, for the page's costs.
+func (n *narrator) counters(s ratelimit.Stats) {
+	n.events.publish(event{Kind: "stats", Scenario: n.scenario, RedisCalls: s.Redis, LocalCalls: s.Local, BreakerOpen: s.BreakerOpen})
 }
 
 func (n *narrator) request(r reply) {
@@ -246,6 +269,9 @@ func (n *narrator) request(r reply) {
 	}
 	fmt.Fprintf(n.w, "  replica %d  %-15s  %-4s %-22s  %-32s  remaining %-3s  retry-after %s\n",
 		r.replica, r.ip, r.method, r.path, status, dash(r.header.Get("RateLimit-Remaining")), dash(r.header.Get("Retry-After")))
+	n.events.publish(event{Kind: "call", Scenario: n.scenario, Replica: r.replica, IP: r.ip, Method: r.method, Path: r.path,
+		Status: r.status, Code: r.code(), Remaining: r.header.Get("RateLimit-Remaining"), RetryAfter: r.header.Get("Retry-After"),
+		Policy: r.header.Get("RateLimit-Policy"), Text: r.summary()})
 }
 
 func (n *narrator) verdict(expectation string, ok bool, observed string) {
@@ -254,10 +280,12 @@ func (n *narrator) verdict(expectation string, ok bool, observed string) {
 		mark = n.paint("31", "  ✘ ")
 	}
 	fmt.Fprintf(n.w, "%s%s — saw %s\n", mark, expectation, observed)
+	n.events.publish(event{Kind: "verdict", Scenario: n.scenario, Text: expectation, OK: ok, Observed: observed})
 }
 
 func (n *narrator) wait(ctx context.Context, d time.Duration, why string) error {
 	fmt.Fprintf(n.w, "\n  … waiting %v %s\n", d, why)
+	n.events.publish(event{Kind: "wait", Scenario: n.scenario, Text: fmt.Sprintf("waiting %v %s", d, why)})
 	select {
 	case <-time.After(d):
 		return nil

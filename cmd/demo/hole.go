@@ -43,17 +43,21 @@ func lessonPolicy(a ratelimit.Algorithm) ratelimit.Policy {
 	return p
 }
 
-// marks sends n requests under a's policy and draws each: ✔ admitted, ✘ refused.
-func (s *lesson) marks(ctx context.Context, a ratelimit.Algorithm, n int) (string, int) {
+// marks sends n requests under a's policy and draws each: ✔ admitted, ✘ refused; the page gets
+// each as a decision of the lesson's phase.
+func (s *lesson) marks(ctx context.Context, a ratelimit.Algorithm, n int, phase string) (string, int) {
 	var b strings.Builder
 	admitted := 0
 	for range n {
-		if dec, err := s.l.Allow(ctx, lessonPolicy(a), s.identity); err == nil && dec.Allowed {
+		dec, err := s.l.Allow(ctx, lessonPolicy(a), s.identity)
+		ok := err == nil && dec.Allowed
+		if ok {
 			b.WriteString(s.d.out.paint("32", "✔"))
 			admitted++
 		} else {
 			b.WriteString(s.d.out.paint("31", "✘"))
 		}
+		s.d.out.decision(string(a), phase, ok)
 	}
 	return b.String(), admitted
 }
@@ -79,14 +83,14 @@ func (s *lesson) boundary(ctx context.Context) error {
 	algos := []ratelimit.Algorithm{ratelimit.FixedWindow, ratelimit.SlidingLog, ratelimit.SlidingLogPacked, ratelimit.SlidingWindow}
 	before, total := map[ratelimit.Algorithm]string{}, map[ratelimit.Algorithm]int{}
 	for _, a := range algos {
-		before[a], total[a] = s.marks(ctx, a, lessonLimit)
+		before[a], total[a] = s.marks(ctx, a, lessonLimit, "before")
 	}
 	if err := sleepUntil(ctx, boundary.Add(100*time.Millisecond-skew)); err != nil {
 		return err
 	}
 	fmt.Fprintf(s.d.out.w, "\n  %-18s %-12s | %-12s  %s\n", "", "t−0.3s", "t+0.1s", "(t = a window boundary)")
 	for _, a := range algos {
-		after, n := s.marks(ctx, a, lessonLimit)
+		after, n := s.marks(ctx, a, lessonLimit, "after")
 		total[a] += n
 		fmt.Fprintf(s.d.out.w, "  %-18s %s        | %s         %d admitted in 0.4s\n", a, before[a], after, total[a])
 	}
@@ -112,7 +116,7 @@ func (s *lesson) buckets(ctx context.Context) error {
 	burst, lines := map[ratelimit.Algorithm]string{}, map[ratelimit.Algorithm]*strings.Builder{}
 	atOnce, refilled := map[ratelimit.Algorithm]int{}, map[ratelimit.Algorithm]int{}
 	for _, a := range algos {
-		burst[a], atOnce[a] = s.marks(ctx, a, 2*lessonLimit)
+		burst[a], atOnce[a] = s.marks(ctx, a, 2*lessonLimit, "burst")
 		lines[a] = &strings.Builder{}
 	}
 	for start := time.Now(); time.Since(start) < lessonWindow; {
@@ -120,7 +124,7 @@ func (s *lesson) buckets(ctx context.Context) error {
 			return err
 		}
 		for _, a := range algos {
-			m, n := s.marks(ctx, a, 1)
+			m, n := s.marks(ctx, a, 1, "refill")
 			lines[a].WriteString(m + " ")
 			refilled[a] += n
 		}

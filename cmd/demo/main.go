@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -117,6 +118,7 @@ const denyCacheHold = 5 * time.Second
 // options are the demo's flags.
 type options struct {
 	target, redisURL string
+	serve            string // -serve: the live page's address; "": none
 	chosen           []int // indexes into scenarios
 	asJSON, verbose  bool
 }
@@ -127,19 +129,24 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.target, "target", "", "comma-separated base URLs of running API replicas `URL[,URL...]` (default: start two in this process)")
 	fs.StringVar(&o.redisURL, "redis", "", "with -target: the deployment's Redis `URL`, used to pause it for the outage (CLIENT PAUSE) and to clear old limiter state")
-	only := fs.String("scenario", "all", "burst, login, support, outage, hole, scan, night, evening or all")
+	only := fs.String("scenario", "all", "burst, login, support, outage, hole, scan, night, evening, several with commas, or all")
 	fs.BoolVar(&o.asJSON, "json", false, "print the results as JSON on stdout; the narration goes to stderr")
 	fs.BoolVar(&o.verbose, "v", false, "show the in-process replicas' logs on stderr")
+	fs.StringVar(&o.serve, "serve", "", "also serve the stories as a live picture on `ADDR` (for example 127.0.0.1:8090), and keep serving after them until interrupted")
 	if err := fs.Parse(args[1:]); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	wanted := strings.Split(*only, ",")
 	for i, s := range scenarios {
-		if *only == "all" || *only == s.name {
+		if *only == "all" || slices.Contains(wanted, s.name) {
 			o.chosen = append(o.chosen, i)
 		}
+	}
+	if *only != "all" && len(o.chosen) != len(wanted) {
+		o.chosen = nil // a name that is no story
 	}
 	if len(o.chosen) == 0 {
 		return o, fmt.Errorf("-scenario %q: want burst, login, support, outage, hole, scan, night, evening or all", *only)
@@ -157,6 +164,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		narration = stderr
 	}
 	d := &demo{out: newNarrator(narration, getenv)}
+	if o.serve != "" {
+		d.out.events = newHub()
+		url, stop, err := d.out.events.serve(o.serve)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		fmt.Fprintf(narration, "The live picture of the stories: %s (open it now: it replays what it missed)\n\n", url)
+	}
 	logs := io.Discard
 	if o.verbose {
 		logs = stderr
@@ -180,7 +196,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	for _, i := range o.chosen {
 		s := scenarios[i]
-		d.scenario = s.name
+		d.scenario, d.out.scenario = s.name, s.name
 		d.out.title(s.title)
 		if err := s.play(ctx, d); err != nil {
 			d.expect("the scenario runs to the end", false, err.Error())
@@ -188,6 +204,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	d.out.table(d.results)
+	failed := 0
+	for _, r := range d.results {
+		if !r.OK {
+			failed++
+		}
+	}
+	d.out.events.publish(event{Kind: "done", Text: fmt.Sprintf("%d expectations, %d failed", len(d.results), failed)})
+	if o.serve != "" {
+		fmt.Fprintln(narration, "\nThe stories are over; the page keeps them. Serving until interrupted (Ctrl-C).")
+		<-ctx.Done()
+	}
 	if o.asJSON {
 		if err := writeJSON(stdout, d.results); err != nil {
 			return err

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+)
+
+// TestLivePicture drives the demo's page (-serve) in headless Chromium: the burst story, stepped
+// to its verdict, shows 10 × 201 and 5 × 429 PIX answers; every expectation of the run is ✔;
+// stepped to the 2× hole's verdict, the fixed window drew 10 admissions and the sliding log 5.
+// With PIXLIMIT_SCREENSHOTS=dir it also writes the sequence and the window as PNGs there (the
+// README's, under docs/). It skips where Chromium is absent; .ci/run installs it.
+func TestLivePicture(t *testing.T) {
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (apt-get install chromium): the page is not tested in a browser here")
+	}
+	addr := apitest.FreeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out bytes.Buffer
+	finished := make(chan error, 1)
+	go func() {
+		finished <- run(ctx, []string{"demo", "-scenario", "burst,hole", "-serve", addr}, noEnv, &out, &out)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case err := <-finished:
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("demo: %v\n%s", err, out.String())
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("the demo did not stop within 10 s of its context")
+		}
+	}()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser),
+		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("no-first-run", true), chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1600, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	if err := chromedp.Do(bctx); err != nil { // starts the browser, with no timeout of its own
+		t.Fatalf("starting chromium: %v", err)
+	}
+	tctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+	defer cancelTimeout()
+
+	var page string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if page = pageURL(out.Bytes()); page != "" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if page == "" {
+		t.Fatalf("the demo printed no page address:\n%s", out.String())
+	}
+	js := func(expr string) int {
+		t.Helper()
+		v, err := chromedp.Run(tctx, chromedp.Evaluate[int](expr))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", expr, err, out.String())
+		}
+		return v
+	}
+	count := func(sel string) int { return js("document.querySelectorAll(`" + sel + "`).length") }
+	if err := chromedp.Do(tctx, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS(`#status.done`))); err != nil {
+		t.Fatalf("the page never said the stories were done: %v\n%s", err, out.String())
+	}
+	js(`pixlimit.seekAfter("15 PIX:")`)
+	ok201, refused429 := count(`#seq .reply.s201[data-path="/v1/pix"]`), count(`#seq .reply.s429[data-path="/v1/pix"]`)
+	var seqPNG, windowPNG []byte
+	if os.Getenv("PIXLIMIT_SCREENSHOTS") != "" {
+		var err error
+		if seqPNG, err = chromedp.Run(tctx, chromedp.Screenshot(chromedp.CSS(`#sequence`))); err != nil {
+			t.Fatal(err)
+		}
+		if windowPNG, err = chromedp.Run(tctx, chromedp.Screenshot(chromedp.CSS(`#windows-box`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js(`pixlimit.seekAfter("fixed window:")`)
+	fixed := js(`+document.querySelector('.hole-row[data-algorithm="fixed_window"][data-group="boundary"] .admitted').dataset.admitted`)
+	log := js(`+document.querySelector('.hole-row[data-algorithm="sliding_log"][data-group="boundary"] .admitted').dataset.admitted`)
+	js(`(pixlimit.seek(pixlimit.events.length), 0)`)
+	failed, held := count(`#story-list .verdict.no`), count(`#story-list .verdict.ok`)
+	verdicts := js(`pixlimit.events.filter(e => e.kind === "verdict").length`)
+	if ok201 != 10 || refused429 != 5 {
+		t.Errorf("at the burst's verdict the diagram shows %d × 201 and %d × 429 PIX answers, want 10 and 5", ok201, refused429)
+	}
+	if failed != 0 || held != verdicts || verdicts < 10 {
+		t.Errorf("expectations on the page: %d ✔ and %d ✘ of %d, want every one ✔", held, failed, verdicts)
+	}
+	if fixed != 10 || log != 5 {
+		t.Errorf("the 2× hole drew %d admissions for the fixed window and %d for the sliding log, want 10 and 5", fixed, log)
+	}
+	if dir := os.Getenv("PIXLIMIT_SCREENSHOTS"); dir != "" {
+		for name, png := range map[string][]byte{"demo-sequence.png": seqPNG, "demo-window.png": windowPNG} {
+			if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+// pageURL is the page's address as the demo printed it, or "".
+func pageURL(out []byte) string {
+	const lead = "The live picture of the stories: "
+	i := bytes.Index(out, []byte(lead))
+	if i < 0 {
+		return ""
+	}
+	rest := out[i+len(lead):]
+	if j := bytes.IndexAny(rest, " \n"); j >= 0 {
+		return string(rest[:j])
+	}
+	return ""
+}

@@ -1,0 +1,269 @@
+// The live picture of the pixlimit demo. It draws the events the demo's narrator emits (the same
+// ones the terminal prints), received over Server-Sent Events from /events. Every picture is a
+// function of the events up to the current step, so stepping back and forth is re-drawing.
+"use strict";
+
+const events = [];        // every event so far, by seq
+let pos = 0;              // how many events are drawn
+let playing = true;       // advancing by itself
+let done = false;         // the demo said it is over
+let focus = null;         // the focused participant, or null
+let offset = null;        // the page's clock minus the run's, in seconds
+const stepMs = 60;
+
+const $ = (id) => document.getElementById(id);
+const SVG = "http://www.w3.org/2000/svg";
+function el(name, attrs, parent, text) {
+  const e = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  if (parent) parent.appendChild(e);
+  return e;
+}
+function html(name, attrs, parent, text) {
+  const e = document.createElement(name);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  if (parent) parent.appendChild(e);
+  return e;
+}
+
+// ---- the stream
+const source = new EventSource("events");
+source.onmessage = (m) => {
+  const e = JSON.parse(m.data);
+  if (e.seq < events.length) return; // a reconnection's replay
+  events.push(e);
+  if (offset === null) offset = Date.now() / 1000 - e.at;
+  if (e.kind === "done") { done = true; source.close(); }
+  if (playing && pos === events.length - 1) { pos = events.length; draw(); } else drawPosition();
+};
+
+// ---- playback
+setInterval(() => {
+  if (playing && pos < events.length) { pos++; draw(); }
+}, stepMs);
+function seek(n) { pos = Math.max(0, Math.min(events.length, n)); draw(); }
+$("start").onclick = () => { playing = false; seek(0); };
+$("back").onclick = () => { playing = false; seek(pos - 1); };
+$("fwd").onclick = () => { playing = false; seek(pos + 1); };
+$("end").onclick = () => { seek(events.length); };
+$("play").onclick = () => { playing = !playing; drawPosition(); };
+document.addEventListener("keydown", (k) => {
+  const keys = { " ": "play", ArrowLeft: "back", ArrowRight: "fwd", Home: "start", End: "end" };
+  if (keys[k.key]) { k.preventDefault(); $(keys[k.key]).click(); }
+});
+
+// ---- what the events up to pos say
+function scenarioAt(p) {
+  for (let i = p - 1; i >= 0; i--) if (events[i].scenario) return events[i].scenario;
+  return "";
+}
+function shown() { return events.slice(0, pos); }
+
+function draw() {
+  drawPosition();
+  const sc = scenarioAt(pos);
+  drawStories(sc);
+  drawSequence(sc);
+  drawWindows(sc);
+  drawHole();
+  drawCosts(sc);
+}
+
+function drawPosition() {
+  $("pos").textContent = `step ${pos} of ${events.length}`;
+  $("play").textContent = playing ? "⏸" : "▶";
+  $("status").textContent = done ? "done" : "live";
+  $("status").className = done ? "done" : "live";
+  $("status").dataset.events = events.length;
+}
+
+function drawStories(current) {
+  const list = $("story-list");
+  list.textContent = "";
+  const byScenario = new Map();
+  for (const e of shown()) {
+    if (e.kind === "title") byScenario.set(e.scenario, { title: e.text, verdicts: [] });
+    if (e.kind === "verdict" && byScenario.has(e.scenario)) byScenario.get(e.scenario).verdicts.push(e);
+  }
+  for (const [name, s] of byScenario) {
+    const li = html("li", { "data-scenario": name, class: name === current ? "current" : "" }, list);
+    html("div", { class: "title" }, li, s.title);
+    const ul = html("ul", {}, li);
+    for (const v of s.verdicts) {
+      html("li", { class: "verdict " + (v.ok ? "ok" : "no"), title: "saw " + v.observed }, ul, v.text);
+    }
+  }
+  let say = "";
+  for (const e of shown()) if (e.kind === "say" || e.kind === "wait" || e.kind === "title") say = e.text;
+  $("say").textContent = say;
+}
+
+// ---- the sequence
+const lanes = ["client", "replica 1", "replica 2", "Redis", "ledger"];
+const laneX = (i) => 70 + i * 150;
+const ledgerRoutes = ["/v1/pix", "/v1/statement", "/v1/limits", "/v1/devices", "/v1/login"];
+
+function drawSequence(sc) {
+  const svg = $("seq");
+  svg.textContent = "";
+  const defs = el("defs", {}, svg);
+  const m = el("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 6, markerHeight: 6, orient: "auto-start-reverse" }, defs);
+  el("path", { d: "M0,0 L10,5 L0,10 z", fill: "#57606a" }, m);
+  const calls = shown().filter((e) => e.kind === "call" && e.scenario === sc);
+  const rowH = 46, top = 50;
+  const height = top + Math.max(1, calls.length) * rowH + 20;
+  svg.setAttribute("width", laneX(lanes.length - 1) + 90);
+  svg.setAttribute("height", height);
+  lanes.forEach((name, i) => {
+    const g = el("g", { class: "participant" + (focus === name ? " focused" : ""), "data-participant": name }, svg);
+    el("rect", { x: laneX(i) - 55, y: 6, width: 110, height: 24, rx: 4 }, g);
+    el("text", { x: laneX(i), y: 22, "text-anchor": "middle" }, g, name);
+    g.addEventListener("click", () => { focus = focus === name ? null : name; drawSequence(scenarioAt(pos)); });
+    el("line", { class: "lane", x1: laneX(i), y1: 30, x2: laneX(i), y2: height }, svg);
+  });
+  const group = el("g", { class: "scenario", "data-scenario": sc }, svg);
+  calls.forEach((c, i) => {
+    const y = top + i * rowH;
+    const rep = laneX(c.replica || 1);
+    const involved = ["client", "replica " + (c.replica || 1)];
+    const g = el("g", { class: "exchange", "data-path": c.path }, group);
+    const call = el("g", { class: "call" }, g);
+    el("line", { x1: laneX(0), y1: y, x2: rep - 4, y2: y }, call);
+    el("text", { x: laneX(0) + 6, y: y - 3 }, call, `${c.ip}  ${c.method} ${c.path}`);
+    const decided = c.policy !== "";
+    if (decided) {
+      const d = el("g", { class: "decide" }, g);
+      el("line", { x1: rep, y1: y + 4, x2: laneX(3) - 4, y2: y + 4 }, d);
+      el("text", { x: laneX(3) + 4, y: y + 8 }, d, "script");
+      involved.push("Redis");
+    }
+    if (c.status !== 429 && c.status > 0 && ledgerRoutes.some((r) => c.path.startsWith(r))) {
+      const l = el("g", { class: "ledger" }, g);
+      el("line", { x1: rep, y1: y + 10, x2: laneX(4) - 4, y2: y + 10 }, l);
+      involved.push("ledger");
+    }
+    const kind = c.status >= 200 && c.status < 300 ? "ok" : c.status === 429 ? "refused" : "error";
+    const reply = el("g", { class: `reply ${kind} s${c.status}`, "data-status": c.status, "data-path": c.path }, g);
+    el("line", { x1: rep, y1: y + 16, x2: laneX(0) + 4, y2: y + 16 }, reply);
+    const left = c.remaining !== "" ? ` · ${c.remaining} left` : "";
+    const retry = c.retry_after ? ` · retry after ${c.retry_after}s` : "";
+    el("text", { x: rep - 6, y: y + 29, "text-anchor": "end" }, reply, `${c.text}${left}${retry}`);
+    if (focus && !involved.includes(focus)) g.classList.add("dimmed");
+  });
+  $("seq-title").textContent = sc ? `The sequence: ${sc}` : "The sequence";
+}
+
+// ---- the window of a key
+function parsePolicy(p) {
+  const m = /^"([^"]+)";q=(\d+);w=(\d+)/.exec(p || "");
+  return m ? { name: m[1], q: +m[2], w: +m[3] } : null;
+}
+function clockAt() {
+  if (pos === 0) return 0;
+  if (pos === events.length && !done && offset !== null) return Date.now() / 1000 - offset; // live: time runs on
+  return events[pos - 1].at;
+}
+function drawWindows(sc) {
+  const svg = $("windows");
+  svg.textContent = "";
+  const keys = new Map();
+  for (const c of shown()) {
+    if (c.kind !== "call" || c.scenario !== sc) continue;
+    const p = parsePolicy(c.policy);
+    if (!p) continue;
+    const k = `${p.name} · ${c.ip}`;
+    if (!keys.has(k)) keys.set(k, { p, calls: [] });
+    keys.get(k).calls.push(c);
+  }
+  const W = 220, x0 = 130, rowH = 44;
+  svg.setAttribute("width", x0 + W + 20);
+  svg.setAttribute("height", Math.max(1, keys.size) * rowH + 20);
+  const now = clockAt();
+  let row = 0;
+  for (const [k, { p, calls }] of keys) {
+    const y = 14 + row * rowH;
+    const g = el("g", { class: "key", "data-key": k }, svg);
+    el("text", { x: 0, y: y + 13 }, g, k);
+    el("rect", { class: "window-frame", x: x0, y: y, width: W, height: 18 }, g);
+    el("text", { x: x0, y: y + 31 }, g, `−${p.w}s`);
+    el("text", { x: x0 + W, y: y + 31, "text-anchor": "end" }, g, `now · limit ${p.q}`);
+    const x = (t) => x0 + ((t - (now - p.w)) / p.w) * W;
+    for (const c of calls) {
+      const refused = c.status === 429;
+      if (refused && c.retry_after) {
+        const end = Math.min(x0 + W, x(c.at + +c.retry_after));
+        const start = Math.max(x0, x(c.at));
+        if (end > start) el("rect", { class: "retry", x: start, y: y + 12, width: end - start, height: 5 }, g);
+      }
+      if (c.at < now - p.w) continue; // slid out of the window
+      const cx = x(c.at);
+      if (refused) el("path", { class: "mark no", d: `M${cx - 4},${y + 2} l8,8 m0,-8 l-8,8` }, g);
+      else el("circle", { class: "mark ok", cx: cx, cy: y + 6, r: 4 }, g);
+    }
+    row++;
+  }
+}
+
+// ---- the 2× hole
+function drawHole() {
+  const box = $("hole");
+  box.textContent = "";
+  const rows = new Map();
+  for (const e of shown()) {
+    if (e.kind !== "decision") continue;
+    const group = e.phase === "before" || e.phase === "after" ? "boundary" : "buckets";
+    const k = `${group}:${e.algorithm}`;
+    if (!rows.has(k)) rows.set(k, { group, algorithm: e.algorithm, first: [], second: [] });
+    const r = rows.get(k);
+    (e.phase === "before" || e.phase === "burst" ? r.first : r.second).push(e.allowed);
+  }
+  let lastGroup = "";
+  for (const r of rows.values()) {
+    if (r.group !== lastGroup) {
+      html("div", { class: "what" }, box, r.group === "boundary" ? "5 per 2s: t−0.3s | t+0.1s, across a boundary" : "burst of 5, then 5 per 2s: at once | one every 200ms");
+      lastGroup = r.group;
+    }
+    const div = html("div", { class: "hole-row", "data-algorithm": r.algorithm, "data-group": r.group }, box);
+    html("span", { class: "name" }, div, r.algorithm);
+    const marks = (list) => list.forEach((ok) => html("span", { class: "mark " + (ok ? "ok" : "no") }, div, ok ? "✔" : "✘"));
+    marks(r.first);
+    html("span", { class: "sep" }, div, "|");
+    marks(r.second);
+    const admitted = r.first.concat(r.second).filter(Boolean).length;
+    html("span", { class: "admitted", "data-admitted": admitted }, div, `  ${admitted} admitted`);
+  }
+}
+
+// ---- the costs
+function drawCosts(sc) {
+  const box = $("costs");
+  box.textContent = "";
+  const stats = shown().filter((e) => e.kind === "stats");
+  if (stats.length === 0) { html("div", { class: "what" }, box, "(in-process replicas only)"); return; }
+  const before = [...stats].reverse().find((e) => e.scenario !== sc) || { redis_calls: 0, local_refusals: 0 };
+  const mine = stats.filter((e) => e.scenario === sc);
+  const last = mine.length ? mine[mine.length - 1] : before;
+  const redis = (last.redis_calls || 0) - (before.redis_calls || 0);
+  const local = (last.local_refusals || 0) - (before.local_refusals || 0);
+  html("div", { class: "cost", "data-local": local, "data-redis": redis }, box,
+    `In this story: ${local} refusals answered from memory, ${redis} decisions that asked Redis.`);
+  const line = html("div", { class: "breakers" }, box, "Breaker, at each expectation: ");
+  for (const s of mine) html("span", { class: "breaker" + (s.breaker_open ? " open" : ""), title: s.breaker_open ? "open" : "closed" }, line);
+}
+
+function tick() { if (pos === events.length && !done) drawWindows(scenarioAt(pos)); requestAnimationFrame(tick); }
+requestAnimationFrame(tick);
+
+// For tests and the curious: the events, and a way to step to just after one.
+window.pixlimit = {
+  events, seek, pause() { playing = false; drawPosition(); },
+  seekAfter(text) {
+    const i = events.findIndex((e) => (e.text || "").includes(text));
+    if (i >= 0) { playing = false; seek(i + 1); }
+    return i;
+  },
+  get pos() { return pos; },
+  get done() { return done; },
+};
