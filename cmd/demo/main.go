@@ -119,7 +119,7 @@ const denyCacheHold = 5 * time.Second
 type options struct {
 	target, redisURL string
 	serve            string // -serve: the live page's address; "": none
-	chosen           []int // indexes into scenarios
+	chosen           []int  // indexes into scenarios
 	asJSON, verbose  bool
 }
 
