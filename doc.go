@@ -7,6 +7,7 @@
 //   - internal/auth: who is asking (client IP, passwords, tokens); internal/pix: the money;
 //   - internal/config: the environment; internal/memredis: the embedded Redis.
 //
-// This package holds only this documentation and integration_test.go: several replicas built
-// from those public pieces, over one real Redis, holding every limit together.
+// This package holds this documentation, the OpenAPI documents of the contract (docs/, embedded
+// here for the API to serve and the tests to check against) and integration_test.go: several
+// replicas built from those public pieces, over one real Redis, holding every limit together.
 package pixlimit

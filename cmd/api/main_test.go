@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pixlimit/pixlimit"
 	"github.com/pixlimit/pixlimit/internal/config"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
@@ -165,4 +167,19 @@ func demoOpening() int64 {
 		sum += a.OpeningCents
 	}
 	return sum
+}
+
+// TestServesItsContract: GET /openapi.yaml is docs/openapi.yaml, byte for byte, without a token,
+// cacheable, and a revalidation with its ETag costs no body.
+func TestServesItsContract(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), nil)
+	r := a.Do(http.MethodGet, "/openapi.yaml", nil)
+	if r.Status != http.StatusOK || !bytes.Equal(r.Body, pixlimit.OpenAPI) || r.Header.Get("Content-Type") != "application/yaml" ||
+		!strings.Contains(r.Header.Get("Cache-Control"), "max-age") {
+		t.Fatalf("GET /openapi.yaml: %d %v, want 200 with docs/openapi.yaml", r.Status, r.Header)
+	}
+	if again := a.Do(http.MethodGet, "/openapi.yaml", nil, "If-None-Match", r.Header.Get("ETag")); again.Status != http.StatusNotModified || len(again.Body) != 0 {
+		t.Errorf("revalidated with its ETag: %d, %d bytes; want 304 and none", again.Status, len(again.Body))
+	}
 }

@@ -3,6 +3,8 @@ package httpapi
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/pixlimit/pixlimit"
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
@@ -23,6 +26,22 @@ import (
 func handleHealthz() echo.HandlerFunc {
 	return func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	}
+}
+
+// handleOpenAPI serves the contract as docs/openapi.yaml holds it: no auth, cacheable (an ETag of
+// its hash, so a client revalidates for nothing).
+func handleOpenAPI() echo.HandlerFunc {
+	sum := sha256.Sum256(pixlimit.OpenAPI)
+	etag := `"` + hex.EncodeToString(sum[:8]) + `"`
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("ETag", etag)
+		h.Set("Cache-Control", "public, max-age=3600")
+		if c.Request().Header.Get("If-None-Match") == etag {
+			return c.NoContent(http.StatusNotModified)
+		}
+		return c.Blob(http.StatusOK, "application/yaml", pixlimit.OpenAPI)
 	}
 }
 

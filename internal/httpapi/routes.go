@@ -29,6 +29,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 		events: newEventLog(d.Logger, 10*time.Second)}
 
 	e.GET("/healthz", handleHealthz())
+	e.GET("/openapi.yaml", handleOpenAPI())
 	e.GET("/readyz", handleReadyz(d.Probes, d.Limiter))
 	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Tokens, d.Devices))
 	lookups := lookupLimiter{limiter: login, limits: d.Limits, tiers: d.Tiers}

@@ -17,7 +17,7 @@ import (
 )
 
 // Client talks to one API replica at Base: client.Client, with each failure to get an answer
-// reported to T.
+// reported to T, and every request and answer checked against the contract's OpenAPI document.
 type Client struct {
 	T    testing.TB
 	Base string // "http://127.0.0.1:port"
@@ -38,7 +38,11 @@ func (r Response) JSON(t testing.TB) map[string]any {
 	return m
 }
 
-func (c *Client) api() *client.Client { return &client.Client{BaseURL: c.Base} }
+// api is the client of c: every exchange checked against the contract (docs/openapi.yaml), each
+// finding a failed test.
+func (c *Client) api() *client.Client {
+	return &client.Client{BaseURL: c.Base, HTTP: CheckingClient(c.T.Errorf)}
+}
 
 // Do sends a request (client.Client.Do). A request that gets no answer fails the test with
 // Errorf, not Fatal, so that Burst's workers may send (testing forbids FailNow outside the
