@@ -26,9 +26,18 @@ case "${1:-}" in
   "") ;;
   *) echo "usage: $0 [-f | --remove]" >&2; exit 2 ;;
 esac
-have() { [ -z "$force" ] && docker image inspect "$1" >/dev/null 2>&1; }
+# Every stand-in carries the hash of what built it (this script, its directory, and for golang
+# the host's Go): an image under an official name whose label differs (stale, or not ours) is
+# rebuilt, never trusted.
+self=$(pwd)/$(basename "$0")
+hash_of() { (sha256sum <"$self"; find "$@" -type f -print0 | sort -z | xargs -0 -r sha256sum) | sha256sum | cut -c1-16; }
+label=pixlimit.standin
+have() {
+  [ -z "$force" ] && [ "$(docker image inspect -f "{{index .Config.Labels \"$label\"}}" "$1" 2>/dev/null)" = "$2" ]
+}
 
-if ! have "$base"; then
+base_hash=$(hash_of /dev/null)
+if ! have "$base" "$base_hash"; then
   command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
   rootfs=$(mktemp -d)
   trap 'rm -rf "$rootfs"' EXIT
@@ -43,24 +52,26 @@ SOURCES
   # mktemp -d made the root 0700, and tar keeps it: a USER other than root (the redis image's)
   # could then reach no file at all ("executable file not found in $PATH").
   chmod 755 "$rootfs"
-  tar -C "$rootfs" -c . | docker import - "$base" >/dev/null
+  tar -C "$rootfs" -c . | docker import --change "LABEL $label=$base_hash" - "$base" >/dev/null
   rm -rf "$rootfs"
 fi
 
 for k in redis postgres haproxy distroless; do
-  have "${names[$k]}" && continue
+  h=$( (hash_of "$k"; echo "$base_hash") | sha256sum | cut -c1-16) # a new base rebuilds them all
+  have "${names[$k]}" "$h" && continue
   echo "standins: ${names[$k]}"
-  docker build -q --build-arg BASE="$base" -t "${names[$k]}" "$k" >/dev/null
+  docker build -q --build-arg BASE="$base" --label "$label=$h" -t "${names[$k]}" "$k" >/dev/null
 done
 
-if ! have "${names[golang]}"; then
+go_hash=$( (hash_of golang; go env GOVERSION; echo "$base_hash") | sha256sum | cut -c1-16)
+if ! have "${names[golang]}" "$go_hash"; then
   echo "standins: ${names[golang]} (the host's Go, $(go env GOVERSION))"
   ctx=$(mktemp -d)
   trap 'rm -rf "$ctx"' EXIT
   cp golang/Dockerfile "$ctx/"
   cp -r "$(go env GOROOT)" "$ctx/go"
   cp /etc/ssl/certs/ca-certificates.crt "$ctx/"
-  docker build -q --build-arg BASE="$base" -t "${names[golang]}" "$ctx" >/dev/null
+  docker build -q --build-arg BASE="$base" --label "$label=$go_hash" -t "${names[golang]}" "$ctx" >/dev/null
   rm -rf "$ctx"
 fi
 echo "standins: ready: ${names[*]}"
