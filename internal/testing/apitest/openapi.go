@@ -45,6 +45,14 @@ func LoadContract() (*Contract, error) {
 		if err != nil {
 			return nil, fmt.Errorf("openapi: router: %w", err)
 		}
+		// The documents are OpenAPI 3.1, whose schemas kin-openapi checks with a JSON Schema
+		// 2020-12 validator that it compiles anew for every value it checks: 1.4 ms a check, 6 ms
+		// under the race detector, which made the whole-program tests exceed their budget. Their
+		// schemas use no keyword 3.0 lacks (const is written as a one-value enum), so once the
+		// document has been validated as 3.1 the checks run on kin-openapi's own validator, which
+		// decides them alike, in microseconds. TestTheCheckCanFail proves they still fail what
+		// they must.
+		doc.OpenAPI = "3.0.3"
 		c.docs, c.routers = append(c.docs, doc), append(c.routers, r)
 	}
 	return c, nil

@@ -71,3 +71,25 @@ func TestTheCheckCanFail(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCheck is one PIX exchange's check: what every whole-program test pays per request.
+//
+//	go test -run '^$' -bench Check ./internal/testing/apitest
+func BenchmarkCheck(b *testing.B) {
+	c, err := LoadContract()
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := httptest.NewRequest("POST", "http://127.0.0.1:1/v1/pix", strings.NewReader(`{"key":"bruno@example.com","amount_cents":100}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "abc")
+	req.Header.Set("Authorization", "Bearer x")
+	h := http.Header{"Content-Type": {"application/json"}, "Ratelimit-Limit": {"10"}, "Ratelimit-Remaining": {"9"}, "Ratelimit-Reset": {"60"}, "Ratelimit-Policy": {`"pix";q=10;w=60`}, "Ratelimit": {`"pix";r=9;t=60`}}
+	body := []byte(`{"end_to_end_id":"E99999999202612011125OSOLME3AJVH","amount_cents":100,"balance_cents":100,"to":{"key":"bruno@example.com","name":"Bruno"},"created_at":"2026-12-01T11:25:34Z"}`)
+	b.ResetTimer()
+	for range b.N {
+		if err := c.Check(req, []byte(`{"key":"bruno@example.com","amount_cents":100}`), 201, h, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
