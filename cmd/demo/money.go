@@ -115,18 +115,16 @@ func (d *demo) trustedLogin(ctx context.Context, ip string, who account) (string
 	return token, nil
 }
 
-// evening: a stolen evening. A phone that never paid with Diego's account logs in to it: its
+// evening: a stolen evening. A phone that never paid with Bruno's account logs in to it: its
 // R$ 500,00 PIX is refused (a new device may send R$ 200,00 at most), and its request to raise
-// the night limit is recorded for tomorrow, not applied; Diego's own registered phone pays
-// R$ 300,00 as usual. Then Bruno pays a bakery at night past R$ 1.000,00: the night cap is between persons.
+// the night limit is recorded for tomorrow, not applied. Bruno's own registered phone pays a
+// bakery R$ 1.200,00 at night: not capped as a new device, and outside the night cap, which is
+// between persons. Two logins of Bruno's in all: with the night story's and the burst's, four of
+// the five his document key allows in a deployment's ten minutes.
 func evening(ctx context.Context, d *demo) error {
 	const own, thief = "192.0.2.100", "203.0.113.66"
-	mine, err := d.trustedLogin(ctx, own, diego)
-	if err != nil {
-		return err
-	}
-	d.out.say("A phone that never paid from Diego's account logs in with his password (phished) and sends R$ 500,00.")
-	stolen, err := d.login(ctx, thief, diego.document, diego.password)
+	d.out.say("A phone that never paid from Bruno's account logs in with his password (phished) and sends R$ 500,00.")
+	stolen, err := d.login(ctx, thief, bruno.document, bruno.password)
 	if err != nil {
 		return err
 	}
@@ -148,23 +146,19 @@ func evening(ctx context.Context, d *demo) error {
 		raise.status == http.StatusOK && raise.cents("night_limit_cents") == 100_000 && time.Until(effective) > 23*time.Hour,
 		fmt.Sprintf("%s, night limit %s, R$ 10.000,00 pending until %s", raise.summary(), pix.BRL(raise.cents("night_limit_cents")),
 			effective.Format(time.RFC3339)))
-	d.show(d.call(ctx, own, "DELETE", "/v1/limits/pending", mine, nil)) // Diego sees it and cancels it
 
-	d.out.say("Diego's own phone, registered, pays Carla R$ 300,00 as usual.")
-	paid := d.show(d.pix(ctx, own, mine, pixBody("11144477735", 30_000)))
-	d.expect("the customer's registered device is not capped as a new one", paid.status == http.StatusCreated, paid.summary())
-
-	if d.limiters == nil {
-		d.out.say("The bakery at night is skipped against -target: the night window is the deployment's, and it may be day there.")
-		return nil
-	}
-	d.out.say("Bruno pays the Padaria Pão Quente R$ 1.200,00 at night: a company is outside the cap between persons.")
-	b, err := d.trustedLogin(ctx, "192.0.2.101", bruno)
+	d.out.say("Bruno, on his own registered phone, sees the request and cancels it, then pays the Padaria Pão Quente\n" +
+		"R$ 1.200,00: a registered device is not capped as a new one, and a company is outside the night cap.")
+	mine, err := d.trustedLogin(ctx, own, bruno)
 	if err != nil {
 		return err
 	}
-	bakery := d.show(d.pix(ctx, "192.0.2.101", b, pixBody("padaria@example.com", 120_000)))
-	d.expect("the night cap covers payments between persons only: R$ 1.200,00 to a company passes at night",
-		bakery.status == http.StatusCreated, bakery.summary())
+	d.show(d.call(ctx, own, "DELETE", "/v1/limits/pending", mine, nil))
+	bakery := d.show(d.pix(ctx, own, mine, pixBody("padaria@example.com", 120_000)))
+	d.expect("the customer's registered device is not capped as a new one", bakery.status == http.StatusCreated, bakery.summary())
+	if d.limiters != nil { // in-process the night is set around now; a deployment's may be day
+		d.expect("the night cap covers payments between persons only: R$ 1.200,00 to a company passes at night",
+			bakery.status == http.StatusCreated, bakery.summary())
+	}
 	return nil
 }
