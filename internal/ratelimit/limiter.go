@@ -249,17 +249,26 @@ func UniversalClientOptions(opt *redis.UniversalOptions, budget time.Duration) {
 	opt.ContextTimeoutEnabled, opt.MaxRetries, opt.DialerRetries = true, -1, 1
 }
 
-// Ready reports whether the Limiter can decide now: its breaker is closed and Redis runs, within
-// the budget, a script that writes, as every decision does. The error wraps ErrUnavailable. A
-// replica whose Limiter is not ready answers its limited routes by their fail modes only, so a
-// proxy should route elsewhere.
+// Ready reports whether the Limiter can decide now: Redis runs, within the budget, a script
+// that writes, as every decision does. The error wraps ErrUnavailable. A replica whose Limiter is
+// not ready answers its limited routes by their fail modes only, so a proxy should route
+// elsewhere.
+//
+// Readiness is itself a probe: with the breaker open it still asks Redis, and an answer closes
+// the breaker, so a replica whose network comes back is ready at the proxy's next check rather
+// than at the end of a cool-down (the breaker's own probes run on their timer too). A failed
+// readiness probe opens nothing: it is no decision.
 func (l *Limiter) Ready(ctx context.Context) error {
-	if l.breaker != nil && !l.breaker.closed.Load() {
-		return fmt.Errorf("%w: circuit breaker open", ErrUnavailable)
-	}
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	return l.probe(ctx)
+	err := l.probe(ctx)
+	switch {
+	case err == nil && l.breaker != nil:
+		l.breaker.success()
+	case err != nil && l.breaker != nil && !l.breaker.closed.Load():
+		return fmt.Errorf("%w: circuit breaker open: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 // probe runs probeScript on the Limiter's probe key.
