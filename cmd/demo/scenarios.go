@@ -293,7 +293,11 @@ func outage(ctx context.Context, d *demo) (err error) {
 	resumed = true
 	d.out.say("Redis returns: %s.", what)
 	start := time.Now()
-	for decided := 0; decided < len(d.replicas) && time.Since(start) < 10*time.Second; { // every replica in turn
+	// Every replica in turn: the demo alternates its targets, but behind one proxy's address it
+	// cannot pick a replica, so it asks for twice the fleet's size of Redis's decisions in a row
+	// (a round-robin proxy spreads them over every replica); one success there could be one
+	// replica's while another's breaker still waits out its cool-down.
+	for decided := 0; decided < max(len(d.replicas), 2*fleet) && time.Since(start) < 10*time.Second; {
 		r := d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil)
 		if q, ok := declaredLimit(r.header, "statement"); ok && q == full { // Redis's decision: the whole limit
 			decided++
