@@ -154,15 +154,14 @@ func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool) err
 	return l.payBank(c, l.limits.LookupParticipant, bankCost)
 }
 
-// refund gives one token back to the payer's bucket and to the bank's, after a payment. It is
-// best effort: a refund that cannot reach Redis is logged and lost, which costs the customer a
-// token, never the bank a look-up.
+// refund gives one token back to the payer's bucket and to the bank's, after a payment, in one
+// round trip. It is best effort: a refund that cannot reach Redis is logged and lost, which costs
+// the customer a token, never the bank a look-up.
 func (l lookupLimiter) refund(ctx context.Context, user check) {
-	for _, chk := range []check{user, l.bank()} {
-		if _, err := l.l.Refund(ctx, ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, 1); err != nil {
-			l.events.log("refund:"+chk.limit.Name, slog.LevelWarn, "look-up token not given back after a payment",
-				"policy", chk.limit.Name, "cause", err.Error())
-		}
+	bank := l.bank()
+	if _, err := l.l.Refund(ctx, 1, checks([]check{user, bank})...); err != nil {
+		l.events.log("refund:"+user.limit.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
+			"policy", user.limit.Name, "cause", err.Error())
 	}
 }
 

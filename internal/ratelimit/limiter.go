@@ -376,20 +376,25 @@ func (l *Limiter) Forgotten(key string) {
 // in clear), as a support desk's audit names it.
 func (l *Limiter) Key(c Check) string { return l.keys.key(c.Policy, c.Identity) }
 
-// Refund gives n tokens (1 or more) back to c's TokenBucket bucket at once, never above its
-// capacity: a price paid for something that turned out to be worth it (DICT gives back the token
+// Refund gives n tokens (1 or more) back to each check's TokenBucket bucket at once, in one
+// round trip, never above their capacities: a price paid for something that turned out to be worth it (DICT gives back the token
 // of a key look-up that a payment followed). It is never refused, and this replica's deny cache
 // forgets the key. Another replica that holds the key as blocked learns of the refund within
 // Options.LocalCacheHold, as after a withdrawal: until then it may refuse a request the refund
 // made room for, never admit one too many.
-func (l *Limiter) Refund(ctx context.Context, c Check, n int) (Decision, error) {
-	if c.Policy.algorithm() != TokenBucket || n < 1 {
-		return Decision{}, fmt.Errorf("ratelimit: a refund of %d on %s: want 1 or more tokens of a token_bucket policy", n, c.Policy.Name)
+func (l *Limiter) Refund(ctx context.Context, n int, checks ...Check) (Decision, error) {
+	if len(checks) == 0 {
+		return Decision{}, errors.New("ratelimit: no checks")
 	}
-	if l.deny != nil {
-		l.deny.forget(l.keys.key(c.Policy, c.Identity))
+	for _, c := range checks {
+		if c.Policy.algorithm() != TokenBucket || n < 1 {
+			return Decision{}, fmt.Errorf("ratelimit: a refund of %d on %s: want 1 or more tokens of a token_bucket policy", n, c.Policy.Name)
+		}
+		if l.deny != nil {
+			l.deny.forget(l.keys.key(c.Policy, c.Identity))
+		}
 	}
-	return l.do(ctx, decideMode(-n), []Check{c})
+	return l.do(ctx, decideMode(-n), checks)
 }
 
 // do is the one path of every call that asks Redis (AllowAll, AllowN): the deny cache, the

@@ -550,7 +550,7 @@ func TestRefundGivesTokensBackUpToCapacity(t *testing.T) {
 	c := Check{Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: TokenBucket, Burst: 3}, "payer"}
 	refund := func(n int) Decision {
 		t.Helper()
-		d, err := l.Refund(ctx, c, n)
+		d, err := l.Refund(ctx, n, c)
 		if err != nil || !d.Allowed {
 			t.Fatalf("Refund(%d) = %+v, %v; want allowed", n, d, err)
 		}
@@ -587,11 +587,19 @@ func TestRefundGivesTokensBackUpToCapacity(t *testing.T) {
 	if d := mustAllow(t, l, c); d.Allowed {
 		t.Fatal("admitted while in debt")
 	}
+	// Two buckets in one refund: both gain a token.
+	other := Check{c.Policy, "payer-2"}
+	for range 3 {
+		mustAllow(t, l, other)
+	}
+	if d, err := l.Refund(ctx, 2, c, other); err != nil || !d.Allowed || d.Results[1].Remaining != 2 {
+		t.Fatalf("a refund of 2 to two buckets: %+v, %v; want the second at 2", d, err)
+	}
 	for _, bad := range []struct {
 		c Check
 		n int
 	}{{c, 0}, {c, -1}, {Check{policy("pix", 10, time.Minute), "x"}, 1}} {
-		if _, err := l.Refund(ctx, bad.c, bad.n); err == nil {
+		if _, err := l.Refund(ctx, bad.n, bad.c); err == nil {
 			t.Errorf("Refund(%s, %d): no error", bad.c.Policy.Name, bad.n)
 		}
 	}
