@@ -200,43 +200,38 @@ func (l *MemoryLedger) Account(_ context.Context, id string) (Account, error) {
 
 // Limits implements Ledger.
 func (l *MemoryLedger) Limits(_ context.Context, accountID string) (Limits, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	a, ok := l.accounts[accountID]
-	if !ok {
-		return Limits{}, ErrAccountNotFound
-	}
-	return l.rules.inForce(a.limits, l.now()), nil
+	return l.changeLimits(accountID, func(a accountLimits, _ time.Time) (accountLimits, error) { return a, nil })
 }
 
 // SetLimits implements Ledger.
 func (l *MemoryLedger) SetLimits(_ context.Context, accountID string, c LimitsChange) (Limits, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	a, ok := l.accounts[accountID]
-	if !ok {
-		return Limits{}, ErrAccountNotFound
-	}
-	now := l.now()
-	changed, err := l.rules.change(a.limits, c, now)
-	if err != nil {
-		return Limits{}, err
-	}
-	a.limits = changed
-	return l.rules.inForce(a.limits, now), nil
+	return l.changeLimits(accountID, func(a accountLimits, now time.Time) (accountLimits, error) { return l.rules.change(a, c, now) })
 }
 
 // CancelPendingLimits implements Ledger.
 func (l *MemoryLedger) CancelPendingLimits(_ context.Context, accountID string) (Limits, error) {
+	return l.changeLimits(accountID, func(a accountLimits, now time.Time) (accountLimits, error) {
+		a = a.settle(now) // what is due has applied: only what is not yet is cancelled
+		a.pending = nil
+		return a, nil
+	})
+}
+
+// changeLimits runs change over an account's limits under the ledger's lock, keeps what it
+// returns, and returns the limits in force, as PostgresLedger.changeLimits does in a transaction.
+func (l *MemoryLedger) changeLimits(account string, change func(accountLimits, time.Time) (accountLimits, error)) (Limits, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	a, ok := l.accounts[accountID]
+	a, ok := l.accounts[account]
 	if !ok {
 		return Limits{}, ErrAccountNotFound
 	}
 	now := l.now()
-	a.limits = a.limits.settle(now) // what is due has applied: only what is not yet is cancelled
-	a.limits.pending = nil
+	changed, err := change(a.limits, now)
+	if err != nil {
+		return Limits{}, err
+	}
+	a.limits = changed
 	return l.rules.inForce(a.limits, now), nil
 }
 
