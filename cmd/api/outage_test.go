@@ -9,6 +9,7 @@ import (
 
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/stalls"
 )
 
 func TestRedisOutage(t *testing.T) {
@@ -18,6 +19,7 @@ func TestRedisOutage(t *testing.T) {
 	a := startAPI(t, srv, map[string]string{"REDIS_TIMEOUT": budget.String(), "FAIL_CLOSED_RETRY_AFTER": "3s"})
 	ana := a.Token(demo[0].Document, demo[0].Password)
 	before := a.Balance(ana)
+	meter := stalls.Watch(t) // a loaded runner's stalls are not the budget's
 
 	for _, outage := range []struct {
 		name     string
@@ -27,8 +29,8 @@ func TestRedisOutage(t *testing.T) {
 		within := func(what string, r apitest.Response) {
 			t.Helper()
 			// The limiter waits at most the budget; the rest is HTTP on loopback.
-			if r.Took > budget+150*time.Millisecond {
-				t.Errorf("%s, %s: answered in %v, want within the %v budget", outage.name, what, r.Took, budget)
+			if took := meter.Just(r.Took); took > budget+150*time.Millisecond {
+				t.Errorf("%s, %s: answered in %v (%v without the machine's stalls), want within the %v budget", outage.name, what, r.Took, took, budget)
 			}
 		}
 
