@@ -134,3 +134,94 @@ func TestSupportDeskUnblocksCarla(t *testing.T) {
 		t.Error("the log holds Carla's CPF")
 	}
 }
+
+// TestSupportRevokesAStolenPhone: Carla's phone, a trusted device registered for PIX, is stolen
+// while a botnet holds her document key full. Support revokes her devices: on both replicas
+// the phone's access token is refused, its device token no longer lets a login past the full
+// document key, and its registration for PIX is gone; the audit names the account by hash only.
+func TestSupportRevokesAStolenPhone(t *testing.T) {
+	t.Parallel()
+	srv, db := redistest.Start(t), pgtest.URL(t)
+	adminToken := rand.Text() + rand.Text()
+	env := func() map[string]string {
+		e := moneyEnv(t, db, false)
+		e["TRUSTED_PROXIES"], e["ADMIN_ADDR"], e["ADMIN_TOKEN"] = "127.0.0.1/32", apitest.FreeAddr(t), adminToken
+		return e
+	}
+	envA := env()
+	a, b := startAPI(t, srv, envA), startAPI(t, srv, env())
+	desk := &apitest.Client{T: t, Base: "http://" + envA["ADMIN_ADDR"]}
+	carla := demo[2]
+
+	login := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "203.0.113.60")
+	body := login.JSON(t)
+	phone, device, id := body["access_token"].(string), body["device_token"].(string), body["account_id"].(string)
+	if r := b.Do(http.MethodPost, "/v1/devices/current/register", map[string]string{"password": carla.Password}, "Authorization", "Bearer "+phone); r.Status != http.StatusOK {
+		t.Fatalf("registering the phone: %v", r)
+	}
+	for i := range 5 { // the botnet fills her document key (her own login took one place)
+		r := []*api{a, b}[i%2].Login(carla.Document, "wrong", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i+1))
+		if want := map[bool]int{true: http.StatusUnauthorized, false: http.StatusTooManyRequests}[i < 4]; r.Status != want {
+			t.Fatalf("botnet guess %d: %v, want %d", i+1, r, want)
+		}
+	}
+	if r := b.Login(carla.Document, carla.Password, "X-Forwarded-For", "203.0.113.61", "Device-Token", device); r.Status != http.StatusOK {
+		t.Fatalf("the trusted phone during the attack, before the revocation: %v, want 200", r)
+	}
+
+	r := desk.Do(http.MethodDelete, "/admin/v1/accounts/"+id+"/devices", nil, "Authorization", "Bearer "+adminToken, "Admin-Agent", "joana.support")
+	revoked := r.JSON(t)
+	if r.Status != http.StatusOK || revoked["unregistered_devices"] != 1.0 || revoked["account_id"] != id {
+		t.Fatalf("revoking Carla's devices: %v, want 200 with one device unregistered", r)
+	}
+	at, err := time.Parse(time.RFC3339Nano, revoked["revoked_at"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The desk's replica at once; the other within its polling interval (500 ms): allow 2 s.
+	for _, c := range []*api{a, b} {
+		var last apitest.Response
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if last = c.Statement(phone); last.Status == http.StatusUnauthorized {
+				break
+			}
+		}
+		if last.Status != http.StatusUnauthorized {
+			t.Fatalf("the stolen phone's access token after the revocation: %v, want 401", last)
+		}
+		if r := c.Login(carla.Document, carla.Password, "X-Forwarded-For", "203.0.113.62", "Device-Token", device); r.Status != http.StatusTooManyRequests {
+			t.Errorf("a login with the revoked device token while the document key is full: %v, want 429", r)
+		}
+	}
+
+	// Support clears the document key too; Carla logs in on a new phone, past the revocation's
+	// own second (a token issued in it is refused: iat counts whole seconds).
+	time.Sleep(time.Until(at.Truncate(time.Second).Add(time.Second)))
+	if r := desk.Do(http.MethodDelete, "/admin/v1/keys/login-account/"+carla.Document, nil, "Authorization", "Bearer "+adminToken); r.Status != http.StatusOK {
+		t.Fatalf("clearing the document key: %v", r)
+	}
+	fresh := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "203.0.113.63")
+	token := fresh.JSON(t)["access_token"].(string)
+	if r := b.Statement(token); r.Status != http.StatusOK {
+		t.Errorf("a token issued after the revocation: %v, want 200", r)
+	}
+	if r := b.PIX(token, "padaria@example.com", 30_000); r.Status != http.StatusUnprocessableEntity || r.JSON(t)["error"] != "device_limit_exceeded" {
+		t.Errorf("R$ 300,00 from the new phone: %v, want 422 device_limit_exceeded", r)
+	}
+
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var status int
+	var key, before, after string
+	if err := conn.QueryRow(context.Background(), `SELECT status, key, before, after FROM admin_audit
+		WHERE action = 'DELETE /admin/v1/accounts/:account_id/devices'`).Scan(&status, &key, &before, &after); err != nil {
+		t.Fatalf("the revocation's audit record: %v", err)
+	}
+	if status != 200 || strings.Contains(key, id) || !strings.HasPrefix(key, "account:") ||
+		before != `{"revoked_at":null}` || !strings.Contains(after, `"unregistered_devices":1`) {
+		t.Errorf("the revocation's audit record: %d %s %s %s", status, key, before, after)
+	}
+}

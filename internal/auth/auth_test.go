@@ -31,7 +31,7 @@ func TestTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s, err := tokens.Verify(good); err != nil || s != (Subject{Account: "acct-ana", Payer: "payer-ana", Person: "PF"}) {
+	if s, err := tokens.Verify(good); err != nil || s != (Subject{Account: "acct-ana", Payer: "payer-ana", Person: "PF", IssuedAt: now}) {
 		t.Fatalf("Verify(issued) = %+v, %v", s, err)
 	}
 	other, _ := tokens.Issue(Subject{Account: "acct-ana", Payer: "payer-ana", Person: "PF"})
@@ -79,7 +79,7 @@ func TestTokens(t *testing.T) {
 func TestRequireAccount(t *testing.T) {
 	tokens, _ := NewTokens(secret, time.Minute)
 	tok, _ := tokens.Issue(Subject{Account: "acct-bruno", Payer: "payer-bruno", Person: "PF"})
-	h := RequireAccount(tokens)(func(c echo.Context) error {
+	h := RequireAccount(tokens, nil)(func(c echo.Context) error {
 		id, err := AccountID(c)
 		if err != nil {
 			return err

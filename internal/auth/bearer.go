@@ -2,16 +2,24 @@ package auth
 
 import (
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 )
 
 const accountKey = "pixlimit.account"
 
+// Revocations says when support last revoked an account's devices (zero: never). The tokens
+// issued before it, access and device tokens alike, are no longer honoured.
+type Revocations interface {
+	RevokedSince(account string) time.Time
+}
+
 // RequireAccount is middleware that admits only requests bearing a valid access token
-// ("Authorization: Bearer <token>") and records the token's account for AccountID. Anything else
-// is ErrUnauthorized, for the error handler to answer 401.
-func RequireAccount(tokens *Tokens) echo.MiddlewareFunc {
+// ("Authorization: Bearer <token>") issued after its account's last revocation (revoked may be
+// nil: none), and records the token's subject for SubjectOf. Anything else is ErrUnauthorized,
+// for the error handler to answer 401.
+func RequireAccount(tokens *Tokens, revoked Revocations) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			scheme, token, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
@@ -21,6 +29,9 @@ func RequireAccount(tokens *Tokens) echo.MiddlewareFunc {
 			s, err := tokens.Verify(strings.TrimSpace(token))
 			if err != nil {
 				return err
+			}
+			if revoked != nil && revokedBy(s.IssuedAt, revoked.RevokedSince(s.Account)) {
+				return ErrUnauthorized
 			}
 			c.Set(accountKey, s)
 			return next(c)

@@ -74,6 +74,13 @@ func (d *Devices) Issue(document, device string) (string, error) {
 
 // Verify returns the device id of a valid token for document, or ErrNoDevice for anything else.
 func (d *Devices) Verify(token, document string) (string, error) {
+	return d.VerifySince(token, document, time.Time{})
+}
+
+// VerifySince is Verify, and a token issued before since (when support revoked the devices of
+// the document's holder; zero: never) is no device either (see revokedBy for the second it
+// came in).
+func (d *Devices) VerifySince(token, document string, since time.Time) (string, error) {
 	if token == "" || len(token) > 1024 {
 		return "", ErrNoDevice
 	}
@@ -83,7 +90,8 @@ func (d *Devices) Verify(token, document string) (string, error) {
 		jwt.WithExpirationRequired(),
 		jwt.WithTimeFunc(d.now),
 	)
-	if err != nil || claims.ID == "" || !hmac.Equal([]byte(claims.Document), []byte(d.bind(document))) {
+	if err != nil || claims.ID == "" || !hmac.Equal([]byte(claims.Document), []byte(d.bind(document))) ||
+		claims.IssuedAt == nil || revokedBy(claims.IssuedAt.Time, since) {
 		return "", ErrNoDevice
 	}
 	return claims.ID, nil

@@ -2,11 +2,13 @@ package auth
 
 import (
 	"errors"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/labstack/echo/v4"
 )
 
 func TestDevices(t *testing.T) {
@@ -80,3 +82,45 @@ func FuzzDeviceToken(f *testing.F) {
 		}
 	})
 }
+
+// TestRevocations: a revocation refuses the device and access tokens issued before it, and in
+// its own second (iat counts whole seconds), and honours those issued after.
+func TestRevocations(t *testing.T) {
+	devices, _ := NewDevices(secret, time.Hour)
+	tokens, _ := NewTokens(secret, time.Hour)
+	const carla = "11144477735"
+	revokedAt := time.Date(2026, 11, 30, 12, 0, 0, 700_000_000, time.UTC)
+	for _, tt := range []struct {
+		name   string
+		issued time.Time
+		ok     bool
+	}{
+		{"a second before", revokedAt.Add(-time.Second), false},
+		{"earlier in its second", revokedAt.Add(-500 * time.Millisecond), false},
+		{"later in its second", revokedAt.Add(200 * time.Millisecond), false},
+		{"the next second", revokedAt.Add(300 * time.Millisecond), true},
+	} {
+		devices.now = func() time.Time { return tt.issued }
+		tokens.now = devices.now
+		dt, _ := devices.Issue(carla, "phone")
+		at, _ := tokens.Issue(Subject{Account: "acct-carla", Payer: "payer-carla", Person: "PF"})
+		devices.now = func() time.Time { return revokedAt.Add(time.Minute) }
+		tokens.now = devices.now
+		if _, err := devices.VerifySince(dt, carla, revokedAt); (err == nil) != tt.ok {
+			t.Errorf("device token issued %s the revocation: err %v, want honoured %v", tt.name, err, tt.ok)
+		}
+		if _, err := devices.VerifySince(dt, carla, time.Time{}); err != nil {
+			t.Errorf("device token issued %s, no revocation: %v", tt.name, err)
+		}
+		h := RequireAccount(tokens, revocations{"acct-carla": revokedAt})(func(c echo.Context) error { return nil })
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("Authorization", "Bearer "+at)
+		if err := h(echo.New().NewContext(req, httptest.NewRecorder())); (err == nil) != tt.ok {
+			t.Errorf("access token issued %s the revocation: err %v, want honoured %v", tt.name, err, tt.ok)
+		}
+	}
+}
+
+type revocations map[string]time.Time
+
+func (r revocations) RevokedSince(account string) time.Time { return r[account] }

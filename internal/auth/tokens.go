@@ -39,6 +39,9 @@ type Subject struct {
 	// Device is the id of the device the login came from (its device token's), a fresh one for
 	// a new device: what the new-device money caps and registration key on.
 	Device string
+	// IssuedAt is when the token was issued, in whole seconds (Verify's; Issue ignores it): a
+	// revocation of the account's devices (Revocations) refuses the tokens issued before it.
+	IssuedAt time.Time
 }
 
 // claims are an access token's: the registered ones, and the Subject's payer and person.
@@ -102,8 +105,18 @@ func (t *Tokens) Verify(token string) (Subject, error) {
 		jwt.WithExpirationRequired(),
 		jwt.WithTimeFunc(t.now),
 	)
-	if err != nil || c.Subject == "" || c.Payer == "" || (c.Person != "PF" && c.Person != "PJ") {
+	if err != nil || c.Subject == "" || c.Payer == "" || (c.Person != "PF" && c.Person != "PJ") || c.IssuedAt == nil {
 		return Subject{}, ErrUnauthorized
 	}
-	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person, Device: c.Device}, nil
+	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person, Device: c.Device, IssuedAt: c.IssuedAt.UTC()}, nil
+}
+
+// revokedBy reports whether a token issued at iat falls under a revocation made at since (zero:
+// none). A JWT's iat counts whole seconds, so a token issued in the revocation's own second
+// cannot be told apart from one issued just before it: both are refused, the strict side (a
+// customer who logs in again within that second is asked to once more), since honouring both
+// would let a thief who logs in again and again keep the token of the second the revocation
+// came in.
+func revokedBy(iat, since time.Time) bool {
+	return !since.IsZero() && !iat.After(since.Truncate(time.Second))
 }

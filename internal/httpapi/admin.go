@@ -46,6 +46,7 @@ type AdminDeps struct {
 //	DELETE /admin/v1/keys/{policy}/{identity}  clear it, on every replica
 //	PUT    /admin/v1/accounts/{account_id}/tier  move an account to a tier, with overrides
 //	GET    /admin/v1/tiers                      the tiers and the defaults under them
+//	DELETE /admin/v1/accounts/{account_id}/devices  revoke every trusted device of the account
 //
 // The identity is what the policy counts: an account id (pix, statement), an IP (login-ip), a
 // CPF or CNPJ (login-account; and pix-lookup, pix-lookup-v2, whose payer is named from it as the
@@ -63,6 +64,7 @@ func NewAdmin(d AdminDeps) (http.Handler, error) {
 	e.DELETE("/admin/v1/keys/:policy/:identity", desk.deleteKey)
 	e.PUT("/admin/v1/accounts/:account_id/tier", desk.putTier)
 	e.GET("/admin/v1/tiers", desk.getTiers)
+	e.DELETE("/admin/v1/accounts/:account_id/devices", desk.revokeDevices)
 	return e, nil
 }
 
@@ -310,6 +312,45 @@ func (d *desk) putTier(c echo.Context) error {
 	a.after = string(after)
 	c.Set(auditKey, a)
 	return c.JSON(http.StatusOK, tierBody{Tier: req.Tier, PIXLimit: req.PIXLimit, StatementLimit: req.StatementLimit, LookupCapacity: req.LookupCapacity})
+}
+
+// revokeDevices revokes every trusted device of an account, support's answer to a stolen phone
+// (pix.Ledger.RevokeDevices): the access tokens issued until now are refused (401), the device
+// tokens of its holder's document no longer count a login against a device's own key, and its
+// devices registered for PIX send under the new-device caps again. This replica's table is
+// refreshed at once; the others' within their polling interval (until then they honour the old
+// tokens). All of them, not one chosen device: a thief's device is the one whose id the
+// customer does not know.
+func (d *desk) revokeDevices(c echo.Context) error {
+	id := c.Param("account_id")
+	if !accountID.MatchString(id) {
+		return invalid("invalid account id", map[string]string{"account_id": "an account id (acct-ana)"})
+	}
+	a := audited{policy: "devices", key: "account:" + hex.EncodeToString(sum(id))}
+	c.Set(auditKey, a)
+	r, err := d.Ledger.RevokeDevices(c.Request().Context(), id)
+	switch {
+	case errors.Is(err, pix.ErrAccountNotFound):
+		return &Error{Code: CodeNotFound, Message: "no such account"}
+	case err != nil:
+		return err
+	}
+	type revocation struct {
+		RevokedAt    *time.Time `json:"revoked_at"`
+		Unregistered int        `json:"unregistered_devices,omitempty"`
+	}
+	var before *time.Time
+	if !r.Before.IsZero() {
+		before = &r.Before
+	}
+	b, _ := json.Marshal(revocation{RevokedAt: before})
+	after, _ := json.Marshal(revocation{RevokedAt: &r.At, Unregistered: r.Unregistered})
+	a.before, a.after = string(b), string(after)
+	c.Set(auditKey, a)
+	if err := d.Tiers.Refresh(c.Request().Context()); err != nil {
+		d.Logger.Warn("support desk: table not refreshed after a revocation; the poller will", "err", err)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"account_id": id, "revoked_at": r.At, "unregistered_devices": r.Unregistered})
 }
 
 // sum is the first 8 bytes of SHA-256 of s: how the audit names an account without its id.

@@ -90,7 +90,7 @@ const deviceCookie = "__Host-pixlimit-device"
 // the document's: a botnet filling a customer's document key does not lock her out on a device
 // she used before. Any other token (expired, forged, for another document, malformed) counts as
 // none, and the answer does not say why.
-func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, tokens *auth.Tokens, devices *auth.Devices) echo.HandlerFunc {
+func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, tokens *auth.Tokens, devices *auth.Devices, tiers *Tiers) echo.HandlerFunc {
 	type request struct {
 		Document string `json:"document"`
 		Password string `json:"password"`
@@ -113,7 +113,7 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, to
 		document, person, docErr := pix.ParseDocument(req.Document)
 		device := ""
 		if decodeErr == nil && docErr == nil {
-			device, _ = devices.Verify(presentedDevice(c), document)
+			device, _ = devices.VerifySince(presentedDevice(c), document, tiers.documentRevokedSince(document))
 			if device != "" {
 				checks = append(checks, check{limits.LoginDevice, device})
 			} else {

@@ -14,7 +14,7 @@ import (
 // never reaches the ledger. A PIX is decoded and validated first (a 400 costs no quota), then
 // consults the look-up's anti-scan buckets (consultLookups).
 func addRoutes(e *echo.Echo, d Deps) error {
-	requireAccount := auth.RequireAccount(d.Tokens)
+	requireAccount := auth.RequireAccount(d.Tokens, d.Tiers.revocations())
 	limitPIX, err := limitByAccount(d, d.Limits.PIX, tierLimit(d.Tiers, false))
 	if err != nil {
 		return err
@@ -31,7 +31,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	e.GET("/healthz", handleHealthz())
 	e.GET("/openapi.yaml", handleOpenAPI())
 	e.GET("/readyz", handleReadyz(d.Probes, d.Limiter))
-	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Tokens, d.Devices))
+	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Tokens, d.Devices, d.Tiers))
 	lookups := lookupLimiter{limiter: login, limits: d.Limits, tiers: d.Tiers}
 	e.POST("/v1/pix", handlePIX(d.Ledger), requireAccount, decodePIX(), consultLookups(lookups), limitPIX)
 	e.GET("/v1/pix/keys/limits", handleLookupLimits(lookups), requireAccount)

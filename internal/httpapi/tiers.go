@@ -92,6 +92,27 @@ func (t *Tiers) Close() {
 	t.done.Wait()
 }
 
+// revocations are the accounts' revocations in force on this replica, for auth.RequireAccount;
+// nil without Tiers.
+func (t *Tiers) revocations() auth.Revocations {
+	if t == nil {
+		return nil
+	}
+	return t
+}
+
+// RevokedSince is when support last revoked account's devices (auth.Revocations).
+func (t *Tiers) RevokedSince(account string) time.Time { return t.table.Load().RevokedSince(account) }
+
+// documentRevokedSince is when support last revoked the devices of one of document's
+// accounts: a login's device token issued before it is no device.
+func (t *Tiers) documentRevokedSince(document string) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.table.Load().DocumentRevokedSince(document)
+}
+
 // limits are an account's figures (0: the default), or all defaults without Tiers.
 func (t *Tiers) limits(s auth.Subject) (pixLimit, statementLimit, lookupCapacity int) {
 	if t == nil {

@@ -83,6 +83,10 @@ type Ledger interface {
 	TierTable(ctx context.Context) (TierTable, error)
 	TierVersion(ctx context.Context) (int64, error)
 	SetTier(ctx context.Context, accountID string, a TierOf) error
+	// RevokeDevices revokes every trusted device of the account (support's answer to a stolen
+	// phone): the tokens issued to it until now stop being honoured (TierTable.Revoked), its
+	// devices registered for PIX are deleted, and the version moves (ErrAccountNotFound).
+	RevokeDevices(ctx context.Context, accountID string) (Revocation, error)
 }
 
 // Payee is the owner of a PIX key, as a payer may see them before paying.

@@ -308,3 +308,58 @@ func TestMoneyLimitsUnderConcurrency(t *testing.T) {
 		})
 	}
 }
+
+// TestRevokeDevices: on both ledgers, a revocation deletes the account's registrations (its
+// devices send under the new-device caps again), is in the table by account and by document,
+// moves the version, and reports the one before it.
+func TestRevokeDevices(t *testing.T) {
+	t.Parallel()
+	r := defaultRules(t)
+	r.Night.LimitCents, r.DayLimitCents = 0, 0
+	start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	clock := &testClock{now: start}
+	for name, l := range rulesBackends(t, r, clock.Now) {
+		t.Run(name, func(t *testing.T) {
+			clock.Set(start)
+			ctx := context.Background()
+			for _, d := range []string{"phone", "laptop"} {
+				if err := l.RegisterDevice(ctx, "acct-ana", d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, err := l.TierTable(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := l.RevokeDevices(ctx, "acct-ana")
+			if want := (Revocation{At: start, Unregistered: 2}); err != nil || got != want {
+				t.Fatalf("RevokeDevices = %+v, %v, want %+v", got, err, want)
+			}
+			var dle *DeviceLimitError
+			if err := pay(l, "acct-ana", "bruno@example.com", "phone", 20_001); !errors.As(err, &dle) {
+				t.Errorf("R$ 200,01 from the revoked phone: %v, want DeviceLimitError", err)
+			}
+			table, err := l.TierTable(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ana, err := l.Account(ctx, "acct-ana")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if table.Version <= before.Version || !table.RevokedSince("acct-ana").Equal(start) ||
+				!table.DocumentRevokedSince(ana.Document).Equal(start) || !table.RevokedSince("acct-bruno").IsZero() {
+				t.Errorf("table after the revocation: version %d (was %d), %v by account, %v by document",
+					table.Version, before.Version, table.RevokedSince("acct-ana"), table.DocumentRevokedSince(ana.Document))
+			}
+			clock.Advance(time.Hour)
+			again, err := l.RevokeDevices(ctx, "acct-ana")
+			if want := (Revocation{At: start.Add(time.Hour), Before: start}); err != nil || again != want {
+				t.Errorf("a second revocation = %+v, %v, want %+v", again, err, want)
+			}
+			if _, err := l.RevokeDevices(ctx, "acct-nobody"); !errors.Is(err, ErrAccountNotFound) {
+				t.Errorf("revoking an unknown account: %v, want ErrAccountNotFound", err)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -36,11 +37,25 @@ type TierOf struct {
 
 // TierTable is what every replica keeps in memory to decide an account's limits without asking
 // the ledger on each request: the tiers, the accounts that are not on their person's tier or
-// carry overrides, and the version of both, which moves on every change.
+// carry overrides, when support last revoked an account's devices, and the version of all
+// three, which moves on every change.
 type TierTable struct {
 	Version  int64
 	Tiers    map[string]Tier
 	Accounts map[string]TierOf
+	// Revoked is when support last revoked each account's trusted devices (RevokeDevices), by
+	// account id; RevokedDocuments the same by its holder's document (the latest of the
+	// holder's accounts), for a login, which knows the document before the account.
+	Revoked, RevokedDocuments map[string]time.Time
+}
+
+// RevokedSince is when account's devices were last revoked; zero if never. A token issued
+// before it is not honoured.
+func (t TierTable) RevokedSince(account string) time.Time { return t.Revoked[account] }
+
+// DocumentRevokedSince is when the devices of one of document's accounts were last revoked.
+func (t TierTable) DocumentRevokedSince(document string) time.Time {
+	return t.RevokedDocuments[document]
 }
 
 // Of is account's tier and overrides: its own, or its person's tier.
@@ -97,7 +112,8 @@ func (a TierOf) valid() error {
 type tierStore struct{ table TierTable }
 
 func newTierStore() tierStore {
-	t := TierTable{Version: 1, Tiers: map[string]Tier{}, Accounts: map[string]TierOf{}}
+	t := TierTable{Version: 1, Tiers: map[string]Tier{}, Accounts: map[string]TierOf{},
+		Revoked: map[string]time.Time{}, RevokedDocuments: map[string]time.Time{}}
 	for _, tier := range DefaultTiers {
 		t.Tiers[tier.Name] = tier
 	}
@@ -110,7 +126,24 @@ func (l *MemoryLedger) TierTable(context.Context) (TierTable, error) {
 	defer l.mu.Unlock()
 	t := l.tiers.table
 	t.Tiers, t.Accounts = maps.Clone(t.Tiers), maps.Clone(t.Accounts)
+	t.Revoked, t.RevokedDocuments = maps.Clone(t.Revoked), maps.Clone(t.RevokedDocuments)
 	return t, nil
+}
+
+// RevokeDevices implements Ledger.
+func (l *MemoryLedger) RevokeDevices(_ context.Context, accountID string) (Revocation, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok := l.accounts[accountID]
+	if !ok {
+		return Revocation{}, ErrAccountNotFound
+	}
+	r := Revocation{At: l.now().UTC(), Unregistered: len(a.devices), Before: l.tiers.table.Revoked[accountID]}
+	clear(a.devices)
+	l.tiers.table.Revoked[accountID] = r.At
+	l.tiers.table.RevokedDocuments[a.Document] = r.At
+	l.tiers.table.Version++
+	return r, nil
 }
 
 // TierVersion implements Ledger.
@@ -118,6 +151,13 @@ func (l *MemoryLedger) TierVersion(context.Context) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.tiers.table.Version, nil
+}
+
+// Revocation is what RevokeDevices did: when, how many devices registered for PIX it deleted,
+// and the account's previous revocation (zero: none), for the audit's before and after.
+type Revocation struct {
+	At, Before   time.Time
+	Unregistered int
 }
 
 // SetTier implements Ledger.
@@ -142,7 +182,7 @@ func (l *MemoryLedger) SetTier(_ context.Context, accountID string, a TierOf) er
 func (l *PostgresLedger) TierTable(ctx context.Context) (TierTable, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	t := TierTable{Tiers: map[string]Tier{}, Accounts: map[string]TierOf{}}
+	t := TierTable{Tiers: map[string]Tier{}, Accounts: map[string]TierOf{}, Revoked: map[string]time.Time{}, RevokedDocuments: map[string]time.Time{}}
 	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, "SELECT version FROM tier_version").Scan(&t.Version); err != nil {
 			return err
@@ -170,6 +210,24 @@ func (l *PostgresLedger) TierTable(ctx context.Context) (TierTable, error) {
 			var a TierOf
 			err := row.Scan(&id, &a.Tier, &a.PIXLimit, &a.StatementLimit, &a.LookupCapacity)
 			t.Accounts[id] = a
+			return struct{}{}, err
+		})
+		if err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT r.account_id, a.document, r.revoked_at
+			FROM device_revocations r JOIN accounts a ON a.id = r.account_id`)
+		if err != nil {
+			return err
+		}
+		_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
+			var id, document string
+			var at time.Time
+			err := row.Scan(&id, &document, &at)
+			t.Revoked[id] = at
+			if at.After(t.RevokedDocuments[document]) {
+				t.RevokedDocuments[document] = at
+			}
 			return struct{}{}, err
 		})
 		return err
@@ -224,4 +282,44 @@ func (l *PostgresLedger) SetTier(ctx context.Context, accountID string, a TierOf
 		return fmt.Errorf("pix: set tier: %w", unavailable(err))
 	}
 	return nil
+}
+
+// RevokeDevices implements Ledger: in one transaction, the account's devices registered for PIX
+// deleted, its revocation recorded, and the table's version moved.
+func (l *PostgresLedger) RevokeDevices(ctx context.Context, accountID string) (Revocation, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	r := Revocation{At: l.now().UTC()}
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var exists bool
+		var before *time.Time
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1),
+			(SELECT revoked_at FROM device_revocations WHERE account_id = $1)`, accountID).Scan(&exists, &before); err != nil {
+			return err
+		}
+		if !exists {
+			return ErrAccountNotFound
+		}
+		if before != nil {
+			r.Before = before.UTC()
+		}
+		tag, err := tx.Exec(ctx, "DELETE FROM devices WHERE account_id = $1", accountID)
+		if err != nil {
+			return err
+		}
+		r.Unregistered = int(tag.RowsAffected())
+		if _, err := tx.Exec(ctx, `INSERT INTO device_revocations (account_id, revoked_at) VALUES ($1, $2)
+			ON CONFLICT (account_id) DO UPDATE SET revoked_at = $2`, accountID, r.At); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "UPDATE tier_version SET version = version + 1")
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, ErrAccountNotFound) {
+			return Revocation{}, err
+		}
+		return Revocation{}, fmt.Errorf("pix: revoke devices: %w", unavailable(err))
+	}
+	return r, nil
 }
