@@ -592,3 +592,42 @@ func sameReceipt(a, b Receipt) bool {
 	a.Replayed, b.Replayed = false, false
 	return a == b
 }
+
+// TestAFailedPingDropsTheDeadConnections: after a network cut every idle connection of the pool
+// is dead (Gate.Strand: no answer, no hang-up). The first ping waits out its timeout on one of
+// them and resets the pool; the next dials afresh and answers at once, instead of taking the next
+// dead connection, as it would one by one without the reset.
+func TestAFailedPingDropsTheDeadConnections(t *testing.T) {
+	t.Parallel()
+	gate := pgtest.NewGate(t, pgtest.URL(t))
+	const timeout = 300 * time.Millisecond
+	l, err := OpenPostgres(context.Background(), gate.URL, timeout, DemoAccounts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	t.Cleanup(gate.Open)  // before the ledger closes: a stranded connection waits out pgx's close
+	var wg sync.WaitGroup // several connections idle in the pool
+	for range 6 {
+		wg.Go(func() {
+			if _, err := l.pool.Exec(context.Background(), "SELECT pg_sleep(0.05)"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if idle := l.pool.Stat().IdleConns(); idle < 4 {
+		t.Fatalf("%d idle connections, want several", idle)
+	}
+	gate.Strand()
+	start := time.Now()
+	if err := l.Ping(context.Background()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a ping over a dead connection: %v after %v, want ErrUnavailable", err, time.Since(start))
+	}
+	for i := range 3 {
+		start := time.Now()
+		if err := l.Ping(context.Background()); err != nil {
+			t.Fatalf("ping %d after the reset: %v after %v, want an answer over a new connection", i+1, err, time.Since(start))
+		}
+	}
+}

@@ -71,11 +71,21 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed [
 // Close closes the connection pool.
 func (l *PostgresLedger) Close() { l.pool.Close() }
 
-// Ping checks the database answers within the ledger's timeout.
+// Ping checks the database answers within the ledger's timeout. A ping that found no answer
+// (not one whose caller left) resets the pool: its idle connections are closed, and the ones in
+// use are closed when they come back. After a network cut every idle connection is dead, and
+// the next pings would otherwise each take one of them and wait out their timeout on it, one at
+// a time: the replica came back into the proxy's rotation 5 s after its network did, its
+// /readyz failing on the database after Redis was back (deploy/e2e.sh's cut drill). The price
+// of a ping that failed for another reason is a pool dialled afresh.
 func (l *PostgresLedger) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	pctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	return unavailable(l.pool.Ping(ctx))
+	err := l.pool.Ping(pctx)
+	if err != nil && ctx.Err() == nil {
+		l.pool.Reset()
+	}
+	return unavailable(err)
 }
 
 // unavailable wraps err in ErrUnavailable when it means the ledger could not do its work for a

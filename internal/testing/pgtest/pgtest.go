@@ -135,6 +135,9 @@ type Gate struct {
 	cut    bool
 	live   map[net.Conn]bool // client sides, for Cut
 	open   *sync.Cond
+	// stranded are the client sides Strand left dead; ending releases them when the test ends.
+	stranded map[net.Conn]bool
+	ending   bool
 
 	holding bool // COMMITs wait at the gate
 	held    int  // COMMITs waiting now
@@ -154,7 +157,7 @@ func NewGate(t testing.TB, dbURL string) *Gate {
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	g := &Gate{live: map[net.Conn]bool{}}
+	g := &Gate{live: map[net.Conn]bool{}, stranded: map[net.Conn]bool{}}
 	g.open = sync.NewCond(&g.mu)
 	u.Host = ln.Addr().String()
 	q := u.Query()
@@ -164,6 +167,9 @@ func NewGate(t testing.TB, dbURL string) *Gate {
 	var conns sync.WaitGroup
 	t.Cleanup(func() {
 		ln.Close()
+		g.mu.Lock()
+		g.ending = true
+		g.mu.Unlock()
 		g.Open()
 		g.DropCommits()
 		conns.Wait()
@@ -208,6 +214,17 @@ func (g *Gate) Cut() {
 	g.mu.Unlock()
 }
 
+// Strand leaves every connection open now dead until Open, as a network that lost its route and
+// came back on another address leaves them: their bytes go nowhere and nothing hangs up, so a
+// client learns only by waiting out its timeout on each; new connections pass.
+func (g *Gate) Strand() {
+	g.mu.Lock()
+	for c := range g.live {
+		g.stranded[c] = true
+	}
+	g.mu.Unlock()
+}
+
 // Close freezes the gate: nothing more is forwarded until Open.
 func (g *Gate) Close() {
 	g.mu.Lock()
@@ -215,10 +232,11 @@ func (g *Gate) Close() {
 	g.mu.Unlock()
 }
 
-// Open lets bytes through again, those held included, and accepts connections again.
+// Open lets bytes through again, those held and stranded included, and accepts connections again.
 func (g *Gate) Open() {
 	g.mu.Lock()
 	g.closed, g.cut = false, false
+	clear(g.stranded)
 	g.mu.Unlock()
 	g.open.Broadcast()
 }
@@ -305,16 +323,17 @@ func (g *Gate) fromClient(server, client net.Conn) {
 		} else if head[0] == 'Q' && strings.EqualFold(strings.Trim(string(body), "\x00; "), "commit") && !g.passCommit() {
 			return
 		}
-		g.waitOpen()
+		g.waitOpen(client)
 		if _, err := server.Write(msg); err != nil {
 			return
 		}
 	}
 }
 
-func (g *Gate) waitOpen() {
+// waitOpen waits while the gate is closed, or client's connection is stranded.
+func (g *Gate) waitOpen(client net.Conn) {
 	g.mu.Lock()
-	for g.closed {
+	for (g.closed || g.stranded[client]) && !g.ending {
 		g.open.Wait()
 	}
 	g.mu.Unlock()
@@ -326,17 +345,20 @@ func (g *Gate) closeBoth(a, b net.Conn) {
 	g.mu.Lock()
 	delete(g.live, a)
 	delete(g.live, b)
+	delete(g.stranded, a)
+	delete(g.stranded, b)
 	g.mu.Unlock()
+	g.open.Broadcast() // a waiter on a stranded connection sees it closed
 }
 
-// pipe copies src to dst, waiting at each chunk while the gate is closed, and closes both ends
-// when either side ends.
+// pipe copies src to dst, the server's bytes to client, waiting at each chunk while the gate is
+// closed or the connection stranded, and closes both ends when either side ends.
 func (g *Gate) pipe(dst, src net.Conn) {
 	defer g.closeBoth(dst, src)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		g.waitOpen()
+		g.waitOpen(dst)
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
