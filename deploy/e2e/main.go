@@ -1,6 +1,7 @@
 // Command e2e proves the compose fleet on a real Docker engine: it brings the fleet up with the
-// lab doors, runs the demo against it, checks that the public door ignores a spoofed
-// X-Forwarded-For, then runs the failure drills and prints a table of what each one saw. It tears
+// lab doors and Prometheus, runs the demo against it, checks that the public door ignores a
+// spoofed X-Forwarded-For, then runs the failure drills, asks Prometheus the dashboard's
+// queries, and prints a table of what each one saw. It tears
 // the fleet down and exits non-zero if anything failed. deploy/e2e.sh runs it (and, with
 // --standins, builds the stand-in base images first); run it from the repository's root.
 //
@@ -67,9 +68,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}()
 
-	f.logf("building and starting the fleet (docker compose up --build --wait)")
+	services, err := f.services(ctx)
+	if err != nil {
+		return err
+	}
+	f.logf("building and starting the fleet (docker compose up --build --wait %s)", strings.Join(services, " "))
 	start := time.Now()
-	if err := f.compose(ctx, "up", "-d", "--build", "--wait", "--wait-timeout", "600"); err != nil {
+	if err := f.compose(ctx, append([]string{"up", "-d", "--build", "--wait", "--wait-timeout", "600"}, services...)...); err != nil {
 		return fmt.Errorf("the fleet did not come up healthy: %w", err)
 	}
 	f.logf("the fleet is healthy after %s", time.Since(start).Round(time.Second))
@@ -102,6 +107,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			rows = append(rows, row{name: "fleet back to 2 ready replicas", saw: err.Error()})
 			break
 		}
+	}
+
+	if ctx.Err() == nil {
+		rows = append(rows, dashboard(ctx, f))
 	}
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
@@ -138,12 +147,33 @@ func (f *fleet) logf(format string, args ...any) {
 	fmt.Fprintf(f.log, "e2e %s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
-func (f *fleet) compose(ctx context.Context, args ...string) error {
-	args = append([]string{"compose", "-p", f.project, "-f", "docker-compose.yml", "-f", "docker-compose.lab.yml"}, args...)
+// composeFiles are the fleet, its lab doors and the observability services (Prometheus, whose
+// answers the dashboard check reads; Grafana, which the drills do not start: see services).
+var composeFiles = []string{"-f", "docker-compose.yml", "-f", "docker-compose.lab.yml", "-f", "docker-compose.observability.yml"}
+
+func (f *fleet) command(ctx context.Context, args ...string) *exec.Cmd {
+	args = append(append([]string{"compose", "-p", f.project}, composeFiles...), args...)
 	cmd := exec.CommandContext(ctx, "docker", args...)
-	cmd.Env = append(os.Environ(), "AUTH_SECRET="+f.secret)
+	// Grafana's password is only read for the file's interpolation: Grafana is never started.
+	cmd.Env = append(os.Environ(), "AUTH_SECRET="+f.secret, "GRAFANA_ADMIN_PASSWORD="+rand.Text())
+	return cmd
+}
+
+func (f *fleet) compose(ctx context.Context, args ...string) error {
+	cmd := f.command(ctx, args...)
 	cmd.Stdout, cmd.Stderr = f.log, f.log
 	return cmd.Run()
+}
+
+// services are the compose services the drills start: every one but grafana, which has no
+// Debian package to stand in for it (deploy/standins/README.md); the dashboard check asks
+// Prometheus its panels' queries instead, as Grafana would.
+func (f *fleet) services(ctx context.Context) ([]string, error) {
+	out, err := f.command(ctx, "config", "--services").Output()
+	if err != nil {
+		return nil, fmt.Errorf("docker compose config --services: %w", err)
+	}
+	return slices.DeleteFunc(strings.Fields(string(out)), func(s string) bool { return s == "grafana" }), nil
 }
 
 func (f *fleet) docker(ctx context.Context, args ...string) error {
@@ -171,6 +201,38 @@ func (f *fleet) ready(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("the proxy's /servers said %q", body)
 	}
 	return n, nil
+}
+
+// watchReadyz asks service's /readyz every 200 ms, from inside the proxy's container (the
+// replicas' port is not published), until ctx ends, and says what it answered when: each change
+// of its body, with the time since the watch began.
+func (f *fleet) watchReadyz(ctx context.Context, service string) string {
+	script := `exec 3<>/dev/tcp/` + service + `/8080 && printf 'GET /readyz HTTP/1.0\r\n\r\n' >&3 && cat <&3`
+	start := time.Now()
+	var seen []string
+	last := ""
+	for ctx.Err() == nil {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		out, err := exec.CommandContext(actx, "docker", "exec", f.container("proxy"), "bash", "-c", script).Output()
+		cancel()
+		_, body, _ := strings.Cut(string(out), "\r\n\r\n")
+		now := strings.TrimSpace(body)
+		if err != nil && ctx.Err() == nil {
+			now = "no answer"
+		}
+		if now != last && now != "" {
+			seen = append(seen, fmt.Sprintf("%s at %s", now, time.Since(start).Round(100*time.Millisecond)))
+			last = now
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if len(seen) == 0 {
+		return "nothing"
+	}
+	return strings.Join(seen, ", ")
 }
 
 // until waits, at most limit, until want replicas are ready and says how long that took.
@@ -485,6 +547,7 @@ func replicaStopped(ctx context.Context, f *fleet, c *client) row {
 
 func replicaCut(ctx context.Context, f *fleet, c *client) row {
 	var left, back time.Duration
+	var readyz string // what the cut replica's /readyz said on its way back
 	answers, cut, err := underLoad(ctx, c,
 		func() error { return f.docker(ctx, "network", "disconnect", f.backend(), f.container("api-2")) },
 		func() error {
@@ -496,13 +559,18 @@ func replicaCut(ctx context.Context, f *fleet, c *client) row {
 			if err := f.docker(ctx, "network", "connect", "--alias", "api-2", f.backend(), f.container("api-2")); err != nil {
 				return err
 			}
+			watchCtx, stopWatch := context.WithCancel(ctx)
+			watched := make(chan string)
+			go func() { watched <- f.watchReadyz(watchCtx, "api-2") }()
 			back, err = f.until(ctx, 2, 30*time.Second)
+			stopWatch()
+			readyz = <-watched
 			return err
 		})
 	all, after := count(answers, time.Time{}), count(answers, cut.Add(5*time.Second))
 	return row{name: "one replica cut off from the backend network",
-		saw: fmt.Sprintf("out of rotation %s after the cut, back %s after reconnecting (want ≤ 5 s each); %s; from 5 s after the cut: %d errors; 500s: %d",
-			left.Round(100*time.Millisecond), back.Round(100*time.Millisecond), all, after.errors, all.fiveHundreds),
+		saw: fmt.Sprintf("out of rotation %s after the cut, back %s after reconnecting (want ≤ 5 s each; its /readyz meanwhile: %s); %s; from 5 s after the cut: %d errors; 500s: %d",
+			left.Round(100*time.Millisecond), back.Round(100*time.Millisecond), readyz, all, after.errors, all.fiveHundreds),
 		ok: err == nil && left <= 5*time.Second && back <= 5*time.Second && after.errors == 0 && all.fiveHundreds == 0 && after.n > 0,
 	}
 }
@@ -513,4 +581,110 @@ func lastLine(s string) string {
 		return "(no output)"
 	}
 	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// dashboard asks the fleet's Prometheus every query of the Grafana dashboard
+// (deploy/grafana/dashboards/pixlimit.json, the one source of them), after both replicas have
+// been scraped since the drills, and requires each to return series. It asks through promtool,
+// inside the Prometheus container (its port is not published; the official image and the
+// stand-in both have promtool on the PATH).
+func dashboard(ctx context.Context, f *fleet) row {
+	r := row{name: "the dashboard's queries on Prometheus"}
+	queries, err := dashboardQueries("deploy/grafana/dashboards/pixlimit.json")
+	if err != nil {
+		r.saw = err.Error()
+		return r
+	}
+	query := func(expr string) ([]promSample, error) {
+		out, err := exec.CommandContext(ctx, "docker", "exec", f.container("prometheus"),
+			"promtool", "query", "instant", "-o", "json", "http://127.0.0.1:9090", expr).Output()
+		if err != nil {
+			return nil, fmt.Errorf("promtool query %q: %w", expr, err)
+		}
+		var samples []promSample
+		if err := json.Unmarshal(out, &samples); err != nil {
+			return nil, fmt.Errorf("promtool query %q: %w: %s", expr, err, out)
+		}
+		return samples, nil
+	}
+	// Both replicas scraped, and a rate's minute holding samples from after the drills' restarts.
+	var up []promSample
+	if _, ok := eventually(ctx, 60*time.Second, func() bool {
+		up, err = query(`up{job="pixlimit"} == 1`)
+		return err == nil && len(up) == 2
+	}); !ok {
+		r.saw = fmt.Sprintf("Prometheus did not see both replicas up within 60 s: %d up (%v)", len(up), err)
+		return r
+	}
+	time.Sleep(15 * time.Second) // three scrapes at 5 s: every rate has samples to compare
+	var counts []string
+	empty := 0
+	for _, q := range queries {
+		samples, err := query(q.expr)
+		if err != nil {
+			r.saw = err.Error()
+			return r
+		}
+		numbers := 0
+		for _, s := range samples {
+			if len(s.Value) == 2 && s.Value[1] != "NaN" {
+				numbers++
+			}
+		}
+		if len(samples) == 0 {
+			empty++
+		}
+		counts = append(counts, fmt.Sprintf("%d (%d)", len(samples), numbers))
+	}
+	r.ok = empty == 0 && len(queries) > 0
+	r.saw = fmt.Sprintf("%d queries of %d panels, %d without series (want 0); series per query (of them numbers, not NaN): %s",
+		len(queries), panels(queries), empty, strings.Join(counts, ", "))
+	return r
+}
+
+// promSample is one series of an instant query's vector, as promtool -o json prints it.
+type promSample struct {
+	Metric map[string]string `json:"metric"`
+	Value  []any             `json:"value"` // [unix time, "value"]
+}
+
+type panelQuery struct{ panel, expr string }
+
+// dashboardQueries reads every target's expression of a Grafana dashboard.
+func dashboardQueries(path string) ([]panelQuery, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var qs []panelQuery
+	for _, p := range d.Panels {
+		for _, t := range p.Targets {
+			if t.Expr != "" {
+				qs = append(qs, panelQuery{p.Title, t.Expr})
+			}
+		}
+	}
+	if len(qs) == 0 {
+		return nil, fmt.Errorf("%s: no panel queries", path)
+	}
+	return qs, nil
+}
+
+func panels(qs []panelQuery) int {
+	seen := map[string]bool{}
+	for _, q := range qs {
+		seen[q.panel] = true
+	}
+	return len(seen)
 }

@@ -9,14 +9,15 @@ root=../..
 base=pixlimit-standin/debian:bookworm
 
 # The names to stand in for, read from the files that use them, so they cannot drift apart.
-image_of() { sed -n "s|^ *image: *\($1:[^ ]*\).*|\1|p" "$root/docker-compose.yml" | head -n 1; }
+image_of() { sed -n "s|^ *image: *\($1:[^ ]*\).*|\1|p" "$root/${2:-docker-compose.yml}" | head -n 1; }
 from_of() { sed -n "s|^FROM *\($1[^ ]*\).*|\1|p" "$root/Dockerfile" | head -n 1; }
 declare -A names=(
   [redis]=$(image_of redis) [postgres]=$(image_of postgres) [haproxy]=$(image_of haproxy)
   [golang]=$(from_of golang) [distroless]=$(from_of gcr.io/distroless/static)
+  [prometheus]=$(image_of prom/prometheus docker-compose.observability.yml)
 )
 for k in "${!names[@]}"; do
-  [ -n "${names[$k]}" ] || { echo "standins: no $k image named in docker-compose.yml or Dockerfile" >&2; exit 1; }
+  [ -n "${names[$k]}" ] || { echo "standins: no $k image named in a compose file or the Dockerfile" >&2; exit 1; }
 done
 
 force=""
@@ -56,7 +57,7 @@ SOURCES
   rm -rf "$rootfs"
 fi
 
-for k in redis postgres haproxy distroless; do
+for k in redis postgres haproxy distroless prometheus; do
   h=$( (hash_of "$k"; echo "$base_hash") | sha256sum | cut -c1-16) # a new base rebuilds them all
   have "${names[$k]}" "$h" && continue
   echo "standins: ${names[$k]}"
