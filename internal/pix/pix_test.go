@@ -606,8 +606,8 @@ func TestAFailedPingDropsTheDeadConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(l.Close)
-	t.Cleanup(gate.Open)  // before the ledger closes: a stranded connection waits out pgx's close
-	var wg sync.WaitGroup // several connections idle in the pool
+	t.Cleanup(gate.Release) // before the ledger closes: a stranded connection waits out pgx's close
+	var wg sync.WaitGroup   // several connections idle in the pool
 	for range 6 {
 		wg.Go(func() {
 			if _, err := l.pool.Exec(context.Background(), "SELECT pg_sleep(0.05)"); err != nil {
@@ -630,4 +630,41 @@ func TestAFailedPingDropsTheDeadConnections(t *testing.T) {
 			t.Fatalf("ping %d after the reset: %v after %v, want an answer over a new connection", i+1, err, time.Since(start))
 		}
 	}
+}
+
+// TestADialThatHangsDoesNotHoldThePool: during a cut that drops packets (Gate.Blackhole) every
+// new connection hangs in its start-up, and pgxpool dials in the background, detached from the
+// caller's deadline: without a connect timeout those dials hold every place in the pool, and
+// after the network is back the pool waits for them (for the kernel's SYN retries, in the compose
+// drill: the replica came back 5 to 7.5 s after its network). With the ledger's timeout as the
+// connect timeout they give up, and the pool answers within about that timeout of the network's
+// return.
+func TestADialThatHangsDoesNotHoldThePool(t *testing.T) {
+	t.Parallel()
+	gate := pgtest.NewGate(t, pgtest.URL(t))
+	const timeout = 300 * time.Millisecond
+	l, err := OpenPostgres(context.Background(), gate.URL, timeout, DemoAccounts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	t.Cleanup(gate.Release)
+	gate.Blackhole()
+	for i := range 2 * int(l.pool.Config().MaxConns) { // more dials than the pool has places
+		if err := l.Ping(context.Background()); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("ping %d during the cut: %v, want ErrUnavailable", i+1, err)
+		}
+	}
+	gate.Open() // the network is back; what was sent during the cut stays lost
+	back := time.Now()
+	for {
+		err := l.Ping(context.Background())
+		if err == nil {
+			break
+		}
+		if time.Since(back) > 4*timeout {
+			t.Fatalf("no answer %v after the network came back: %v", time.Since(back).Round(time.Millisecond), err)
+		}
+	}
+	t.Logf("answered %v after the network came back", time.Since(back).Round(time.Millisecond))
 }

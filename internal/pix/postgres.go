@@ -52,6 +52,14 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed [
 		return nil, fmt.Errorf("pix: postgres: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(1, timeout.Milliseconds()), 10)
+	// pgxpool dials in the background, detached from the deadline of the call that asked for a
+	// connection, and counts a dial in progress as a place in the pool. Across a cut that drops
+	// packets each dial would hang until the kernel's SYN retries answered, after the network's
+	// return: with every place so held, the replica answered 5 to 7.5 s after its network came
+	// back (deploy/e2e.sh's cut drill). A dial gets the ledger's timeout, a call's whole budget.
+	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > timeout {
+		cfg.ConnConfig.ConnectTimeout = timeout
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pix: postgres: %w", err)

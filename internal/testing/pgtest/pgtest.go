@@ -135,9 +135,11 @@ type Gate struct {
 	cut    bool
 	live   map[net.Conn]bool // client sides, for Cut
 	open   *sync.Cond
-	// stranded are the client sides Strand left dead; ending releases them when the test ends.
-	stranded map[net.Conn]bool
-	ending   bool
+	// stranded are the client sides Strand or Blackhole left dead, until Release or the test's
+	// end (ending); blackhole strands every new connection too.
+	stranded  map[net.Conn]bool
+	blackhole bool
+	ending    bool
 
 	holding bool // COMMITs wait at the gate
 	held    int  // COMMITs waiting now
@@ -184,6 +186,9 @@ func NewGate(t testing.TB, dbURL string) *Gate {
 			cut := g.cut
 			if !cut {
 				g.live[client] = true
+				if g.blackhole {
+					g.stranded[client] = true
+				}
 			}
 			g.mu.Unlock()
 			if cut {
@@ -214,15 +219,36 @@ func (g *Gate) Cut() {
 	g.mu.Unlock()
 }
 
-// Strand leaves every connection open now dead until Open, as a network that lost its route and
-// came back on another address leaves them: their bytes go nowhere and nothing hangs up, so a
-// client learns only by waiting out its timeout on each; new connections pass.
+// Strand leaves every connection open now dead, as a network that lost its route and came back
+// leaves them: their bytes go nowhere and nothing hangs up, so a client learns only by waiting
+// out its timeout on each; new connections pass. They stay dead past Open, until Release.
 func (g *Gate) Strand() {
 	g.mu.Lock()
 	for c := range g.live {
 		g.stranded[c] = true
 	}
 	g.mu.Unlock()
+}
+
+// Blackhole is a network cut as a firewall that drops packets makes it: every connection open
+// now and every new one until Open is stranded (see Strand); a new one is accepted, and its
+// client waits on a start-up that never answers, as on a SYN that is never answered.
+func (g *Gate) Blackhole() {
+	g.mu.Lock()
+	g.blackhole = true
+	for c := range g.live {
+		g.stranded[c] = true
+	}
+	g.mu.Unlock()
+}
+
+// Release lets the stranded connections' bytes through again (for a test's cleanup, before its
+// clients close them: a client closing a stranded connection can wait on it).
+func (g *Gate) Release() {
+	g.mu.Lock()
+	clear(g.stranded)
+	g.mu.Unlock()
+	g.open.Broadcast()
 }
 
 // Close freezes the gate: nothing more is forwarded until Open.
@@ -232,11 +258,11 @@ func (g *Gate) Close() {
 	g.mu.Unlock()
 }
 
-// Open lets bytes through again, those held and stranded included, and accepts connections again.
+// Open lets bytes through again, those held included (not those stranded: see Release), and
+// accepts connections again.
 func (g *Gate) Open() {
 	g.mu.Lock()
-	g.closed, g.cut = false, false
-	clear(g.stranded)
+	g.closed, g.cut, g.blackhole = false, false, false
 	g.mu.Unlock()
 	g.open.Broadcast()
 }
