@@ -141,20 +141,22 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	if db, ok := r.Ledger.(*pix.PostgresLedger); ok {
 		r.probes = append(r.probes, httpapi.Probe{Name: "database", Timeout: min(cfg.DBTimeout, time.Second), Ping: db.Ping})
 	}
-	tiers := httpapi.NewTiers(ctx, r.Ledger, logger, tierPoll)
-	r.closers = append(r.closers, tiers.Close)
 	var metrics *httpapi.Metrics
+	ledger := r.Ledger // as the replica's parts call it: every call timed when metrics are on
 	if deps.Registry != nil {
 		if metrics, err = httpapi.NewMetrics(deps.Registry, r.Limiter.RedisUp); err != nil {
 			return err
 		}
+		ledger = metrics.Instrument(r.Ledger)
 	}
+	tiers := httpapi.NewTiers(ctx, ledger, logger, tierPoll)
+	r.closers = append(r.closers, tiers.Close)
 	r.Handler, err = httpapi.NewServer(httpapi.Deps{
 		Metrics:          metrics,
 		Logger:           logger,
 		Limiter:          r.Limiter,
 		Limits:           cfg.Limits,
-		Ledger:           r.Ledger,
+		Ledger:           ledger,
 		Tiers:            tiers,
 		LedgerRetryAfter: cfg.DBTimeout,
 		Tokens:           r.Tokens,
@@ -166,7 +168,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		return err
 	}
 	r.Admin, err = httpapi.NewAdmin(httpapi.AdminDeps{Logger: logger.With("listener", "admin"), Limiter: r.Limiter,
-		Limits: cfg.Limits, Ledger: r.Ledger, Tokens: r.Tokens, Token: cfg.AdminToken, Tiers: tiers})
+		Limits: cfg.Limits, Ledger: ledger, Tokens: r.Tokens, Token: cfg.AdminToken, Tiers: tiers})
 	return err
 }
 

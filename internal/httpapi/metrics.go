@@ -58,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer, redisUp func() bool) (*Metrics, error
 		}, []string{"route", "method"}),
 		ledgerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pixlimit_ledger_call_seconds",
-			Help:    "Ledger call latency by call (account, transfer, statement) and result (ok, error, unavailable).",
+			Help:    "Ledger call latency by call (account, transfer, statement, lookup, limits, register_device, audit, set_tier, ...) and result (ok, error, unavailable, outcome_unknown).",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"call", "result"}),
 	}
@@ -103,9 +103,10 @@ func (m *Metrics) observe(route, method string, status int, took time.Duration) 
 	m.requestSeconds.WithLabelValues(route, method).Observe(took.Seconds())
 }
 
-// instrumented is a Ledger whose calls are timed.
+// instrumented is a Ledger whose calls are all timed. It names the Ledger it wraps rather than
+// embedding it, so that a method added to pix.Ledger fails to compile here until it is timed too.
 type instrumented struct {
-	pix.Ledger
+	l pix.Ledger
 	m *Metrics
 }
 
@@ -122,30 +123,80 @@ func (l instrumented) observe(call string, start time.Time, err error) {
 	l.m.ledgerSeconds.WithLabelValues(call, result).Observe(time.Since(start).Seconds())
 }
 
-func (l instrumented) AccountByDocument(ctx context.Context, document string) (pix.Account, error) {
+// Instrument returns l with every call timed in pixlimit_ledger_call_seconds: the replica's one
+// ledger, as its server, its support desk and its tier poller call it.
+func (m *Metrics) Instrument(l pix.Ledger) pix.Ledger { return instrumented{l: l, m: m} }
+
+// timed runs one ledger call and observes it under call, a name from a fixed set.
+func timed[T any](l instrumented, call string, f func() (T, error)) (T, error) {
 	start := time.Now()
-	a, err := l.Ledger.AccountByDocument(ctx, document)
-	l.observe("account", start, err)
-	return a, err
+	v, err := f()
+	l.observe(call, start, err)
+	return v, err
+}
+
+// done adapts a call that returns only an error to timed.
+func done(err error) (struct{}, error) { return struct{}{}, err }
+
+func (l instrumented) AccountByDocument(ctx context.Context, document string) (pix.Account, error) {
+	return timed(l, "account", func() (pix.Account, error) { return l.l.AccountByDocument(ctx, document) })
+}
+
+func (l instrumented) Account(ctx context.Context, id string) (pix.Account, error) {
+	return timed(l, "account", func() (pix.Account, error) { return l.l.Account(ctx, id) })
 }
 
 func (l instrumented) Transfer(ctx context.Context, r pix.TransferRequest) (pix.Receipt, error) {
-	start := time.Now()
-	receipt, err := l.Ledger.Transfer(ctx, r)
-	l.observe("transfer", start, err)
-	return receipt, err
+	return timed(l, "transfer", func() (pix.Receipt, error) { return l.l.Transfer(ctx, r) })
 }
 
 func (l instrumented) LookupKey(ctx context.Context, key string) (pix.Payee, error) {
-	start := time.Now()
-	p, err := l.Ledger.LookupKey(ctx, key)
-	l.observe("lookup", start, err)
-	return p, err
+	return timed(l, "lookup", func() (pix.Payee, error) { return l.l.LookupKey(ctx, key) })
 }
 
 func (l instrumented) Statement(ctx context.Context, accountID string, limit int) (pix.Statement, error) {
-	start := time.Now()
-	st, err := l.Ledger.Statement(ctx, accountID, limit)
-	l.observe("statement", start, err)
-	return st, err
+	return timed(l, "statement", func() (pix.Statement, error) { return l.l.Statement(ctx, accountID, limit) })
+}
+
+func (l instrumented) Limits(ctx context.Context, accountID string) (pix.Limits, error) {
+	return timed(l, "limits", func() (pix.Limits, error) { return l.l.Limits(ctx, accountID) })
+}
+
+func (l instrumented) SetLimits(ctx context.Context, accountID string, c pix.LimitsChange) (pix.Limits, error) {
+	return timed(l, "set_limits", func() (pix.Limits, error) { return l.l.SetLimits(ctx, accountID, c) })
+}
+
+func (l instrumented) CancelPendingLimits(ctx context.Context, accountID string) (pix.Limits, error) {
+	return timed(l, "cancel_pending_limits", func() (pix.Limits, error) { return l.l.CancelPendingLimits(ctx, accountID) })
+}
+
+func (l instrumented) RegisterDevice(ctx context.Context, accountID, device string) error {
+	_, err := timed(l, "register_device", func() (struct{}, error) { return done(l.l.RegisterDevice(ctx, accountID, device)) })
+	return err
+}
+
+func (l instrumented) Audit(ctx context.Context, r pix.AuditRecord) error {
+	_, err := timed(l, "audit", func() (struct{}, error) { return done(l.l.Audit(ctx, r)) })
+	return err
+}
+
+func (l instrumented) AuditTrail(ctx context.Context, limit int) ([]pix.AuditRecord, error) {
+	return timed(l, "audit_trail", func() ([]pix.AuditRecord, error) { return l.l.AuditTrail(ctx, limit) })
+}
+
+func (l instrumented) TierTable(ctx context.Context) (pix.TierTable, error) {
+	return timed(l, "tier_table", func() (pix.TierTable, error) { return l.l.TierTable(ctx) })
+}
+
+func (l instrumented) TierVersion(ctx context.Context) (int64, error) {
+	return timed(l, "tier_version", func() (int64, error) { return l.l.TierVersion(ctx) })
+}
+
+func (l instrumented) SetTier(ctx context.Context, accountID string, a pix.TierOf) error {
+	_, err := timed(l, "set_tier", func() (struct{}, error) { return done(l.l.SetTier(ctx, accountID, a)) })
+	return err
+}
+
+func (l instrumented) RevokeDevices(ctx context.Context, accountID string) (pix.Revocation, error) {
+	return timed(l, "revoke_devices", func() (pix.Revocation, error) { return l.l.RevokeDevices(ctx, accountID) })
 }

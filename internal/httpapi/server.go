@@ -101,8 +101,8 @@ func NewServer(d Deps) (http.Handler, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.IPExtractor = auth.IPExtractor(d.TrustedProxies)
 	e.HTTPErrorHandler = errorHandler(d.Logger, d.LedgerRetryAfter)
-	if d.Metrics != nil {
-		d.Ledger = instrumented{Ledger: d.Ledger, m: d.Metrics}
+	if _, timed := d.Ledger.(instrumented); d.Metrics != nil && !timed {
+		d.Ledger = d.Metrics.Instrument(d.Ledger)
 	}
 	routes := map[string]bool{}
 	e.Use(edge(d.Logger, newEventLog(d.Logger, 10*time.Second), d.Metrics, routes), limitBody)
