@@ -7,10 +7,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -50,8 +52,11 @@ func handleOpenAPI() echo.HandlerFunc {
 // and a script that writes), not a PING, which a read-only or full Redis still answers while
 // every decision fails. The probes run together, so the answer takes the slowest probe's timeout
 // at most, not their sum: a proxy routing on /readyz gives its check a deadline. An open breaker
-// is named in the body ("breaker": "open").
-func handleReadyz(probes []Probe, limiter *ratelimit.Limiter) echo.HandlerFunc {
+// is named in the body ("breaker": "open"). A probe that changes state is logged once, with the
+// cause of its failure: /readyz is asked every second, and a line each would bury the one that
+// says why a replica left the rotation.
+func handleReadyz(probes []Probe, limiter *ratelimit.Limiter, logger *slog.Logger) echo.HandlerFunc {
+	down := make([]atomic.Bool, len(probes))
 	return func(c echo.Context) error {
 		failed := make([]error, len(probes))
 		var wg sync.WaitGroup
@@ -69,6 +74,12 @@ func handleReadyz(probes []Probe, limiter *ratelimit.Limiter) echo.HandlerFunc {
 			body[p.Name] = "up"
 			if failed[i] != nil {
 				body[p.Name], body["status"], status = "down", "degraded", http.StatusServiceUnavailable
+			}
+			switch was := down[i].Swap(failed[i] != nil); {
+			case failed[i] != nil && !was:
+				logger.Warn("readiness: a dependency is down", "probe", p.Name, "cause", failed[i].Error())
+			case failed[i] == nil && was:
+				logger.Info("readiness: a dependency is up again", "probe", p.Name)
 			}
 		}
 		if limiter != nil && limiter.Stats().BreakerOpen {

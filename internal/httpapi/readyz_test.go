@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 
 // TestReadyzProbesRunTogether: two probes that each answer only once the other has started can
 // both pass only if /readyz runs them at the same time; one after the other, the first waits
-// out its timeout. A probe that fails makes the replica not ready, and says which.
+// out its timeout. A probe that fails makes the replica not ready, and says which; its change
+// of state is logged once each way, with the cause, however often /readyz is asked.
 func TestReadyzProbesRunTogether(t *testing.T) {
 	t.Parallel()
 	started := map[string]chan struct{}{"redis": make(chan struct{}), "database": make(chan struct{})}
@@ -43,6 +45,8 @@ func TestReadyzProbesRunTogether(t *testing.T) {
 	}{
 		{"", http.StatusOK, map[string]string{"status": "ready", "redis": "up", "database": "up"}},
 		{"database", http.StatusServiceUnavailable, map[string]string{"status": "degraded", "redis": "up", "database": "down"}},
+		{"database", http.StatusServiceUnavailable, map[string]string{"status": "degraded", "redis": "up", "database": "down"}},
+		{"", http.StatusOK, map[string]string{"status": "ready", "redis": "up", "database": "up"}},
 	} {
 		failing = tc.failing
 		started["redis"], started["database"] = make(chan struct{}), make(chan struct{})
@@ -56,5 +60,12 @@ func TestReadyzProbesRunTogether(t *testing.T) {
 			got["redis"] != tc.want["redis"] || got["database"] != tc.want["database"] {
 			t.Errorf("failing %q: %d %v, want %d %v", tc.failing, rec.Code, got, tc.wantStatus, tc.want)
 		}
+	}
+	logs := s.logs.String()
+	if got := strings.Count(logs, "readiness: a dependency is down"); got != 1 || !strings.Contains(logs, "probe=database cause=\"context deadline exceeded\"") {
+		t.Errorf("the database down twice logged %d times (want once, with its cause):\n%s", got, logs)
+	}
+	if got := strings.Count(logs, "readiness: a dependency is up again"); got != 1 {
+		t.Errorf("the database back logged %d times, want once:\n%s", got, logs)
 	}
 }

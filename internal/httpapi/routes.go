@@ -30,7 +30,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 
 	e.GET("/healthz", handleHealthz())
 	e.GET("/openapi.yaml", handleOpenAPI())
-	e.GET("/readyz", handleReadyz(d.Probes, d.Limiter))
+	e.GET("/readyz", handleReadyz(d.Probes, d.Limiter, d.Logger))
 	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Tokens, d.Devices, d.Tiers))
 	lookups := lookupLimiter{limiter: login, limits: d.Limits, tiers: d.Tiers}
 	e.POST("/v1/pix", handlePIX(d.Ledger), requireAccount, decodePIX(), consultLookups(lookups), limitPIX)

@@ -32,6 +32,7 @@ type server struct {
 	tokens  *auth.Tokens
 	devices *auth.Devices
 	limiter *ratelimit.Limiter
+	logs    *apitest.Logs // what the server logged
 }
 
 // lax limits let a test send 1000 requests a minute of every kind.
@@ -84,12 +85,13 @@ func newServerWith(t testing.TB, srv *redistest.Server, limits httpapi.Limits, o
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	logs := &apitest.Logs{}
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Limiter: limiter, Limits: limits, Ledger: ledger, Tokens: tokens, Devices: devices, Probes: probes})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return server{h: h, ledger: ledger, tokens: tokens, devices: devices, limiter: limiter}
+	return server{h: h, ledger: ledger, tokens: tokens, devices: devices, limiter: limiter, logs: logs}
 }
 
 // FuzzRequestBodies throws arbitrary bodies at the login and PIX routes: nothing a client sends
