@@ -56,9 +56,11 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed [
 	// connection, and counts a dial in progress as a place in the pool. Across a cut that drops
 	// packets each dial would hang until the kernel's SYN retries answered, after the network's
 	// return: with every place so held, the replica answered 5 to 7.5 s after its network came
-	// back (deploy/e2e.sh's cut drill). A dial gets the ledger's timeout, a call's whole budget.
-	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > timeout {
-		cfg.ConnConfig.ConnectTimeout = timeout
+	// back (deploy/e2e.sh's cut drill). A dial gets the ledger's timeout, a call's whole budget,
+	// and at most a second: one to a database on the same network takes milliseconds, and a
+	// SYN sent during the cut, from the address the kernel chose then, is never answered.
+	if limit := min(timeout, time.Second); cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > limit {
+		cfg.ConnConfig.ConnectTimeout = limit
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -79,18 +81,19 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed [
 // Close closes the connection pool.
 func (l *PostgresLedger) Close() { l.pool.Close() }
 
-// Ping checks the database answers within the ledger's timeout. A ping that found no answer
-// (not one whose caller left) resets the pool: its idle connections are closed, and the ones in
-// use are closed when they come back. After a network cut every idle connection is dead, and
-// the next pings would otherwise each take one of them and wait out their timeout on it, one at
-// a time: the replica came back into the proxy's rotation 5 s after its network did, its
-// /readyz failing on the database after Redis was back (deploy/e2e.sh's cut drill). The price
-// of a ping that failed for another reason is a pool dialled afresh.
+// Ping checks the database answers within the ledger's timeout. A ping that found no answer,
+// by its own deadline or its caller's (/readyz gives it a second), resets the pool: its idle
+// connections are closed, and the ones in use when they come back. After a network cut every
+// idle connection is dead, and the next pings would otherwise each take one of them and wait out
+// their timeout on it, one at a time: the replica came back into the proxy's rotation 5 s after
+// its network did, its /readyz failing on the database after Redis was back (deploy/e2e.sh's
+// cut drill). A caller that left (cancelled) resets nothing. The price of a ping that failed
+// for another reason is a pool dialled afresh.
 func (l *PostgresLedger) Ping(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	err := l.pool.Ping(pctx)
-	if err != nil && ctx.Err() == nil {
+	if err != nil && !errors.Is(ctx.Err(), context.Canceled) { // a deadline, the caller's own too, is no answer
 		l.pool.Reset()
 	}
 	return unavailable(err)
