@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -57,6 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	project := fs.String("project", "pixlimit-e2e", "the compose project `name` (its containers, networks and volume)")
 	keep := fs.Bool("keep", false, "leave the fleet running at the end (for a look around)")
 	skipDemo := fs.Bool("skip-demo", false, "do not run the demo against the fleet")
+	only := fs.String("only", "", "run only the drills `named` here, comma-separated: "+strings.Join(slices.Sorted(maps.Keys(drills)), ", "))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,9 +98,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := c.login(ctx); err != nil {
 		return err
 	}
-	for _, d := range []func(context.Context, *fleet, *client) row{
-		redisStopped, replicaRestarted, replicaStopped, replicaCut, allCutFromRedis,
-	} {
+	for _, name := range drillOrder {
+		if *only != "" && !slices.Contains(strings.Split(*only, ","), name) {
+			continue
+		}
+		d := drills[name]
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -130,6 +134,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "all %d checks passed\n", len(rows))
 	return nil
 }
+
+// drills are the failure drills by name, run in drillOrder.
+var drills = map[string]func(context.Context, *fleet, *client) row{
+	"redis-stopped": redisStopped, "replica-restarted": replicaRestarted, "replica-stopped": replicaStopped,
+	"replica-cut": replicaCut, "all-cut-from-redis": allCutFromRedis,
+}
+
+var drillOrder = []string{"redis-stopped", "replica-restarted", "replica-stopped", "replica-cut", "all-cut-from-redis"}
 
 // row is one line of the table: a drill, whether it held, and what it saw.
 type row struct {
