@@ -233,12 +233,16 @@ func (l *PostgresLedger) seed(ctx context.Context, accounts []Account) error {
 
 // AccountByDocument implements Ledger.
 func (l *PostgresLedger) AccountByDocument(ctx context.Context, document string) (Account, error) {
+	return l.account(ctx, "SELECT id, name, document, password_hash FROM accounts WHERE document = $1", document)
+}
+
+// account runs query, which selects one account's id, name, document and password hash by arg.
+func (l *PostgresLedger) account(ctx context.Context, query, arg string) (Account, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	var a Account
 	var hash string
-	err := l.pool.QueryRow(ctx, "SELECT id, name, document, password_hash FROM accounts WHERE document = $1", document).
-		Scan(&a.ID, &a.Name, &a.Document, &hash)
+	err := l.pool.QueryRow(ctx, query, arg).Scan(&a.ID, &a.Name, &a.Document, &hash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Account{}, ErrAccountNotFound
 	}
@@ -539,20 +543,7 @@ func storeLimits(ctx context.Context, tx pgx.Tx, account string, a accountLimits
 
 // Account implements Ledger.
 func (l *PostgresLedger) Account(ctx context.Context, id string) (Account, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	var a Account
-	var hash string
-	err := l.pool.QueryRow(ctx, "SELECT id, name, document, password_hash FROM accounts WHERE id = $1", id).
-		Scan(&a.ID, &a.Name, &a.Document, &hash)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Account{}, ErrAccountNotFound
-	}
-	if err != nil {
-		return Account{}, fmt.Errorf("pix: account: %w", unavailable(err))
-	}
-	a.PasswordHash = []byte(hash)
-	return a, nil
+	return l.account(ctx, "SELECT id, name, document, password_hash FROM accounts WHERE id = $1", id)
 }
 
 // Limits implements Ledger.
