@@ -671,3 +671,56 @@ func TestADialThatHangsDoesNotHoldThePool(t *testing.T) {
 	}
 	t.Logf("answered %v after the network came back", time.Since(back).Round(time.Millisecond))
 }
+
+// TestABrokenConnectionGivesItsPlaceBackSoon: every place of the pool is in a call when the
+// database becomes unreachable; each call's deadline breaks its connection, and pgx cleans a
+// broken connection up (a cancel request, then reading what the server still sends) for up to
+// 15 s, during which pgxpool keeps its place. With the connections' deadlines bounded by the
+// ledger's timeout, the pool answers within about that timeout of the network's return, not
+// 15 s later.
+func TestABrokenConnectionGivesItsPlaceBackSoon(t *testing.T) {
+	t.Parallel()
+	gate := pgtest.NewGate(t, pgtest.URL(t))
+	const timeout = 300 * time.Millisecond
+	l, err := OpenPostgres(context.Background(), gate.URL, timeout, DemoAccounts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	t.Cleanup(gate.Release)
+	n := int(l.pool.Config().MaxConns)
+	var wg sync.WaitGroup
+	for range n { // every place holds an idle connection
+		wg.Go(func() {
+			if _, err := l.pool.Exec(context.Background(), "SELECT pg_sleep(0.05)"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	gate.Unreachable()
+	for range n { // and each is in a call when the route goes
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			if _, err := l.pool.Exec(ctx, "SELECT 1"); err == nil {
+				t.Error("a call over an unreachable database answered")
+			}
+		})
+	}
+	wg.Wait()
+	gate.Open()
+	back := time.Now()
+	for {
+		err := l.Ping(context.Background())
+		if err == nil {
+			break
+		}
+		if time.Since(back) > 2*time.Second {
+			st := l.pool.Stat()
+			t.Fatalf("no answer %v after the network came back: %v (pool: %d acquired, %d idle, %d dialling)",
+				time.Since(back).Round(time.Millisecond), err, st.AcquiredConns(), st.IdleConns(), st.ConstructingConns())
+		}
+	}
+	t.Logf("answered %v after the network came back", time.Since(back).Round(time.Millisecond))
+}

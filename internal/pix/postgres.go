@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,16 +53,20 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed [
 		return nil, fmt.Errorf("pix: postgres: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(1, timeout.Milliseconds()), 10)
-	// pgxpool dials in the background, detached from the deadline of the call that asked for a
-	// connection, and counts a dial in progress as a place in the pool. Across a cut that drops
-	// packets each dial would hang until the kernel's SYN retries answered, after the network's
-	// return: with every place so held, the replica answered 5 to 7.5 s after its network came
-	// back (deploy/e2e.sh's cut drill). A dial gets the ledger's timeout, a call's whole budget,
-	// and at most a second: one to a database on the same network takes milliseconds, and a
-	// SYN sent during the cut, from the address the kernel chose then, is never answered.
-	if limit := min(timeout, time.Second); cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > limit {
+	// A connection to the database waits at most limit for anything: its dial, the cancel
+	// request pgx dials when a call's deadline ends mid-query, and the clean-up of a broken
+	// connection (boundedConn). pgxpool dials in the background, detached from the caller's
+	// deadline, and keeps a broken connection's place in the pool until pgx has cleaned it up,
+	// for which pgx allows itself 15 s: across a network cut, the calls in flight broke their
+	// connections, and their clean-ups held every place in the pool (4 on two cores) for 15 s,
+	// the replica's /readyz failing on the database 3 s after its network was back
+	// (deploy/e2e.sh's cut drill; pgxpool's Stat said: 4 acquired, 0 idle). A database on the
+	// same network answers in milliseconds.
+	limit := min(timeout, time.Second)
+	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > limit {
 		cfg.ConnConfig.ConnectTimeout = limit
 	}
+	cfg.ConnConfig.DialFunc = boundedDial(limit)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pix: postgres: %w", err)
@@ -80,6 +85,40 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed [
 
 // Close closes the connection pool.
 func (l *PostgresLedger) Close() { l.pool.Close() }
+
+// boundedDial dials with at most limit, and returns connections whose deadlines lie at most limit
+// ahead (see OpenPostgres).
+func boundedDial(limit time.Duration) pgconn.DialFunc {
+	d := &net.Dialer{} // as pgx's own
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, limit)
+		defer cancel()
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return boundedConn{Conn: c, limit: limit}, nil
+	}
+}
+
+// boundedConn is a connection whose deadlines lie at most limit ahead: a deadline further off
+// (pgx's 15 s for cleaning up a broken connection) is brought forward to limit from now. No
+// deadline (the zero time) stays none: a call's own deadline comes from its context.
+type boundedConn struct {
+	net.Conn
+	limit time.Duration
+}
+
+func (c boundedConn) bound(t time.Time) time.Time {
+	if lim := time.Now().Add(c.limit); !t.IsZero() && t.After(lim) {
+		return lim
+	}
+	return t
+}
+
+func (c boundedConn) SetDeadline(t time.Time) error      { return c.Conn.SetDeadline(c.bound(t)) }
+func (c boundedConn) SetReadDeadline(t time.Time) error  { return c.Conn.SetReadDeadline(c.bound(t)) }
+func (c boundedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWriteDeadline(c.bound(t)) }
 
 // Ping checks the database answers within the ledger's timeout. A ping that found no answer,
 // by its own deadline or its caller's (/readyz gives it a second), resets the pool: its idle

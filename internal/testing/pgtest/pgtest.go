@@ -230,6 +230,17 @@ func (g *Gate) Strand() {
 	g.mu.Unlock()
 }
 
+// Unreachable is a database whose route is gone, as a client sees it once its kernel knows: the
+// connections open now are stranded (see Strand) and new ones fail at once, until Open.
+func (g *Gate) Unreachable() {
+	g.mu.Lock()
+	g.cut = true
+	for c := range g.live {
+		g.stranded[c] = true
+	}
+	g.mu.Unlock()
+}
+
 // Blackhole is a network cut as a firewall that drops packets makes it: every connection open
 // now and every new one until Open is stranded (see Strand); a new one is accepted, and its
 // client waits on a start-up that never answers, as on a SYN that is never answered.
