@@ -123,11 +123,10 @@ func (c boundedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWrit
 // Ping checks the database answers within the ledger's timeout. A ping that found no answer,
 // by its own deadline or its caller's (/readyz gives it a second), resets the pool: its idle
 // connections are closed, and the ones in use when they come back. After a network cut every
-// idle connection is dead, and the next pings would otherwise each take one of them and wait out
-// their timeout on it, one at a time: the replica came back into the proxy's rotation 5 s after
-// its network did, its /readyz failing on the database after Redis was back (deploy/e2e.sh's
-// cut drill). A caller that left (cancelled) resets nothing. The price of a ping that failed
-// for another reason is a pool dialled afresh.
+// idle connection can be dead, and the next pings would otherwise each take one of them and wait
+// out their timeout on it, one at a time (TestAFailedPingDropsTheDeadConnections). A caller
+// that left (cancelled) resets nothing. The price of a ping that failed for another reason is
+// a pool dialled afresh.
 func (l *PostgresLedger) Ping(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
