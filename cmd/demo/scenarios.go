@@ -361,7 +361,8 @@ func sequence(replies []reply) string {
 }
 
 // support: a botnet fills Carla's document key; her new laptop is refused; support reads the
-// key's state on the desk and clears it on every replica; the laptop gets in at once.
+// key's state on the desk and clears it on every replica; the laptop gets in at once. Then the
+// laptop is stolen: support revokes her devices, and its token is refused on every replica.
 func support(ctx context.Context, d *demo) error {
 	if d.desk == "" {
 		d.out.say("Skipped against -target: the support desk listens on the deployment's ADMIN_ADDR, not the demo's.")
@@ -390,6 +391,27 @@ func support(ctx context.Context, d *demo) error {
 	d.expect("support clears it", cleared.status == http.StatusOK && after["full"] == false, cleared.summary())
 	in := d.show(d.call(ctx, "192.0.2.60", "POST", "/v1/login", "", map[string]string{"document": carla.document, "password": carla.password}))
 	d.expect("Carla gets in at once", in.status == http.StatusOK, in.summary())
+
+	token, _ := in.body["access_token"].(string)
+	account, _ := in.body["account_id"].(string)
+	d.out.say("That laptop is stolen, logged in. Support revokes every trusted device of her account: the tokens\n" +
+		"issued until now are refused on every replica, each reading the revocation within half a second.")
+	revoked := d.adminCall(ctx, http.MethodDelete, "/admin/v1/accounts/"+account+"/devices")
+	d.out.say("  desk       DELETE /admin/v1/accounts/{id}/devices   %s", revoked.summary())
+	d.expect("support revokes her devices", revoked.status == http.StatusOK, revoked.summary())
+	// Round robin: as many refusals in a row as there are replicas is a refusal by each.
+	var last reply
+	inARow := 0
+	for deadline := time.Now().Add(3 * time.Second); inARow < len(d.replicas) && time.Now().Before(deadline); {
+		if last = d.call(ctx, "192.0.2.60", "GET", "/v1/statement", token, nil); last.status == http.StatusUnauthorized {
+			inARow++
+			continue
+		}
+		inARow = 0
+		time.Sleep(50 * time.Millisecond)
+	}
+	d.show(last)
+	d.expect("the stolen laptop's token is refused on every replica", inARow == len(d.replicas), last.summary())
 	return nil
 }
 
