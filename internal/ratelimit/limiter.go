@@ -351,12 +351,11 @@ func (l *Limiter) Forget(ctx context.Context, c Check) error {
 	if _, err := forgetScript.Run(ctx, l.rdb, []string{key}).Result(); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
 	}
-	if _, err := forgottenScript.Run(ctx, l.rdb, []string{l.keys.prefix + ":{fleet}:forget"}, key, l.hold.Milliseconds()).Result(); err != nil && !errors.Is(err, redis.Nil) {
+	// The fleet's forget list and the channel it is published on share one name.
+	if _, err := forgottenScript.Run(ctx, l.rdb, []string{l.ForgetChannel()}, key, l.hold.Milliseconds()).Result(); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
 	}
-	if l.deny != nil {
-		l.deny.forget(key)
-	}
+	l.Forgotten(key)
 	return nil
 }
 

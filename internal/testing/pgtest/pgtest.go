@@ -222,35 +222,26 @@ func (g *Gate) Cut() {
 // Strand leaves every connection open now dead, as a network that lost its route and came back
 // leaves them: their bytes go nowhere and nothing hangs up, so a client learns only by waiting
 // out its timeout on each; new connections pass. They stay dead past Open, until Release.
-func (g *Gate) Strand() {
-	g.mu.Lock()
-	for c := range g.live {
-		g.stranded[c] = true
-	}
-	g.mu.Unlock()
-}
+func (g *Gate) Strand() { g.strand(func() {}) }
 
 // Unreachable is a database whose route is gone, as a client sees it once its kernel knows: the
 // connections open now are stranded (see Strand) and new ones fail at once, until Open.
-func (g *Gate) Unreachable() {
-	g.mu.Lock()
-	g.cut = true
-	for c := range g.live {
-		g.stranded[c] = true
-	}
-	g.mu.Unlock()
-}
+func (g *Gate) Unreachable() { g.strand(func() { g.cut = true }) }
 
 // Blackhole is a network cut as a firewall that drops packets makes it: every connection open
 // now and every new one until Open is stranded (see Strand); a new one is accepted, and its
 // client waits on a start-up that never answers, as on a SYN that is never answered.
-func (g *Gate) Blackhole() {
+func (g *Gate) Blackhole() { g.strand(func() { g.blackhole = true }) }
+
+// strand strands every connection open now and, under the same lock, sets what happens to new
+// ones.
+func (g *Gate) strand(andNew func()) {
 	g.mu.Lock()
-	g.blackhole = true
+	defer g.mu.Unlock()
+	andNew()
 	for c := range g.live {
 		g.stranded[c] = true
 	}
-	g.mu.Unlock()
 }
 
 // Release lets the stranded connections' bytes through again (for a test's cleanup, before its
