@@ -28,7 +28,9 @@ type Deps struct {
 	Logger  *slog.Logger
 	Limiter *ratelimit.Limiter
 	Limits  Limits
-	Ledger  pix.Ledger
+	// Ledger is the replica's ledger; its calls are timed when it comes wrapped in
+	// Metrics.Instrument, as the composition root (internal/app) passes it to every part alike.
+	Ledger pix.Ledger
 	// Tiers, when set, holds each account to its tier's limits; nil: the Limits for everyone.
 	Tiers *Tiers
 	// LedgerRetryAfter is the Retry-After of a 503 ledger_unavailable: as long as a ledger call
@@ -101,9 +103,6 @@ func NewServer(d Deps) (http.Handler, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.IPExtractor = auth.IPExtractor(d.TrustedProxies)
 	e.HTTPErrorHandler = errorHandler(d.Logger, d.LedgerRetryAfter)
-	if _, timed := d.Ledger.(instrumented); d.Metrics != nil && !timed {
-		d.Ledger = d.Metrics.Instrument(d.Ledger)
-	}
 	routes := map[string]bool{}
 	e.Use(edge(d.Logger, newEventLog(d.Logger, 10*time.Second), d.Metrics, routes), limitBody)
 	if err := addRoutes(e, d); err != nil {
