@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -95,6 +96,7 @@ func (d *demo) expect(expectation string, ok bool, observed string) bool {
 type reply struct {
 	replica int
 	ip      string
+	who     string // the account (from the token) or the login's document, for the page's key labels
 	method  string
 	path    string
 	status  int
@@ -115,7 +117,7 @@ func (r reply) cents(k string) int64 {
 // (package client); headers come in pairs.
 func (d *demo) call(ctx context.Context, ip, method, path, token string, body any, headers ...string) reply {
 	i := int(d.next.Add(1)-1) % len(d.replicas)
-	r := reply{replica: i + 1, ip: ip, method: method, path: path}
+	r := reply{replica: i + 1, ip: ip, method: method, path: path, who: whoSends(token, body)}
 	hdrs := []string{"X-Forwarded-For", ip}
 	if token != "" {
 		hdrs = append(hdrs, "Authorization", "Bearer "+token)
@@ -128,6 +130,27 @@ func (d *demo) call(ctx context.Context, ip, method, path, token string, body an
 	r.status, r.header, r.raw = resp.Status, resp.Header, resp.Body
 	_ = json.Unmarshal(r.raw, &r.body)
 	return r
+}
+
+// whoSends names the sender of a request for the page: the account its access token names (read,
+// not verified: a label, never a decision), or the document a login presents, or "".
+func whoSends(token string, body any) string {
+	if m, ok := body.(map[string]string); ok && m["document"] != "" {
+		return m["document"]
+	}
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var claims struct {
+		Sub string `json:"sub"`
+	}
+	_ = json.Unmarshal(payload, &claims)
+	return claims.Sub
 }
 
 // show prints one request as a line.
@@ -269,7 +292,7 @@ func (n *narrator) request(r reply) {
 	}
 	fmt.Fprintf(n.w, "  replica %d  %-15s  %-4s %-22s  %-32s  remaining %-3s  retry-after %s\n",
 		r.replica, r.ip, r.method, r.path, status, dash(r.header.Get("RateLimit-Remaining")), dash(r.header.Get("Retry-After")))
-	n.events.publish(event{Kind: "call", Scenario: n.scenario, Replica: r.replica, IP: r.ip, Method: r.method, Path: r.path,
+	n.events.publish(event{Kind: "call", Scenario: n.scenario, Replica: r.replica, IP: r.ip, Who: r.who, Method: r.method, Path: r.path,
 		Status: r.status, Code: r.code(), Remaining: r.header.Get("RateLimit-Remaining"), RetryAfter: r.header.Get("Retry-After"),
 		Policy: r.header.Get("RateLimit-Policy"), Text: r.summary()})
 }

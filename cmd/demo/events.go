@@ -25,6 +25,7 @@ type event struct {
 	// call: one request and its answer.
 	Replica    int    `json:"replica,omitempty"`
 	IP         string `json:"ip,omitempty"`
+	Who        string `json:"who,omitempty"` // the account or the login's document, when known
 	Method     string `json:"method,omitempty"`
 	Path       string `json:"path,omitempty"`
 	Status     int    `json:"status,omitempty"`

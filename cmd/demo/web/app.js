@@ -73,7 +73,7 @@ function draw() {
 
 function drawPosition() {
   $("pos").textContent = `step ${pos} of ${events.length}`;
-  $("play").textContent = playing ? "⏸" : "▶";
+  $("play").textContent = playing ? "▮▮" : "▶";
   $("status").textContent = done ? "done" : "live";
   $("status").className = done ? "done" : "live";
   $("status").dataset.events = events.length;
@@ -132,7 +132,7 @@ function drawSequence(sc) {
     const call = el("g", { class: "call" }, g);
     el("line", { x1: laneX(0), y1: y, x2: rep - 4, y2: y }, call);
     el("text", { x: laneX(0) + 6, y: y - 3 }, call, `${c.ip}  ${c.method} ${c.path}`);
-    const decided = c.policy !== "";
+    const decided = !!c.policy; // the route is limited: its answer declared a policy
     if (decided) {
       const d = el("g", { class: "decide" }, g);
       el("line", { x1: rep, y1: y + 4, x2: laneX(3) - 4, y2: y + 4 }, d);
@@ -147,9 +147,9 @@ function drawSequence(sc) {
     const kind = c.status >= 200 && c.status < 300 ? "ok" : c.status === 429 ? "refused" : "error";
     const reply = el("g", { class: `reply ${kind} s${c.status}`, "data-status": c.status, "data-path": c.path }, g);
     el("line", { x1: rep, y1: y + 16, x2: laneX(0) + 4, y2: y + 16 }, reply);
-    const left = c.remaining !== "" ? ` · ${c.remaining} left` : "";
+    const left = c.remaining ? ` · ${c.remaining} left` : "";
     const retry = c.retry_after ? ` · retry after ${c.retry_after}s` : "";
-    el("text", { x: rep - 6, y: y + 29, "text-anchor": "end" }, reply, `${c.text}${left}${retry}`);
+    el("text", { x: laneX(0) + 6, y: y + 29 }, reply, `${c.text}${left}${retry}`);
     if (focus && !involved.includes(focus)) g.classList.add("dimmed");
   });
   $("seq-title").textContent = sc ? `The sequence: ${sc}` : "The sequence";
@@ -173,37 +173,56 @@ function drawWindows(sc) {
     if (c.kind !== "call" || c.scenario !== sc) continue;
     const p = parsePolicy(c.policy);
     if (!p) continue;
-    const k = `${p.name} · ${c.ip}`;
+    // Whose key it is: the IP for login-ip, else who sent the request (its account or document).
+    const k = `${p.name} · ${p.name === "login-ip" || !c.who ? c.ip : c.who}`;
     if (!keys.has(k)) keys.set(k, { p, calls: [] });
     keys.get(k).calls.push(c);
   }
-  const W = 220, x0 = 130, rowH = 44;
-  svg.setAttribute("width", x0 + W + 20);
-  svg.setAttribute("height", Math.max(1, keys.size) * rowH + 20);
+  // Each key is a row: its window as a line, "now" at the right end; an admission is a dot above
+  // the line, a refusal a cross below it, stacked where they came at the same moment.
+  const W = 380, x0 = 6, step = 9;
   const now = clockAt();
-  let row = 0;
+  svg.setAttribute("width", x0 + W + 14);
+  let y = 4;
   for (const [k, { p, calls }] of keys) {
-    const y = 14 + row * rowH;
     const g = el("g", { class: "key", "data-key": k }, svg);
-    el("text", { x: 0, y: y + 13 }, g, k);
-    el("rect", { class: "window-frame", x: x0, y: y, width: W, height: 18 }, g);
-    el("text", { x: x0, y: y + 31 }, g, `−${p.w}s`);
-    el("text", { x: x0 + W, y: y + 31, "text-anchor": "end" }, g, `now · limit ${p.q}`);
     const x = (t) => x0 + ((t - (now - p.w)) / p.w) * W;
+    const levels = { ok: new Map(), no: new Map() };
+    const marks = [];
     for (const c of calls) {
-      const refused = c.status === 429;
-      if (refused && c.retry_after) {
-        const end = Math.min(x0 + W, x(c.at + +c.retry_after));
-        const start = Math.max(x0, x(c.at));
-        if (end > start) el("rect", { class: "retry", x: start, y: y + 12, width: end - start, height: 5 }, g);
-      }
       if (c.at < now - p.w) continue; // slid out of the window
-      const cx = x(c.at);
-      if (refused) el("path", { class: "mark no", d: `M${cx - 4},${y + 2} l8,8 m0,-8 l-8,8` }, g);
-      else el("circle", { class: "mark ok", cx: cx, cy: y + 6, r: 4 }, g);
+      const kind = c.status === 429 ? "no" : "ok";
+      const column = Math.round((Math.min(x0 + W, x(c.at)) - x0) / step);
+      const level = levels[kind].get(column) || 0;
+      levels[kind].set(column, level + 1);
+      marks.push({ c, kind, cx: x0 + column * step, level });
     }
-    row++;
+    const up = Math.max(1, ...levels.ok.values()), down = Math.max(1, ...levels.no.values());
+    const admitted = marks.filter((m) => m.kind === "ok").length;
+    el("text", { x: 0, y: y + 11 }, g, k);
+    el("text", { class: "count", x: x0 + W, y: y + 11, "text-anchor": "end", "data-admitted": admitted }, g,
+      `${admitted} of ${p.q} in the window`);
+    const axis = y + 18 + up * step;
+    el("rect", { class: "window-frame", x: x0, y: y + 16, width: W, height: (up + down) * step + 6 }, g);
+    el("line", { class: "axis", x1: x0, y1: axis, x2: x0 + W, y2: axis }, g);
+    for (const c of calls) {
+      if (c.status !== 429 || !c.retry_after) continue;
+      const end = Math.min(x0 + W, x(c.at + +c.retry_after)), start = Math.max(x0, x(c.at));
+      if (end > start) el("rect", { class: "retry", x: start, y: axis - 2, width: end - start, height: 4 }, g);
+    }
+    for (const m of marks) {
+      if (m.kind === "ok") el("circle", { class: "mark ok", cx: m.cx, cy: axis - 5 - m.level * step, r: 3.5 }, g);
+      else {
+        const cy = axis + 5 + m.level * step;
+        el("path", { class: "mark no", d: `M${m.cx - 3},${cy - 3} l6,6 m0,-6 l-6,6` }, g);
+      }
+    }
+    const bottom = y + 22 + (up + down) * step;
+    el("text", { class: "scale", x: x0, y: bottom + 12 }, g, `−${p.w}s`);
+    el("text", { class: "scale", x: x0 + W, y: bottom + 12, "text-anchor": "end" }, g, "now");
+    y = bottom + 24;
   }
+  svg.setAttribute("height", Math.max(20, y));
 }
 
 // ---- the 2× hole
