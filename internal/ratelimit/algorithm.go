@@ -72,6 +72,8 @@ func (a Algorithm) Bursty() bool { return a == TokenBucket || a == GCRA }
 var (
 	//go:embed prelude.lua
 	preludeLua string
+	//go:embed args.lua
+	argsLua string
 	//go:embed sliding_log.lua
 	slidingLogLua string
 	//go:embed sliding_log_packed.lua
@@ -88,30 +90,33 @@ var (
 	batchLua string
 )
 
-// scripts are each algorithm's script after the shared prelude (the clock, the arguments, the
-// reply), so each algorithm's stored format lives in one file, deciding and withdrawing alike.
-// They run with EVALSHA and fall back to EVAL on NOSCRIPT (redis.Script.Run), so after the first
-// call on a server only a script's hash travels. Built once, never modified.
-var scripts = map[Algorithm]*redis.Script{
-	SlidingLog:       redis.NewScript(preludeLua + slidingLogLua),
-	SlidingLogPacked: redis.NewScript(preludeLua + slidingLogPackedLua),
-	SlidingWindow:    redis.NewScript(preludeLua + slidingWindowLua),
-	FixedWindow:      redis.NewScript(preludeLua + fixedWindowLua),
-	TokenBucket:      redis.NewScript(preludeLua + tokenBucketLua),
-	GCRA:             redis.NewScript(preludeLua + gcraLua),
+// bodies are each algorithm's body: its stored format, for deciding and withdrawing alike.
+var bodies = map[Algorithm]string{
+	SlidingLog:       slidingLogLua,
+	SlidingLogPacked: slidingLogPackedLua,
+	SlidingWindow:    slidingWindowLua,
+	FixedWindow:      fixedWindowLua,
+	TokenBucket:      tokenBucketLua,
+	GCRA:             gcraLua,
 }
 
-// batchScripts decide several requests of one algorithm in one call (batch.lua): the same
-// prelude and body, wrapped in a function of one decision's KEYS and ARGV.
-var batchScripts = map[Algorithm]*redis.Script{
-	SlidingLog:       batchOf(slidingLogLua),
-	SlidingLogPacked: batchOf(slidingLogPackedLua),
-	SlidingWindow:    batchOf(slidingWindowLua),
-	FixedWindow:      batchOf(fixedWindowLua),
-	TokenBucket:      batchOf(tokenBucketLua),
-	GCRA:             batchOf(gcraLua),
-}
+// scripts decide one request each: the shared prelude (the clock, the arguments, the reply), one
+// call's arguments (args.lua), then the algorithm's body. They run with EVALSHA and fall back
+// to EVAL on NOSCRIPT (redis.Script.Run), so after the first call on a server only a script's
+// hash travels. Built once, never modified.
+var scripts = scriptsOf(func(body string) string { return preludeLua + argsLua + body })
 
-func batchOf(body string) *redis.Script {
-	return redis.NewScript("local function decide(KEYS, ARGV)\n" + preludeLua + body + "\nend\n" + batchLua)
+// batchScripts decide several requests of one algorithm in one call: the same prelude and body,
+// the body wrapped in a function of one decision's KEYS that batch.lua calls for each member.
+var batchScripts = scriptsOf(func(body string) string {
+	return preludeLua + "local function decide(KEYS)\n" + body + "\nend\n" + batchLua
+})
+
+// scriptsOf builds one script per algorithm from its body.
+func scriptsOf(source func(body string) string) map[Algorithm]*redis.Script {
+	s := make(map[Algorithm]*redis.Script, len(bodies))
+	for a, body := range bodies {
+		s[a] = redis.NewScript(source(body))
+	}
+	return s
 }

@@ -140,13 +140,7 @@ func (b *batcher) send(batch []*pending) {
 		batch[0].done <- batchResult{r, err}
 		return
 	}
-	var keys []string
-	args := []any{len(batch)}
-	for _, p := range batch {
-		a := p.c.args()
-		keys = append(keys, p.keys...)
-		args = append(append(args, len(p.keys), len(a)), a...)
-	}
+	keys, args := batchArgs(batch)
 	vals, err := batchScripts[b.a].Run(ctx, b.l.rdb, keys, args...).Slice()
 	if err == nil && len(vals) != len(batch) {
 		err = fmt.Errorf("batch of %d returned %d replies", len(batch), len(vals))
@@ -159,6 +153,36 @@ func (b *batcher) send(batch []*pending) {
 		r, rerr := decodeReply(vals[i], len(p.keys))
 		p.done <- batchResult{r, rerr}
 	}
+}
+
+// batchArgs are a batch's keys and arguments, as batch.lua reads them: how many decisions, the
+// key settings (limit, window, burst) the batch uses, each once, then each decision's number of
+// keys, id, now, mode and, per key, the number of its setting.
+func batchArgs(batch []*pending) (keys []string, args []any) {
+	var settings [][3]any
+	setting := func(k [3]any) int {
+		for i, s := range settings {
+			if s == k {
+				return i + 1
+			}
+		}
+		settings = append(settings, k)
+		return len(settings)
+	}
+	var members []any
+	for _, p := range batch {
+		keys = append(keys, p.keys...)
+		members = append(members, len(p.keys), p.c.id, p.c.now, p.c.mode)
+		for _, k := range p.c.keys {
+			members = append(members, setting(k))
+		}
+	}
+	args = make([]any, 0, 2+3*len(settings)+len(members))
+	args = append(args, len(batch), len(settings))
+	for _, s := range settings {
+		args = append(args, s[0], s[1], s[2])
+	}
+	return keys, append(args, members...)
 }
 
 // decodeReply decodes one member's reply of a batch, a list of integers as a lone script's.

@@ -1,23 +1,52 @@
 -- batch.lua: several decisions in one call, decided one after another, in the order given, as
--- the same decisions sent one by one in that order would be. Go wraps an algorithm's script
--- (prelude.lua and its body) in the function `decide`, whose KEYS and ARGV are one decision's,
--- and appends this loop (algorithm.go); a decision's own TIME, arguments and reply are
--- untouched, so the batch cannot decide otherwise than its members would alone.
+-- the same decisions sent one by one in that order would be. Go wraps the algorithm's body in
+-- the function `decide` of one decision's KEYS, after prelude.lua, and appends this loop
+-- (algorithm.go): each member runs the very body a lone call runs, on its own locals.
 --
 -- ARGV[1]            how many decisions
--- then, per decision: its number of keys, its number of arguments, and its arguments
+-- ARGV[2]            how many key settings; then each: limit, window in µs, burst
+-- then, per decision: its number of keys, its id, its now ('' for the Redis clock), its mode,
+--                    and per key the number of its settings (a batch's keys mostly share a
+--                    policy, so each policy's three numbers travel and are parsed once)
 -- KEYS               every decision's keys, in order
 --
--- Returns one reply per decision, as the algorithm's script returns it alone.
+-- Members that read the Redis clock read it once for the batch: they decide at one instant, as
+-- the same requests sent one by one within a microsecond would. Returns one reply per decision,
+-- as the body returns it alone.
 
-local out, k, pos = {}, 0, 2
-for b = 1, tonumber(ARGV[1]) do
-  local nkeys, nargs = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
-  pos = pos + 2
-  local keys, argv = {}, {}
-  for i = 1, nkeys do keys[i] = KEYS[k + i] end
-  for i = 1, nargs do argv[i] = ARGV[pos + i - 1] end
-  k, pos = k + nkeys, pos + nargs
-  out[b] = decide(keys, argv)
+local count, settings = tonumber(ARGV[1]), tonumber(ARGV[2])
+local L, W, B = {}, {}, {}
+for j = 1, settings do
+  L[j], W[j], B[j] = tonumber(ARGV[3 * j]), tonumber(ARGV[3 * j + 1]), tonumber(ARGV[3 * j + 2])
+end
+local single = {}                                                  -- one-key tables by setting: the bodies only read them
+local out, k, pos, batch_now = {}, 0, 3 + 3 * settings, nil
+for d = 1, count do
+  n, id = tonumber(ARGV[pos]), ARGV[pos + 1]
+  now = tonumber(ARGV[pos + 2])
+  if now == nil then
+    batch_now = batch_now or clock()
+    now = batch_now
+  end
+  undo_at, cost = mode(ARGV[pos + 3])
+  local keys = {}
+  if n == 1 then
+    local j = tonumber(ARGV[pos + 4])
+    keys[1] = KEYS[k + 1]
+    local s = single[j]
+    if s == nil then
+      s = {{L[j]}, {W[j]}, {B[j]}}
+      single[j] = s
+    end
+    limits, windows, bursts = s[1], s[2], s[3]
+  else
+    limits, windows, bursts = {}, {}, {}
+    for i = 1, n do
+      local j = tonumber(ARGV[pos + 3 + i])
+      keys[i], limits[i], windows[i], bursts[i] = KEYS[k + i], L[j], W[j], B[j]
+    end
+  end
+  k, pos = k + n, pos + 4 + n
+  out[d] = decide(keys)
 end
 return out

@@ -75,6 +75,52 @@ func TestBatchesDecideAsOneByOne(t *testing.T) {
 	}
 }
 
+// TestABatchReadsTheClockOnce: members of one batch that read the Redis clock decide at one
+// instant, for every algorithm: five requests on a key of limit 3 (burst 3) share one `now` and
+// are decided as five requests within a microsecond would be, three admitted and two refused;
+// a member whose time is given keeps its own.
+func TestABatchReadsTheClockOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, a := range Algorithms() {
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			l := replicas(t, srv, 1, generous)[0]
+			p := Policy{Name: "clock-" + string(a), Limit: 3, Window: time.Minute, Algorithm: a, Burst: 3}
+			if !a.Bursty() {
+				p.Burst = 0
+			}
+			member := func(identity string) *pending {
+				checks := []Check{{p, identity}}
+				return &pending{ctx: context.Background(), keys: []string{l.keys.key(p, identity)},
+					c: l.newCall(a, decideMode(1), checks), done: make(chan batchResult, 1)}
+			}
+			batch := []*pending{member("k"), member("k"), member("k"), member("k"), member("k"), member("given")}
+			given := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixMicro()
+			batch[5].c.now = given
+			l.batch[a].send(batch)
+			var got []reply
+			for _, m := range batch {
+				r := <-m.done
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				got = append(got, r.r)
+			}
+			for i, r := range got[:5] {
+				want := i < 3
+				if r.allowed != want || r.now != got[0].now || r.pairs[0] != int64(max(0, 2-i)) {
+					t.Errorf("member %d: allowed %v, remaining %d, now %d; want %v, %d, now %d (the batch's one clock)",
+						i, r.allowed, r.pairs[0], r.now, want, max(0, 2-i), got[0].now)
+				}
+			}
+			if got[5].now != given || !got[5].allowed {
+				t.Errorf("the member with its own time: now %d, allowed %v; want %d, admitted", got[5].now, got[5].allowed, given)
+			}
+		})
+	}
+}
+
 // TestBatchedReplicasAdmitExactlyTheLimit: three replicas, 48 goroutines, 4,000 decisions over
 // 20 keys of limit 7: batches form (the test checks some had several members), and every key
 // admits exactly its limit.

@@ -1,5 +1,5 @@
 -- fixed_window.lua: one counter per calendar window, over one or more keys, decided atomically.
--- (prelude.lua, prepended, reads the clock and the arguments and builds the reply.)
+-- (prelude.lua, put before it, holds one decision's clock, arguments and reply.)
 --
 -- Windows are aligned to the epoch (a 1-minute window runs from :00 to :59), so every replica
 -- agrees where one ends. Each key holds "<window index>:<count>"; a count from an earlier window

@@ -1,6 +1,6 @@
 -- gcra.lua: the generic cell rate algorithm (the leaky bucket as a meter), over one or more keys,
--- decided atomically. (prelude.lua, prepended, reads the clock and the arguments and builds the
--- reply.)
+-- decided atomically.
+-- (prelude.lua, put before it, holds one decision's clock, arguments and reply.)
 --
 -- Requests are due one emission interval T = window / limit apart; a client may run ahead of
 -- that schedule by up to `burst` intervals. The only state is the theoretical arrival time (TAT),

@@ -1,37 +1,37 @@
--- prelude.lua: what every algorithm's script shares. Go prepends it to each of them
--- (algorithm.go), so each script below starts with the clock, its arguments and its reply in hand.
--- protocol.go is the Go side of these arguments and this reply: one encoder (call) and one
--- decoder (parseReply).
+-- prelude.lua: what every algorithm's script shares, whether it decides one request (args.lua
+-- reads its arguments) or a batch of them (batch.lua reads each member's). Go puts it first
+-- (algorithm.go), so the algorithm's body below finds one decision's state in these locals and
+-- its reply in hand. protocol.go is the Go side: one encoder (call) and one decoder (parseReply).
 --
--- KEYS[i]      the state of the i-th identity, in the algorithm's own format
--- ARGV[1]      the request's id: unique per request (the sliding log records it; the others ignore it)
--- ARGV[2]      now in microseconds, or '' to read the Redis clock (tests inject time; never production)
--- ARGV[3]      '' to decide the request; or, to withdraw the request admitted at that time (µs, the
---              `now` its decision returned), that time: the script then undoes its admission; or
---              (token_bucket only) 'n' and a cost: decide a request that costs that many tokens (0:
---              whether one would be admitted, taking nothing; below 0: give that many back)
--- ARGV[3i+1]   limit of KEYS[i]: requests per window, at least 1
--- ARGV[3i+2]   window of KEYS[i] in microseconds (a whole number of milliseconds)
--- ARGV[3i+3]   burst of KEYS[i]: requests at once (the capacity of token_bucket and gcra; the limit
---              for the others)
+-- KEYS         the state of each identity, in the algorithm's own format
+-- id           the request's id: unique per request (the sorted-set log records it; the others ignore it)
+-- now          the time decided, in microseconds
+-- undo_at      nil to decide; or the time (µs, the `now` its decision returned) of the admission
+--              to withdraw: the body then undoes it and returns how many keys it took from
+-- cost         what the request takes (token_bucket; 0 only asks, below 0 gives back; 1 for the others)
+-- n            how many keys
+-- limits[i]    requests per window of KEYS[i], at least 1
+-- windows[i]   window of KEYS[i] in microseconds (a whole number of milliseconds)
+-- bursts[i]    requests at once (the capacity of token_bucket and gcra; the limit for the others)
 --
 -- A decision returns reply(allowed, remaining, reset) = {allowed, remaining_1, reset_1, ..., now}:
 -- allowed is 1 or 0 for the whole request; remaining_i how many more KEYS[i] admits now; reset_i
 -- the microseconds until it admits one more than that (0 when it holds nothing); now the time
 -- decided. A withdrawal returns how many keys it took something back from.
 
-local id = ARGV[1]
-local now = tonumber(ARGV[2])
-if now == nil then
-  local t = redis.call('TIME')                                     -- {seconds, microseconds}: the one clock every replica shares
-  now = t[1] * 1000000 + t[2]                                      -- < 2^53, so exact in a Lua number
+local id, now, undo_at, cost, n, limits, windows, bursts
+
+-- clock is the Redis server's time in µs: the one clock every replica shares.
+local function clock()
+  local t = redis.call('TIME')                                     -- {seconds, microseconds}
+  return t[1] * 1000000 + t[2]                                     -- < 2^53, so exact in a Lua number
 end
-local undo_at = tonumber(ARGV[3])                                  -- nil: decide
-local cost = tonumber(string.match(ARGV[3], '^n(-?%d+)$') or 1)   -- what a request takes (token_bucket; < 0 gives back)
-local n = #KEYS
-local limits, windows, bursts = {}, {}, {}
-for i = 1, n do
-  limits[i], windows[i], bursts[i] = tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2]), tonumber(ARGV[3 * i + 3])
+
+-- mode reads a call's mode: '' decides a request; a time in µs withdraws the admission made then;
+-- 'n' and a number decides a request of that cost (token_bucket). It returns undo_at and cost.
+local function mode(m)
+  if m == '' then return nil, 1 end
+  return tonumber(m), tonumber(string.match(m, '^n(-?%d+)$') or 1)
 end
 
 local function reply(allowed, remaining, reset)
@@ -42,5 +42,3 @@ local function reply(allowed, remaining, reset)
   out[2 * n + 2] = now                                             -- the time decided: a withdrawal names it
   return out
 end
-
--- the algorithm follows

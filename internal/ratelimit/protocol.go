@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// call is one script call as prelude.lua reads it, the one place the Go side of that protocol
-// is written:
+// call is one decision's script arguments as args.lua reads them (batch.lua reads the same,
+// laid out per member: batchArgs), the one place the Go side of that protocol is written:
 //
 //	ARGV[1]      id: the request's id (the sorted-set log records it; "" for the others)
 //	ARGV[2]      now in µs, or "" for the Redis clock (tests inject time; never production)

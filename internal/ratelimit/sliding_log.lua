@@ -1,5 +1,5 @@
 -- sliding_log.lua: an exact sliding-window log over one or more keys, decided atomically.
--- (prelude.lua, prepended, reads the clock and the arguments and builds the reply.)
+-- (prelude.lua, put before it, holds one decision's clock, arguments and reply.)
 --
 -- Each key is a sorted set with one entry per admitted request: member = the request's id,
 -- score = the time it was admitted, in microseconds. A request at time `now` is admitted when

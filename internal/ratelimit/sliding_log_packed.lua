@@ -1,6 +1,6 @@
 -- sliding_log_packed.lua: the sliding-window log of sliding_log.lua, deciding exactly as it does,
--- stored as one string per key instead of a sorted set. (prelude.lua, prepended, reads the clock
--- and the arguments and builds the reply.)
+-- stored as one string per key instead of a sorted set.
+-- (prelude.lua, put before it, holds one decision's clock, arguments and reply.)
 --
 -- A key holds the admission times still inside its window, ascending, 4 bytes each: big-endian
 -- microseconds since the epoch modulo 2^32 (71 minutes). Every time in a key lies within a window

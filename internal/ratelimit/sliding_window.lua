@@ -1,6 +1,6 @@
 -- sliding_window.lua: the sliding window counter (as Cloudflare runs it), over one or more keys,
--- decided atomically. (prelude.lua, prepended, reads the clock and the arguments and builds the
--- reply.)
+-- decided atomically.
+-- (prelude.lua, put before it, holds one decision's clock, arguments and reply.)
 --
 -- Two counters per key, this calendar window's and the previous one's, and an estimate of the
 -- last full window's traffic that weighs the previous count by how much of it the sliding

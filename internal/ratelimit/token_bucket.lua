@@ -1,5 +1,6 @@
 -- token_bucket.lua: a token bucket with continuous refill, over one or more keys, decided
--- atomically. (prelude.lua, prepended, reads the clock and the arguments and builds the reply.)
+-- atomically.
+-- (prelude.lua, put before it, holds one decision's clock, arguments and reply.)
 --
 -- A bucket holds up to `burst` tokens and gains `limit` tokens per `window`, continuously; a
 -- request takes one token or is refused. Tokens are kept multiplied by the window in
