@@ -141,16 +141,22 @@ func (b *batcher) send(batch []*pending) {
 		return
 	}
 	keys, args := batchArgs(batch)
-	vals, err := batchScripts[b.a].Run(ctx, b.l.rdb, keys, args...).Slice()
-	if err == nil && len(vals) != len(batch) {
-		err = fmt.Errorf("batch of %d returned %d replies", len(batch), len(vals))
+	vals, err := batchScripts[b.a].Run(ctx, b.l.rdb, keys, args...).Int64Slice()
+	want := 0
+	for _, p := range batch {
+		want += 2 + 2*len(p.keys)
 	}
-	for i, p := range batch {
+	if err == nil && len(vals) != want {
+		err = fmt.Errorf("batch of %d returned %d values, want %d", len(batch), len(vals), want)
+	}
+	for _, p := range batch {
 		if err != nil {
 			p.done <- batchResult{err: fmt.Errorf("%w: %w", ErrUnavailable, err)}
 			continue
 		}
-		r, rerr := decodeReply(vals[i], len(p.keys))
+		m := 2 + 2*len(p.keys)
+		r, rerr := parseReply(vals[:m:m], len(p.keys))
+		vals = vals[m:]
 		p.done <- batchResult{r, rerr}
 	}
 }
@@ -183,23 +189,6 @@ func batchArgs(batch []*pending) (keys []string, args []any) {
 		args = append(args, s[0], s[1], s[2])
 	}
 	return keys, append(args, members...)
-}
-
-// decodeReply decodes one member's reply of a batch, a list of integers as a lone script's.
-func decodeReply(v any, n int) (reply, error) {
-	list, ok := v.([]any)
-	if !ok {
-		return reply{}, fmt.Errorf("%w: batch reply %T, want a list", ErrUnavailable, v)
-	}
-	ints := make([]int64, len(list))
-	for i, x := range list {
-		n, ok := x.(int64)
-		if !ok {
-			return reply{}, fmt.Errorf("%w: batch reply holds %T, want integers", ErrUnavailable, x)
-		}
-		ints[i] = n
-	}
-	return parseReply(ints, n)
 }
 
 // newBatchers makes one batcher per algorithm, or none when max is below 2.

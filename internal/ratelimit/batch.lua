@@ -11,8 +11,9 @@
 -- KEYS               every decision's keys, in order
 --
 -- Members that read the Redis clock read it once for the batch: they decide at one instant, as
--- the same requests sent one by one within a microsecond would. Returns one reply per decision,
--- as the body returns it alone.
+-- the same requests sent one by one within a microsecond would. Returns the members' replies, each
+-- as the body returns it alone, one after another in one flat list (Go knows each one's length
+-- from its number of keys, and a flat list of integers decodes without boxing each one).
 
 local count, settings = tonumber(ARGV[1]), tonumber(ARGV[2])
 local L, W, B = {}, {}, {}
@@ -20,7 +21,7 @@ for j = 1, settings do
   L[j], W[j], B[j] = tonumber(ARGV[3 * j]), tonumber(ARGV[3 * j + 1]), tonumber(ARGV[3 * j + 2])
 end
 local single = {}                                                  -- one-key tables by setting: the bodies only read them
-local out, k, pos, batch_now = {}, 0, 3 + 3 * settings, nil
+local out, o, k, pos, batch_now = {}, 0, 0, 3 + 3 * settings, nil
 for d = 1, count do
   n, id = tonumber(ARGV[pos]), ARGV[pos + 1]
   now = tonumber(ARGV[pos + 2])
@@ -47,6 +48,8 @@ for d = 1, count do
     end
   end
   k, pos = k + n, pos + 4 + n
-  out[d] = decide(keys)
+  local r = decide(keys)
+  for i = 1, #r do out[o + i] = r[i] end
+  o = o + #r
 end
 return out
