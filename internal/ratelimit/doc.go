@@ -39,9 +39,10 @@
 // The time is read inside the script from Redis TIME, never from the replica: replicas' clocks
 // drift, and a replica running 2 seconds fast would otherwise expire other replicas' entries
 // early. (Tests inject time through an unexported hook so they step through windows without
-// sleeping.) What every script shares, the clock, the arguments and the reply, is prelude.lua,
-// which Go prepends to each; each algorithm's script holds its stored format once, for deciding
-// and for withdrawing alike.
+// sleeping.) What every script shares, the clock, one decision's arguments and its reply, is
+// prelude.lua, which Go puts before each; each algorithm's body holds its stored format once,
+// for deciding and for withdrawing alike, and runs unchanged alone (args.lua reads a call's
+// arguments) or as one member of a batch (batch.lua reads each member's).
 //
 // # Refused requests are not recorded
 //
