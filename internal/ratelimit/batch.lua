@@ -6,14 +6,15 @@
 -- ARGV[1]            how many decisions
 -- ARGV[2]            how many key settings; then each: limit, window in µs, burst
 -- then, per decision: its number of keys, its id, its now ('' for the Redis clock), its mode,
---                    and per key the number of its settings (a batch's keys mostly share a
+--                    and per key the index of its setting (a batch's keys mostly share a
 --                    policy, so each policy's three numbers travel and are parsed once)
+--                    (a withdrawal is never batched: its reply is a number, not a list)
 -- KEYS               every decision's keys, in order
 --
 -- Members that read the Redis clock read it once for the batch: they decide at one instant, as
--- the same requests sent one by one within a microsecond would. Returns the members' replies, each
--- as the body returns it alone, one after another in one flat list (Go knows each one's length
--- from its number of keys, and a flat list of integers decodes without boxing each one).
+-- the same requests sent one by one within a microsecond would. Returns the members' replies,
+-- each as the body returns it alone, one after another in one flat list (Go knows each one's
+-- length from its number of keys, and a flat list of integers decodes without boxing each one).
 
 local count, settings = tonumber(ARGV[1]), tonumber(ARGV[2])
 local L, W, B = {}, {}, {}
