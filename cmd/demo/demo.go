@@ -97,6 +97,7 @@ type reply struct {
 	replica int
 	ip      string
 	who     string // the account (from the token) or the login's document, for the page's key labels
+	memory  bool   // its limiter answered without asking Redis (in-process replicas only)
 	method  string
 	path    string
 	status  int
@@ -122,10 +123,21 @@ func (d *demo) call(ctx context.Context, ip, method, path, token string, body an
 	if token != "" {
 		hdrs = append(hdrs, "Authorization", "Bearer "+token)
 	}
+	var before ratelimit.Stats
+	if i < len(d.limiters) {
+		before = d.limiters[i].Stats()
+	}
 	resp, err := (&client.Client{BaseURL: d.replicas[i], HTTP: &d.client}).Do(ctx, method, path, body, append(hdrs, headers...)...)
 	if err != nil {
 		r.err = err
 		return r
+	}
+	if i < len(d.limiters) {
+		// Its replica's limiter decided from memory: no decision of it asked Redis meanwhile,
+		// and the deny cache or the open breaker answered. (The stories send these one by one;
+		// a concurrent neighbour asking Redis only makes the page draw the Redis arrow.)
+		after := d.limiters[i].Stats()
+		r.memory = after.Redis == before.Redis && (after.Local > before.Local || after.ShortCircuited > before.ShortCircuited)
 	}
 	r.status, r.header, r.raw = resp.Status, resp.Header, resp.Body
 	_ = json.Unmarshal(r.raw, &r.body)
@@ -292,7 +304,7 @@ func (n *narrator) request(r reply) {
 	}
 	fmt.Fprintf(n.w, "  replica %d  %-15s  %-4s %-22s  %-32s  remaining %-3s  retry-after %s\n",
 		r.replica, r.ip, r.method, r.path, status, dash(r.header.Get("RateLimit-Remaining")), dash(r.header.Get("Retry-After")))
-	n.events.publish(event{Kind: "call", Scenario: n.scenario, Replica: r.replica, IP: r.ip, Who: r.who, Method: r.method, Path: r.path,
+	n.events.publish(event{Kind: "call", Scenario: n.scenario, Replica: r.replica, IP: r.ip, Who: r.who, Memory: r.memory, Method: r.method, Path: r.path,
 		Status: r.status, Code: r.code(), Remaining: r.header.Get("RateLimit-Remaining"), RetryAfter: r.header.Get("Retry-After"),
 		Policy: r.header.Get("RateLimit-Policy"), Text: r.summary()})
 }

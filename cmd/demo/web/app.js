@@ -133,7 +133,11 @@ function drawSequence(sc) {
     el("line", { x1: laneX(0), y1: y, x2: rep - 4, y2: y }, call);
     el("text", { x: laneX(0) + 6, y: y - 3 }, call, `${c.ip}  ${c.method} ${c.path}`);
     const decided = !!c.policy; // the route is limited: its answer declared a policy
-    if (decided) {
+    if (c.memory) { // the deny cache or the open breaker answered: no call to Redis
+      const d = el("g", { class: "decide memory" }, g);
+      el("circle", { cx: rep, cy: y + 6, r: 3 }, d);
+      el("text", { x: rep + 6, y: y + 9 }, d, "from memory");
+    } else if (decided) {
       const d = el("g", { class: "decide" }, g);
       el("line", { x1: rep, y1: y + 4, x2: laneX(3) - 4, y2: y + 4 }, d);
       el("text", { x: laneX(3) + 4, y: y + 8 }, d, "script");
