@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,6 +98,28 @@ func TestBadFlags(t *testing.T) {
 	} {
 		if err := run(context.Background(), args, noEnv, io.Discard, io.Discard); err == nil || errors.Is(err, errFailed) {
 			t.Errorf("%q: %v, want a usage error", args, err)
+		}
+	}
+}
+
+// TestWhoSends: the page labels a key by whose it is: a login's document, else the account its
+// access token names, else nobody.
+func TestWhoSends(t *testing.T) {
+	payload := base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"acct-ana","exp":1}`))
+	for _, tc := range []struct {
+		token string
+		body  any
+		want  string
+	}{
+		{"", map[string]string{"document": "529.982.247-25", "password": "x"}, "529.982.247-25"},
+		{"h." + payload + ".s", nil, "acct-ana"},
+		{"h." + payload + ".s", map[string]string{"key": "ana@example.com"}, "acct-ana"},
+		{"not-a-token", nil, ""},
+		{"h.!!!.s", nil, ""},
+		{"", nil, ""},
+	} {
+		if got := whoSends(tc.token, tc.body); got != tc.want {
+			t.Errorf("whoSends(%q, %v) = %q, want %q", tc.token, tc.body, got, tc.want)
 		}
 	}
 }
