@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,34 +162,36 @@ func (b *batcher) send(batch []*pending) {
 	}
 }
 
-// batchArgs are a batch's keys and arguments, as batch.lua reads them: how many decisions, the
-// key settings (limit, window, burst) the batch uses, each once, then each decision's number of
-// keys, id, now, mode and, per key, the number of its setting.
+// batchArgs are a batch's keys and arguments, as batch.lua reads them: how many decisions, how
+// many key settings (limit, window, burst), each decision's number of keys, id, now, mode and,
+// per key, the index of its setting, then the settings, each once. Sized in one pass: a batch
+// under load is built thousands of times a second.
 func batchArgs(batch []*pending) (keys []string, args []any) {
-	var settings [][3]any
-	setting := func(k [3]any) int {
-		for i, s := range settings {
-			if s == k {
-				return i + 1
-			}
-		}
-		settings = append(settings, k)
-		return len(settings)
+	nkeys := 0
+	for _, p := range batch {
+		nkeys += len(p.keys)
 	}
-	var members []any
+	keys = make([]string, 0, nkeys)
+	args = make([]any, 2, 2+4*len(batch)+nkeys+3*nkeys) // at most one setting per key
+	var seen [4][3]any
+	settings := seen[:0]
 	for _, p := range batch {
 		keys = append(keys, p.keys...)
-		members = append(members, len(p.keys), p.c.id, p.c.now, p.c.mode)
+		args = append(args, len(p.keys), p.c.id, p.c.now, p.c.mode)
 		for _, k := range p.c.keys {
-			members = append(members, setting(k))
+			j := slices.Index(settings, k)
+			if j < 0 {
+				j = len(settings)
+				settings = append(settings, k)
+			}
+			args = append(args, j+1)
 		}
 	}
-	args = make([]any, 0, 2+3*len(settings)+len(members))
-	args = append(args, len(batch), len(settings))
+	args[0], args[1] = len(batch), len(settings)
 	for _, s := range settings {
 		args = append(args, s[0], s[1], s[2])
 	}
-	return keys, append(args, members...)
+	return keys, args
 }
 
 // newBatchers makes one batcher per algorithm, or none when max is below 2.

@@ -4,11 +4,12 @@
 -- (algorithm.go): each member runs the very body a lone call runs, on its own locals.
 --
 -- ARGV[1]            how many decisions
--- ARGV[2]            how many key settings; then each: limit, window in µs, burst
+-- ARGV[2]            how many key settings
 -- then, per decision: its number of keys, its id, its now ('' for the Redis clock), its mode,
 --                    and per key the index of its setting (a batch's keys mostly share a
 --                    policy, so each policy's three numbers travel and are parsed once)
 --                    (a withdrawal is never batched: its reply is a number, not a list)
+-- last, each setting: limit, window in µs, burst
 -- KEYS               every decision's keys, in order
 --
 -- Members that read the Redis clock read it once for the batch: they decide at one instant, as
@@ -18,11 +19,13 @@
 
 local count, settings = tonumber(ARGV[1]), tonumber(ARGV[2])
 local L, W, B = {}, {}, {}
+local first = #ARGV - 3 * settings                                 -- the settings come last
 for j = 1, settings do
-  L[j], W[j], B[j] = tonumber(ARGV[3 * j]), tonumber(ARGV[3 * j + 1]), tonumber(ARGV[3 * j + 2])
+  local a = first + 3 * j
+  L[j], W[j], B[j] = tonumber(ARGV[a - 2]), tonumber(ARGV[a - 1]), tonumber(ARGV[a])
 end
 local single = {}                                                  -- one-key tables by setting: the bodies only read them
-local out, o, k, pos, batch_now = {}, 0, 0, 3 + 3 * settings, nil
+local out, o, k, pos, batch_now = {}, 0, 0, 3, nil
 for d = 1, count do
   n, id = tonumber(ARGV[pos]), ARGV[pos + 1]
   now = tonumber(ARGV[pos + 2])
