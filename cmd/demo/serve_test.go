@@ -15,8 +15,9 @@ import (
 )
 
 // TestLivePicture drives the demo's page (-serve) in headless Chromium: the burst story, stepped
-// to its verdict, shows 10 × 201 and 5 × 429 PIX answers; every expectation of the run is ✔;
-// stepped to the 2× hole's verdict, the fixed window drew 10 admissions and the sliding log 5.
+// to its verdict, shows 10 × 201 and 5 × 429 PIX answers; every expectation of the run is ✔; the
+// login attack draws some of its refusals as answered from the replicas' memory; stepped to the
+// 2× hole's verdict, the fixed window drew 10 admissions and the sliding log 5.
 // With PIXLIMIT_SCREENSHOTS=dir it also writes the sequence and the window as PNGs there (the
 // README's, under docs/). It skips where Chromium is absent; .ci/run installs it.
 func TestLivePicture(t *testing.T) {
@@ -30,7 +31,7 @@ func TestLivePicture(t *testing.T) {
 	var out bytes.Buffer
 	finished := make(chan error, 1)
 	go func() {
-		finished <- run(ctx, []string{"demo", "-scenario", "burst,hole", "-serve", addr}, noEnv, &out, &out)
+		finished <- run(ctx, []string{"demo", "-scenario", "burst,login,hole", "-serve", addr}, noEnv, &out, &out)
 	}()
 	defer func() {
 		cancel()
@@ -93,6 +94,8 @@ func TestLivePicture(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	js(`pixlimit.seekAfter("most refusals cost no Redis call")`)
+	fromMemory, loginRefusals := count(`#seq .decide.memory`), count(`#seq .reply.s429[data-path="/v1/login"]`)
 	js(`pixlimit.seekAfter("fixed window:")`)
 	fixed := js(`+document.querySelector('.hole-row[data-algorithm="fixed_window"][data-group="boundary"] .admitted').dataset.admitted`)
 	log := js(`+document.querySelector('.hole-row[data-algorithm="sliding_log"][data-group="boundary"] .admitted').dataset.admitted`)
@@ -104,6 +107,9 @@ func TestLivePicture(t *testing.T) {
 	}
 	if failed != 0 || held != verdicts || verdicts < 10 {
 		t.Errorf("expectations on the page: %d ✔ and %d ✘ of %d, want every one ✔", held, failed, verdicts)
+	}
+	if fromMemory == 0 || fromMemory > loginRefusals {
+		t.Errorf("the login attack drew %d decisions from the replicas' memory among %d refusals, want some and no more", fromMemory, loginRefusals)
 	}
 	if fixed != 10 || log != 5 {
 		t.Errorf("the 2× hole drew %d admissions for the fixed window and %d for the sliding log, want 10 and 5", fixed, log)
