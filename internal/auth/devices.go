@@ -72,15 +72,10 @@ func (d *Devices) Issue(document, device string) (string, error) {
 	return s, nil
 }
 
-// Verify returns the device id of a valid token for document, or ErrNoDevice for anything else.
-func (d *Devices) Verify(token, document string) (string, error) {
-	return d.VerifySince(token, document, time.Time{})
-}
-
-// VerifySince is Verify, and a token issued before since (when support revoked the devices of
-// the document's holder; zero: never) is no device either (see revokedBy for the second it
-// came in).
-func (d *Devices) VerifySince(token, document string, since time.Time) (string, error) {
+// Verify returns the device id of a valid token for document, or ErrNoDevice for anything else:
+// a token issued before since (when support revoked the devices of the document's holder; zero:
+// never) is no device either (see revokedBy for the second it came in).
+func (d *Devices) Verify(token, document string, since time.Time) (string, error) {
 	if token == "" || len(token) > 1024 {
 		return "", ErrNoDevice
 	}

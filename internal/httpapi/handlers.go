@@ -124,7 +124,7 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, to
 		document, person, docErr := pix.ParseDocument(req.Document)
 		device := ""
 		if decodeErr == nil && docErr == nil {
-			device, _ = devices.VerifySince(presentedDevice(c), document, tiers.documentRevokedSince(document))
+			device, _ = devices.Verify(presentedDevice(c), document, tiers.documentRevokedSince(document))
 			if device != "" {
 				checks = append(checks, check{limits.LoginDevice, device})
 			} else {
