@@ -1,11 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +28,7 @@ func TestLivePicture(t *testing.T) {
 	addr := apitest.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out bytes.Buffer
+	var out apitest.Logs // the demo writes it from its goroutine while the test reads it
 	finished := make(chan error, 1)
 	go func() {
 		finished <- run(ctx, []string{"demo", "-scenario", "burst,login,hole", "-serve", addr}, noEnv, &out, &out)
@@ -62,7 +62,7 @@ func TestLivePicture(t *testing.T) {
 
 	var page string
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if page = pageURL(out.Bytes()); page != "" || time.Now().After(deadline) {
+		if page = pageURL(out.String()); page != "" || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -124,15 +124,15 @@ func TestLivePicture(t *testing.T) {
 }
 
 // pageURL is the page's address as the demo printed it, or "".
-func pageURL(out []byte) string {
+func pageURL(out string) string {
 	const lead = "The live picture of the stories: "
-	i := bytes.Index(out, []byte(lead))
+	i := strings.Index(out, lead)
 	if i < 0 {
 		return ""
 	}
 	rest := out[i+len(lead):]
-	if j := bytes.IndexAny(rest, " \n"); j >= 0 {
-		return string(rest[:j])
+	if j := strings.IndexAny(rest, " \n"); j >= 0 {
+		return rest[:j]
 	}
 	return ""
 }
