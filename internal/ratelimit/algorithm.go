@@ -3,6 +3,7 @@ package ratelimit
 import (
 	_ "embed"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -22,7 +23,7 @@ const (
 	// of 4-byte admission times per key: a decision is one GET and one SET whatever the limit,
 	// and a key costs a few bytes per admission instead of a sorted-set entry. No request ids:
 	// a late decision cannot be withdrawn (it stays counted, as with the counters). Windows
-	// under 35 minutes.
+	// up to 28 minutes.
 	SlidingLogPacked Algorithm = "sliding_log_packed"
 	// SlidingWindow weighs the previous calendar window's count by how much of it the sliding
 	// window still covers: two counters, no boundary burst for the classic attack, approximate.
@@ -91,6 +92,8 @@ var (
 )
 
 // bodies are each algorithm's body: its stored format, for deciding and withdrawing alike.
+// Each has two parts, split at eachDecision: its functions, made once per script call, then
+// its decision, run once per request (prelude.lua).
 var bodies = map[Algorithm]string{
 	SlidingLog:       slidingLogLua,
 	SlidingLogPacked: slidingLogPackedLua,
@@ -104,19 +107,29 @@ var bodies = map[Algorithm]string{
 // call's arguments (args.lua), then the algorithm's body. They run with EVALSHA and fall back
 // to EVAL on NOSCRIPT (redis.Script.Run), so after the first call on a server only a script's
 // hash travels. Built once, never modified.
-var scripts = scriptsOf(func(body string) string { return preludeLua + argsLua + body })
-
-// batchScripts decide several requests of one algorithm in one call: the same prelude and body,
-// the body wrapped in a function of one decision's KEYS that batch.lua calls for each member.
-var batchScripts = scriptsOf(func(body string) string {
-	return preludeLua + "local function decide(KEYS)\n" + body + "\nend\n" + batchLua
+var scripts = scriptsOf(func(functions, decision string) string {
+	return preludeLua + argsLua + functions + decision
 })
 
-// scriptsOf builds one script per algorithm from its body.
-func scriptsOf(source func(body string) string) map[Algorithm]*redis.Script {
+// batchScripts decide several requests of one algorithm in one call: the same prelude and body,
+// its functions made once and its decision wrapped in the function decide, which batch.lua calls
+// for each member.
+var batchScripts = scriptsOf(func(functions, decision string) string {
+	return preludeLua + functions + "local function decide()\n" + decision + "\nend\n" + batchLua
+})
+
+// eachDecision is the line that ends a body's functions and starts its decision.
+const eachDecision = "---- each decision:"
+
+// scriptsOf builds one script per algorithm from its body's two parts.
+func scriptsOf(source func(functions, decision string) string) map[Algorithm]*redis.Script {
 	s := make(map[Algorithm]*redis.Script, len(bodies))
 	for a, body := range bodies {
-		s[a] = redis.NewScript(source(body))
+		i := strings.Index(body, "\n"+eachDecision)
+		if i < 0 {
+			panic("ratelimit: " + string(a) + ".lua has no line " + eachDecision)
+		}
+		s[a] = redis.NewScript(source(body[:i+1], body[i+1:]))
 	}
 	return s
 }

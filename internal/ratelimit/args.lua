@@ -1,6 +1,7 @@
 -- args.lua: one decision's arguments, for a script that decides one request (algorithm.go puts
 -- it between prelude.lua and the algorithm's body).
 --
+-- KEYS         the keys
 -- ARGV[1]      id
 -- ARGV[2]      now in microseconds, or '' to read the Redis clock (tests inject time; never production)
 -- ARGV[3]      mode (prelude.lua's mode): '' decides a request; 'n' and a cost, a request of that
@@ -11,7 +12,7 @@
 
 id, now = ARGV[1], tonumber(ARGV[2]) or clock()
 undo_at, cost = mode(ARGV[3])
-n = #KEYS
+keys, n = KEYS, #KEYS
 limits, windows, bursts = {}, {}, {}
 for i = 1, n do
   limits[i], windows[i], bursts[i] = tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2]), tonumber(ARGV[3 * i + 3])

@@ -1,7 +1,8 @@
 -- batch.lua: several decisions in one call, decided one after another, in the order given, as
--- the same decisions sent one by one in that order would be. Go wraps the algorithm's body in
--- the function `decide` of one decision's KEYS, after prelude.lua, and appends this loop
--- (algorithm.go): each member runs the very body a lone call runs, on its own locals.
+-- the same decisions sent one by one in that order would be. Go puts the algorithm's functions
+-- after prelude.lua, wraps its decision in the function `decide`, and appends this loop
+-- (algorithm.go): each member runs the very decision a lone call runs, on its own locals, and
+-- its reply joins the batch's.
 --
 -- ARGV[1]            how many decisions
 -- ARGV[2]            how many key settings
@@ -14,18 +15,19 @@
 --
 -- Members that read the Redis clock read it once for the batch: they decide at one instant, as
 -- the same requests sent one by one within a microsecond would. Returns the members' replies,
--- each as the body returns it alone, one after another in one flat list (Go knows each one's
--- length from its number of keys, and a flat list of integers decodes without boxing each one).
+-- one after another in one flat list (Go knows each one's length from its number of keys, and a
+-- flat list of integers decodes without boxing each one).
 
 local count, settings = tonumber(ARGV[1]), tonumber(ARGV[2])
-local L, W, B = {}, {}, {}
+local limit_of, window_of, burst_of = {}, {}, {}
 local first = #ARGV - 3 * settings                                 -- the settings come last
 for j = 1, settings do
   local a = first + 3 * j
-  L[j], W[j], B[j] = tonumber(ARGV[a - 2]), tonumber(ARGV[a - 1]), tonumber(ARGV[a])
+  limit_of[j], window_of[j], burst_of[j] = tonumber(ARGV[a - 2]), tonumber(ARGV[a - 1]), tonumber(ARGV[a])
 end
 local single = {}                                                  -- one-key tables by setting: the bodies only read them
-local out, o, k, pos, batch_now = {}, 0, 0, 3, nil
+local one = {}                                                     -- a one-key member's keys, reused: the bodies read keys[1..n]
+local k, pos, batch_now = 0, 3, nil
 for d = 1, count do
   n, id = tonumber(ARGV[pos]), ARGV[pos + 1]
   now = tonumber(ARGV[pos + 2])
@@ -34,26 +36,23 @@ for d = 1, count do
     now = batch_now
   end
   undo_at, cost = mode(ARGV[pos + 3])
-  local keys = {}
   if n == 1 then
     local j = tonumber(ARGV[pos + 4])
-    keys[1] = KEYS[k + 1]
+    one[1] = KEYS[k + 1]
     local s = single[j]
     if s == nil then
-      s = {{L[j]}, {W[j]}, {B[j]}}
+      s = {{limit_of[j]}, {window_of[j]}, {burst_of[j]}}
       single[j] = s
     end
-    limits, windows, bursts = s[1], s[2], s[3]
+    keys, limits, windows, bursts = one, s[1], s[2], s[3]
   else
-    limits, windows, bursts = {}, {}, {}
+    keys, limits, windows, bursts = {}, {}, {}, {}
     for i = 1, n do
       local j = tonumber(ARGV[pos + 3 + i])
-      keys[i], limits[i], windows[i], bursts[i] = KEYS[k + i], L[j], W[j], B[j]
+      keys[i], limits[i], windows[i], bursts[i] = KEYS[k + i], limit_of[j], window_of[j], burst_of[j]
     end
   end
   k, pos = k + n, pos + 4 + n
-  local r = decide(keys)
-  for i = 1, #r do out[o + i] = r[i] end
-  o = o + #r
+  decide()
 end
 return out

@@ -113,8 +113,10 @@
 //     (sliding_log_packed.lua): a decision is one GET and at most one SET whatever the limit, and
 //     a key at limit 10 is 40 bytes of times. The sorted set keeps a member per request, which
 //     lets a late decision be withdrawn by its id and lets an operator see who was admitted: the
-//     textbook form. The packed string is the production form. Its windows are under 35 minutes
-//     (times are kept modulo 2^32 µs).
+//     textbook form. The packed string is the production form. Its windows are at most 28
+//     minutes (times are kept modulo 2^32 µs), and a key lives up to a quarter of a window
+//     longer than the sorted set's: its TTL is set once a quarter of a window, since setting
+//     it on every write cost Redis more than the rest of the decision.
 //   - SlidingWindow: Remaining = ⌊limit − estimate⌋ with estimate = previous × (W − elapsed)/W +
 //     current; Reset = until the estimate has decayed enough for one more. Up to 2 × limit in a
 //     window when the previous window's traffic sat at its very end (TestSlidingWindowErrorBound);
@@ -125,7 +127,8 @@
 //     more token. They decide identically for the same Burst and rate: GCRA stores one number
 //     (the theoretical arrival time), the bucket two (tokens and time).
 //
-// Every key has a TTL, never longer than its algorithm needs the key (TestEveryAlgorithmKeepsTTLs),
-// and RetryAfter is exact for every algorithm (TestRetryAfterIsExact). Each script has a pure-Go
-// model in model_test.go that the tests drive alongside it through thousands of random steps.
+// Every key has a TTL, never longer than its algorithm needs the key but for the packed log's
+// quarter of a window (TestEveryAlgorithmKeepsTTLs), and RetryAfter is exact for every algorithm
+// (TestRetryAfterIsExact). Each script has a pure-Go model in model_test.go that the tests drive
+// alongside it through thousands of random steps.
 package ratelimit

@@ -5,24 +5,25 @@
 -- agrees where one ends. Each key holds "<window index>:<count>"; a count from an earlier window
 -- is void. Cheap (one short string per key) and simple, but a client can spend its limit at the
 -- end of one window and again at the start of the next: up to twice the limit in a moment.
--- reset_i is the time until the window of KEYS[i] ends and its count starts again from zero.
+-- reset_i is the time until the window of keys[i] ends and its count starts again from zero.
 
--- count(i, index) is KEYS[i]'s count in calendar window `index` (0 for any other window's).
+-- count(i, index) is keys[i]'s count in calendar window `index` (0 for any other window's).
 local function count(i, index)
-  local v = redis.call('GET', KEYS[i])
+  local v = redis.call('GET', keys[i])
   if not v then return 0 end
   local w, c = string.match(v, '^(%d+):(%d+)$')
   if tonumber(w) ~= index then return 0 end                        -- an earlier window's count is void
   return tonumber(c)
 end
 
+---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then                                                    -- withdraw: one less in the window it was counted in
   local removed = 0
   for i = 1, n do
-    local index = math.floor(undo_at / windows[i])
+    local index = floor(undo_at / windows[i])
     local c = count(i, index)
     if c > 0 then                                                  -- else its window is over: it counts nowhere now
-      redis.call('SET', KEYS[i], string.format('%d:%d', index, c - 1), 'KEEPTTL')
+      redis.call('SET', keys[i], string.format('%d:%d', index, c - 1), 'KEEPTTL')
       removed = removed + 1
     end
   end
@@ -32,7 +33,7 @@ end
 local counts, indexes = {}, {}
 local full = false
 for i = 1, n do
-  indexes[i] = math.floor(now / windows[i])                        -- which calendar window now falls in
+  indexes[i] = floor(now / windows[i])                        -- which calendar window now falls in
   counts[i] = count(i, indexes[i])
   if counts[i] >= limits[i] then full = true end                   -- one full key refuses the whole request
 end
@@ -43,10 +44,10 @@ for i = 1, n do
   reset[i] = (indexes[i] + 1) * windows[i] - now                   -- until this window ends
   if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
     c = c + 1                                                      -- record; a refusal is never counted
-    redis.call('SET', KEYS[i], string.format('%d:%d', indexes[i], c),
-      'PX', math.ceil(reset[i] / 1000))                            -- the count dies with its window
+    redis.call('SET', keys[i], string.format('%d:%d', indexes[i], c),
+      'PX', ceil(reset[i] / 1000))                            -- the count dies with its window
   end
   if c == 0 then reset[i] = 0 end
-  remaining[i] = math.max(0, limits[i] - c)
+  remaining[i] = max(0, limits[i] - c)
 end
 return reply(not full, remaining, reset)

@@ -10,20 +10,21 @@
 -- state instead of two. remaining_i is how many more requests fit now; reset_i the time until
 -- one more does.
 
--- tat(i) is KEYS[i]'s schedule, never behind now: an idle schedule restarts now.
+-- tat(i) is keys[i]'s schedule, never behind now: an idle schedule restarts now.
 local function tat(i)
-  return math.max(now, tonumber(redis.call('GET', KEYS[i]) or now))
+  return max(now, tonumber(redis.call('GET', keys[i]) or now))
 end
 
--- store(i, t) keeps schedule t of KEYS[i] until it is caught up, or drops one already caught up.
+-- store(i, t) keeps schedule t of keys[i] until it is caught up, or drops one already caught up.
 local function store(i, t)
   if t <= now then
-    redis.call('DEL', KEYS[i])                                     -- caught up: an idle key needs no state
+    redis.call('DEL', keys[i])                                     -- caught up: an idle key needs no state
   else
-    redis.call('SET', KEYS[i], string.format('%.17g', t), 'PX', math.max(1, math.ceil((t - now) / 1000)))
+    redis.call('SET', keys[i], string.format('%.17g', t), 'PX', max(1, ceil((t - now) / 1000)))
   end
 end
 
+---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then                                                    -- withdraw: move the schedule back one interval
   for i = 1, n do
     store(i, tat(i) - windows[i] / limits[i])
@@ -47,10 +48,10 @@ for i = 1, n do
     store(i, t)
   end
   -- How many more fit now: the room left ahead of the schedule, in whole intervals.
-  remaining[i] = math.max(0, math.floor((burst * interval - (t - now)) / interval))
+  remaining[i] = max(0, floor((burst * interval - (t - now)) / interval))
   reset[i] = 0
   if t > now then                                                  -- one more fits when the schedule is that much nearer
-    reset[i] = math.ceil(t - now - (burst - remaining[i] - 1) * interval)
+    reset[i] = ceil(t - now - (burst - remaining[i] - 1) * interval)
   end
 end
 return reply(not full, remaining, reset)

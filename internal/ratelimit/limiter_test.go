@@ -400,6 +400,8 @@ func TestPolicyValidation(t *testing.T) {
 		{Policy{Name: "pix", Limit: 1, Window: time.Second, Burst: 5}, "Burst"},
 		{Policy{Name: "pix", Limit: 1, Window: time.Second, Algorithm: TokenBucket, Burst: -1}, "Burst"},
 		{Policy{Name: "pix", Limit: 1 << 30, Window: 24 * time.Hour, Algorithm: SlidingWindow}, "Limit"},
+		{Policy{Name: "pix", Limit: 5, Window: 28 * time.Minute, Algorithm: SlidingLogPacked}, ""},
+		{Policy{Name: "pix", Limit: 5, Window: 28*time.Minute + time.Millisecond, Algorithm: SlidingLogPacked}, "Window"},
 		{Policy{Name: "Pix", Limit: 0, Window: time.Second}, "Name Limit"}, // every problem, not the first
 
 	}

@@ -470,8 +470,9 @@ func TestSlidingWindowErrorBound(t *testing.T) {
 
 // TestEveryAlgorithmKeepsTTLs: whatever the algorithm, and whether a request was admitted,
 // refused, or withdrawn, every key Redis holds has a TTL, no longer than the algorithm needs it:
-// a window (sliding log, fixed window), two (sliding window: the previous count weighs during the
-// next window), or the time the bucket takes to fill (Burst/Limit windows).
+// a window (sliding log, fixed window), a window and a quarter (the packed log, which sets its
+// TTL once a quarter), two (sliding window: the previous count weighs during the next window),
+// or the time the bucket takes to fill (Burst/Limit windows).
 func TestEveryAlgorithmKeepsTTLs(t *testing.T) {
 	t.Parallel()
 	l, rdb, _ := newTestLimiter(t)
@@ -482,6 +483,8 @@ func TestEveryAlgorithmKeepsTTLs(t *testing.T) {
 		q := Policy{Name: "ttl2", Limit: 1, Window: 10 * time.Second, Algorithm: a}
 		bound[a] = p.Window
 		switch a {
+		case SlidingLogPacked:
+			bound[a] = p.Window + p.Window/4
 		case SlidingWindow:
 			bound[a] = 2 * p.Window
 		case TokenBucket, GCRA:
@@ -513,7 +516,7 @@ func TestEveryAlgorithmKeepsTTLs(t *testing.T) {
 		}
 		a := SlidingLog
 		for _, alg := range Algorithms()[1:] {
-			if strings.Contains(k, ":"+string(alg)+":") {
+			if strings.Contains(k, ":"+alg.keyTag()+":") {
 				a = alg
 			}
 		}

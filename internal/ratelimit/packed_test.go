@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -80,4 +81,93 @@ func TestPackedLogDecidesAsTheSortedSetOnACluster(t *testing.T) {
 		t.Cleanup(func() { _ = rc.Close() })
 		return rc
 	}, 7, 1000)
+}
+
+// TestPackedLogReadsOldTimesFromTheNewest: a key's times are completed from 32 bits, the newest
+// to the time nearest now and the others to the one nearest it. A 28-minute window whose key
+// holds an entry 40 minutes old (left by the write 13 minutes ago, when it was still inside the
+// window) must read it as 40 minutes old, not as 31 minutes ahead (its 32 bits are nearer now
+// from the future side), and decide as the sorted set does.
+func TestPackedLogReadsOldTimesFromTheNewest(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	clk := withClock(l)
+	for _, a := range []Algorithm{SlidingLog, SlidingLogPacked} {
+		p := Policy{Name: "long", Limit: 5, Window: 28 * time.Minute, Algorithm: a}
+		start := clk.Now()
+		for _, at := range []time.Duration{0, 27 * time.Minute, 40 * time.Minute} {
+			clk.Set(start.Add(at))
+			d := mustAllow(t, l, Check{p, "ana"})
+			if !d.Allowed {
+				t.Fatalf("%s at +%v: refused", a, at)
+			}
+			if at == 40*time.Minute {
+				// The entry at +0 has left; +27 and this one are inside.
+				if got, want := d.Worst.Remaining, 3; got != want {
+					t.Errorf("%s at +%v: Remaining %d, want %d", a, at, got, want)
+				}
+				if got, want := d.Worst.Reset, 15*time.Minute; got != want {
+					t.Errorf("%s at +%v: Reset %v, want %v (when the +27 entry leaves)", a, at, got, want)
+				}
+			}
+		}
+		clk.Set(start)
+	}
+}
+
+// TestPackedLogSetsItsTTLOnceAQuarter: the packed key lives a window past the end of its newest
+// entry's quarter of a window, and an admission sets the TTL only when it starts a new quarter;
+// a withdrawal of the newest entry sets it from the one before.
+func TestPackedLogSetsItsTTLOnceAQuarter(t *testing.T) {
+	t.Parallel()
+	l, rdb, _ := newTestLimiter(t)
+	clk := withClock(l)
+	p := Policy{Name: "ttl", Limit: 10, Window: 20 * time.Second, Algorithm: SlidingLogPacked}
+	key := l.keys.key(p, "ana")
+	quarter := p.Window / 4
+	q := quarter.Microseconds()
+	s := time.UnixMicro(clk.Now().UnixMicro() / q * q) // a quarter's start: quarters count from the epoch
+	ttl := func(what string, want time.Duration) {
+		t.Helper()
+		got, err := rdb.PTTL(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Redis counts the TTL down on its own clock: allow the real time the test took.
+		if got > want || got < want-time.Second {
+			t.Errorf("%s: TTL %v, want %v", what, got, want)
+		}
+	}
+	admit := func(at time.Duration) int64 {
+		t.Helper()
+		clk.Set(s.Add(at))
+		c := []Check{{p, "ana"}}
+		call := l.newCall(SlidingLogPacked, decideMode(1), c)
+		r, err := run(context.Background(), l.rdb, SlidingLogPacked, []string{key}, call)
+		if err != nil || !r.allowed {
+			t.Fatalf("admission at +%v: %v %v", at, r.allowed, err)
+		}
+		return r.now
+	}
+	first := admit(time.Second)
+	ttl("a new key at +1s", 24*time.Second) // until +5s (its quarter's end), then a window
+	second := admit(4 * time.Second)
+	ttl("+4s, the same quarter: the TTL kept", 24*time.Second) // set again, it would be 21s
+	third := admit(8 * time.Second)
+	ttl("+8s, the next quarter: the TTL set again", 22*time.Second) // until +10s, then a window
+	withdraw := func(at int64) {
+		t.Helper()
+		c := l.newCall(SlidingLogPacked, decideMode(1), []Check{{p, "ana"}})
+		n, err := l.runWithdrawal(SlidingLogPacked, key, c.withdrawal(at, l.clockArg()))
+		if err != nil || n != 1 {
+			t.Fatalf("withdrawal: %d %v", n, err)
+		}
+	}
+	withdraw(third)
+	ttl("+8s, the newest withdrawn: set from +4s's quarter", 17*time.Second) // until +25s, from +8s
+	withdraw(second)
+	withdraw(first)
+	if n, err := rdb.Exists(context.Background(), key).Result(); err != nil || n != 0 {
+		t.Errorf("every entry withdrawn: the key exists (%d, %v)", n, err)
+	}
 }

@@ -76,9 +76,10 @@ func (p Policy) Validate() error {
 	if _, ok := scripts[p.algorithm()]; !ok {
 		bad("Algorithm", "%q: want one of %v", p.Algorithm, Algorithms())
 	}
-	// The packed log keeps times modulo 2^32 µs and completes them to the one nearest now.
-	if p.algorithm() == SlidingLogPacked && p.Window >= (1<<31)*time.Microsecond {
-		bad("Window", "%v: sliding_log_packed takes windows under 35 minutes (sliding_log takes any)", p.Window)
+	// The packed log keeps times modulo 2^32 µs: a key's newest is at most a window and a
+	// quarter old (sliding_log_packed.lua), which must stay under 2^31 µs (35.8 minutes).
+	if p.algorithm() == SlidingLogPacked && p.Window > 28*time.Minute {
+		bad("Window", "%v: sliding_log_packed takes windows up to 28 minutes (sliding_log takes any)", p.Window)
 	}
 	if p.Burst < 0 || p.Burst > 0 && !p.algorithm().Bursty() {
 		bad("Burst", "%d: only token_bucket and gcra take a burst (at least 1)", p.Burst)

@@ -3,23 +3,31 @@
 -- (algorithm.go), so the algorithm's body below finds one decision's state in these locals and
 -- its reply in hand. protocol.go is the Go side: one encoder (call) and one decoder (parseReply).
 --
--- KEYS         the state of each identity, in the algorithm's own format
+-- keys[i]      the state of each identity, in the algorithm's own format
 -- id           the request's id: unique per request (the sorted-set log records it; the others ignore it)
 -- now          the time decided, in microseconds
 -- undo_at      nil to decide; or the time (µs, the `now` its decision returned) of the admission
 --              to withdraw: the body then undoes it and returns how many keys it took from
 -- cost         what the request takes (token_bucket; 0 only asks, below 0 gives back; 1 for the others)
 -- n            how many keys
--- limits[i]    requests per window of KEYS[i], at least 1
--- windows[i]   window of KEYS[i] in microseconds (a whole number of milliseconds)
+-- limits[i]    requests per window of keys[i], at least 1
+-- windows[i]   window of keys[i] in microseconds (a whole number of milliseconds)
 -- bursts[i]    requests at once (the capacity of token_bucket and gcra; the limit for the others)
 --
 -- A decision returns reply(allowed, remaining, reset) = {allowed, remaining_1, reset_1, ..., now}:
--- allowed is 1 or 0 for the whole request; remaining_i how many more KEYS[i] admits now; reset_i
+-- allowed is 1 or 0 for the whole request; remaining_i how many more keys[i] admits now; reset_i
 -- the microseconds until it admits one more than that (0 when it holds nothing); now the time
 -- decided. A withdrawal returns how many keys it took something back from.
+--
+-- An algorithm's body has two parts (algorithm.go splits them at the line "---- each decision"):
+-- its functions, made once per script call, and the decision, run once per request: in a batch,
+-- once per member, with these locals set to that member's.
 
-local id, now, undo_at, cost, n, limits, windows, bursts
+local id, now, undo_at, cost, n, keys, limits, windows, bursts
+
+-- The library functions the bodies use, as locals: a global look-up per use costs more than the
+-- arithmetic around it.
+local floor, ceil, max, min, byte, char, sub = math.floor, math.ceil, math.max, math.min, string.byte, string.char, string.sub
 
 -- clock is the Redis server's time in µs: the one clock every replica shares.
 local function clock()
@@ -34,11 +42,15 @@ local function mode(m)
   return tonumber(m), tonumber(string.match(m, '^n(-?%d+)$') or 1)
 end
 
+-- reply appends a decision's reply to out, the script's reply: a lone call's is its one decision,
+-- a batch's its members' one after another.
+local out, o = {}, 0
 local function reply(allowed, remaining, reset)
-  local out = {allowed and 1 or 0}
+  out[o + 1] = allowed and 1 or 0
   for i = 1, n do
-    out[2 * i], out[2 * i + 1] = remaining[i], reset[i]
+    out[o + 2 * i], out[o + 2 * i + 1] = remaining[i], reset[i]
   end
-  out[2 * n + 2] = now                                             -- the time decided: a withdrawal names it
+  out[o + 2 * n + 2] = now                                         -- the time decided: a withdrawal names it
+  o = o + 2 * n + 2
   return out
 end

@@ -12,10 +12,11 @@
 -- entry first (it is needed for Reset anyway) and prunes only when that entry has left the
 -- window. Per key: 4 commands on a new key, 5 on a busy one, 7 when entries have just expired.
 
+---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then                                                    -- withdraw: the entry is the request itself, exact
   local removed = 0
   for i = 1, n do
-    removed = removed + redis.call('ZREM', KEYS[i], id)
+    removed = removed + redis.call('ZREM', keys[i], id)
   end
   return removed
 end
@@ -23,7 +24,7 @@ end
 local counts, oldest = {}, {}
 local full = false
 for i = 1, n do
-  local key, window = KEYS[i], windows[i]
+  local key, window = keys[i], windows[i]
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]   -- the oldest entry's time, or nil for an empty key
   if first and tonumber(first) <= now - window then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)       -- slide: drop entries admitted a window ago or earlier
@@ -39,7 +40,7 @@ end
 
 local remaining, reset = {}, {}
 for i = 1, n do
-  local key, limit, window, count = KEYS[i], limits[i], windows[i], counts[i]
+  local key, limit, window, count = keys[i], limits[i], windows[i], counts[i]
   if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
     count = count + redis.call('ZADD', key, 'NX', now, id)         -- record the admission (ids are unique: adds 1)
     redis.call('PEXPIRE', key, window / 1000)                      -- the newest entry outlives the rest; so does the key, no longer
@@ -54,6 +55,6 @@ for i = 1, n do
   else
     reset[i] = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2] + window - now
   end
-  remaining[i] = math.max(0, limit - count)
+  remaining[i] = max(0, limit - count)
 end
 return reply(not full, remaining, reset)

@@ -15,18 +15,19 @@
 -- to the microsecond. reset_i is the time until the estimate has dropped enough for remaining_i
 -- to grow by one.
 
--- stored(i) is KEYS[i]'s window index and counts, or nil for an absent key.
+-- stored(i) is keys[i]'s window index and counts, or nil for an absent key.
 local function stored(i)
-  local v = redis.call('GET', KEYS[i])
+  local v = redis.call('GET', keys[i])
   if not v then return nil end
   local w, p, c = string.match(v, '^(%d+):(%d+):(%d+)$')
   return tonumber(w), tonumber(p), tonumber(c)
 end
 
+---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then                                                    -- withdraw: one less where it was counted
   local removed = 0
   for i = 1, n do
-    local index = math.floor(undo_at / windows[i])
+    local index = floor(undo_at / windows[i])
     local w, p, c = stored(i)
     if w == index and c > 0 then
       c, removed = c - 1, removed + 1                              -- still in the current count
@@ -34,7 +35,7 @@ if undo_at then                                                    -- withdraw: 
       p, removed = p - 1, removed + 1                              -- a later write made it the previous count
     end                                                            -- else it weighs nothing any more
     if w then
-      redis.call('SET', KEYS[i], string.format('%d:%d:%d', w, p, c), 'KEEPTTL')
+      redis.call('SET', keys[i], string.format('%d:%d:%d', w, p, c), 'KEEPTTL')
     end
   end
   return removed
@@ -44,7 +45,7 @@ local prevs, currs, indexes = {}, {}, {}
 local full = false
 for i = 1, n do
   local limit, window = limits[i], windows[i]
-  local index = math.floor(now / window)
+  local index = floor(now / window)
   local prev, curr = 0, 0
   local w, p, c = stored(i)
   if w == index then
@@ -65,19 +66,19 @@ for i = 1, n do
   local elapsed = now - indexes[i] * window
   if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
     curr = curr + 1                                                -- record; a refusal is never counted
-    redis.call('SET', KEYS[i], string.format('%d:%d:%d', indexes[i], prev, curr),
-      'PX', math.ceil((2 * window - elapsed) / 1000))              -- needed until the next window ends
+    redis.call('SET', keys[i], string.format('%d:%d:%d', indexes[i], prev, curr),
+      'PX', ceil((2 * window - elapsed) / 1000))              -- needed until the next window ends
   end
   local spent = prev * (window - elapsed) + curr * window           -- estimate × window
-  remaining[i] = math.max(0, math.floor((limit * window - spent) / window))
+  remaining[i] = max(0, floor((limit * window - spent) / window))
   -- Reset: the first moment the estimate is at most target = limit − remaining − 1.
   local target = limit - remaining[i] - 1
   reset[i] = 0
   if spent > 0 and target >= 0 then
     if curr <= target then                                         -- within this window, as the previous count fades
-      reset[i] = window - math.floor((target - curr) * window / prev) - elapsed
+      reset[i] = window - floor((target - curr) * window / prev) - elapsed
     else                                                           -- next window: this count becomes the fading one
-      reset[i] = window - elapsed + window - math.floor(target * window / curr)
+      reset[i] = window - elapsed + window - floor(target * window / curr)
     end
   end
 end

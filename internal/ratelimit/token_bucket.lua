@@ -20,34 +20,35 @@
 -- a refund (Limiter.Refund), such as the token a PIX payment returns to the look-up bucket that
 -- preceded it.
 --
--- level(i) is KEYS[i]'s scaled tokens now, refilled since they were stored; an absent key is full.
+-- level(i) is keys[i]'s scaled tokens now, refilled since they were stored; an absent key is full.
 local function level(i)
   local capacity = bursts[i] * windows[i]                          -- a full bucket, scaled
-  local v = redis.call('GET', KEYS[i])
+  local v = redis.call('GET', keys[i])
   if not v then return capacity end
   local tokens, at = string.match(v, '^(-?%d+):(%d+)$')          -- negative: in debt after a charge
   tokens, at = tonumber(tokens), tonumber(at)
-  local elapsed = math.max(0, now - at)
+  local elapsed = max(0, now - at)
   if elapsed >= (capacity - tokens) / limits[i] then
     return capacity                                                -- refilled to the brim (and no overflow)
   end
   return tokens + elapsed * limits[i]                              -- refill since it was stored
 end
 
--- store(i, l) keeps level l of KEYS[i] until the bucket is full again, or drops a full one.
+-- store(i, l) keeps level l of keys[i] until the bucket is full again, or drops a full one.
 local function store(i, l)
   local capacity = bursts[i] * windows[i]
   if l >= capacity then
-    redis.call('DEL', KEYS[i])                                     -- a full bucket needs no key
+    redis.call('DEL', keys[i])                                     -- a full bucket needs no key
   else
-    redis.call('SET', KEYS[i], string.format('%d:%d', l, now),
-      'PX', math.max(1, math.ceil((capacity - l) / limits[i] / 1000)))
+    redis.call('SET', keys[i], string.format('%d:%d', l, now),
+      'PX', max(1, ceil((capacity - l) / limits[i] / 1000)))
   end
 end
 
+---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then                                                    -- withdraw: give the token back, now
   for i = 1, n do
-    store(i, math.min(bursts[i] * windows[i], level(i) + windows[i]))
+    store(i, min(bursts[i] * windows[i], level(i) + windows[i]))
   end
   return n
 end
@@ -65,16 +66,16 @@ local remaining, reset = {}, {}
 for i = 1, n do
   local limit, window, l = limits[i], windows[i], levels[i]
   if cost < 0 then
-    l = math.min(bursts[i] * window, l - cost * window)            -- a refund, up to a full bucket
+    l = min(bursts[i] * window, l - cost * window)            -- a refund, up to a full bucket
     store(i, l)
   elseif not full and cost > 0 then
     l = l - cost * window                                          -- take the cost; a refusal takes nothing
     store(i, l)
   end
-  remaining[i] = math.max(0, math.floor(l / window))               -- a bucket in debt has none
+  remaining[i] = max(0, floor(l / window))               -- a bucket in debt has none
   reset[i] = 0
   if l < bursts[i] * window then
-    reset[i] = math.ceil(((remaining[i] + 1) * window - l) / limit) -- until the next whole token
+    reset[i] = ceil(((remaining[i] + 1) * window - l) / limit) -- until the next whole token
   end
 end
 return reply(not full, remaining, reset)
