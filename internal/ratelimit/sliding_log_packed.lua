@@ -32,15 +32,6 @@ local function at(s, i)
   return x + SPAN * floor((ref - x) / SPAN + 0.5)
 end
 
--- open(s, m) makes log s of m times the one at reads, and returns its newest time (false for an
--- empty log): completed to the time nearest now, and the others then to the one nearest it.
-local function open(s, m)
-  ref = now
-  if m == 0 then return false end
-  ref = at(s, m)
-  return ref
-end
-
 -- pack(t) is time t modulo SPAN as W bytes, most significant first.
 local function pack(t)
   t = t % SPAN
@@ -52,13 +43,11 @@ local function pack(t)
   return char((t - b) / 256, b, c, d)
 end
 
--- quarter(t, window) numbers t's quarter of a window, counted from the epoch.
+-- quarter(t, window) numbers t's quarter of a window, counted from the epoch; ttl(t, window) is
+-- the TTL, in ms from now, of a key whose newest time is t: until a window after that quarter.
 local function quarter(t, window)
   return floor(t * 4 / window)
 end
-
--- ttl(t, window) is the TTL, in ms from now, of a key whose newest time is t: until a window
--- after the end of t's quarter.
 local function ttl(t, window)
   return ceil(((quarter(t, window) + 1) * window / 4 + window - now) / 1000)
 end
@@ -82,7 +71,7 @@ end
 
 -- One decision's tables, reused by every member of a batch: a decision writes entries 1..n
 -- before it reads them.
-local live, counts, newest, remaining, reset = {}, {}, {}, {}, {}
+local live, counts, remaining, reset = {}, {}, {}, {}
 
 ---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then                                                    -- withdraw: drop one admission made at undo_at
@@ -90,7 +79,8 @@ if undo_at then                                                    -- withdraw: 
   for i = 1, n do
     local s = redis.call('GET', keys[i]) or ''
     local m = #s / W
-    open(s, m)
+    ref = now
+    if m > 0 then ref = at(s, m) end                               -- the newest, nearest now; the others, nearest it
     local k = after(s, m, undo_at - 1)                             -- the first time at or after undo_at
     if k <= m and at(s, k) == undo_at then
       s = sub(s, 1, (k - 1) * W) .. sub(s, k * W + 1)
@@ -106,7 +96,8 @@ local full = false
 for i = 1, n do
   local s = redis.call('GET', keys[i]) or ''
   local m = #s / W
-  newest[i] = open(s, m)
+  ref = now
+  if m > 0 then ref = at(s, m) end                                 -- the newest, nearest now; the others, nearest it
   local k = after(s, m, now - windows[i])                          -- times at or before now - window have left it
   live[i] = sub(s, (k - 1) * W + 1)                                -- exactly the last window's admissions
   counts[i] = m - k + 1
@@ -114,8 +105,9 @@ for i = 1, n do
 end
 
 for i = 1, n do
-  local log, count, limit, window, last = live[i], counts[i], limits[i], windows[i], newest[i]
-  ref = last or now                                                -- this key's times, to read them again
+  local log, count, limit, window = live[i], counts[i], limits[i], windows[i]
+  ref = now                                                        -- the live times lie within a window of now
+  local last = count > 0 and at(log, count)                        -- the newest, when any is live (an older one's quarter is over)
   if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
     local t = max(now, last or now)                                -- a clock that steps back never reorders the log
     log, count = log .. pack(t), count + 1                         -- record the admission; a refusal writes nothing
