@@ -326,9 +326,18 @@ func TestAPostgresRestartUnderLoadIsNeverA500(t *testing.T) {
 			})
 		}
 	}
+	created201 := func() int { mu.Lock(); defer mu.Unlock(); return statuses[http.StatusCreated] }
 	time.Sleep(500 * time.Millisecond)
 	pg.Restart()
-	time.Sleep(500 * time.Millisecond)
+	// The load stays on until the ledger has taken 20 transfers since the restart and 50 in all,
+	// however slow the machine (a race build on a busy CI took 33 in a fixed second); a
+	// deadline bounds the wait, and the checks below say what it got.
+	since := created201()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if n := created201(); n-since >= 20 && n >= 50 {
+			break
+		}
+	}
 	close(stop)
 	wg.Wait()
 
