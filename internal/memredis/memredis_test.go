@@ -2,6 +2,8 @@ package memredis
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,6 +64,29 @@ func TestEveryAlgorithmRunsOnTheEmbeddedRedis(t *testing.T) {
 			if err != nil || d.Allowed != want {
 				t.Errorf("%s, request %d: %+v, %v; want allowed=%v", a, i+1, d, err, want)
 			}
+		}
+	}
+	// Concurrent decisions on one key, as a replica under load makes them: they go in batches
+	// (batch.lua) whenever calls overlap, and admissions follow one another on a live key (the
+	// packed log's SET ... KEEPTTL). Exactly the limit is admitted.
+	for _, a := range ratelimit.Algorithms() {
+		p := ratelimit.Policy{Name: "concurrent", Limit: 5, Window: time.Minute, Algorithm: a}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 24 {
+			wg.Go(func() {
+				d, err := l.Allow(ctx, p, "y")
+				if err != nil {
+					t.Errorf("%s: %v", a, err)
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if got, want := admitted.Load(), int64(5); got != want {
+			t.Errorf("%s: %d of 24 concurrent decisions admitted, want %d", a, got, want)
 		}
 	}
 	bucket := ratelimit.Policy{Name: "lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 100}
