@@ -132,7 +132,7 @@ func floodLedger(b *testing.B) (*pix.MemoryLedger, []pix.Account) {
 			Document: apitest.CPF(2000 + i), PasswordHash: hash, Keys: []string{fmt.Sprintf("user%d@example.com", i)},
 			OpeningCents: 1_000_000})
 	}
-	ledger, err := pix.NewMemoryLedger(append(pix.DemoAccounts(), users...))
+	ledger, err := pix.NewMemoryLedger(append(apitest.DemoAccounts(b), users...))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func fleet(t testing.TB, srv *redistest.Server, ledger pix.Ledger, n int, env ma
 	replicas := make([]*apitest.Client, n)
 	var tokens *auth.Tokens
 	for i := range replicas {
-		r, err := app.New(t.Context(), cfg, app.Deps{Ledger: ledger})
+		r, err := app.New(t.Context(), cfg, app.Deps{Ledger: ledger, PasswordCost: apitest.PasswordCost})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func fleet(t testing.TB, srv *redistest.Server, ledger pix.Ledger, n int, env ma
 
 func TestFleetLimitsHoldExactly(t *testing.T) {
 	t.Parallel()
-	ledger, err := pix.NewMemoryLedger(pix.DemoAccounts())
+	ledger, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
 	if err != nil {
 		t.Fatal(err)
 	}

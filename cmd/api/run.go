@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pixlimit/pixlimit/internal/app"
+	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/config"
 )
 
@@ -30,6 +31,12 @@ const shutdownGrace = 8 * time.Second
 // "api healthcheck" instead asks the local server's /healthz and returns an error unless it
 // answers 200: a container HEALTHCHECK for images without curl.
 func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+	return runReplica(ctx, args, lookupEnv, stdout, stderr, auth.DefaultPasswordCost)
+}
+
+// runReplica is run with the passwords hashed at passwordCost (app.Deps.PasswordCost): the
+// program's is a real deployment's, and the tests' is bcrypt's least.
+func runReplica(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer, passwordCost int) error {
 	healthcheck := len(args) == 2 && args[1] == "healthcheck"
 	if len(args) > 1 && !healthcheck {
 		return fmt.Errorf("unexpected arguments %q: the API is configured through its environment", args[1:])
@@ -45,7 +52,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	replica, err := app.New(ctx, cfg, app.Deps{Logger: logger, Registry: reg})
+	replica, err := app.New(ctx, cfg, app.Deps{Logger: logger, Registry: reg, PasswordCost: passwordCost})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pixlimit/pixlimit/internal/app"
+	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/config"
 	"github.com/pixlimit/pixlimit/internal/memredis"
 	"github.com/pixlimit/pixlimit/internal/pix"
@@ -60,8 +62,9 @@ type fleet struct {
 
 // startFleet starts two replicas configured by env, over the Redis at redisAddr, or over an
 // embedded one when redisAddr is empty. Each is built by app.New, as cmd/api builds its one:
-// its own Redis client and Limiter, over the fleet's shared ledger and token secret.
-func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fleet, err error) {
+// its own Redis client and Limiter, over the fleet's shared ledger and token secret, with
+// passwords hashed at passwordCost (0: a real deployment's).
+func startFleet(logs io.Writer, env map[string]string, redisAddr string, passwordCost int) (f *fleet, err error) {
 	f = &fleet{}
 	defer func() {
 		if err != nil {
@@ -83,13 +86,18 @@ func startFleet(logs io.Writer, env map[string]string, redisAddr string) (f *fle
 	if f.cfg, err = config.Load(config.Map(env)); err != nil {
 		return nil, err
 	}
-	ledger, err := pix.NewMemoryLedger(pix.DemoAccounts(), pix.WithRules(f.cfg.Money))
+	cost := cmp.Or(passwordCost, auth.DefaultPasswordCost)
+	accounts, err := pix.DemoAccounts(cost)
+	if err != nil {
+		return nil, err
+	}
+	ledger, err := pix.NewMemoryLedger(accounts, pix.WithRules(f.cfg.Money))
 	if err != nil {
 		return nil, err
 	}
 	for i := range 2 {
 		logger := slog.New(slog.NewTextHandler(logs, nil)).With("replica", i+1)
-		r, err := app.New(context.Background(), f.cfg, app.Deps{Logger: logger, Ledger: ledger})
+		r, err := app.New(context.Background(), f.cfg, app.Deps{Logger: logger, Ledger: ledger, PasswordCost: cost})
 		if err != nil {
 			return nil, err
 		}

@@ -52,11 +52,11 @@ var scenarios = []struct {
 }
 
 // selfContained starts the embedded Redis and two replicas in this process.
-func (d *demo) selfContained(redisURL string, logs io.Writer) (func(), error) {
+func (d *demo) selfContained(redisURL string, passwordCost int, logs io.Writer) (func(), error) {
 	if redisURL != "" {
 		return nil, errors.New("-redis goes with -target; the self-contained run has its own Redis")
 	}
-	f, err := startFleet(logs, nightAroundNow(demoEnv), "")
+	f, err := startFleet(logs, nightAroundNow(demoEnv), "", passwordCost)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +121,9 @@ type options struct {
 	serve            string // -serve: the live page's address; "": none
 	chosen           []int  // indexes into scenarios
 	asJSON, verbose  bool
+	// passwordCost is the self-contained replicas' bcrypt cost: a real deployment's unless a test
+	// sets it (app.Deps.PasswordCost); no flag lowers it.
+	passwordCost int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -159,6 +162,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	return play(ctx, o, getenv, stdout, stderr)
+}
+
+// play runs the stories o chose and checks them.
+func play(ctx context.Context, o options, getenv func(string) string, stdout, stderr io.Writer) error {
+	var err error
 	narration := stdout
 	if o.asJSON {
 		narration = stderr
@@ -179,7 +188,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	var cleanup func()
 	if o.target == "" {
-		cleanup, err = d.selfContained(o.redisURL, logs)
+		cleanup, err = d.selfContained(o.redisURL, o.passwordCost, logs)
 	} else {
 		cleanup, err = d.against(ctx, o.target, o.redisURL)
 	}

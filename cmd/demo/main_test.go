@@ -11,17 +11,30 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 func noEnv(string) string { return "" }
+
+// runFast is run, but a self-contained fleet's passwords are hashed at the tests' least cost
+// (apitest.PasswordCost): the stories show no bcrypt, and at a real deployment's cost the race
+// detector makes each login take more than a second of CPU.
+func runFast(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	o.passwordCost = apitest.PasswordCost
+	return play(ctx, o, noEnv, stdout, stderr)
+}
 
 // TestSelfContained is `go run ./cmd/demo` with -json: every expectation of the three stories
 // holds, and the results parse.
 func TestSelfContained(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	if err := run(context.Background(), []string{"demo", "-json"}, noEnv, &stdout, &stderr); err != nil {
+	if err := runFast(context.Background(), []string{"demo", "-json"}, &stdout, &stderr); err != nil {
 		t.Fatalf("demo: %v\n%s", err, stderr.String())
 	}
 	var report struct {
@@ -54,7 +67,7 @@ func TestTargetWithRedis(t *testing.T) {
 	f, err := startFleet(io.Discard, map[string]string{
 		"PIX_WINDOW": "3s", "STATEMENT_WINDOW": "3s", "LOGIN_WINDOW": "60s", "TRUSTED_PROXIES": "127.0.0.1/32",
 		"FAIL_CLOSED_RETRY_AFTER": "2s", "REDIS_TIMEOUT": "300ms", // three requests wait it out within the 4s pause
-	}, srv.Addr())
+	}, srv.Addr(), apitest.PasswordCost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +86,7 @@ func TestTargetWithRedis(t *testing.T) {
 func TestGenerousLimitsFail(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	f, err := startFleet(io.Discard, map[string]string{"PIX_LIMIT": "1000", "TRUSTED_PROXIES": "127.0.0.1/32", "REDIS_TIMEOUT": "1s"}, srv.Addr())
+	f, err := startFleet(io.Discard, map[string]string{"PIX_LIMIT": "1000", "TRUSTED_PROXIES": "127.0.0.1/32", "REDIS_TIMEOUT": "1s"}, srv.Addr(), apitest.PasswordCost)
 	if err != nil {
 		t.Fatal(err)
 	}

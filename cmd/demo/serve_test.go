@@ -31,7 +31,7 @@ func TestLivePicture(t *testing.T) {
 	var out apitest.Logs // the demo writes it from its goroutine while the test reads it
 	finished := make(chan error, 1)
 	go func() {
-		finished <- run(ctx, []string{"demo", "-scenario", "burst,login,hole", "-serve", addr}, noEnv, &out, &out)
+		finished <- runFast(ctx, []string{"demo", "-scenario", "burst,login,hole", "-serve", addr}, &out, &out)
 	}()
 	defer func() {
 		cancel()

@@ -6,6 +6,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -35,6 +36,11 @@ type Deps struct {
 	// Ledger, when set, is used instead of the one the configuration names (DATABASE_URL, or an
 	// in-memory one): the replicas of an in-process fleet share one. The caller closes it.
 	Ledger pix.Ledger
+	// PasswordCost is the bcrypt cost of the accounts' password hashes: the demo accounts are
+	// seeded at it and an unknown document's dummy hash is made at it. Zero:
+	// auth.DefaultPasswordCost, a real deployment's; no environment variable sets it. Tests pass
+	// bcrypt.MinCost, whose comparisons the race detector does not make last a second.
+	PasswordCost int
 }
 
 // Replica is one API replica: its HTTP handler over its own Redis client and limiter, and the
@@ -117,6 +123,11 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		logger.Warn("could not warm the rate limiter: its first decisions may fail by their fail modes", "err", err)
 	}
 	cancel()
+	cost := cmp.Or(deps.PasswordCost, auth.DefaultPasswordCost)
+	passwords, err := auth.NewPasswords(cost)
+	if err != nil {
+		return err
+	}
 	if r.Tokens, err = auth.NewTokens(secret, cfg.TokenTTL); err != nil {
 		return err
 	}
@@ -126,7 +137,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	}
 	r.Ledger = deps.Ledger
 	if r.Ledger == nil {
-		ledger, closeLedger, err := openLedger(ctx, cfg, logger)
+		ledger, closeLedger, err := openLedger(ctx, cfg, cost, logger)
 		if err != nil {
 			return err
 		}
@@ -160,6 +171,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		Tiers:            tiers,
 		LedgerRetryAfter: cfg.DBTimeout,
 		Tokens:           r.Tokens,
+		Passwords:        passwords,
 		Devices:          devices,
 		TrustedProxies:   cfg.TrustedProxies,
 		Probes:           r.probes,
@@ -193,11 +205,15 @@ func (r *Replica) Close() {
 	r.closers = nil
 }
 
-// openLedger opens the PostgreSQL ledger of DATABASE_URL, or an in-memory one when it is empty.
-func openLedger(ctx context.Context, cfg config.Config, logger *slog.Logger) (pix.Ledger, func(), error) {
+// openLedger opens the PostgreSQL ledger of DATABASE_URL, or an in-memory one when it is empty,
+// with the demo accounts hashed at passwordCost when the configuration asks for them.
+func openLedger(ctx context.Context, cfg config.Config, passwordCost int, logger *slog.Logger) (pix.Ledger, func(), error) {
 	var accounts []pix.Account
 	if cfg.DemoAccounts {
-		accounts = pix.DemoAccounts()
+		var err error
+		if accounts, err = pix.DemoAccounts(passwordCost); err != nil {
+			return nil, nil, err
+		}
 	}
 	if cfg.DatabaseURL == "" {
 		if cfg.DemoAccounts {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/labstack/echo/v4"
 
@@ -157,11 +159,19 @@ func (f finder) AccountByDocument(_ context.Context, doc string) (pix.Account, e
 
 func TestCheckPassword(t *testing.T) {
 	accounts := finder{}
-	for _, a := range pix.DemoAccounts() {
+	demo, err := pix.DemoAccounts(bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	passwords, err := NewPasswords(bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range demo {
 		accounts[a.Document] = a
 	}
 	ctx := context.Background()
-	if a, err := CheckPassword(ctx, accounts, "52998224725", "demo-ana-123"); err != nil || a.ID != "acct-ana" {
+	if a, err := passwords.Check(ctx, accounts, "52998224725", "demo-ana-123"); err != nil || a.ID != "acct-ana" {
 		t.Fatalf("right password: %v, %v", a.ID, err)
 	}
 	for _, tt := range []struct{ doc, pw string }{
@@ -169,7 +179,7 @@ func TestCheckPassword(t *testing.T) {
 		{"12345678909", "demo-ana-123"},
 		{"12345678909", "pixlimit-dummy-password-never-matches"}, // the dummy hash's own password
 	} {
-		if _, err := CheckPassword(ctx, accounts, tt.doc, tt.pw); !errors.Is(err, ErrInvalidCredentials) {
+		if _, err := passwords.Check(ctx, accounts, tt.doc, tt.pw); !errors.Is(err, ErrInvalidCredentials) {
 			t.Errorf("%s/%s: %v, want ErrInvalidCredentials", tt.doc, strings.Repeat("*", len(tt.pw)), err)
 		}
 	}

@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -13,24 +14,42 @@ import (
 // so that a login cannot be used to learn which CPFs are customers.
 var ErrInvalidCredentials = errors.New("invalid document or password")
 
-// dummyHash is a bcrypt hash (cost 10, like the accounts') of a password nobody uses. A login
-// for an unknown document is compared against it, so it takes as long as a wrong password.
-var dummyHash = []byte("$2a$10$mpMq401b2.h20meNkEMW0eoiLLAI1VCzwbV.D53r45BPW2W8wlnUS")
+// DefaultPasswordCost is the bcrypt cost of a real deployment: bcrypt's own default, about 60 ms a
+// comparison on one core. Nothing in the configuration lowers it; only code that builds a
+// replica (a test) may pass a lower one.
+const DefaultPasswordCost = bcrypt.DefaultCost
+
+// Passwords checks passwords against the ledger's bcrypt hashes. A login for an unknown document
+// is compared against a dummy hash of the same cost as the accounts', so it takes as long as a
+// wrong password.
+type Passwords struct {
+	dummy []byte
+}
+
+// NewPasswords returns the checker of passwords hashed at cost (bcrypt.MinCost to MaxCost), the
+// cost the accounts' hashes have: its dummy hash is made at that cost, once.
+func NewPasswords(cost int) (*Passwords, error) {
+	dummy, err := bcrypt.GenerateFromPassword([]byte("pixlimit-dummy-password-never-matches"), cost)
+	if err != nil {
+		return nil, fmt.Errorf("auth: password cost %d: %w", cost, err)
+	}
+	return &Passwords{dummy: dummy}, nil
+}
 
 // AccountFinder finds the account of a document.
 type AccountFinder interface {
 	AccountByDocument(ctx context.Context, document string) (pix.Account, error)
 }
 
-// CheckPassword returns the account of document if password is its password, and
+// Check returns the account of document if password is its password, and
 // ErrInvalidCredentials otherwise, in comparable time whether or not the account exists.
 // bcrypt's comparison is constant-time.
-func CheckPassword(ctx context.Context, accounts AccountFinder, document, password string) (pix.Account, error) {
+func (p *Passwords) Check(ctx context.Context, accounts AccountFinder, document, password string) (pix.Account, error) {
 	acct, err := accounts.AccountByDocument(ctx, document)
 	hash := acct.PasswordHash
 	switch {
 	case errors.Is(err, pix.ErrAccountNotFound):
-		hash = dummyHash
+		hash = p.dummy
 	case err != nil:
 		return pix.Account{}, err
 	}

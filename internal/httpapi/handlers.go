@@ -101,7 +101,7 @@ const deviceCookie = "__Host-pixlimit-device"
 // the document's: a botnet filling a customer's document key does not lock her out on a device
 // she used before. Any other token (expired, forged, for another document, malformed) counts as
 // none, and the answer does not say why.
-func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, tokens *auth.Tokens, devices *auth.Devices, tiers *Tiers) echo.HandlerFunc {
+func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, passwords *auth.Passwords, tokens *auth.Tokens, devices *auth.Devices, tiers *Tiers) echo.HandlerFunc {
 	type request struct {
 		Document string `json:"document"`
 		Password string `json:"password"`
@@ -141,7 +141,7 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, to
 		if err := validLogin(docErr, req.Password); err != nil {
 			return err
 		}
-		acct, err := auth.CheckPassword(c.Request().Context(), accounts, document, req.Password)
+		acct, err := passwords.Check(c.Request().Context(), accounts, document, req.Password)
 		if err != nil {
 			return err
 		}

@@ -132,7 +132,7 @@ func handleCancelPending(ledger pix.Ledger) echo.HandlerFunc {
 // logins count against once it is trusted), before the password is checked: an access token,
 // stolen without the password, buys that key's few guesses and no more, since another token
 // needs a login, and a login the password.
-func handleRegisterDevice(limiter limiter, limits Limits, ledger pix.Ledger) echo.HandlerFunc {
+func handleRegisterDevice(limiter limiter, limits Limits, ledger pix.Ledger, passwords *auth.Passwords) echo.HandlerFunc {
 	type request struct {
 		Password string `json:"password"`
 	}
@@ -162,7 +162,7 @@ func handleRegisterDevice(limiter limiter, limits Limits, ledger pix.Ledger) ech
 		if req.Password == "" || len(req.Password) > 72 {
 			return invalid("invalid device registration", map[string]string{"password": "required, at most 72 bytes"})
 		}
-		if _, err := auth.CheckPassword(c.Request().Context(), ledger, acct.Document, req.Password); err != nil {
+		if _, err := passwords.Check(c.Request().Context(), ledger, acct.Document, req.Password); err != nil {
 			return err
 		}
 		if err := ledger.RegisterDevice(c.Request().Context(), s.Account, s.Device); err != nil {

@@ -31,7 +31,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	e.GET("/healthz", handleHealthz())
 	e.GET("/openapi.yaml", handleOpenAPI())
 	e.GET("/readyz", handleReadyz(d.Probes, d.Limiter, d.Logger))
-	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Tokens, d.Devices, d.Tiers))
+	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Passwords, d.Tokens, d.Devices, d.Tiers))
 	lookups := lookupLimiter{limiter: login, limits: d.Limits, tiers: d.Tiers}
 	e.POST("/v1/pix", handlePIX(d.Ledger), requireAccount, decodePIX(), consultLookups(lookups), limitPIX)
 	e.GET("/v1/pix/keys/limits", handleLookupLimits(lookups), requireAccount)
@@ -40,7 +40,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	e.GET("/v1/limits", handleGetLimits(d.Ledger), requireAccount)
 	e.PUT("/v1/limits", handlePutLimits(d.Ledger), requireAccount)
 	e.DELETE("/v1/limits/pending", handleCancelPending(d.Ledger), requireAccount)
-	e.POST("/v1/devices/current/register", handleRegisterDevice(login, d.Limits, d.Ledger), requireAccount)
+	e.POST("/v1/devices/current/register", handleRegisterDevice(login, d.Limits, d.Ledger, d.Passwords), requireAccount)
 	return nil
 }
 

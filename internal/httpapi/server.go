@@ -37,6 +37,9 @@ type Deps struct {
 	// may take. Default 1s.
 	LedgerRetryAfter time.Duration
 	Tokens           *auth.Tokens
+	// Passwords checks the passwords of logins and device registrations, at the cost the
+	// ledger's hashes have.
+	Passwords *auth.Passwords
 	// Devices issues and verifies the device tokens of trusted devices.
 	Devices *auth.Devices
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client (auth.IPExtractor).
@@ -82,8 +85,8 @@ type Probe struct {
 
 // NewServer returns the API's handler, or an error if Deps cannot make a working server.
 func NewServer(d Deps) (http.Handler, error) {
-	if d.Logger == nil || d.Limiter == nil || d.Ledger == nil || d.Tokens == nil || d.Devices == nil {
-		return nil, errors.New("httpapi: Deps needs a Logger, a Limiter, a Ledger, Tokens and Devices")
+	if d.Logger == nil || d.Limiter == nil || d.Ledger == nil || d.Tokens == nil || d.Devices == nil || d.Passwords == nil {
+		return nil, errors.New("httpapi: Deps needs a Logger, a Limiter, a Ledger, Tokens, Devices and Passwords")
 	}
 	if err := validateTogether(d.Limits.LoginIP, d.Limits.LoginAccount, d.Limits.LoginDevice); err != nil {
 		return nil, err

@@ -31,8 +31,10 @@ type server struct {
 	ledger  *pix.MemoryLedger
 	tokens  *auth.Tokens
 	devices *auth.Devices
-	limiter *ratelimit.Limiter
-	logs    *apitest.Logs // what the server logged
+	// passwords checks at apitest.PasswordCost, the demo accounts' hashes' cost.
+	passwords *auth.Passwords
+	limiter   *ratelimit.Limiter
+	logs      *apitest.Logs // what the server logged
 }
 
 // lax limits let a test send 1000 requests a minute of every kind.
@@ -66,7 +68,7 @@ func newServerWith(t testing.TB, srv *redistest.Server, limits httpapi.Limits, o
 				&limits.LoginIP: "login-ip", &limits.LoginAccount: "login-account"}[p])
 		}
 	}
-	ledger, err := pix.NewMemoryLedger(pix.DemoAccounts())
+	ledger, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +81,10 @@ func newServerWith(t testing.TB, srv *redistest.Server, limits httpapi.Limits, o
 	if err != nil {
 		t.Fatal(err)
 	}
+	passwords, err := auth.NewPasswords(apitest.PasswordCost)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, time.Second) })
 	opts.KeySecret, opts.Timeout = auth.RateLimitKey(secret), time.Second
 	limiter, err := ratelimit.New(rdb, opts)
@@ -87,11 +93,11 @@ func newServerWith(t testing.TB, srv *redistest.Server, limits httpapi.Limits, o
 	}
 	logs := &apitest.Logs{}
 	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		Limiter: limiter, Limits: limits, Ledger: ledger, Tokens: tokens, Devices: devices, Probes: probes})
+		Limiter: limiter, Limits: limits, Ledger: ledger, Tokens: tokens, Devices: devices, Passwords: passwords, Probes: probes})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return server{h: h, ledger: ledger, tokens: tokens, devices: devices, limiter: limiter, logs: logs}
+	return server{h: h, ledger: ledger, tokens: tokens, devices: devices, passwords: passwords, limiter: limiter, logs: logs}
 }
 
 // FuzzRequestBodies throws arbitrary bodies at the login and PIX routes: nothing a client sends
@@ -132,7 +138,7 @@ func TestHealthChecksAreNotLoggedAtInfo(t *testing.T) {
 	s := newServer(t, redistest.Start(t), lax())
 	var logs apitest.Logs
 	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Limiter: s.limiter,
-		Limits: lax(), Ledger: s.ledger, Tokens: s.tokens, Devices: s.devices})
+		Limits: lax(), Ledger: s.ledger, Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +169,7 @@ func TestPanicsAreAnsweredLoggedAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Limiter: s.limiter, Metrics: metrics,
-		Limits: lax(), Ledger: panicky{s.ledger}, Tokens: s.tokens, Devices: s.devices})
+		Limits: lax(), Ledger: panicky{s.ledger}, Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +232,7 @@ func TestMadeUpMethodsMintNoSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Limiter: s.limiter, Metrics: metrics,
-		Limits: lax(), Ledger: s.ledger, Tokens: s.tokens, Devices: s.devices})
+		Limits: lax(), Ledger: s.ledger, Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +332,7 @@ func TestRefusalsAreLoggedAsSummaries(t *testing.T) {
 	s := newServer(t, redistest.Start(t), limits)
 	var logs apitest.Logs
 	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Limiter: s.limiter,
-		Limits: limits, Ledger: s.ledger, Tokens: s.tokens, Devices: s.devices})
+		Limits: limits, Ledger: s.ledger, Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,35 @@
 package pix
 
+import (
+	"fmt"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
 // DemoAccounts are the contract's demo accounts: four persons (PF) and two companies (PJ), one
-// of them with an alphanumeric CNPJ. Their password hashes are bcrypt (cost 10) of
-// the published demo passwords, computed once so that starting a replica costs no hashing.
-func DemoAccounts() []Account {
+// of them with an alphanumeric CNPJ, their passwords hashed with bcrypt at cost (the replica's
+// auth.Passwords cost). At bcrypt's default cost, a real deployment's, the hashes are the ones
+// below, computed once so that starting a replica costs no hashing; at any other (a test's
+// least cost) the published passwords are hashed again.
+func DemoAccounts(cost int) ([]Account, error) {
+	accounts := demoAccounts()
+	if cost == bcrypt.DefaultCost {
+		return accounts, nil
+	}
+	for i, pw := range demoPasswords {
+		h, err := bcrypt.GenerateFromPassword([]byte(pw), cost)
+		if err != nil {
+			return nil, fmt.Errorf("pix: demo accounts at cost %d: %w", cost, err)
+		}
+		accounts[i].PasswordHash = h
+	}
+	return accounts, nil
+}
+
+// demoPasswords are the demo accounts' published passwords (client.DemoAccounts), in order.
+var demoPasswords = [...]string{"demo-ana-123", "demo-bruno-123", "demo-carla-123", "demo-diego-123", "demo-padaria-123", "demo-cafe-123"}
+
+func demoAccounts() []Account {
 	return []Account{
 		{ID: "acct-ana", Name: "Ana Souza", Document: "52998224725", OpeningCents: 1_000_000,
 			PasswordHash: []byte("$2a$10$eUbEOuN6nMWrBgCH8DAR9e7Trpm5mE4.ui1QN917O528ZQyYm3M5C"),

@@ -14,11 +14,11 @@ import (
 // rulesBackends are both ledgers with the demo accounts under r and clock.
 func rulesBackends(t *testing.T, r Rules, clock func() time.Time) map[string]Ledger {
 	t.Helper()
-	mem, err := NewMemoryLedger(DemoAccounts(), WithRules(r), WithClock(clock))
+	mem, err := NewMemoryLedger(demo(), WithRules(r), WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg, err := OpenPostgres(context.Background(), pgtest.URL(t), 0, DemoAccounts(), WithRules(r), WithClock(clock))
+	pg, err := OpenPostgres(context.Background(), pgtest.URL(t), 0, demo(), WithRules(r), WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/pixlimit/pixlimit/client"
 	"github.com/pixlimit/pixlimit/internal/pix"
 )
@@ -136,6 +138,20 @@ func Burst(replicas []*Client, n int, send func(c *Client, i int) Response) map[
 	}
 	wg.Wait()
 	return statuses
+}
+
+// PasswordCost is the bcrypt cost of the test replicas' passwords: bcrypt's least, since under
+// the race detector a comparison at a real deployment's cost takes more than a second of CPU.
+const PasswordCost = bcrypt.MinCost
+
+// DemoAccounts are the ledger's demo accounts, hashed at PasswordCost.
+func DemoAccounts(t testing.TB) []pix.Account {
+	t.Helper()
+	accounts, err := pix.DemoAccounts(PasswordCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return accounts
 }
 
 // Demo holds the contract's demo accounts: Ana, Bruno, Carla, Diego (client.DemoAccounts).
