@@ -74,7 +74,11 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 		`pixlimit_ratelimit_decisions_total{outcome="allowed",policy="login-ip"}`:      1,
 		`pixlimit_ratelimit_decisions_total{outcome="allowed",policy="login-account"}`: 1,
 		`pixlimit_ratelimit_redis_up`:                                                  1,
+		`pixlimit_ratelimit_withdrawals_lost_total`:                                    0,
 	} {
+		if _, ok := m[key]; !ok {
+			t.Errorf("%s not exported", key)
+		}
 		if m[key] != want {
 			t.Errorf("%s = %v, want %v", key, m[key], want)
 		}

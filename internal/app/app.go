@@ -155,7 +155,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	var metrics *httpapi.Metrics
 	ledger := r.Ledger // as the replica's parts call it: every call timed when metrics are on
 	if deps.Registry != nil {
-		if metrics, err = httpapi.NewMetrics(deps.Registry, r.Limiter.RedisUp); err != nil {
+		if metrics, err = httpapi.NewMetrics(deps.Registry, r.Limiter); err != nil {
 			return err
 		}
 		ledger = metrics.Instrument(r.Ledger)

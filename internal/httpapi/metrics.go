@@ -34,9 +34,16 @@ const (
 	outcomeDecidedLocal  = "decided_local"  // Redis could not decide; decided in the replica's memory
 )
 
-// NewMetrics registers the API's metrics with reg. redisUp reports whether the limiter's last
-// decision reached Redis (ratelimit.Limiter.RedisUp), for pixlimit_ratelimit_redis_up.
-func NewMetrics(reg prometheus.Registerer, redisUp func() bool) (*Metrics, error) {
+// LimiterGauges is what the metrics read of a limiter when scraped (a *ratelimit.Limiter).
+type LimiterGauges interface {
+	// RedisUp reports whether the last decision reached Redis: pixlimit_ratelimit_redis_up.
+	RedisUp() bool
+	// Stats' WithdrawalsLost is pixlimit_ratelimit_withdrawals_lost_total.
+	Stats() ratelimit.Stats
+}
+
+// NewMetrics registers the API's metrics with reg, reading limiter's gauges when scraped.
+func NewMetrics(reg prometheus.Registerer, limiter LimiterGauges) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pixlimit_ratelimit_decisions_total",
@@ -66,12 +73,16 @@ func NewMetrics(reg prometheus.Registerer, redisUp func() bool) (*Metrics, error
 		Name: "pixlimit_ratelimit_redis_up",
 		Help: "1 if the limiter's last decision reached Redis, else 0.",
 	}, func() float64 {
-		if redisUp() {
+		if limiter.RedisUp() {
 			return 1
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{m.decisions, m.decisionSeconds, m.requests, m.requestSeconds, m.ledgerSeconds, up} {
+	lost := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "pixlimit_ratelimit_withdrawals_lost_total",
+		Help: "Admissions of refused or failed multi-key decisions that could not be taken back: each stays counted until its window passes.",
+	}, func() float64 { return float64(limiter.Stats().WithdrawalsLost) })
+	for _, c := range []prometheus.Collector{m.decisions, m.decisionSeconds, m.requests, m.requestSeconds, m.ledgerSeconds, up, lost} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -164,7 +164,7 @@ func TestPanicsAreAnsweredLoggedAndCounted(t *testing.T) {
 	s := newServer(t, redistest.Start(t), lax())
 	var logs apitest.Logs
 	reg := prometheus.NewRegistry()
-	metrics, err := httpapi.NewMetrics(reg, s.limiter.RedisUp)
+	metrics, err := httpapi.NewMetrics(reg, s.limiter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestMadeUpMethodsMintNoSeries(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, redistest.Start(t), lax())
 	reg := prometheus.NewRegistry()
-	metrics, err := httpapi.NewMetrics(reg, s.limiter.RedisUp)
+	metrics, err := httpapi.NewMetrics(reg, s.limiter)
 	if err != nil {
 		t.Fatal(err)
 	}

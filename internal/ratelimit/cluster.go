@@ -55,10 +55,10 @@ func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, c
 			continue
 		}
 		if errs[i] != nil {
-			l.withdrawLate(a, keys[i:i+1], c.only(i), errs[i]) // it may still run late
+			l.withdrawLate(a, keys[i:i+1], c.only(i), checks[i:i+1], errs[i]) // it may still run late
 		}
 		if errs[i] == nil && replies[i].allowed && (!allowed || failed != nil) {
-			l.withdraw(a, keys[i], c.only(i), replies[i].now, decided)
+			l.withdraw(a, keys[i], c.only(i), replies[i].now, checks[i].Policy, decided)
 			replies[i].pairs[0]++ // the place it held is given back
 		}
 		if errs[i] == nil {

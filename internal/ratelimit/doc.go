@@ -74,12 +74,16 @@
 // A decision that misses its budget was answered by the fail mode, but its script was sent: a
 // slow or frozen Redis may run it afterwards and record a request that the client was told could
 // not be decided. With the sorted-set sliding log each admission is the request's own entry, so the limiter
-// removes it by its id in the background, a few times over about 2.6 s in case the script runs
-// after an attempt, at most 256 withdrawals at once; Close waits for them. That is exact: removing
-// an id the script refused, or never ran, removes nothing. The counting algorithms store counts,
-// not requests: they cannot tell whether this request was counted, and giving back a unit it did
-// not take would admit past the limit. Their late admissions stay counted until they leave the
+// removes it by its id in the background: tried again until Redis answers, then a few more times
+// over about 2.6 s in case the script runs after an attempt. That is exact: removing an id the
+// script refused, or never ran, removes nothing. The counting algorithms store counts, not
+// requests: they cannot tell whether this request was counted, and giving back a unit it did not
+// take would admit past the limit. Their late admissions stay counted until they leave the
 // window, on the strict side.
+//
+// Withdrawals, these and a cluster split's, wait in one queue bounded by memory, never dropped
+// because Redis is slow or many wait; one given up (the queue full, Close, or a counter's attempt
+// that timed out and may have run) is counted in Stats.WithdrawalsLost and logged (withdraw.go).
 //
 // # Keys
 //

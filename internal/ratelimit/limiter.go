@@ -159,10 +159,11 @@ type Limiter struct {
 	argsMu sync.RWMutex
 	args   map[Policy][3]any
 
-	// withdrawals counts withdrawals in flight (withdraw.go), for Close to wait on.
+	// withdrawals counts the withdrawals not yet settled (withdraw.go) and the heartbeat, for
+	// Close to wait on.
 	withdrawals sync.WaitGroup
-	// late holds a slot per withdrawal of a late decision in flight (withdrawLate).
-	late chan struct{}
+	// withdrawQ holds the withdrawals waiting for their next attempt.
+	withdrawQ *withdrawQueue
 	// closing is closed by Close: withdrawals stop waiting between attempts.
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -199,14 +200,14 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	}
 	_, isCluster := rdb.(*redis.ClusterClient)
 	l := &Limiter{
-		rdb:     rdb,
-		cluster: opts.Cluster || isCluster,
-		keys:    newKeyer(opts.Prefix, opts.KeySecret),
-		timeout: opts.Timeout,
-		logger:  opts.Logger,
-		late:    make(chan struct{}, maxLateWithdrawals),
-		closing: make(chan struct{}),
-		args:    make(map[Policy][3]any),
+		rdb:       rdb,
+		cluster:   opts.Cluster || isCluster,
+		keys:      newKeyer(opts.Prefix, opts.KeySecret),
+		timeout:   opts.Timeout,
+		logger:    opts.Logger,
+		withdrawQ: newWithdrawQueue(),
+		closing:   make(chan struct{}),
+		args:      make(map[Policy][3]any),
 	}
 	l.outages = newOutageLog(opts.Logger, opts.OutageLogEvery, l.clock)
 	if opts.LocalCacheSize >= 0 {
@@ -516,16 +517,20 @@ type Stats struct {
 	CachedKeys int
 	// BreakerOpen says the breaker is open or half-open: decisions fail at once.
 	BreakerOpen bool
+	// WithdrawalsLost is how many admissions of refused or failed decisions could not be taken
+	// back (see withdraw.go): each stays counted until it leaves its window.
+	WithdrawalsLost int64
 }
 
-type stats struct{ redis, local, shortCircuited atomic.Int64 }
+type stats struct{ redis, local, shortCircuited, withdrawalsLost atomic.Int64 }
 
 // RedisUp reports whether the last decision that asked Redis got an answer (true before any).
 func (l *Limiter) RedisUp() bool { return !l.down.Load() }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
-	s := Stats{Redis: l.stats.redis.Load(), Local: l.stats.local.Load(), ShortCircuited: l.stats.shortCircuited.Load()}
+	s := Stats{Redis: l.stats.redis.Load(), Local: l.stats.local.Load(), ShortCircuited: l.stats.shortCircuited.Load(),
+		WithdrawalsLost: l.stats.withdrawalsLost.Load()}
 	if l.deny != nil {
 		s.CachedKeys = l.deny.len()
 	}
@@ -553,7 +558,7 @@ func (l *Limiter) decide(ctx context.Context, mode any, checks []Check, keys []s
 	}
 	if err != nil {
 		l.refreshTopology()
-		l.withdrawLate(a, keys, c, err)
+		l.withdrawLate(a, keys, c, checks, err)
 		return Decision{}, err
 	}
 	return newDecision(r.allowed, r.pairs, checks), nil
