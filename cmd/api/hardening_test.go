@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
@@ -175,7 +176,7 @@ func TestBodiesAndHeadersThatCouldMeanTwoThings(t *testing.T) {
 }
 
 // TestShutdownDrainsInFlightRequests stops the server, as SIGTERM does, while a login (a bcrypt
-// comparison, tens of milliseconds) is in flight: the login still gets its answer, after the
+// comparison at a real deployment's cost, tens of milliseconds) is in flight: the login still gets its answer, after the
 // stop began, and Run returns nil. When to stop is a guess (too early and the server has not
 // accepted the connection yet; too late and the login is already answered), so the test tries a
 // few delays and needs one that proves the drain.
@@ -185,7 +186,7 @@ func TestShutdownDrainsInFlightRequests(t *testing.T) {
 	for _, delay := range []time.Duration{10, 20, 30, 45, 60} {
 		delay *= time.Millisecond
 		ctx, cancel := context.WithCancel(context.Background())
-		a, done := launch(t, ctx, srv, nil)
+		a, done := launchAt(t, ctx, srv, nil, auth.DefaultPasswordCost)
 		conn, err := net.Dial("tcp", strings.TrimPrefix(a.Base, "http://"))
 		if err != nil {
 			t.Fatal(err)

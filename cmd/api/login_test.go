@@ -40,9 +40,13 @@ func TestLoginIssuesATokenTheAPIAccepts(t *testing.T) {
 	}
 }
 
+// TestWrongPasswordAndUnknownDocumentLookTheSame, at a real deployment's bcrypt cost: the same
+// status, body and headers, and both slow enough to have run bcrypt (a lower bound: a slower
+// machine only makes them slower). auth's TestTheDummyHashCostsWhatTheAccountsDo checks the
+// dummy hash's cost at any cost.
 func TestWrongPasswordAndUnknownDocumentLookTheSame(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t, redistest.Start(t), map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"})
+	a := startAPIAt(t, redistest.Start(t), map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"}, auth.DefaultPasswordCost)
 	unknown := apitest.CPF(42) // valid CPF, no account
 	wrong := a.Login("529.982.247-25", "not-the-password", "X-Forwarded-For", "198.51.100.1")
 	missing := a.Login(unknown, "not-the-password", "X-Forwarded-For", "198.51.100.2")

@@ -34,8 +34,14 @@ type api struct {
 // and at the end of the test stops it as SIGTERM would and checks it exits cleanly.
 func startAPI(t *testing.T, srv *redistest.Server, env map[string]string) *api {
 	t.Helper()
+	return startAPIAt(t, srv, env, apitest.PasswordCost)
+}
+
+// startAPIAt is startAPI with the passwords hashed at passwordCost (see launchAt).
+func startAPIAt(t *testing.T, srv *redistest.Server, env map[string]string, passwordCost int) *api {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	a, done := launch(t, ctx, srv, env)
+	a, done := launchAt(t, ctx, srv, env, passwordCost)
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -51,8 +57,15 @@ func startAPI(t *testing.T, srv *redistest.Server, env map[string]string) *api {
 }
 
 // launch runs the program until ctx is done and waits until it is healthy. run's result arrives
-// on the channel.
+// on the channel. Its passwords are hashed at the tests' cost (apitest.PasswordCost).
 func launch(t *testing.T, ctx context.Context, srv *redistest.Server, env map[string]string) (*api, <-chan error) {
+	t.Helper()
+	return launchAt(t, ctx, srv, env, apitest.PasswordCost)
+}
+
+// launchAt is launch with the passwords hashed at passwordCost: a test of what bcrypt's time
+// does passes a real deployment's (auth.DefaultPasswordCost).
+func launchAt(t *testing.T, ctx context.Context, srv *redistest.Server, env map[string]string, passwordCost int) (*api, <-chan error) {
 	t.Helper()
 	addr := apitest.FreeAddr(t)
 	for addr == env["METRICS_ADDR"] { // the kernel may hand out a port just closed again
@@ -83,7 +96,7 @@ func launch(t *testing.T, ctx context.Context, srv *redistest.Server, env map[st
 	logs := &apitest.Logs{}
 	done := make(chan error, 1)
 	go func() {
-		done <- runReplica(ctx, []string{"api"}, config.Map(vars), io.Discard, logs, apitest.PasswordCost)
+		done <- runReplica(ctx, []string{"api"}, config.Map(vars), io.Discard, logs, passwordCost)
 	}()
 	a := &api{Client: &apitest.Client{T: t, Base: "http://" + addr}, logs: logs}
 	deadline := time.Now().Add(5 * time.Second)

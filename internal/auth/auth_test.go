@@ -184,3 +184,23 @@ func TestCheckPassword(t *testing.T) {
 		}
 	}
 }
+
+// TestTheDummyHashCostsWhatTheAccountsDo: an unknown document is compared against a hash of the
+// accounts' own cost, at any cost, so it takes as long as a wrong password.
+func TestTheDummyHashCostsWhatTheAccountsDo(t *testing.T) {
+	for _, cost := range []int{bcrypt.MinCost, bcrypt.MinCost + 1} {
+		p, err := NewPasswords(cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := bcrypt.Cost(p.dummy); err != nil || got != cost {
+			t.Errorf("NewPasswords(%d): a dummy hash of cost %d (%v)", cost, got, err)
+		}
+	}
+	if DefaultPasswordCost < 10 {
+		t.Errorf("DefaultPasswordCost %d, want 10 or more: a real deployment's", DefaultPasswordCost)
+	}
+	if _, err := NewPasswords(bcrypt.MinCost - 1); err == nil {
+		t.Error("a cost below bcrypt's least: want an error")
+	}
+}

@@ -29,6 +29,9 @@ type Passwords struct {
 // NewPasswords returns the checker of passwords hashed at cost (bcrypt.MinCost to MaxCost), the
 // cost the accounts' hashes have: its dummy hash is made at that cost, once.
 func NewPasswords(cost int) (*Passwords, error) {
+	if cost < bcrypt.MinCost || cost > bcrypt.MaxCost { // bcrypt would quietly use its default
+		return nil, fmt.Errorf("auth: password cost %d: want %d to %d", cost, bcrypt.MinCost, bcrypt.MaxCost)
+	}
 	dummy, err := bcrypt.GenerateFromPassword([]byte("pixlimit-dummy-password-never-matches"), cost)
 	if err != nil {
 		return nil, fmt.Errorf("auth: password cost %d: %w", cost, err)
