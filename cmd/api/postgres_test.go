@@ -13,6 +13,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+	"github.com/pixlimit/pixlimit/internal/testing/stalls"
 )
 
 // TestPostgresFleet runs two API processes over one PostgreSQL and one Redis: what one replica
@@ -122,6 +123,7 @@ func TestAHungDatabaseDoesNotHangTheAPI(t *testing.T) {
 	})
 	ana := a.Token(demo[0].Document, demo[0].Password)
 
+	meter := stalls.Watch(t)
 	gate.Close()
 	for name, send := range map[string]func() apitest.Response{
 		"login":     func() apitest.Response { return a.Login(demo[1].Document, demo[1].Password) },
@@ -133,16 +135,18 @@ func TestAHungDatabaseDoesNotHangTheAPI(t *testing.T) {
 			t.Errorf("%s with the database frozen: %v Retry-After %q, want 503 ledger_unavailable, Retry-After 1",
 				name, r, r.Header.Get("Retry-After"))
 		}
-		if r.Took > 2*time.Second {
-			t.Errorf("%s took %v with DB_TIMEOUT 300ms", name, r.Took)
+		if took := meter.Just(r.Took); took > 2*time.Second { // the machine's own stalls aside
+			t.Errorf("%s took %v with DB_TIMEOUT 300ms", name, took)
 		}
 	}
 	gate.Open()
 
-	if r := a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", "hung-1"); r.Status != http.StatusCreated {
+	// The first calls after the thaw may still miss the 300 ms on a loaded machine, and say so.
+	retry := func() apitest.Response { return a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", "hung-1") }
+	if r := apitest.UntilAnswered(t, retry); r.Status != http.StatusCreated {
 		t.Fatalf("the retry after the thaw: %v, want 201", r)
 	}
-	if r := a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", "hung-1"); r.Status != http.StatusCreated {
+	if r := apitest.UntilAnswered(t, retry); r.Status != http.StatusCreated {
 		t.Fatalf("a second retry: %v, want the original 201", r)
 	}
 	if got := a.Balance(ana); got != 1_000_000-700 {
@@ -222,6 +226,7 @@ func TestACommitWithoutAnAnswerIsNeverNothingChanged(t *testing.T) {
 	gate := pgtest.NewGate(t, pgtest.URL(t))
 	a := startAPI(t, redistest.Start(t), map[string]string{"DATABASE_URL": gate.URL, "DEMO_ACCOUNTS": "true", "DB_TIMEOUT": "300ms"})
 	ana := a.Token(demo[0].Document, demo[0].Password)
+	meter := stalls.Watch(t)
 	for _, tt := range []struct {
 		name    string
 		outcome func()
@@ -238,16 +243,16 @@ func TestACommitWithoutAnAnswerIsNeverNothingChanged(t *testing.T) {
 			t.Errorf("%s: the PIX whose COMMIT went unanswered: %v Retry-After %q, want 503 transfer_outcome_unknown, "+
 				"Retry-After 1, saying it may have been made", tt.name, r, r.Header.Get("Retry-After"))
 		}
-		if r.Took > 2*time.Second {
-			t.Errorf("%s: the answer took %v with DB_TIMEOUT 300ms", tt.name, r.Took)
+		if took := meter.Just(r.Took); took > 2*time.Second { // the machine's own stalls aside
+			t.Errorf("%s: the answer took %v with DB_TIMEOUT 300ms", tt.name, took)
 		}
 		if n := gate.Held(); n != 1 {
 			t.Fatalf("%s: %d COMMITs held at the gate, want 1", tt.name, n)
 		}
 		tt.outcome()
 
-		retry := a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", key)
-		again := a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", key)
+		send := func() apitest.Response { return a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", key) }
+		retry, again := apitest.UntilAnswered(t, send), apitest.UntilAnswered(t, send)
 		if retry.Status != http.StatusCreated || string(again.Body) != string(retry.Body) {
 			t.Fatalf("%s: the retries with the same key: %v, then %v; want one 201, twice", tt.name, retry, again)
 		}
@@ -411,7 +416,7 @@ func TestASlowCommitOnARealServer(t *testing.T) {
 	}
 	exec("ALTER SYSTEM RESET synchronous_standby_names")
 
-	retry := a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", key)
+	retry := apitest.UntilAnswered(t, func() apitest.Response { return a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", key) })
 	if retry.Status != http.StatusCreated || first.Status == http.StatusCreated && string(retry.Body) != string(first.Body) {
 		t.Fatalf("the retry with the same key: %v, want 201 with the transfer's receipt (first answer %v)", retry, first)
 	}
