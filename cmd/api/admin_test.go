@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -104,28 +105,29 @@ func TestSupportDeskUnblocksCarla(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	rows, err := conn.Query(context.Background(), "SELECT actor, action, status, policy, key, before, after FROM admin_audit ORDER BY seq")
+	rows, err := conn.Query(context.Background(), "SELECT actor, action, status, policy, key, before, after, outcome FROM admin_audit ORDER BY seq")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var trail []string
 	for rows.Next() {
-		var actor, action, policy, key, before, after string
+		var actor, action, policy, key, before, after, outcome string
 		var status int
-		if err := rows.Scan(&actor, &action, &status, &policy, &key, &before, &after); err != nil {
+		if err := rows.Scan(&actor, &action, &status, &policy, &key, &before, &after, &outcome); err != nil {
 			t.Fatal(err)
 		}
 		line := fmt.Sprintf("%s|%s|%d|%s|%s|%s|%s", actor, action, status, policy, key, before, after)
 		if strings.Contains(line, "11144477735") || strings.Contains(line, "111.444.777-35") {
 			t.Errorf("an audit record holds Carla's CPF in clear: %s", line)
 		}
-		trail = append(trail, fmt.Sprintf("%s %s %d", strings.Fields(actor)[0][:5], action, status))
+		trail = append(trail, fmt.Sprintf("%s %s %d %s", strings.Fields(actor)[0][:5], action, status, outcome))
 	}
+	// The change recorded before it was made and after; the calls without the right token are
+	// summarized when their minute ends (TestTheDeskSummarizesCallsWithoutTheToken), not here.
 	want := []string{
-		"token GET /admin/v1/keys/:policy/:identity 200", "token DELETE /admin/v1/keys/:policy/:identity 200",
-		"unaut GET /admin/v1/keys/:policy/:identity 401", "unaut GET /admin/v1/keys/:policy/:identity 401",
-		"unaut GET /admin/v1/keys/:policy/:identity 401",
-		"token GET /admin/v1/keys/:policy/:identity 404", "token GET /admin/v1/keys/:policy/:identity 400",
+		"token GET /admin/v1/keys/:policy/:identity 200 done",
+		"token DELETE /admin/v1/keys/:policy/:identity 0 requested", "token DELETE /admin/v1/keys/:policy/:identity 200 done",
+		"token GET /admin/v1/keys/:policy/:identity 404 failed", "token GET /admin/v1/keys/:policy/:identity 400 failed",
 	}
 	if fmt.Sprint(trail) != fmt.Sprint(want) {
 		t.Errorf("audit trail:\n%s\nwant:\n%s", strings.Join(trail, "\n"), strings.Join(want, "\n"))
@@ -217,11 +219,115 @@ func TestSupportRevokesAStolenPhone(t *testing.T) {
 	var status int
 	var key, before, after string
 	if err := conn.QueryRow(context.Background(), `SELECT status, key, before, after FROM admin_audit
-		WHERE action = 'DELETE /admin/v1/accounts/:account_id/devices'`).Scan(&status, &key, &before, &after); err != nil {
+		WHERE action = 'DELETE /admin/v1/accounts/:account_id/devices' AND outcome = 'done'`).Scan(&status, &key, &before, &after); err != nil {
 		t.Fatalf("the revocation's audit record: %v", err)
 	}
 	if status != 200 || strings.Contains(key, id) || !strings.HasPrefix(key, "account:") ||
 		before != `{"revoked_at":null}` || !strings.Contains(after, `"unregistered_devices":1`) {
 		t.Errorf("the revocation's audit record: %d %s %s %s", status, key, before, after)
+	}
+}
+
+// TestADeskClientThatGoesAwayLeavesNoChangeUnrecorded: 50 times, a desk client sends a DELETE of
+// a login-ip key holding one login and resets its connection (SO_LINGER 0) a few milliseconds
+// later, as an insider hiding a change would. Whether or not the key was cleared, a cleared key
+// has its change recorded before ("requested") and after ("done"), and every requested change
+// has its outcome.
+func TestADeskClientThatGoesAwayLeavesNoChangeUnrecorded(t *testing.T) {
+	t.Parallel()
+	srv, db := redistest.Start(t), pgtest.URL(t)
+	adminToken := rand.Text() + rand.Text()
+	env := map[string]string{"DATABASE_URL": db, "DEMO_ACCOUNTS": "true", "TRUSTED_PROXIES": "127.0.0.1/32",
+		"ADMIN_ADDR": apitest.FreeAddr(t), "ADMIN_TOKEN": adminToken}
+	a := startAPI(t, srv, env)
+	desk := &apitest.Client{T: t, Base: "http://" + env["ADMIN_ADDR"]}
+	const tries = 50
+	ip := func(i int) string { return fmt.Sprintf("198.51.100.%d", i+1) }
+	for i := range tries {
+		if r := a.Login(apitest.CPF(100+i), "wrong", "X-Forwarded-For", ip(i)); r.Status != http.StatusUnauthorized {
+			t.Fatalf("login from %s: %v", ip(i), r)
+		}
+	}
+	for i := range tries {
+		conn, err := net.Dial("tcp", env["ADMIN_ADDR"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.(*net.TCPConn).SetLinger(0) // Close sends a reset, not a FIN
+		fmt.Fprintf(conn, "DELETE /admin/v1/keys/login-ip/%s HTTP/1.1\r\nHost: desk\r\nAuthorization: Bearer %s\r\n\r\n", ip(i), adminToken)
+		time.Sleep(time.Duration(i%6) * time.Millisecond)
+		conn.Close()
+	}
+
+	pg := pgtest.Connect(t, db)
+	outcomes := func() map[string][]string { // by Redis key: the outcomes of its DELETEs, in order
+		rows, err := pg.Query(t.Context(), `SELECT key, outcome, request FROM admin_audit
+			WHERE action = 'DELETE /admin/v1/keys/:policy/:identity' ORDER BY seq`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byKey, requested := map[string][]string{}, map[string]string{}
+		for rows.Next() {
+			var key, outcome, request string
+			if err := rows.Scan(&key, &outcome, &request); err != nil {
+				t.Fatal(err)
+			}
+			if outcome == "requested" {
+				requested[request] = "pending"
+				continue
+			}
+			delete(requested, request)
+			byKey[key] = append(byKey[key], outcome)
+		}
+		if len(requested) > 0 {
+			return nil // a change still under way
+		}
+		return byKey
+	}
+	var byKey map[string][]string
+	for deadline := time.Now().Add(20 * time.Second); byKey == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		byKey = outcomes()
+	}
+	if byKey == nil {
+		t.Fatal("requested changes without an outcome 20 s after their clients went away")
+	}
+	cleared := 0
+	for i := range tries {
+		r := desk.Do(http.MethodGet, "/admin/v1/keys/login-ip/"+ip(i), nil, "Authorization", "Bearer "+adminToken)
+		body := r.JSON(t)
+		key, _ := body["key"].(string)
+		if r.Status != http.StatusOK || key == "" {
+			t.Fatalf("reading %s's key: %v", ip(i), r)
+		}
+		if body["remaining"] == body["limit"] { // cleared
+			cleared++
+			if got := byKey[key]; len(got) != 1 || got[0] != "done" {
+				t.Errorf("%s's key was cleared, and its DELETE's records say %v, want requested then done", ip(i), got)
+			}
+		}
+	}
+	t.Logf("%d of %d keys cleared by a client that went away", cleared, tries)
+	if cleared == 0 {
+		t.Error("no DELETE reached the desk before its client reset the connection: nothing was tested")
+	}
+}
+
+// TestTheDeskLimitsCallsWithoutTheToken: calls without the right token count against the caller's
+// IP (admin-ip, 10 a minute): the 11th is 429 with Retry-After, and the right token still works.
+func TestTheDeskLimitsCallsWithoutTheToken(t *testing.T) {
+	t.Parallel()
+	adminToken := rand.Text() + rand.Text()
+	env := map[string]string{"ADMIN_ADDR": apitest.FreeAddr(t), "ADMIN_TOKEN": adminToken}
+	startAPI(t, redistest.Start(t), env)
+	desk := &apitest.Client{T: t, Base: "http://" + env["ADMIN_ADDR"]}
+	for i := range 11 {
+		r := desk.Do(http.MethodGet, "/admin/v1/tiers", nil, "Authorization", "Bearer guess-"+fmt.Sprint(i))
+		want := map[bool]int{true: http.StatusTooManyRequests, false: http.StatusUnauthorized}[i == 10]
+		if r.Status != want || i == 10 && r.Header.Get("Retry-After") == "" {
+			t.Fatalf("guess %d: %v, want %d", i+1, r, want)
+		}
+	}
+	if r := desk.Do(http.MethodGet, "/admin/v1/tiers", nil, "Authorization", "Bearer "+adminToken); r.Status != http.StatusOK {
+		t.Errorf("the right token from the same IP: %v, want 200", r)
 	}
 }

@@ -180,7 +180,8 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		return err
 	}
 	r.Admin, err = httpapi.NewAdmin(httpapi.AdminDeps{Logger: logger.With("listener", "admin"), Limiter: r.Limiter,
-		Limits: cfg.Limits, Ledger: ledger, Tokens: r.Tokens, Token: cfg.AdminToken, Tiers: tiers})
+		Limits: cfg.Limits, Ledger: ledger, Tokens: r.Tokens, Token: cfg.AdminToken, Tiers: tiers,
+		AuditKey: auth.DeriveKey(secret, "audit names")})
 	return err
 }
 

@@ -1,6 +1,9 @@
 package httpapi
 
 import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -11,6 +14,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -33,14 +37,27 @@ type AdminDeps struct {
 	Token string
 	// Tiers is the replica's tier table, refreshed at once after a change made here.
 	Tiers *Tiers
+	// AuditKey keys the hash that names an account or a caller's IP in the audit
+	// (auth.DeriveKey(AUTH_SECRET, "audit names")): guessable ids are not reversible without it.
+	AuditKey []byte
 }
+
+// adminIP limits the calls without the right token, per client IP: a token guesser, or a
+// flood that would write an audit row per call.
+var adminIP = Limit{Policy: ratelimit.Policy{Name: "admin-ip", Limit: 10, Window: time.Minute}}
+
+// deskTimeout bounds what one desk call does once the client can no longer cancel it: its audit
+// records and its change.
+const deskTimeout = 10 * time.Second
 
 // NewAdmin returns the support desk's handler, for its own listener (ADMIN_ADDR), never the
 // public one: a desk that sees a key's state by policy and identity and can clear it on every
 // replica at once (ratelimit.Limiter.Forget), so that a customer locked out by a botnet is let in
-// now rather than when the window ends. Every call, refused ones included, is audited in the
-// ledger (who, what, which key by the limiter's own hash, when, the state before and after) and
-// logged without any identity.
+// now rather than when the window ends. Every call with the right token is audited in the ledger
+// (who, what, which key by the limiter's own hash, when, the state before and after) and logged
+// without any identity; a change is recorded before it is made and its outcome after. Calls
+// without the right token are limited per IP (admin-ip) and audited as one summary per IP and
+// minute.
 //
 //	GET    /admin/v1/keys/{policy}/{identity}  a key's state
 //	DELETE /admin/v1/keys/{policy}/{identity}  clear it, on every replica
@@ -52,13 +69,14 @@ type AdminDeps struct {
 // CPF or CNPJ (login-account; and pix-lookup, pix-lookup-v2, whose payer is named from it as the
 // look-up does), a device id (login-device), or the bank's ISPB (pix-lookup-participant).
 func NewAdmin(d AdminDeps) (http.Handler, error) {
-	if d.Logger == nil || d.Limiter == nil || d.Ledger == nil || d.Tokens == nil || d.Tiers == nil || len(d.Token) < 32 {
-		return nil, errors.New("httpapi: the support desk needs a Logger, a Limiter, a Ledger, Tokens, Tiers and a token of at least 32 bytes")
+	if d.Logger == nil || d.Limiter == nil || d.Ledger == nil || d.Tokens == nil || d.Tiers == nil || len(d.Token) < 32 || len(d.AuditKey) < 16 {
+		return nil, errors.New("httpapi: the support desk needs a Logger, a Limiter, a Ledger, Tokens, Tiers, a token of at least 32 bytes and an audit key")
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(d.Logger, time.Second)
-	desk := &desk{AdminDeps: d, token: sha256.Sum256([]byte(d.Token))}
+	desk := &desk{AdminDeps: d, token: sha256.Sum256([]byte(d.Token)), refusals: newRefusals(d.Ledger, d.Logger),
+		limiter: limiter{l: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter}}
 	e.Use(desk.audit, limitBody)
 	e.GET("/admin/v1/keys/:policy/:identity", desk.getKey)
 	e.DELETE("/admin/v1/keys/:policy/:identity", desk.deleteKey)
@@ -70,7 +88,9 @@ func NewAdmin(d AdminDeps) (http.Handler, error) {
 
 type desk struct {
 	AdminDeps
-	token [32]byte // SHA-256 of ADMIN_TOKEN: compared in constant time, whatever the length sent
+	token    [32]byte // SHA-256 of ADMIN_TOKEN: compared in constant time, whatever the length sent
+	limiter  limiter  // admin-ip
+	refusals *refusals
 }
 
 // audited is what a call found out, for its audit record.
@@ -86,43 +106,142 @@ const auditKey = "pixlimit.admin.audit"
 var agentName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
 
 // audit authenticates every call (Authorization: Bearer ADMIN_TOKEN, compared in constant time)
-// and records it, authorized or not, after it is answered. The record names the caller by the
-// token's fingerprint and the Admin-Agent it gave, never an identity in clear.
+// and records it. A call without the right token is counted against its IP (admin-ip) and in the
+// IP's summary for the minute. A call with it runs on a context its client cannot cancel, for
+// deskTimeout at most: a change is recorded as requested before it is made (no record, no
+// change: 503), then made, then its outcome recorded, so a client that resets its connection
+// mid-call never leaves a change without its record. A read is recorded once, answered.
 func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		start := time.Now()
-		actor := "unauthenticated"
 		scheme, token, _ := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
 		sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		var err error
-		if strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(sum[:], d.token[:]) == 1 {
-			actor = "token:" + hex.EncodeToString(d.token[:4])
-			if agent := c.Request().Header.Get("Admin-Agent"); agentName.MatchString(agent) {
-				actor += " agent:" + agent
-			}
-			err = next(c)
-		} else {
-			err = auth.ErrUnauthorized
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], d.token[:]) != 1 {
+			return d.refuse(c)
 		}
-		if err != nil {
+		actor := "token:" + hex.EncodeToString(d.token[:4])
+		if agent := c.Request().Header.Get("Admin-Agent"); agentName.MatchString(agent) {
+			actor += " agent:" + agent
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), deskTimeout)
+		defer cancel()
+		c.SetRequest(c.Request().WithContext(ctx))
+		rec := pix.AuditRecord{At: time.Now().UTC(), Actor: actor, Action: action(c), Request: rand.Text()[:16], Calls: 1}
+		if c.Request().Method != http.MethodGet {
+			rec.Outcome = pix.OutcomeRequested
+			if err := d.Ledger.Audit(ctx, rec); err != nil {
+				d.Logger.Error("support desk: the change's record not stored; the change is not made", "action", rec.Action, "err", err)
+				c.Error(err)
+				return nil
+			}
+		}
+		if err := next(c); err != nil {
 			c.Error(err) // answered now, so the status audited is the one sent
 		}
 		a, _ := c.Get(auditKey).(audited)
-		action := c.Request().Method + " " + c.Path()
-		if c.Path() == "" || !strings.HasPrefix(c.Path(), "/admin/") {
-			action = c.Request().Method + " unmatched"
+		rec.At, rec.Status = time.Now().UTC(), c.Response().Status
+		rec.Policy, rec.Key, rec.Before, rec.After = a.policy, a.key, a.before, a.after
+		rec.Outcome = pix.OutcomeDone
+		if rec.Status >= 400 {
+			rec.Outcome = pix.OutcomeFailed
 		}
-		if len(action) > 128 {
-			action = action[:128]
+		if err := d.Ledger.Audit(ctx, rec); err != nil {
+			d.Logger.Error("support desk: audit record not stored", "action", rec.Action, "outcome", rec.Outcome, "status", rec.Status, "err", err)
 		}
-		rec := pix.AuditRecord{At: start.UTC(), Actor: actor, Action: action, Status: c.Response().Status,
-			Policy: a.policy, Key: a.key, Before: a.before, After: a.after}
-		if aerr := d.Ledger.Audit(c.Request().Context(), rec); aerr != nil {
-			d.Logger.Error("support desk: audit record not stored", "action", action, "status", rec.Status, "err", aerr)
-		}
-		d.Logger.Info("support desk", "actor", actor, "action", action, "policy", a.policy, "status", rec.Status)
+		d.Logger.Info("support desk", "actor", actor, "action", rec.Action, "policy", a.policy, "status", rec.Status)
 		return nil
 	}
+}
+
+// refuse answers a call without the right token: 401, or 429 past admin-ip's limit for its IP,
+// and counts it in the IP's summary for the minute.
+func (d *desk) refuse(c echo.Context) error {
+	ip := clientAddr(c.Request())
+	err := d.limiter.enforce(c, nil, check{adminIP, ratelimit.IPIdentity(ip)})
+	if err == nil {
+		err = auth.ErrUnauthorized
+	}
+	c.Error(err)
+	d.refusals.count(d.name("ip", ratelimit.IPIdentity(ip)), action(c), c.Response().Status)
+	return nil
+}
+
+// action names the call for the audit: its method and route template, never its parameters.
+func action(c echo.Context) string {
+	action := c.Request().Method + " " + c.Path()
+	if c.Path() == "" || !strings.HasPrefix(c.Path(), "/admin/") {
+		action = c.Request().Method + " unmatched"
+	}
+	if len(action) > 128 {
+		action = action[:128]
+	}
+	return action
+}
+
+// clientAddr is the connection's peer: the desk's listener is internal, behind no proxy whose
+// X-Forwarded-For it would trust.
+func clientAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.IPv6Unspecified()
+	}
+	return ap.Addr().Unmap()
+}
+
+// name is how the audit names an identity of a kind (account, ip): a keyed hash, which no one
+// without AUTH_SECRET can reverse by hashing guessable ids.
+func (d *desk) name(kind, id string) string {
+	m := hmac.New(sha256.New, d.AuditKey)
+	m.Write([]byte(kind + ":" + id))
+	return kind + ":" + hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// refusals summarizes the calls without the right token: one audit record per IP and minute,
+// written when the minute ends, saying how many calls it stands for. At most maxRefusalIPs IPs
+// are summarized apart in a minute; the calls of any more are summarized together.
+type refusals struct {
+	ledger pix.Ledger
+	logger *slog.Logger
+	every  time.Duration // a minute; shorter in tests
+	mu     sync.Mutex
+	open   map[string]*pix.AuditRecord // by IP name, for the current minute of each
+}
+
+const maxRefusalIPs = 10_000
+
+func newRefusals(ledger pix.Ledger, logger *slog.Logger) *refusals {
+	return &refusals{ledger: ledger, logger: logger, every: time.Minute, open: map[string]*pix.AuditRecord{}}
+}
+
+// count adds one refused call of ip (its audit name) to ip's summary of the minute.
+func (r *refusals) count(ip, action string, status int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.open[ip]; !ok && len(r.open) >= maxRefusalIPs {
+		ip = "ip:others"
+	}
+	rec, ok := r.open[ip]
+	if !ok {
+		now := time.Now().UTC()
+		rec = &pix.AuditRecord{At: now, Actor: "unauthenticated", Action: action, Status: status, Key: ip, Outcome: pix.OutcomeRefused}
+		r.open[ip] = rec
+		time.AfterFunc(now.Truncate(r.every).Add(r.every).Sub(now), func() { r.flush(ip) })
+	}
+	rec.Calls++
+	rec.Status = max(rec.Status, status) // a 429 once the IP's limit is reached
+}
+
+// flush writes ip's summary of the minute.
+func (r *refusals) flush(ip string) {
+	r.mu.Lock()
+	rec := r.open[ip]
+	delete(r.open, ip)
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), deskTimeout)
+	defer cancel()
+	if err := r.ledger.Audit(ctx, *rec); err != nil {
+		r.logger.Error("support desk: summary of refused calls not stored", "calls", rec.Calls, "err", err)
+	}
+	r.logger.Warn("support desk: calls without the right token", "ip", ip, "calls", rec.Calls, "since", rec.At)
 }
 
 // keyState is a key's state as the desk shows it.
@@ -291,7 +410,7 @@ func (d *desk) putTier(c echo.Context) error {
 		return invalid("invalid tier", map[string]string{"tier": "required: one of GET /admin/v1/tiers"})
 	}
 	before, _ := json.Marshal(d.Tiers.Table().Accounts[id])
-	a := audited{policy: "tier", key: "account:" + hex.EncodeToString(sum(id)), before: string(before)}
+	a := audited{policy: "tier", key: d.name("account", id), before: string(before)}
 	c.Set(auditKey, a)
 	err := d.Ledger.SetTier(c.Request().Context(), id, pix.TierOf{Tier: req.Tier, PIXLimit: req.PIXLimit,
 		StatementLimit: req.StatementLimit, LookupCapacity: req.LookupCapacity})
@@ -326,7 +445,7 @@ func (d *desk) revokeDevices(c echo.Context) error {
 	if !accountID.MatchString(id) {
 		return invalid("invalid account id", map[string]string{"account_id": "an account id (acct-ana)"})
 	}
-	a := audited{policy: "devices", key: "account:" + hex.EncodeToString(sum(id))}
+	a := audited{policy: "devices", key: d.name("account", id)}
 	c.Set(auditKey, a)
 	r, err := d.Ledger.RevokeDevices(c.Request().Context(), id)
 	switch {
@@ -351,10 +470,4 @@ func (d *desk) revokeDevices(c echo.Context) error {
 		d.Logger.Warn("support desk: table not refreshed after a revocation; the poller will", "err", err)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"account_id": id, "revoked_at": r.At, "unregistered_devices": r.Unregistered})
-}
-
-// sum is the first 8 bytes of SHA-256 of s: how the audit names an account without its id.
-func sum(s string) []byte {
-	h := sha256.Sum256([]byte(s))
-	return h[:8]
 }

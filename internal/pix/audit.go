@@ -6,18 +6,30 @@ import (
 )
 
 // AuditRecord is one call of the support desk, as the ledger keeps it: who, what, which
-// rate-limit key (the limiter's own keyed hash, never an identity in clear), when, and the
-// key's state before and after.
+// rate-limit key or account (a keyed hash, never an identity in clear), when, and the state
+// before and after. A change is recorded before it is made (OutcomeRequested) and after
+// (OutcomeDone or OutcomeFailed), under one Request id.
 type AuditRecord struct {
-	At     time.Time
-	Actor  string // the desk's caller: a fingerprint of the token, and the agent it named
-	Action string // "GET /admin/v1/keys/{policy}/{identity}", ...
-	Status int    // the HTTP status answered
-	Policy string
-	Key    string // the Redis key, hashed as the limiter hashes it; "" when none was resolved
-	Before string // the key's state before, as JSON; "" when not read
-	After  string
+	At      time.Time
+	Actor   string // the desk's caller: a fingerprint of the token, and the agent it named
+	Action  string // "GET /admin/v1/keys/{policy}/{identity}", ...
+	Status  int    // the HTTP status answered; 0 in a requested record
+	Policy  string
+	Key     string // the Redis key, hashed as the limiter hashes it; "" when none was resolved
+	Before  string // the key's state before, as JSON; "" when not read
+	After   string
+	Outcome string // OutcomeRequested, OutcomeDone, OutcomeFailed or OutcomeRefused
+	Request string // pairs a change's requested record with its outcome
+	Calls   int    // how many calls the record stands for: 1, or a summary's count
 }
+
+// The outcomes an audit record states.
+const (
+	OutcomeRequested = "requested" // a change about to be made
+	OutcomeDone      = "done"      // answered below 400
+	OutcomeFailed    = "failed"    // answered 400 or above: nothing was changed
+	OutcomeRefused   = "refused"   // calls without the right token, summarized per IP and minute
+)
 
 // auditLog keeps the memory ledger's records.
 type auditLog struct{ records []AuditRecord }
@@ -26,6 +38,7 @@ type auditLog struct{ records []AuditRecord }
 func (l *MemoryLedger) Audit(_ context.Context, r AuditRecord) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	r.Calls = max(r.Calls, 1)
 	l.audit.records = append(l.audit.records, r)
 	return nil
 }
@@ -46,8 +59,9 @@ func (l *MemoryLedger) AuditTrail(_ context.Context, limit int) ([]AuditRecord, 
 func (l *PostgresLedger) Audit(ctx context.Context, r AuditRecord) error {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	_, err := l.pool.Exec(ctx, `INSERT INTO admin_audit (at, actor, action, status, policy, key, before, after)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, r.At.UTC(), r.Actor, r.Action, r.Status, r.Policy, r.Key, r.Before, r.After)
+	_, err := l.pool.Exec(ctx, `INSERT INTO admin_audit (at, actor, action, status, policy, key, before, after, outcome, request, calls)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, r.At.UTC(), r.Actor, r.Action, r.Status, r.Policy, r.Key, r.Before, r.After,
+		r.Outcome, r.Request, max(r.Calls, 1))
 	return unavailable(err)
 }
 
@@ -55,7 +69,7 @@ func (l *PostgresLedger) Audit(ctx context.Context, r AuditRecord) error {
 func (l *PostgresLedger) AuditTrail(ctx context.Context, limit int) ([]AuditRecord, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	rows, err := l.pool.Query(ctx, `SELECT at, actor, action, status, policy, key, before, after FROM admin_audit
+	rows, err := l.pool.Query(ctx, `SELECT at, actor, action, status, policy, key, before, after, outcome, request, calls FROM admin_audit
 		ORDER BY seq DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, unavailable(err)

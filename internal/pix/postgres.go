@@ -512,7 +512,7 @@ func (l *PostgresLedger) checkLimits(ctx context.Context, tx pgx.Tx, r TransferR
 func collectAudit(rows pgx.Rows) ([]AuditRecord, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditRecord, error) {
 		var r AuditRecord
-		err := row.Scan(&r.At, &r.Actor, &r.Action, &r.Status, &r.Policy, &r.Key, &r.Before, &r.After)
+		err := row.Scan(&r.At, &r.Actor, &r.Action, &r.Status, &r.Policy, &r.Key, &r.Before, &r.After, &r.Outcome, &r.Request, &r.Calls)
 		r.At = r.At.UTC()
 		return r, err
 	})

@@ -1,0 +1,53 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/pix"
+)
+
+// TestTheDeskSummarizesCallsWithoutTheToken: 25 calls without the right token from one IP and 3
+// from another, in one period (a minute in production), are two audit records, written when the
+// period ends, each counting its calls and naming its IP by the keyed name it was given.
+func TestTheDeskSummarizesCallsWithoutTheToken(t *testing.T) {
+	t.Parallel()
+	ledger, err := pix.NewMemoryLedger(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRefusals(ledger, slog.New(slog.DiscardHandler))
+	r.every = 100 * time.Millisecond
+	for i := range 28 {
+		ip, status := "ip:aaaa", 401
+		if i >= 25 {
+			ip = "ip:bbbb"
+		}
+		if i >= 10 && i < 25 {
+			status = 429 // past admin-ip's limit
+		}
+		r.count(ip, "GET /admin/v1/tiers", status)
+	}
+	if trail, _ := ledger.AuditTrail(context.Background(), 10); len(trail) != 0 {
+		t.Fatalf("%d records before the period ended, want none: a row per call", len(trail))
+	}
+	var trail []pix.AuditRecord
+	for deadline := time.Now().Add(5 * time.Second); len(trail) < 2 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		trail, _ = ledger.AuditTrail(context.Background(), 10)
+	}
+	got := map[string]pix.AuditRecord{}
+	for _, rec := range trail {
+		got[rec.Key] = rec
+	}
+	for ip, want := range map[string]struct{ calls, status int }{"ip:aaaa": {25, 429}, "ip:bbbb": {3, 401}} {
+		rec := got[ip]
+		if rec.Calls != want.calls || rec.Status != want.status || rec.Outcome != pix.OutcomeRefused || rec.Actor != "unauthenticated" {
+			t.Errorf("%s's summary: %+v, want %d calls, status %d, refused", ip, rec, want.calls, want.status)
+		}
+	}
+	if len(trail) != 2 {
+		t.Errorf("%d records, want 2: one per IP", len(trail))
+	}
+}
