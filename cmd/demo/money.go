@@ -36,6 +36,7 @@ func scan(ctx context.Context, d *demo) error {
 		fmt.Sprintf("%s, then %d tokens in pix-lookup", paid.summary(), refilled))
 
 	bankBefore, inProcess := d.bankTokens(ctx)
+	scanStart := time.Now()
 	d.out.say("Then a scanner in Diego's app probes random e-mail keys, as leaked-key harvesters do.")
 	var probes []reply
 	for i := range 12 {
@@ -52,8 +53,13 @@ func scan(ctx context.Context, d *demo) error {
 		cost > 1 && misses > 0 && misses == (refilled+cost-1)/cost && probes[misses].status == http.StatusTooManyRequests, sequence(probes))
 	if inProcess {
 		bankAfter, _ := d.bankTokens(ctx)
-		d.expect(fmt.Sprintf("the scan cost the bank's own DICT bucket only %d tokens: the scanner's bucket ran dry first", bankBefore-bankAfter),
-			bankBefore-bankAfter == 3*misses, fmt.Sprintf("pix-lookup-participant: %d → %d tokens, 3 a miss", bankBefore, bankAfter))
+		// The bank's bucket refills as the scan goes on: as much as the scan's time lets it, at
+		// most (a slow machine's scan takes longer).
+		refill := int(time.Since(scanStart)*time.Duration(d.bank.Limit)/d.bank.Window) + 1
+		spent := bankBefore - bankAfter
+		d.expect(fmt.Sprintf("the scan cost the bank's own DICT bucket only %d tokens: the scanner's bucket ran dry first", spent),
+			spent <= 3*misses && spent >= 3*misses-refill,
+			fmt.Sprintf("pix-lookup-participant: %d → %d tokens, 3 a miss less up to %d refilled", bankBefore, bankAfter, refill))
 	}
 	return nil
 }
