@@ -118,6 +118,9 @@ type environment struct {
 	PIX       Route      `env:"-"`
 	Statement Route      `env:"-"`
 	Login     LoginRoute `env:"-"`
+	// Settings limits the account's settings routes (limits, devices, look-up buckets), per
+	// account and device: SETTINGS_LIMIT, SETTINGS_WINDOW, SETTINGS_FAIL_MODE.
+	Settings Route `env:"-"`
 }
 
 // Route is one limited route's variables, read with the route's prefix.
@@ -174,6 +177,7 @@ func defaults() environment {
 		Statement: Route{Limit: 30, Window: time.Minute, FailMode: httpapi.FailLocal, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
 		Login: LoginRoute{IPLimit: 10, AccountLimit: 5, DeviceLimit: 5, Window: 10 * time.Minute, FailMode: httpapi.FailClosed,
 			Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
+		Settings: Route{Limit: 20, Window: time.Minute, FailMode: httpapi.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
 	}
 }
 
@@ -188,7 +192,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	parts := []struct {
 		prefix string
 		target any
-	}{{"", &cfg}, {"PIX_", &cfg.PIX}, {"STATEMENT_", &cfg.Statement}, {"LOGIN_", &cfg.Login}}
+	}{{"", &cfg}, {"PIX_", &cfg.PIX}, {"STATEMENT_", &cfg.Statement}, {"LOGIN_", &cfg.Login}, {"SETTINGS_", &cfg.Settings}}
 	for _, part := range parts {
 		if err := parse(part.target, part.prefix, getenv, &p); err != nil {
 			return Config{}, err
@@ -198,7 +202,7 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 	for _, r := range []struct {
 		prefix string
 		burst  int
-	}{{"PIX_", cfg.PIX.Burst}, {"STATEMENT_", cfg.Statement.Burst}, {"LOGIN_", cfg.Login.Burst}} {
+	}{{"PIX_", cfg.PIX.Burst}, {"STATEMENT_", cfg.Statement.Burst}, {"LOGIN_", cfg.Login.Burst}, {"SETTINGS_", cfg.Settings.Burst}} {
 		if getenv(r.prefix+"BURST") != "" && r.burst < 1 { // zero means "the limit" only when unset
 			p.add(r.prefix+"BURST", "%d: want at least 1", r.burst)
 		}
@@ -372,6 +376,7 @@ func (cfg *environment) check(p *problems) Config {
 	out.Limits = httpapi.Limits{
 		PIX:                  policy(p, "PIX_", cfg.PIX.As("pix")),
 		Statement:            policy(p, "STATEMENT_", cfg.Statement.As("statement")),
+		Settings:             policy(p, "SETTINGS_", cfg.Settings.As("account-settings")),
 		LoginIP:              policy(p, "LOGIN_", cfg.Login.policy("login-ip", cfg.Login.IPLimit), "IP_LIMIT"),
 		LoginAccount:         policy(p, "LOGIN_", cfg.Login.policy("login-account", cfg.Login.AccountLimit), "ACCOUNT_LIMIT"),
 		LoginDevice:          policy(p, "LOGIN_", cfg.Login.policy("login-device", cfg.Login.DeviceLimit), "DEVICE_LIMIT"),

@@ -25,8 +25,10 @@ func TestDefaults(t *testing.T) {
 		"statement":     {Policy: ratelimit.Policy{Name: "statement", Limit: 30, Window: time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailLocal},
 		"login-ip":      {Policy: ratelimit.Policy{Name: "login-ip", Limit: 10, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
 		"login-account": {Policy: ratelimit.Policy{Name: "login-account", Limit: 5, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
+		"account-settings": {Policy: ratelimit.Policy{Name: "account-settings", Limit: 20, Window: time.Minute, Algorithm: ratelimit.SlidingLog},
+			FailMode: httpapi.FailClosed},
 	}
-	for _, got := range []httpapi.Limit{cfg.Limits.PIX, cfg.Limits.Statement, cfg.Limits.LoginIP, cfg.Limits.LoginAccount} {
+	for _, got := range []httpapi.Limit{cfg.Limits.PIX, cfg.Limits.Statement, cfg.Limits.LoginIP, cfg.Limits.LoginAccount, cfg.Limits.Settings} {
 		if got != want[got.Name] {
 			t.Errorf("policy %s = %+v, want %+v", got.Name, got, want[got.Name])
 		}

@@ -67,8 +67,10 @@ func handleGetLimits(ledger pix.Ledger) echo.HandlerFunc {
 
 // handlePutLimits changes any of the account's limits: a lower value at once, a higher one
 // pending until its effective_at (the answer shows which). Invalid values are 400 naming each
-// field, and nothing changes.
-func handlePutLimits(ledger pix.Ledger) echo.HandlerFunc {
+// field, and nothing changes. It counts against settings (account-settings) once the body is
+// valid; a change that only tightens is never refused by it: when settings refuses (or cannot
+// decide), the limits in force are read, without a lock, and a tightening goes through.
+func handlePutLimits(ledger pix.Ledger, limiter limiter, settings Limit) echo.HandlerFunc {
 	type request struct {
 		NightLimitCents *int64  `json:"night_limit_cents"`
 		DayLimitCents   *int64  `json:"day_limit_cents"`
@@ -98,6 +100,19 @@ func handlePutLimits(ledger pix.Ledger) echo.HandlerFunc {
 		}
 		if change.NightLimitCents == nil && change.DayLimitCents == nil && change.NightStart == nil {
 			return invalid("nothing to change", map[string]string{"body": "give night_limit_cents, day_limit_cents or night_start"})
+		}
+		device, err := accountDevice(c)
+		if err != nil {
+			return err
+		}
+		if refused := limiter.enforce(c, nil, check{settings, device}); refused != nil {
+			inForce, err := ledger.Limits(c.Request().Context(), id)
+			if err != nil {
+				return err
+			}
+			if !change.Tightens(inForce) {
+				return refused
+			}
 		}
 		l, err := ledger.SetLimits(c.Request().Context(), id, change)
 		var le *pix.LimitsError

@@ -23,6 +23,11 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	if err != nil {
 		return err
 	}
+	limitSettings, err := RateLimitConfig{Limiter: d.Limiter, Limit: d.Limits.Settings, Identify: accountDevice,
+		FailClosedRetryAfter: d.Limits.FailClosedRetryAfter, Metrics: d.Metrics, Logger: d.Logger}.ToMiddleware()
+	if err != nil {
+		return err
+	}
 	// One limiter for the routes that decide in their handlers: the login (its document key comes
 	// from the body) and the key look-up (charged after the answer).
 	login := limiter{l: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
@@ -34,14 +39,24 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	e.POST("/v1/login", handleLogin(login, d.Limits, d.Ledger, d.Passwords, d.Tokens, d.Devices, d.Tiers))
 	lookups := lookupLimiter{limiter: login, limits: d.Limits, tiers: d.Tiers}
 	e.POST("/v1/pix", handlePIX(d.Ledger), requireAccount, decodePIX(), consultLookups(lookups), limitPIX)
-	e.GET("/v1/pix/keys/limits", handleLookupLimits(lookups), requireAccount)
+	e.GET("/v1/pix/keys/limits", handleLookupLimits(lookups), requireAccount, limitSettings)
 	e.GET("/v1/pix/keys/:key", handleLookup(d.Ledger, lookups), requireAccount)
 	e.GET("/v1/statement", handleStatement(d.Ledger), requireAccount, limitStatement)
-	e.GET("/v1/limits", handleGetLimits(d.Ledger), requireAccount)
-	e.PUT("/v1/limits", handlePutLimits(d.Ledger), requireAccount)
-	e.DELETE("/v1/limits/pending", handleCancelPending(d.Ledger), requireAccount)
-	e.POST("/v1/devices/current/register", handleRegisterDevice(login, d.Limits, d.Ledger, d.Passwords), requireAccount)
+	e.GET("/v1/limits", handleGetLimits(d.Ledger), requireAccount, limitSettings)
+	e.PUT("/v1/limits", handlePutLimits(d.Ledger, login, d.Limits.Settings), requireAccount) // limited in the handler: a lowering never is
+	e.DELETE("/v1/limits/pending", handleCancelPending(d.Ledger), requireAccount, limitSettings)
+	e.POST("/v1/devices/current/register", handleRegisterDevice(login, d.Limits, d.Ledger, d.Passwords), requireAccount, limitSettings)
 	return nil
+}
+
+// accountDevice identifies a request by its access token's account and device: the
+// account-settings key.
+func accountDevice(c echo.Context) (string, error) {
+	s, err := auth.SubjectOf(c)
+	if err != nil {
+		return "", err
+	}
+	return s.Account + "/" + s.Device, nil
 }
 
 func limitByAccount(d Deps, l Limit, of func(echo.Context, Limit) Limit) (echo.MiddlewareFunc, error) {

@@ -56,6 +56,10 @@ type Limits struct {
 	PIX, Statement, LoginIP, LoginAccount Limit
 	// LoginDevice limits the logins of one trusted device, in place of LoginAccount.
 	LoginDevice Limit
+	// Settings limits the account's settings routes (account-settings), per account and device:
+	// one device's flood neither reaches the ledger nor keeps the owner's other devices out. A
+	// lowering of a limit is never refused by it.
+	Settings Limit
 	// FailClosedRetryAfter is the Retry-After when a fail-closed limit cannot be decided.
 	FailClosedRetryAfter time.Duration
 	// PIXLookup is the payer's DICT anti-scan token bucket for e-mail and phone keys

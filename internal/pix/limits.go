@@ -76,6 +76,19 @@ type LimitsChange struct {
 	NightStart                     *time.Duration
 }
 
+// Tightens reports whether the change gives at least one value and every value it gives is
+// stricter than l's in force: a lower night or day limit where there was one, or none where there
+// was no cap (0), and the earlier night start. Such a change is the owner's own protection,
+// which nothing may refuse (a limit on calls included).
+func (c LimitsChange) Tightens(l Limits) bool {
+	lower := func(v *int64, now int64) bool { return v == nil || *v > 0 && (now == 0 || *v < now) }
+	if c.NightLimitCents == nil && c.DayLimitCents == nil && c.NightStart == nil {
+		return false
+	}
+	return lower(c.NightLimitCents, l.NightLimitCents) && lower(c.DayLimitCents, l.DayLimitCents) &&
+		(c.NightStart == nil || *c.NightStart < l.NightStart)
+}
+
 // ErrInvalidLimits is wrapped by the error of a change that asks for a value no customer may set.
 var ErrInvalidLimits = errors.New("invalid limits")
 

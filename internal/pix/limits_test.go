@@ -363,3 +363,28 @@ func TestRevokeDevices(t *testing.T) {
 		})
 	}
 }
+
+// TestReadingLimitsTakesNoLock: while another transaction holds Ana's row lock (as a transfer or
+// a change of her limits does), reading her limits answers at once: a flood of reads never
+// queues behind, nor ahead of, a transfer.
+func TestReadingLimitsTakesNoLock(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	l, err := OpenPostgres(context.Background(), url, 2*time.Second, demo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	holder := pgtest.Connect(t, url)
+	tx, err := holder.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), "SELECT id FROM accounts WHERE id = 'acct-ana' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Limits(context.Background(), "acct-ana"); err != nil {
+		t.Errorf("reading Ana's limits while her row is locked: %v, want them (the read waited out its 2 s deadline on the lock)", err)
+	}
+}

@@ -585,8 +585,31 @@ func (l *PostgresLedger) Account(ctx context.Context, id string) (Account, error
 }
 
 // Limits implements Ledger.
+// A read takes no lock: a read-only transaction's snapshot of the account's limits, which a flood
+// of reads cannot make transfers wait for (they take the account's row lock).
 func (l *PostgresLedger) Limits(ctx context.Context, accountID string) (Limits, error) {
-	return l.changeLimits(ctx, accountID, func(a accountLimits, _ time.Time) (accountLimits, bool, error) { return a, false, nil })
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	var out Limits
+	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var exists bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)", accountID).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return ErrAccountNotFound
+		}
+		stored, err := loadLimits(ctx, tx, accountID)
+		if err != nil {
+			return err
+		}
+		out = l.rules.inForce(stored, l.now().UTC())
+		return nil
+	})
+	if err != nil {
+		return Limits{}, fmt.Errorf("pix: limits: %w", unavailable(err))
+	}
+	return out, nil
 }
 
 // SetLimits implements Ledger.

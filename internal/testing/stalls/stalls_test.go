@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-func TestLongest(t *testing.T) {
+func TestStalled(t *testing.T) {
 	base := time.Now()
 	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
-	m := &Meter{ticks: []time.Time{at(0), at(1), at(2), at(50), at(51), at(52)}}
+	m := &Meter{ticks: []time.Time{at(0), at(1), at(2), at(50), at(51), at(52), at(60), at(61)}}
 	for _, tt := range []struct {
 		start, end int
 		want       time.Duration
@@ -17,11 +17,13 @@ func TestLongest(t *testing.T) {
 		{0, 52, 47 * time.Millisecond},   // 2 → 50: 48 ms without a note, 1 of them the period
 		{10, 52, 39 * time.Millisecond},  // the stall counts only from start
 		{10, 20, 9 * time.Millisecond},   // and only up to end
-		{51, 80, 27 * time.Millisecond},  // after the last note, up to end
+		{51, 58, 5 * time.Millisecond},   // up to end
+		{0, 61, 54 * time.Millisecond},   // two stalls: 47 ms and 7 ms
+		{61, 80, 18 * time.Millisecond},  // after the last note, up to end
 		{100, 110, 9 * time.Millisecond}, // wholly after the notes
 	} {
-		if got := m.Longest(at(tt.start), at(tt.end)); got != tt.want {
-			t.Errorf("Longest(%d ms, %d ms) = %v, want %v", tt.start, tt.end, got, tt.want)
+		if got := m.Stalled(at(tt.start), at(tt.end)); got != tt.want {
+			t.Errorf("Stalled(%d ms, %d ms) = %v, want %v", tt.start, tt.end, got, tt.want)
 		}
 	}
 }
@@ -37,10 +39,10 @@ func TestWatchSeesAStall(t *testing.T) {
 	m.mu.Unlock()
 	time.Sleep(5 * time.Millisecond)
 	end := time.Now()
-	if got := m.Longest(start, end); got < 50*time.Millisecond || got > end.Sub(start) {
-		t.Errorf("Longest over a 60 ms stall = %v, want 50 ms or more, at most the interval's %v", got, end.Sub(start))
+	if got := m.Stalled(start, end); got < 50*time.Millisecond || got > end.Sub(start) {
+		t.Errorf("Stalled over a 60 ms stall = %v, want 50 ms or more, at most the interval's %v", got, end.Sub(start))
 	}
-	if got, want := m.Within(start, end), end.Sub(start)-m.Longest(start, end); got != want {
+	if got, want := m.Within(start, end), end.Sub(start)-m.Stalled(start, end); got != want {
 		t.Errorf("Within = %v, want %v", got, want)
 	}
 }

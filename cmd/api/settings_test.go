@@ -1,0 +1,122 @@
+package main
+
+import (
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+)
+
+// TestASettingsFloodDoesNotStarveTheLedger: one device of Ana's floods her settings routes (PUT
+// and GET /v1/limits, DELETE /v1/limits/pending, GET /v1/pix/keys/limits) from 16 clients at
+// once. Past account-settings' 20 a minute for that device they are refused before the ledger,
+// so Diego's PIX keeps its median within 2× of quiet, timed in the same run; "quiet" for the
+// ledger, since the flood's HTTP work takes the same two cores: beside a control flood of as many
+// calls that the API refuses before the ledger. Meanwhile the owner's other device is not refused (a bucket per device), and a
+// lowering of a limit is never refused, not even from the flooding device.
+func TestASettingsFloodDoesNotStarveTheLedger(t *testing.T) {
+	t.Parallel()
+	env := moneyEnv(t, pgtest.URL(t), false)
+	env["PIX_LIMIT"] = "1000"
+	a := startAPI(t, redistest.Start(t), env)
+	phisher := a.Token(demo[0].Document, demo[0].Password) // a device of Ana's account
+	owner := a.Token(demo[0].Document, demo[0].Password)   // another one: her own phone
+	diego := a.Token(demo[3].Document, demo[3].Password)
+
+	pix := func(n int) (took []time.Duration) {
+		for range n {
+			r := a.PIX(diego, "bruno@example.com", 1)
+			if r.Status != http.StatusCreated {
+				t.Fatalf("Diego's PIX: %v", r)
+			}
+			took = append(took, r.Took)
+		}
+		return took
+	}
+	median := func(took []time.Duration) time.Duration {
+		slices.Sort(took)
+		return took[len(took)/2]
+	}
+	pix(3) // connections dialed, scripts loaded
+	quiet := median(pix(15))
+
+	// flood runs send from 16 clients until the returned stop is called, which waits for them;
+	// it returns once 200 calls were sent.
+	flood := func(send func(g, i int) apitest.Response) (stop func() (sent, refused int64)) {
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		var n, no atomic.Int64
+		for g := range 16 {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					n.Add(1)
+					if r := send(g, i); r.Status == http.StatusTooManyRequests {
+						no.Add(1)
+					}
+				}
+			})
+		}
+		for n.Load() < 200 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return func() (int64, int64) { close(done); wg.Wait(); return n.Load(), no.Load() }
+	}
+	// The control: as many calls, each authenticated and refused by the limiter before the
+	// ledger (Ana's statements, past their limit), so that what the flood costs the two cores is
+	// in both figures and only the ledger's part differs. Three rounds of each, alternated.
+	statements := func(int, int) apitest.Response { return a.Statement(phisher) }
+	settings := func(g, i int) apitest.Response {
+		switch (g + i) % 4 {
+		case 0:
+			return a.Do(http.MethodPut, "/v1/limits", map[string]any{"day_limit_cents": 2_000_000 + g*100 + i%100}, "Authorization", "Bearer "+phisher) // a raise: counted
+		case 1:
+			return a.Do(http.MethodGet, "/v1/limits", nil, "Authorization", "Bearer "+phisher)
+		case 2:
+			return a.Do(http.MethodDelete, "/v1/limits/pending", nil, "Authorization", "Bearer "+phisher)
+		}
+		return a.Do(http.MethodGet, "/v1/pix/keys/limits", nil, "Authorization", "Bearer "+phisher)
+	}
+	var beside, during []time.Duration
+	var sent, refused int64
+	var lowered, ownRead apitest.Response
+	for round := range 3 {
+		stop := flood(statements)
+		beside = append(beside, pix(7)...)
+		stop()
+		stop = flood(settings)
+		during = append(during, pix(7)...)
+		if round == 2 {
+			lowered = a.Do(http.MethodPut, "/v1/limits", map[string]any{"night_limit_cents": 50_000}, "Authorization", "Bearer "+phisher)
+			ownRead = a.Do(http.MethodGet, "/v1/limits", nil, "Authorization", "Bearer "+owner)
+		}
+		n, no := stop()
+		sent, refused = sent+n, refused+no
+	}
+	control, flooded := median(beside), median(during)
+
+	t.Logf("Diego's PIX: median %v quiet, %v beside a flood the limiter refuses before the ledger, %v during a flood of %d settings calls (%d refused)",
+		quiet, control, flooded, sent, refused)
+	if flooded > 2*max(quiet, control) {
+		t.Errorf("Diego's PIX median %v during the settings flood, over twice its %v beside the same load kept off the ledger", flooded, max(quiet, control))
+	}
+	if n := sent - refused; n > 20 {
+		t.Errorf("%d of the flooding device's settings calls were served, want at most account-settings' 20", n)
+	}
+	if lowered.Status != http.StatusOK {
+		t.Errorf("a lowering from the flooding device: %v, want 200: never refused", lowered)
+	}
+	if ownRead.Status != http.StatusOK {
+		t.Errorf("the owner's other device during the flood: %v, want 200", ownRead)
+	}
+}
