@@ -81,3 +81,39 @@ func TestTiersChangeAtRuntime(t *testing.T) {
 		t.Errorf("tiers on the public listener: %v, want 404", r)
 	}
 }
+
+// TestTheDesksReadTellsTheTierAndChangesNothing: Padaria, on the premium tier (30 PIX a minute),
+// has sent 13. The desk reads her key as the route decides it: 30, 17 left, not full; and the
+// read changes nothing a route answers: her next PIX goes through. (The desk used to check the
+// key against the route's default of 10, report it full, and write that into the replica's
+// memory of full keys, so her next PIX was refused for 5 s.) An account the ledger does not
+// know is 404.
+func TestTheDesksReadTellsTheTierAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	token := rand.Text() + rand.Text()
+	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "DEMO_ACCOUNTS": "true", "ADMIN_ADDR": apitest.FreeAddr(t), "ADMIN_TOKEN": token}
+	a := startAPI(t, redistest.Start(t), env)
+	desk := &apitest.Client{T: t, Base: "http://" + env["ADMIN_ADDR"]}
+	admin := func(method, path string, body any) apitest.Response {
+		return desk.Do(method, path, body, "Authorization", "Bearer "+token)
+	}
+	if r := admin(http.MethodPut, "/admin/v1/accounts/acct-padaria/tier", map[string]any{"tier": "premium"}); r.Status != http.StatusOK {
+		t.Fatalf("moving Padaria to premium: %v", r)
+	}
+	padaria := a.Token(demo[4].Document, demo[4].Password)
+	for i := range 13 {
+		if r := a.PIX(padaria, "ana@example.com", 1); r.Status != http.StatusCreated {
+			t.Fatalf("Padaria's PIX %d: %v", i+1, r)
+		}
+	}
+	r := admin(http.MethodGet, "/admin/v1/keys/pix/acct-padaria", nil)
+	if body := r.JSON(t); r.Status != http.StatusOK || body["limit"] != 30.0 || body["remaining"] != 17.0 || body["full"] != false {
+		t.Errorf("the desk's read of Padaria's key: %v, want limit 30, 17 left, not full", r)
+	}
+	if r := a.PIX(padaria, "ana@example.com", 1); r.Status != http.StatusCreated {
+		t.Errorf("Padaria's PIX after the desk's read: %v, want 201", r)
+	}
+	if r := admin(http.MethodGet, "/admin/v1/keys/pix/acct-nobody", nil); r.Status != http.StatusNotFound {
+		t.Errorf("an account the ledger does not know: %v, want 404", r)
+	}
+}

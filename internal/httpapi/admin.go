@@ -255,7 +255,7 @@ type keyState struct {
 }
 
 func (d *desk) getKey(c echo.Context) error {
-	chk, err := d.resolve(c.Param("policy"), c.Param("identity"))
+	chk, err := d.resolve(c, c.Param("policy"), c.Param("identity"))
 	if err != nil {
 		return err
 	}
@@ -269,7 +269,7 @@ func (d *desk) getKey(c echo.Context) error {
 }
 
 func (d *desk) deleteKey(c echo.Context) error {
-	chk, err := d.resolve(c.Param("policy"), c.Param("identity"))
+	chk, err := d.resolve(c, c.Param("policy"), c.Param("identity"))
 	if err != nil {
 		return err
 	}
@@ -294,9 +294,10 @@ func (d *desk) deleteKey(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]keyState{"before": before, "after": after})
 }
 
-// state asks the key's state, taking nothing.
+// state reads the key's state from Redis, taking nothing and changing nothing a route answers
+// (ratelimit.Limiter.Inspect: no deny cache, no breaker).
 func (d *desk) state(c echo.Context, chk ratelimit.Check) (keyState, error) {
-	dec, err := d.Limiter.AskAll(c.Request().Context(), chk)
+	dec, err := d.Limiter.Inspect(c.Request().Context(), chk)
 	if err != nil {
 		return keyState{}, &Error{Code: CodeRateLimiterUnavailable, RetryAfter: time.Second, cause: err}
 	}
@@ -311,9 +312,10 @@ var (
 )
 
 // resolve turns a policy's name and an identity, as a support agent knows it, into the check
-// the limiter keys (hashing it exactly as the routes do), or a 404 for a policy the desk does not
-// know and a 400 for an identity that policy cannot count.
-func (d *desk) resolve(policy, identity string) (ratelimit.Check, error) {
+// the route decides (the key hashed as it hashes it, under the limit of the account's tier), or
+// a 404 for a policy the desk does not know, or an account the ledger does not, and a 400 for an
+// identity that policy cannot count.
+func (d *desk) resolve(c echo.Context, policy, identity string) (ratelimit.Check, error) {
 	bad := func(want string) error {
 		return invalid("invalid identity", map[string]string{"identity": "the " + policy + " policy counts " + want})
 	}
@@ -323,10 +325,19 @@ func (d *desk) resolve(policy, identity string) (ratelimit.Check, error) {
 		if !accountID.MatchString(identity) {
 			return ratelimit.Check{}, bad("an account id (acct-ana)")
 		}
+		acct, err := d.Ledger.Account(c.Request().Context(), identity)
+		if errors.Is(err, pix.ErrAccountNotFound) {
+			return ratelimit.Check{}, &Error{Code: CodeNotFound, Message: "no such account"}
+		} else if err != nil {
+			return ratelimit.Check{}, err
+		}
+		_, person, _ := pix.ParseDocument(acct.Document)
+		statement := policy == l.Statement.Name
 		limit := l.PIX
-		if policy == l.Statement.Name {
+		if statement {
 			limit = l.Statement
 		}
+		limit = d.Tiers.limitOf(limit, auth.Subject{Account: acct.ID, Person: string(person)}, statement)
 		return ratelimit.Check{Policy: limit.Policy, Identity: identity}, nil
 	case l.LoginIP.Name:
 		addr, err := netip.ParseAddr(identity)
@@ -354,7 +365,14 @@ func (d *desk) resolve(policy, identity string) (ratelimit.Check, error) {
 		if policy != l.PIXLookup.Name {
 			keyType = pix.KeyCPF
 		}
-		chk := lookupLimiter{limits: l}.bucket(auth.Subject{Payer: d.Tokens.PayerID(doc), Person: string(person)}, keyType)
+		payer := auth.Subject{Payer: d.Tokens.PayerID(doc), Person: string(person)}
+		switch acct, err := d.Ledger.AccountByDocument(c.Request().Context(), doc); {
+		case err == nil:
+			payer.Account = acct.ID // its tier may give its buckets another capacity
+		case !errors.Is(err, pix.ErrAccountNotFound):
+			return ratelimit.Check{}, err
+		}
+		chk := lookupLimiter{limits: l, tiers: d.Tiers}.bucket(payer, keyType)
 		return ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, nil
 	case l.LookupParticipant.Name:
 		if identity != pix.ISPB && identity != ParticipantIdentity {

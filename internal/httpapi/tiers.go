@@ -130,16 +130,22 @@ func tierLimit(t *Tiers, statement bool) func(c echo.Context, l Limit) Limit {
 		if err != nil {
 			return l
 		}
-		p, st, _ := t.limits(s)
-		if statement {
-			p = st
-		}
-		if p > 0 {
-			l.Limit = p
-			if l.Algorithm.Bursty() && l.Burst < p {
-				l.Burst = p
-			}
-		}
-		return l
+		return t.limitOf(l, s, statement)
 	}
+}
+
+// limitOf is l, the PIX route's limit (the statement's when statement), as s's account's tier
+// has it: how the route decides, and how the support desk reads, that account's key.
+func (t *Tiers) limitOf(l Limit, s auth.Subject, statement bool) Limit {
+	p, st, _ := t.limits(s)
+	if statement {
+		p = st
+	}
+	if p > 0 {
+		l.Limit = p
+		if l.Algorithm.Bursty() && l.Burst < p {
+			l.Burst = p
+		}
+	}
+	return l
 }

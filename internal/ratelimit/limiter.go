@@ -338,6 +338,25 @@ func (l *Limiter) AskAll(ctx context.Context, checks ...Check) (Decision, error)
 	return l.do(ctx, decideMode(0), checks)
 }
 
+// Inspect reads c's key as a decision would find it, taking nothing, from Redis alone: unlike
+// AskAll it neither consults nor teaches this Limiter's deny cache, counts in no Stats, and its
+// failure opens no breaker, so an operator's read (a support desk's) changes nothing any
+// request is answered. Decision.Allowed says whether one more request would be admitted now.
+// The error wraps ErrUnavailable.
+func (l *Limiter) Inspect(ctx context.Context, c Check) (Decision, error) {
+	if err := c.Policy.Validate(); err != nil {
+		return Decision{}, err
+	}
+	a := c.Policy.algorithm()
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	r, err := run(ctx, l.rdb, a, []string{l.keys.key(c.Policy, c.Identity)}, l.newCall(a, decideMode(0), []Check{c}))
+	if err != nil {
+		return Decision{}, err
+	}
+	return newDecision(r.allowed, r.pairs, []Check{c}), nil
+}
+
 // Forget clears c's key in Redis, on every replica at once: the identity starts afresh (a
 // support desk unblocking a customer). This replica's deny cache drops the key now; the others
 // learn it at their next heartbeat (about a second; the key is listed in the fleet's forget

@@ -390,3 +390,25 @@ func TestBreakerProbesOneAtATime(t *testing.T) {
 		t.Fatal("refused after a good probe")
 	}
 }
+
+// TestInspectChangesNothingARequestIsAnswered: reading a full key with Inspect reports it full, as
+// Redis has it, without teaching the deny cache: the key's next request still asks Redis, which
+// (the key cleared behind the Limiter's back, as a restarted Redis would) admits it.
+func TestInspectChangesNothingARequestIsAnswered(t *testing.T) {
+	t.Parallel()
+	l, rdb, _ := newTestLimiter(t)
+	c := Check{policy("inspect", 2, time.Minute), "k"}
+	mustAllow(t, l, c)
+	mustAllow(t, l, c)
+	d, err := l.Inspect(context.Background(), c)
+	if err != nil || d.Allowed || d.Worst.Remaining != 0 || d.Worst.Capacity != 2 || d.Worst.RetryAfter <= 0 {
+		t.Fatalf("Inspect of a full key: %+v, %v; want refused, 0 of 2 left, a RetryAfter", d, err)
+	}
+	if n := l.Stats().CachedKeys; n != 0 {
+		t.Errorf("the deny cache holds %d keys after an Inspect, want 0", n)
+	}
+	rdb.Del(context.Background(), l.Key(c))
+	if d := mustAllow(t, l, c); !d.Allowed || d.Local {
+		t.Errorf("the next request after an Inspect: %+v, want Redis to admit it", d)
+	}
+}
