@@ -541,8 +541,8 @@ func (cfg *environment) checkNight(p *problems) pix.NightCap {
 		}
 	}
 	if night.Start == night.End && !p.has("NIGHT_START") && !p.has("NIGHT_END") {
-		p.add("NIGHT_START", "%s equals NIGHT_END: a night of no length; to switch the night-time cap off, "+
-			"set NIGHT_LIMIT_CENTS=0", cfg.NightStart)
+		p.add("NIGHT_START", "%s equals NIGHT_END: a night of no length, which would void the night limits customers "+
+			"set too; to switch off only the bank's default cap, set NIGHT_LIMIT_CENTS=0", cfg.NightStart)
 	}
 	return night
 }

@@ -257,11 +257,10 @@ func (r Rules) check(t transferFacts, s sent) error {
 	if !t.betweenPersons {
 		return nil
 	}
+	// The limit in force: the customer's own, else the bank's default. NIGHT_LIMIT_CENTS=0
+	// switches off only the default, never a limit a customer set.
 	n := r.Night
 	n.LimitCents, n.Start = t.limits.NightLimitCents, t.limits.NightStart
-	if r.Night.LimitCents <= 0 {
-		return nil // the bank switched the night cap off
-	}
 	return n.check(t.now, s.night, t.amount)
 }
 

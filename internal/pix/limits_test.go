@@ -388,3 +388,35 @@ func TestReadingLimitsTakesNoLock(t *testing.T) {
 		t.Errorf("reading Ana's limits while her row is locked: %v, want them (the read waited out its 2 s deadline on the lock)", err)
 	}
 }
+
+// TestACustomersNightLimitHoldsWithTheBanksOff: the bank switches its default night cap off
+// (NIGHT_LIMIT_CENTS=0); Bruno sets his own night limit to R$ 1,00. At night a R$ 100,00 PIX to
+// Ana is refused by his limit, one of R$ 1,00 goes through; with no limit of his own, Carla's is
+// not capped. (The cap used to be skipped whenever the bank's default was 0.)
+func TestACustomersNightLimitHoldsWithTheBanksOff(t *testing.T) {
+	t.Parallel()
+	r := defaultRules(t)
+	r.Night.LimitCents, r.DayLimitCents, r.NewDeviceTransferCents, r.NewDeviceDayCents = 0, 0, 0, 0
+	clock := &testClock{}
+	for name, l := range rulesBackends(t, r, clock.Now) {
+		t.Run(name, func(t *testing.T) {
+			clock.Set(time.Date(2026, 11, 30, 22, 0, 0, 0, r.Night.Location))
+			one := int64(100)
+			if _, err := l.SetLimits(context.Background(), "acct-bruno", LimitsChange{NightLimitCents: &one}); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := l.Limits(context.Background(), "acct-bruno"); got.NightLimitCents != 100 {
+				t.Fatalf("Bruno's night limit shows %d, want 100", got.NightLimitCents)
+			}
+			if err := pay(l, "acct-bruno", "ana@example.com", "", 10_000); !errors.Is(err, ErrNightLimitExceeded) {
+				t.Errorf("R$ 100,00 at night past his own R$ 1,00 limit: %v, want ErrNightLimitExceeded", err)
+			}
+			if err := pay(l, "acct-bruno", "ana@example.com", "", 100); err != nil {
+				t.Errorf("R$ 1,00 at night, within his limit: %v", err)
+			}
+			if err := pay(l, "acct-carla", "ana@example.com", "", 200_000); err != nil {
+				t.Errorf("Carla, no limit of her own, the bank's off: %v, want no cap", err)
+			}
+		})
+	}
+}
