@@ -80,7 +80,11 @@ func TestWrongPasswordAndUnknownDocumentLookTheSame(t *testing.T) {
 	}
 }
 
-func TestLoginRefusalsByEitherKeyLookTheSame(t *testing.T) {
+// TestLoginRefusalsByEitherKeyHaveOneShape: a login refused by the document key (a botnet) and
+// one refused by the IP key (a sweep) have the same status, the same body (but the seconds left)
+// and the same header names and RateLimit-Policy, as the contract says. The RateLimit values
+// differ, and say so: each names the key that refused (the worst), as the IETF draft has it.
+func TestLoginRefusalsByEitherKeyHaveOneShape(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t, redistest.Start(t), map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"})
 
@@ -121,6 +125,11 @@ func TestLoginRefusalsByEitherKeyLookTheSame(t *testing.T) {
 	}
 	if !slices.Equal(slices.Sorted(maps.Keys(byDocument.Header)), slices.Sorted(maps.Keys(byIP.Header))) {
 		t.Errorf("the two refusals carry different headers: %v vs %v", byDocument.Header, byIP.Header)
+	}
+	for r, key := range map[*apitest.Response]string{&byDocument: `"login-account"`, &byIP: `"login-ip"`} {
+		if got := r.Header.Get("RateLimit"); !strings.HasPrefix(got, key+";r=0") {
+			t.Errorf("RateLimit %q, want the refusing key %s with none left", got, key)
+		}
 	}
 }
 
@@ -281,7 +290,7 @@ func TestATrustedDeviceIsNotLockedOut(t *testing.T) {
 // TestARefusalDoesNotSayWhoseDeviceItIs: with the IP key full, a login refusal costs nothing, so
 // its answer must not depend on whether the device token it presents is valid for its CPF, or a
 // stolen token would find its owner's CPF by trying CPFs. Carla's own token, a forged one and
-// none get the same status, body and headers.
+// none get the same status, error, header names, RateLimit-Policy and RateLimit-Limit.
 func TestARefusalDoesNotSayWhoseDeviceItIs(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t, redistest.Start(t), map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"})

@@ -196,7 +196,7 @@ func loginAttack(ctx context.Context, d *demo) error {
 	byDoc, byIP := bots[len(bots)-1], sweep[len(sweep)-1]
 	same := byDoc.status == byIP.status && byDoc.code() == byIP.code() && byDoc.str("message") == byIP.str("message") &&
 		slices.Equal(slices.Sorted(maps.Keys(byDoc.header)), slices.Sorted(maps.Keys(byIP.header)))
-	d.expect("refused by the document key or by the IP key: the same status, body and headers", same,
+	d.expect("refused by the document key or by the IP key: the same status, body and header names", same,
 		fmt.Sprintf("%s vs %s", byDoc.summary(), byIP.summary()))
 
 	if inside {

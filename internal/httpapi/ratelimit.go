@@ -149,7 +149,7 @@ func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit
 	}
 	if !d.Allowed {
 		// The body never names the key that refused: a login refused by its IP key and one refused
-		// by its document key read the same.
+		// by its document key have the same body (their RateLimit values name the key).
 		return &Error{Code: CodeRateLimitExceeded, RetryAfter: d.Worst.RetryAfter}
 	}
 	return nil

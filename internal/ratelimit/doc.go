@@ -57,8 +57,8 @@
 // The login limits the client IP and the account document at once. AllowAll decides all checks
 // in one script: the request is admitted only if every key has room, and is then recorded in
 // every key; if any key is full it is recorded in none, so a refusal consumes nobody's quota.
-// Decision.Worst is the key to report (least Remaining; on a tie the longer Reset), so a refusal
-// by either key reads the same.
+// Decision.Worst is the key to report (least Remaining; on a tie the longer Reset): a refusal by
+// either key has the same shape, and Worst names the key that refused.
 //
 // In Redis Cluster, keys in different hash slots cannot share a script (CROSSSLOT). With a
 // cluster client (recognized by New, or declared by Options.Cluster) a decision over several keys
