@@ -312,14 +312,16 @@ func TestClusterFailover(t *testing.T) {
 	killedAt.Store(time.Now().UnixMicro())
 	master.Kill()
 	killed <- time.Now()
-	deadline := time.Now().Add(30 * time.Second)
+	// A bound, not a figure: a failover takes about 2 s here, and up to half a minute on a
+	// machine whose other work starves the Redis processes.
+	deadline := time.Now().Add(60 * time.Second)
 	for firstOKAfter.Load() == 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	close(stop)
 	wg.Wait()
 	if firstOKAfter.Load() == 0 {
-		t.Fatal("no decision succeeded within 30s of killing the master")
+		t.Fatal("no decision succeeded within 60s of killing the master")
 	}
 	gap := time.Duration(firstOKAfter.Load()-killedAt.Load()) * time.Microsecond
 	t.Logf("master killed: decisions on its slots failed (fail mode) for %v, then the promoted replica answered", gap.Round(time.Millisecond))
@@ -327,7 +329,9 @@ func TestClusterFailover(t *testing.T) {
 		t.Errorf("%d decisions waited past the %v budget", n, budget)
 	}
 
-	// Exact again on the promoted replica: 64 concurrent requests, limit 10.
+	// Exact again on the promoted replica: 64 concurrent requests, limit 10, counted by clients
+	// with a generous budget (the 200 ms one is the fail mode's, measured above; a loaded
+	// machine's burst of 64 can outlast it, and a timeout is not what this counts).
 	c.WaitHealthy(30 * time.Second)
 	exact := Policy{Name: "after-failover", Limit: 10, Window: time.Hour}
 	if c.MasterOf(ls[0].keys.key(exact, "victim")) == master {
@@ -338,21 +342,22 @@ func TestClusterFailover(t *testing.T) {
 	// reloads the map. Each client learns it here, on a key of its own, before the count.
 	for i, l := range ls {
 		learn := Policy{Name: fmt.Sprint("learn-", i), Limit: 1, Window: time.Hour}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			_, err := l.Allow(context.Background(), learn, "victim")
 			if err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("client %d: no decision within 10s of the cluster's recovery: %v", i, err)
+				t.Fatalf("client %d: no decision within 30s of the cluster's recovery: %v", i, err)
 			}
 		}
 	}
+	counters := clusterLimiters(t, c, 3, generous)
 	var admitted atomic.Int64
 	var wg2 sync.WaitGroup
 	for g := range 64 {
 		wg2.Go(func() {
-			d, err := ls[g%3].Allow(context.Background(), exact, "victim")
+			d, err := counters[g%3].Allow(context.Background(), exact, "victim")
 			if err != nil {
 				t.Errorf("after failover: %v", err)
 			}
