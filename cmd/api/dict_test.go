@@ -65,10 +65,11 @@ func TestCompaniesLogInAndArePaid(t *testing.T) {
 }
 
 // TestLookUpBucketsAsDICTHasThem drives the DICT user buckets over two replicas: a person's hold
-// 100 and a company's 1,000; e-mail and phone keys draw on pix-lookup, CPF, CNPJ and random keys
-// on pix-lookup-v2, each with its own tokens; a PIX answered 201 gives one token back to the
-// bucket of its key's type, never above capacity, and a replayed 201 gives none; a PIX to a key
-// nobody has costs a miss of its type's bucket.
+// 100, refilled 2 a minute, and a company's 1,000, refilled 20; e-mail and phone keys draw on
+// pix-lookup, CPF, CNPJ and random keys on pix-lookup-v2, each with its own tokens; a PIX
+// answered 201 after a look-up of its key gives one token back (two to a company) to the bucket
+// of its key's type, never above capacity; a replayed 201 gives none, nor does a PIX no look-up
+// led to; a PIX to a key nobody has costs a miss of its type's bucket.
 func TestLookUpBucketsAsDICTHasThem(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -87,13 +88,20 @@ func TestLookUpBucketsAsDICTHasThem(t *testing.T) {
 	}
 	for _, p := range policies {
 		m := p.(map[string]any)
-		if m["capacity"] != 1000.0 || m["available_tokens"] != 1000.0 || m["refill_tokens"] != 2.0 || m["refill_period_seconds"] != 60.0 {
-			t.Errorf("a company's bucket %v: want 1000 of 1000, refilled 2 per 60 s", m)
+		if m["capacity"] != 1000.0 || m["available_tokens"] != 1000.0 || m["refill_tokens"] != 20.0 || m["refill_period_seconds"] != 60.0 {
+			t.Errorf("a company's bucket %v: want 1000 of 1000, refilled 20 per 60 s", m)
 		}
 	}
 	if r := lookupOf(b, padaria, "bruno@example.com"); r.Header.Get("RateLimit-Remaining") != "999" ||
-		r.Header.Get("RateLimit-Policy") != `"pix-lookup";q=2;w=60;pixlimit-burst=1000` {
+		r.Header.Get("RateLimit-Policy") != `"pix-lookup";q=20;w=60;pixlimit-burst=1000` {
 		t.Errorf("a company's hit: %v, want 999 left of 1000", r.Header)
+	}
+	lookupOf(b, padaria, "ghost@example.com") // a miss: 979
+	if r := a.PIX(padaria, "bruno@example.com", 100); r.Status != http.StatusCreated {
+		t.Fatalf("the bakery pays Bruno: %v", r)
+	}
+	if got := bucketsOf(t, a, padaria); got["pix-lookup"] != 981 {
+		t.Errorf("the bakery's bucket after a look-up and its payment: %v, want 981 (two tokens back, a company's)", got["pix-lookup"])
 	}
 
 	// Diego: a hit on e-mail, two misses on phone, a miss on a random key.
@@ -122,6 +130,15 @@ func TestLookUpBucketsAsDICTHasThem(t *testing.T) {
 	if got := bucketsOf(t, a, diego); got["pix-lookup"] != 60 {
 		t.Errorf("after a PIX and two replays: pix-lookup %v, want 60 (one token back, not three)", got["pix-lookup"])
 	}
+	// A payment no look-up led to gives nothing back: Diego never looked Carla's e-mail up.
+	for range 3 {
+		if r := a.PIX(diego, "carla@example.com", 1); r.Status != http.StatusCreated {
+			t.Fatalf("PIX to Carla: %v", r)
+		}
+	}
+	if got := bucketsOf(t, a, diego); got["pix-lookup"] != 60 {
+		t.Errorf("after three payments to a key never looked up: pix-lookup %v, want 60 (nothing back)", got["pix-lookup"])
+	}
 	// A PIX to a key nobody has is charged a miss of its type's bucket: 80 - 20.
 	if r := b.PIX(diego, "00000000191", 100); r.Status != http.StatusNotFound {
 		t.Fatalf("PIX to a CPF nobody has: %v, want 404", r)
@@ -142,8 +159,9 @@ func TestLookUpBucketsAsDICTHasThem(t *testing.T) {
 // TestTheBanksOwnBucket: the participant bucket (here 10 tokens, refilled 1 a minute) is shared
 // by every customer and both replicas: a miss costs it 3 and a hit 1; once empty, look-ups and
 // PIX to keys are 503 lookup_capacity_exhausted with Retry-After, whoever asks, their own
-// buckets untouched; a 201 PIX gives it a token back (two hits follow it). The scanner drains
-// its own bucket first: five misses empty a person's bucket and cost the bank's only 15.
+// buckets untouched; a 201 PIX after a look-up of its key gives it a token back, once (a
+// second payment without a look-up gives nothing). The scanner drains its own bucket first:
+// five misses empty a person's bucket and cost the bank's only 15.
 func TestTheBanksOwnBucket(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -152,17 +170,22 @@ func TestTheBanksOwnBucket(t *testing.T) {
 	diego := a.Token(demo[3].Document, demo[3].Password)
 	ana := b.Token(demo[0].Document, demo[0].Password)
 	carla := a.Token(demo[2].Document, demo[2].Password)
-	for i, c := range []*api{a, b, a} { // 3 misses: the bank's 10 - 9 = 1
+	if r := lookupOf(a, ana, "bruno@example.com"); r.Status != http.StatusOK { // the bank's 10 - 1 = 9
+		t.Fatalf("Ana looks Bruno up: %v", r)
+	}
+	for i, c := range []*api{a, b} { // 2 misses: 9 - 6 = 3
 		if r := lookupOf(c, diego, fmt.Sprintf("ghost%d@example.com", i)); r.Status != http.StatusNotFound {
 			t.Fatalf("miss %d: %v", i+1, r)
 		}
 	}
-	// Ana pays Bruno by e-mail: admitted with one token left, charged nothing, and its 201 gives
-	// the bank's bucket a token back (1 + 1 = 2), so two more hits are answered.
-	if r := b.PIX(ana, "bruno@example.com", 100); r.Status != http.StatusCreated {
-		t.Fatalf("Ana's PIX with one token left in the bank's bucket: %v, want 201", r)
+	// Ana pays Bruno by e-mail: charged nothing, and its 201, her look-up's payment, gives the
+	// bank's bucket a token back (3 + 1 = 4); a second payment, no look-up before it, gives none.
+	for i := range 2 {
+		if r := b.PIX(ana, "bruno@example.com", 100); r.Status != http.StatusCreated {
+			t.Fatalf("Ana's PIX %d to Bruno: %v, want 201", i+1, r)
+		}
 	}
-	for i := range 2 { // 2 - 1 - 1 = 0
+	for i := range 4 { // 4 - 1 - 1 - 1 - 1 = 0
 		if r := lookupOf(b, ana, "bruno@example.com"); r.Status != http.StatusOK {
 			t.Fatalf("Ana's hit %d after her payment gave the bank a token back: %v, want 200", i+1, r)
 		}

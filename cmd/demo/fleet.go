@@ -36,6 +36,9 @@ var demoEnv = map[string]string{
 	"REDIS_TIMEOUT":            "1s", // generous: the embedded Redis runs Lua in Go, and CI machines are busy
 	"FAIL_CLOSED_RETRY_AFTER":  "2s",
 	"LOOKUP_REFILL_PER_MINUTE": "2",
+	// A small bank's DICT category (G: 250, refilled 25 a minute), so the scan story's cost to
+	// the bank's bucket shows before the refill covers it.
+	"LOOKUP_PARTICIPANT_CATEGORY": "G",
 }
 
 // nightAroundNow sets the night-time cap's window around the present hour in São Paulo, so the

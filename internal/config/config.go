@@ -100,6 +100,7 @@ type environment struct {
 	LookupRefill         int            `env:"LOOKUP_REFILL_PER_MINUTE" envDefault:"2"`
 	LookupMissCost       int            `env:"LOOKUP_MISS_COST" envDefault:"20"`
 	LookupCapacityPJ     int            `env:"LOOKUP_CAPACITY_PJ" envDefault:"1000"`
+	LookupRefillPJ       int            `env:"LOOKUP_REFILL_PER_MINUTE_PJ" envDefault:"20"`
 	ParticipantCategory  string         `env:"LOOKUP_PARTICIPANT_CATEGORY" envDefault:"D"`
 	ParticipantCapacity  int            `env:"LOOKUP_PARTICIPANT_CAPACITY"`          // 0: the category's
 	ParticipantRefill    int            `env:"LOOKUP_PARTICIPANT_REFILL_PER_MINUTE"` // 0: the category's
@@ -384,8 +385,8 @@ func (cfg *environment) check(p *problems) Config {
 		PIXLookup: policy(p, "LOOKUP_", httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefill, Window: time.Minute,
 			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacity}}, "REFILL_PER_MINUTE"),
 		LookupMissCost: cfg.LookupMissCost,
-		PIXLookupPJ: policy(p, "LOOKUP_", httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefill, Window: time.Minute,
-			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacityPJ}}, "REFILL_PER_MINUTE"),
+		PIXLookupPJ: policy(p, "LOOKUP_", httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefillPJ, Window: time.Minute,
+			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacityPJ}}, "REFILL_PER_MINUTE_PJ"),
 		LookupParticipantMissCost: participantMissCost,
 		LookupCategory:            cfg.ParticipantCategory,
 	}
@@ -397,7 +398,7 @@ func (cfg *environment) check(p *problems) Config {
 	}
 	category, ok := participantCategories[cfg.ParticipantCategory]
 	if !ok {
-		p.add("LOOKUP_PARTICIPANT_CATEGORY", "%q: want one of DICT's categories, A to F", cfg.ParticipantCategory)
+		p.add("LOOKUP_PARTICIPANT_CATEGORY", "%q: want one of DICT's categories, A to H", cfg.ParticipantCategory)
 	}
 	for _, v := range []struct {
 		name      string
@@ -426,13 +427,12 @@ func (cfg *environment) check(p *problems) Config {
 }
 
 // participantCategories is DICT's table of the participant anti-scan bucket
-// (ENTRIES_READ_PARTICIPANT_ANTISCAN, DICT API v1.8.0): by the participant's category, its refill
-// per minute and capacity. The central bank assigns the category by the participant's number of
-// accounts; pixlimit's default, D, is a mid-sized bank's, large enough that the demo's customers
-// never reach it and small enough that a fleet of scanners would.
+// (ENTRIES_READ_PARTICIPANT_ANTISCAN; Manual Operacional do DICT, §13.1, 2025): by the
+// participant's category, its refill per minute and capacity. The central bank assigns the
+// category by the participant's number of accounts; pixlimit's default, D, is a mid-sized bank's.
 var participantCategories = map[string]struct{ refill, capacity int }{
-	"A": {12_000, 20_000}, "B": {8_000, 15_000}, "C": {2_000, 8_000},
-	"D": {500, 4_000}, "E": {50, 3_000}, "F": {2, 1_000},
+	"A": {25_000, 50_000}, "B": {20_000, 40_000}, "C": {15_000, 30_000}, "D": {8_000, 16_000},
+	"E": {2_500, 5_000}, "F": {250, 500}, "G": {25, 250}, "H": {2, 50},
 }
 
 // participantMissCost is what a look-up of a key nobody has costs the participant's bucket in

@@ -39,9 +39,9 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
-// TestLookUpDefaultsAreDICTs: the payer buckets hold 100 for a person and 1,000 for a company,
-// refilled 2 a minute; the bank's bucket follows DICT's table for its category (D by default),
-// and either figure can be set apart.
+// TestLookUpDefaultsAreDICTs: the payer buckets hold 100 for a person, refilled 2 a minute, and
+// 1,000 for a company, refilled 20 a minute; the bank's bucket follows DICT's table for its
+// category (D by default; Manual Operacional do DICT, §13.1), and either figure can be set apart.
 func TestLookUpDefaultsAreDICTs(t *testing.T) {
 	t.Parallel()
 	bucket := func(name string, refill, capacity int) httpapi.Limit {
@@ -52,11 +52,14 @@ func TestLookUpDefaultsAreDICTs(t *testing.T) {
 		pf, pj, participant httpapi.Limit
 		category            string
 	}{
-		{nil, bucket("pix-lookup", 2, 100), bucket("pix-lookup", 2, 1000), bucket("pix-lookup-participant", 500, 4000), "D"},
-		{map[string]string{"LOOKUP_PARTICIPANT_CATEGORY": "A"}, bucket("pix-lookup", 2, 100), bucket("pix-lookup", 2, 1000),
-			bucket("pix-lookup-participant", 12000, 20000), "A"},
-		{map[string]string{"LOOKUP_PARTICIPANT_CATEGORY": "F", "LOOKUP_PARTICIPANT_CAPACITY": "10", "LOOKUP_CAPACITY_PJ": "300"},
-			bucket("pix-lookup", 2, 100), bucket("pix-lookup", 2, 300), bucket("pix-lookup-participant", 2, 10), "F"},
+		{nil, bucket("pix-lookup", 2, 100), bucket("pix-lookup", 20, 1000), bucket("pix-lookup-participant", 8000, 16000), "D"},
+		{map[string]string{"LOOKUP_PARTICIPANT_CATEGORY": "A"}, bucket("pix-lookup", 2, 100), bucket("pix-lookup", 20, 1000),
+			bucket("pix-lookup-participant", 25000, 50000), "A"},
+		{map[string]string{"LOOKUP_PARTICIPANT_CATEGORY": "H", "LOOKUP_PARTICIPANT_CAPACITY": "10", "LOOKUP_CAPACITY_PJ": "300",
+			"LOOKUP_REFILL_PER_MINUTE_PJ": "5"},
+			bucket("pix-lookup", 2, 100), bucket("pix-lookup", 5, 300), bucket("pix-lookup-participant", 2, 10), "H"},
+		{map[string]string{"LOOKUP_PARTICIPANT_CATEGORY": "G"}, bucket("pix-lookup", 2, 100), bucket("pix-lookup", 20, 1000),
+			bucket("pix-lookup-participant", 25, 250), "G"},
 	} {
 		cfg, err := load(tc.env)
 		if err != nil {
@@ -201,7 +204,9 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 		"RATELIMIT_BATCH_MAX":                  "0",
 		"RATELIMIT_FLEET_SIZE":                 "0",
 		"LOOKUP_CAPACITY_PJ":                   "0",
-		"LOOKUP_PARTICIPANT_CATEGORY":          "G",
+		"LOOKUP_PARTICIPANT_CATEGORY":          "I",
+		"LOOKUP_REFILL_PER_MINUTE_PJ":          "0",
+		"SETTINGS_LIMIT":                       "0",
 		"LOOKUP_PARTICIPANT_CAPACITY":          "-5",
 		"LOOKUP_PARTICIPANT_REFILL_PER_MINUTE": "-1",
 	}

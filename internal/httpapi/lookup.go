@@ -28,9 +28,12 @@ import (
 //   - One bucket for the whole bank, pix-lookup-participant (ENTRIES_READ_PARTICIPANT_ANTISCAN),
 //     sized by the bank's DICT category: a found key costs 1, a miss 3. Empty, it answers 503
 //     lookup_capacity_exhausted: the customer did nothing wrong.
-//   - A PIX answered 201 to a key gives one token back to the payer's bucket of that key's type
-//     and to the bank's (never above capacity), as DICT does for the look-up that preceded a
-//     payment: a customer who looks up and pays loses nothing, a scanner who never pays drains.
+//   - A look-up that led to a payment gives its tokens back, as DICT does (Manual Operacional do
+//     DICT, §13.1): a PIX answered 201 to a key that the same payer looked up, answered 200, in
+//     the previous 10 minutes, and not given back before, gives 1 token (2 for a company payer)
+//     back to the payer's bucket of that key's type and 1 to the bank's, never above capacity. A
+//     PIX with no look-up before it gives nothing back: a customer who looks up and pays loses
+//     nothing, a scanner who never pays drains, and paying cents to a key is no way to refill.
 //
 // A look-up asks both buckets, in one round trip, before the ledger (a refused look-up costs no
 // query), then pays its price, admission and payment in one atomic step per bucket
@@ -57,6 +60,16 @@ func (l lookupLimiter) bucket(s auth.Subject, t pix.KeyType) check {
 		limit.Name += "-v2"
 	}
 	return check{limit, s.Payer}
+}
+
+// lookupVoucher records each look-up answered 200, per payer and key, for the payment that may
+// follow it within 10 minutes to give its tokens back once (ratelimit.Limiter.Grant, Redeem);
+// a key holds at most 100 such look-ups.
+var lookupVoucher = ratelimit.Policy{Name: "pix-lookup-voucher", Limit: 100, Window: 10 * time.Minute}
+
+// voucher is the look-ups of key by s's payer that a payment may redeem.
+func voucher(s auth.Subject, key string) ratelimit.Check {
+	return ratelimit.Check{Policy: lookupVoucher, Identity: s.Payer + "|" + key}
 }
 
 // ParticipantIdentity is the identity of the bank's own look-up bucket (pix-lookup-participant):
@@ -154,14 +167,44 @@ func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool) err
 	return l.payBank(c, l.limits.LookupParticipant, bankCost)
 }
 
-// refund gives one token back to the payer's bucket and to the bank's, after a payment, in one
-// round trip. It is best effort: a refund that cannot reach Redis is logged and lost, which costs
-// the customer a token, never the bank a look-up.
-func (l lookupLimiter) refund(ctx context.Context, user check) {
-	bank := l.bank()
-	if _, err := l.l.Refund(ctx, 1, checks([]check{user, bank})...); err != nil {
+// grant records a look-up of key by s's payer, answered 200, for the payment it may lead to. It
+// is best effort: a grant that cannot reach Redis is logged, and that payment gives nothing back.
+func (l lookupLimiter) grant(ctx context.Context, s auth.Subject, key string) {
+	if err := l.l.Grant(ctx, voucher(s, key)); err != nil {
+		l.events.log("grant:"+lookupVoucher.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
+			"policy", lookupVoucher.Name, "cause", err.Error())
+	}
+}
+
+// refund gives a look-up's tokens back after the payment it led to (DICT): when s's payer looked
+// key up in the last 10 minutes and that look-up was not given back before, 1 token (2 for a
+// company) to the payer's bucket user and 1 to the bank's. It is best effort: a refund that
+// cannot reach Redis is logged and lost, which costs the customer a token, never the bank a
+// look-up.
+func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, key string) {
+	logged := func(err error) {
 		l.events.log("refund:"+user.limit.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
 			"policy", user.limit.Name, "cause", err.Error())
+	}
+	looked, err := l.l.Redeem(ctx, voucher(s, key))
+	if err != nil || !looked {
+		if err != nil {
+			logged(err)
+		}
+		return
+	}
+	bank := l.bank()
+	if s.Person != string(pix.PJ) { // one token to each, in one round trip
+		if _, err := l.l.Refund(ctx, 1, checks([]check{user, bank})...); err != nil {
+			logged(err)
+		}
+		return
+	}
+	if _, err := l.l.Refund(ctx, 2, checks([]check{user})...); err != nil {
+		logged(err)
+	}
+	if _, err := l.l.Refund(ctx, 1, checks([]check{bank})...); err != nil {
+		logged(err)
 	}
 }
 
@@ -172,8 +215,8 @@ func (l lookupLimiter) refund(ctx context.Context, user check) {
 // policy pix-lookup or pix-lookup-v2; or 503 lookup_capacity_exhausted) whether or not its key
 // exists, and the PIX's own limit records nothing. A PIX to a key nobody has then pays the miss,
 // admitted and paid at once, before its 404 is sent (refused, it is a 429 instead); a payment to
-// a found key costs nothing, and its 201 gives a token back to both buckets (a replayed 201,
-// which moved nothing, gives none). A bucket that cannot be asked (Redis down) leaves the PIX to
+// a found key costs nothing, and its 201 gives back the tokens of the look-up that led to it,
+// if there was one (refund; a replayed 201, which moved nothing, gives none). A bucket that cannot be asked (Redis down) leaves the PIX to
 // its own limit's fail mode.
 func consultLookups(lookups lookupLimiter) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -199,7 +242,7 @@ func consultLookups(lookups lookupLimiter) echo.MiddlewareFunc {
 					return payErr
 				}
 			case err == nil && r.EndToEndID != "" && !r.Replayed:
-				lookups.refund(context.WithoutCancel(c.Request().Context()), user)
+				lookups.refund(context.WithoutCancel(c.Request().Context()), s, user, req.key)
 			}
 			return err
 		}
@@ -246,6 +289,7 @@ func handleLookup(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
 			if err := lookups.charge(c, user, true, false); err != nil {
 				return err
 			}
+			lookups.grant(c.Request().Context(), s, key)
 		}
 		if err != nil {
 			return err

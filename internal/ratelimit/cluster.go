@@ -93,7 +93,7 @@ func (l *Limiter) refreshTopology() {
 // its decisions then follow the fail modes until Redis answers.
 func (l *Limiter) Warm(ctx context.Context, conns int) error {
 	all := append(slices.Collect(maps.Values(scripts)), slices.Collect(maps.Values(batchScripts))...)
-	for _, s := range append(all, probeScript) {
+	for _, s := range append(all, probeScript, voucherScript) {
 		if err := s.Load(ctx, l.rdb).Err(); err != nil {
 			return fmt.Errorf("ratelimit: warm: load scripts: %w", err)
 		}
