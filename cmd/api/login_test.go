@@ -335,3 +335,35 @@ func otherSecretDevice(t *testing.T, document string) string {
 	}
 	return tok
 }
+
+// TestOneIPv6SiteCannotMintLoginKeys: logins from many /64s of one /48 count against the /48 too
+// (login-net; here 5 per window): the sixth /64 of the site is refused with any login 429's
+// shape, having cost Redis nothing more, while another site and an IPv4 client are not.
+func TestOneIPv6SiteCannotMintLoginKeys(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a := startAPI(t, srv, map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "LOGIN_NET_LIMIT": "5"})
+	for i := range 6 {
+		r := a.Login(apitest.CPF(300+i), "guess", "X-Forwarded-For", fmt.Sprintf("2001:db8:7:%x::1", i+1))
+		want := map[bool]int{true: http.StatusTooManyRequests, false: http.StatusUnauthorized}[i == 5]
+		if r.Status != want {
+			t.Fatalf("a login from the site's /64 number %d: %v, want %d", i+1, r, want)
+		}
+		if i == 5 && (r.JSON(t)["error"] != "rate_limit_exceeded" || r.Header.Get("Retry-After") == "" ||
+			!strings.Contains(r.Header.Get("RateLimit-Policy"), `"login-net";q=5;w=600`)) {
+			t.Errorf("refused by the site's key: %v %v, want a login 429 declaring login-net", r, r.Header)
+		}
+	}
+	keys := srv.Client(nil).Keys(t.Context(), "rl:login-*").Val()
+	if r := a.Login(apitest.CPF(320), "guess", "X-Forwarded-For", "2001:db8:8:1::1"); r.Status != http.StatusUnauthorized {
+		t.Errorf("a login from another site: %v, want 401", r)
+	}
+	if r := a.Login(apitest.CPF(321), "guess", "X-Forwarded-For", "198.51.100.9"); r.Status != http.StatusUnauthorized ||
+		strings.Contains(r.Header.Get("RateLimit-Policy"), "login-net") {
+		t.Errorf("an IPv4 login: %v %v, want 401 without a site's key", r, r.Header)
+	}
+	// Five admitted logins: five /64 keys, the site's and five documents'; the refusal added none.
+	if len(keys) != 11 {
+		t.Errorf("%d login keys in Redis after 5 admitted and 1 refused logins, want 11: %v", len(keys), keys)
+	}
+}

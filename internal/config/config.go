@@ -162,6 +162,7 @@ func (r Route) As(name string) httpapi.Limit {
 // fail mode and algorithm (the two keys are decided in one script).
 type LoginRoute struct {
 	IPLimit      int                 `env:"IP_LIMIT"`
+	NetLimit     int                 `env:"NET_LIMIT"` // an IPv6 client's /48 (login-net)
 	AccountLimit int                 `env:"ACCOUNT_LIMIT"`
 	DeviceLimit  int                 `env:"DEVICE_LIMIT"` // a trusted device's own key (see auth.Devices)
 	Window       time.Duration       `env:"WINDOW"`
@@ -176,7 +177,7 @@ func defaults() environment {
 	return environment{
 		PIX:       Route{Limit: 10, Window: time.Minute, FailMode: httpapi.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
 		Statement: Route{Limit: 30, Window: time.Minute, FailMode: httpapi.FailLocal, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
-		Login: LoginRoute{IPLimit: 10, AccountLimit: 5, DeviceLimit: 5, Window: 10 * time.Minute, FailMode: httpapi.FailClosed,
+		Login: LoginRoute{IPLimit: 10, NetLimit: 1000, AccountLimit: 5, DeviceLimit: 5, Window: 10 * time.Minute, FailMode: httpapi.FailClosed,
 			Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
 		Settings: Route{Limit: 20, Window: time.Minute, FailMode: httpapi.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
 	}
@@ -379,6 +380,7 @@ func (cfg *environment) check(p *problems) Config {
 		Statement:            policy(p, "STATEMENT_", cfg.Statement.As("statement")),
 		Settings:             policy(p, "SETTINGS_", cfg.Settings.As("account-settings")),
 		LoginIP:              policy(p, "LOGIN_", cfg.Login.policy("login-ip", cfg.Login.IPLimit), "IP_LIMIT"),
+		LoginNet:             policy(p, "LOGIN_", cfg.Login.policy("login-net", cfg.Login.NetLimit), "NET_LIMIT"),
 		LoginAccount:         policy(p, "LOGIN_", cfg.Login.policy("login-account", cfg.Login.AccountLimit), "ACCOUNT_LIMIT"),
 		LoginDevice:          policy(p, "LOGIN_", cfg.Login.policy("login-device", cfg.Login.DeviceLimit), "DEVICE_LIMIT"),
 		FailClosedRetryAfter: cfg.FailClosedRetryAfter,

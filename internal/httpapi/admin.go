@@ -345,6 +345,25 @@ func (d *desk) resolve(c echo.Context, policy, identity string) (ratelimit.Check
 			return ratelimit.Check{}, bad("a client IP (203.0.113.7 or 2001:db8::1)")
 		}
 		return ratelimit.Check{Policy: l.LoginIP.Policy, Identity: ratelimit.IPIdentity(addr)}, nil
+	case l.LoginNet.Name:
+		addr, err := netip.ParseAddr(identity)
+		net, ok := ratelimit.NetIdentity(addr)
+		if err != nil || !ok {
+			return ratelimit.Check{}, bad("an IPv6 client address (2001:db8::1): its /48")
+		}
+		return ratelimit.Check{Policy: l.LoginNet.Policy, Identity: net}, nil
+	case l.Settings.Name:
+		account, device, ok := strings.Cut(identity, "/")
+		if !ok || !accountID.MatchString(account) || !deviceID.MatchString(device) {
+			return ratelimit.Check{}, bad("an account id and a device id (acct-ana/DEVICEID)")
+		}
+		return ratelimit.Check{Policy: l.Settings.Policy, Identity: identity}, nil
+	case adminIP.Name:
+		addr, err := netip.ParseAddr(identity)
+		if err != nil {
+			return ratelimit.Check{}, bad("a client IP of the desk")
+		}
+		return ratelimit.Check{Policy: adminIP.Policy, Identity: ratelimit.IPIdentity(addr)}, nil
 	case l.LoginAccount.Name:
 		doc, _, err := pix.ParseDocument(identity)
 		if err != nil {

@@ -94,8 +94,8 @@ func handleReadyz(probes []Probe, limiter *ratelimit.Limiter, logger *slog.Logge
 // sending it.
 const deviceCookie = "__Host-pixlimit-device"
 
-// handleLogin checks the client IP and, when the document is a valid CPF or CNPJ, the document too, in
-// one limiter decision made before anything else: a refused login costs no bcrypt and reveals
+// handleLogin checks the client IP (an IPv6 client's /64, and its /48 too) and, when the document
+// is a valid CPF or CNPJ, the document too, in one limiter decision made before anything else: a refused login costs no bcrypt and reveals
 // nothing, and every attempt counts, malformed ones included. A login that presents a valid
 // device token for its document (auth.Devices) is counted against that device's key instead of
 // the document's: a botnet filling a customer's document key does not lock her out on a device
@@ -121,6 +121,9 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, pa
 			return err
 		}
 		checks := []check{{limits.LoginIP, ratelimit.IPIdentity(addr)}}
+		if net, ok := ratelimit.NetIdentity(addr); ok { // IPv6: its /48 too
+			checks = append(checks, check{limits.LoginNet, net})
+		}
 		document, person, docErr := pix.ParseDocument(req.Document)
 		device := ""
 		if decodeErr == nil && docErr == nil {

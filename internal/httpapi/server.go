@@ -56,6 +56,9 @@ type Limits struct {
 	PIX, Statement, LoginIP, LoginAccount Limit
 	// LoginDevice limits the logins of one trusted device, in place of LoginAccount.
 	LoginDevice Limit
+	// LoginNet limits the logins of an IPv6 client's /48 (ratelimit.NetIdentity), beside its /64's
+	// LoginIP: one site cannot fill Redis with keys of its 65,536 /64s.
+	LoginNet Limit
 	// Settings limits the account's settings routes (account-settings), per account and device:
 	// one device's flood neither reaches the ledger nor keeps the owner's other devices out. A
 	// lowering of a limit is never refused by it.
@@ -92,7 +95,7 @@ func NewServer(d Deps) (http.Handler, error) {
 	if d.Logger == nil || d.Limiter == nil || d.Ledger == nil || d.Tokens == nil || d.Devices == nil || d.Passwords == nil {
 		return nil, errors.New("httpapi: Deps needs a Logger, a Limiter, a Ledger, Tokens, Devices and Passwords")
 	}
-	if err := validateTogether(d.Limits.LoginIP, d.Limits.LoginAccount, d.Limits.LoginDevice); err != nil {
+	if err := validateTogether(d.Limits.LoginIP, d.Limits.LoginNet, d.Limits.LoginAccount, d.Limits.LoginDevice); err != nil {
 		return nil, err
 	}
 	for _, l := range []Limit{d.Limits.PIXLookup, d.Limits.PIXLookupPJ, d.Limits.LookupParticipant} {

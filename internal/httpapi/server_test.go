@@ -43,7 +43,7 @@ func lax() httpapi.Limits {
 		return httpapi.Limit{Policy: ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}}
 	}
 	return httpapi.Limits{PIX: p("pix"), Statement: p("statement"), LoginIP: p("login-ip"), LoginAccount: p("login-account"),
-		LoginDevice: p("login-device"), Settings: p("account-settings"), LookupMissCost: 20,
+		LoginDevice: p("login-device"), LoginNet: p("login-net"), Settings: p("account-settings"), LookupMissCost: 20,
 		PIXLookup:   httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 100}},
 		PIXLookupPJ: httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 1000}},
 		LookupParticipant: httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup-participant", Limit: 500, Window: time.Minute,
