@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -155,5 +156,97 @@ func TestNewDeviceAndItsRegistration(t *testing.T) {
 	}
 	if r := a.Do(http.MethodPost, "/v1/devices/current/register", map[string]string{"password": demo[1].Password}); r.Status != http.StatusUnauthorized {
 		t.Errorf("registering without a token: %v, want 401", r)
+	}
+}
+
+// TestAPhishedPasswordCannotRegisterAPhone, over two replicas on one PostgreSQL ledger: Bruno's
+// phone registers at once (his first device). A phisher logs in with his password on a phone of
+// its own and registers it: 202, pending a day, still capped as a new device, and able neither
+// to approve itself nor to remove Bruno's phone (403 device_not_registered). Bruno sees it in
+// GET /v1/devices and removes it: its token is refused (401) on both replicas. A laptop Bruno
+// logs in on is approved at once by his phone. And 40 wrong-password registrations with a stolen
+// token leave Bruno, logging in again, able to register.
+func TestAPhishedPasswordCannotRegisterAPhone(t *testing.T) {
+	t.Parallel()
+	env := moneyEnv(t, pgtest.URL(t), false)
+	env["TRUSTED_PROXIES"] = "127.0.0.1/32"
+	srv := redistest.Start(t)
+	a, b := startAPI(t, srv, env), startAPI(t, srv, env)
+	bruno := demo[1]
+	auth := func(token string) []string { return []string{"Authorization", "Bearer " + token} }
+	register := func(c *api, token string) apitest.Response {
+		return c.Do(http.MethodPost, "/v1/devices/current/register", map[string]string{"password": bruno.Password}, auth(token)...)
+	}
+	phone := a.Token(bruno.Document, bruno.Password, "X-Forwarded-For", "198.51.100.1")
+	if r := register(a, phone); r.Status != http.StatusOK || r.JSON(t)["registered"] != true {
+		t.Fatalf("Bruno's first device: %v, want 200 registered", r)
+	}
+	phisher := b.Token(bruno.Document, bruno.Password, "X-Forwarded-For", "203.0.113.66")
+	r := register(b, phisher)
+	body := r.JSON(t)
+	until, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(body["pending_until"]))
+	if r.Status != http.StatusAccepted || body["registered"] != false || time.Until(until) < 23*time.Hour {
+		t.Fatalf("the phisher's phone with Bruno's password: %v, want 202 pending a day", r)
+	}
+	phisherID := body["device_id"].(string)
+	if r := a.PIX(phisher, "ana@example.com", 30_000); r.Status != http.StatusUnprocessableEntity || r.JSON(t)["error"] != "device_limit_exceeded" {
+		t.Errorf("R$ 300,00 from the pending phone: %v, want the new-device cap", r)
+	}
+	if r := a.Do(http.MethodPost, "/v1/devices/"+phisherID+"/approve", nil, auth(phisher)...); r.Status != http.StatusForbidden ||
+		r.JSON(t)["error"] != "device_not_registered" {
+		t.Errorf("the pending phone approving itself: %v, want 403 device_not_registered", r)
+	}
+	list := b.Do(http.MethodGet, "/v1/devices", nil, auth(phone)...)
+	devices, _ := list.JSON(t)["devices"].([]any)
+	phoneID := ""
+	for _, d := range devices {
+		if m := d.(map[string]any); m["current"] == true {
+			phoneID = m["device_id"].(string)
+		}
+	}
+	if list.Status != http.StatusOK || len(devices) != 2 || phoneID == "" {
+		t.Fatalf("Bruno's devices: %v, want his phone (current) and the pending one", list)
+	}
+	if r := a.Do(http.MethodDelete, "/v1/devices/"+phoneID, nil, auth(phisher)...); r.Status != http.StatusForbidden {
+		t.Errorf("the pending phone removing Bruno's: %v, want 403", r)
+	}
+	if r := a.Do(http.MethodDelete, "/v1/devices/"+phisherID, nil, auth(phone)...); r.Status != http.StatusNoContent {
+		t.Fatalf("Bruno removing the phisher's phone: %v, want 204", r)
+	}
+	for _, c := range []*api{a, b} { // the other replica within its polling interval
+		var last apitest.Response
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if last = c.Statement(phisher); last.Status == http.StatusUnauthorized {
+				break
+			}
+		}
+		if last.Status != http.StatusUnauthorized {
+			t.Errorf("the removed phone's token: %v, want 401", last)
+		}
+	}
+	laptop := a.Token(bruno.Document, bruno.Password, "X-Forwarded-For", "198.51.100.2")
+	laptopID := register(a, laptop).JSON(t)["device_id"].(string)
+	if r := b.Do(http.MethodPost, "/v1/devices/"+laptopID+"/approve", nil, auth(phone)...); r.Status != http.StatusOK {
+		t.Errorf("the phone approving the laptop: %v, want 200", r)
+	}
+	if r := b.PIX(laptop, "ana@example.com", 30_000); r.Status != http.StatusCreated {
+		t.Errorf("R$ 300,00 from the approved laptop: %v, want 201", r)
+	}
+
+	// A stolen token's guesses count against that token, not against the owner's next login.
+	stolen := a.Token(bruno.Document, bruno.Password, "X-Forwarded-For", "198.51.100.3")
+	refused := 0
+	for range 40 {
+		r := a.Do(http.MethodPost, "/v1/devices/current/register", map[string]string{"password": "guess"}, auth(stolen)...)
+		if r.Status == http.StatusTooManyRequests {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Error("40 wrong-password registrations with one token: none refused")
+	}
+	again := a.Token(bruno.Document, bruno.Password, "X-Forwarded-For", "198.51.100.3")
+	if r := register(a, again); r.Status != http.StatusAccepted {
+		t.Errorf("Bruno's registration after a stolen token's 40 guesses, logged in again: %v, want 202 (pending: he has a phone)", r)
 	}
 }

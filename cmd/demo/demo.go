@@ -43,6 +43,9 @@ type demo struct {
 	// bank is the in-process fleet's participant look-up policy (pix-lookup-participant); its
 	// bucket's level, which no customer may read, shows what a scan cost the bank.
 	bank ratelimit.Policy
+	// phones are the device tokens of the customers' own registered phones, by document: a
+	// later login of theirs presents it, as their phone would, and is that same device.
+	phones map[string]string
 }
 
 // bankTokens is how many tokens the bank's DICT look-up bucket holds; ok is false against

@@ -106,29 +106,47 @@ func night(ctx context.Context, d *demo) error {
 	return nil
 }
 
-// trustedLogin logs who in from ip on a device registered for PIX: the login, then the
-// registration with the password again (the bank's strong authentication stands behind it in a
-// real app), as a customer's own phone is.
+// trustedLogin logs who in from ip on their own phone, registered for PIX: the login (with the
+// phone's device token, once it has one), then the registration with the password again (the
+// bank's strong authentication stands behind it in a real app). The first device of an account
+// registers at once; the same phone again finds itself registered.
 func (d *demo) trustedLogin(ctx context.Context, ip string, who account) (string, error) {
-	token, err := d.login(ctx, ip, who.document, who.password)
-	if err != nil {
-		return "", err
+	var headers []string
+	if phone := d.phones[who.document]; phone != "" {
+		headers = []string{"Device-Token", phone}
 	}
-	r := d.show(d.call(ctx, ip, "POST", "/v1/devices/current/register", token, map[string]string{"password": who.password}))
+	r := d.show(d.call(ctx, ip, "POST", "/v1/login", "", map[string]string{"document": who.document, "password": who.password}, headers...))
 	if r.status != http.StatusOK {
-		return "", fmt.Errorf("registering %s's device: %s", who.document, r.summary())
+		return "", fmt.Errorf("login %s from %s: %s", who.document, ip, r.summary())
+	}
+	token := r.str("access_token")
+	if d.phones == nil {
+		d.phones = map[string]string{}
+	}
+	d.phones[who.document] = r.str("device_token")
+	reg := d.show(d.call(ctx, ip, "POST", "/v1/devices/current/register", token, map[string]string{"password": who.password}))
+	if reg.status != http.StatusOK || reg.body["registered"] != true {
+		return "", fmt.Errorf("registering %s's phone: %s (a device of an earlier run still registered? it waits a day)", who.document, reg.summary())
 	}
 	return token, nil
 }
 
-// evening: a stolen evening. A phone that never paid with Bruno's account logs in to it: its
-// R$ 500,00 PIX is refused (a new device may send R$ 200,00 at most), and its request to raise
-// the night limit is recorded for tomorrow, not applied. Bruno's own registered phone pays a
-// bakery R$ 1.200,00 at night: not capped as a new device, and outside the night cap, which is
-// between persons. Two logins of Bruno's in all: with the night story's and the burst's, four of
-// the five his document key allows in a deployment's ten minutes.
+// evening: a stolen evening. Bruno's own phone is registered for PIX. A phone that never paid
+// with his account logs in to it with his phished password: its R$ 500,00 PIX is refused (a new
+// device may send R$ 200,00 at most), its request to raise the night limit is recorded for
+// tomorrow, not applied, and its registration for PIX, password and all, waits a day, since the
+// account has a registered phone. Bruno, on his phone, cancels the raise, sees the phisher's
+// phone pending and removes it (its token is refused from then on), and pays a bakery
+// R$ 1.200,00 at night: not capped as a new device, and outside the night cap, which is between
+// persons. Bruno's document key counts the phisher's login, the burst story's and the night
+// story's (his phone's later login counts against its own device key): three of the five it
+// allows in a deployment's ten minutes.
 func evening(ctx context.Context, d *demo) error {
 	const own, thief = "192.0.2.100", "203.0.113.66"
+	mine, err := d.trustedLogin(ctx, own, bruno)
+	if err != nil {
+		return err
+	}
 	d.out.say("A phone that never paid from Bruno's account logs in with his password (phished) and sends R$ 500,00.")
 	stolen, err := d.login(ctx, thief, bruno.document, bruno.password)
 	if err != nil {
@@ -153,18 +171,54 @@ func evening(ctx context.Context, d *demo) error {
 		fmt.Sprintf("%s, night limit %s, R$ 10.000,00 pending until %s", raise.summary(), pix.BRL(raise.cents("night_limit_cents")),
 			effective.Format(time.RFC3339)))
 
-	d.out.say("Bruno, on his own registered phone, sees the request and cancels it, then pays the Padaria Pão Quente\n" +
-		"R$ 1.200,00: a registered device is not capped as a new one, and a company is outside the night cap.")
-	mine, err := d.trustedLogin(ctx, own, bruno)
-	if err != nil {
-		return err
-	}
+	d.out.say("It registers itself for PIX with the phished password: Bruno has a registered phone, so it waits a day.")
+	reg := d.show(d.call(ctx, thief, "POST", "/v1/devices/current/register", stolen, map[string]string{"password": bruno.password}))
+	until, _ := time.Parse(time.RFC3339Nano, reg.str("pending_until"))
+	phisher := reg.str("device_id")
+	d.expect("a phished password does not register a new phone while the account has one: it waits 24 hours",
+		reg.status == http.StatusAccepted && reg.body["registered"] == false && time.Until(until) > 23*time.Hour,
+		fmt.Sprintf("%s, pending until %s", reg.summary(), until.Format(time.RFC3339)))
+
+	d.out.say("Bruno, on his own registered phone, sees both requests: he cancels the raise, and removes the phone\n" +
+		"he does not know, whose token is refused from then on.")
 	d.show(d.call(ctx, own, "DELETE", "/v1/limits/pending", mine, nil))
+	listed := d.show(d.call(ctx, own, "GET", "/v1/devices", mine, nil))
+	devices, _ := listed.body["devices"].([]any)
+	seen := false
+	for _, x := range devices {
+		if m, _ := x.(map[string]any); m["device_id"] == phisher && m["registered"] == false {
+			seen = true
+		}
+	}
+	removed := d.show(d.call(ctx, own, "DELETE", "/v1/devices/"+phisher, mine, nil))
+	var after reply
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) { // every replica within its poll
+		if after = d.call(ctx, thief, "GET", "/v1/statement?limit=1", stolen, nil); after.status == http.StatusUnauthorized || time.Now().After(deadline) {
+			break
+		}
+	}
+	d.show(after)
+	d.expect("the owner sees the pending phone and removes it: its token is refused",
+		seen && removed.status == http.StatusNoContent && after.status == http.StatusUnauthorized,
+		fmt.Sprintf("listed %t, %s, then %s", seen, removed.summary(), after.summary()))
+	d.out.say("He pays the Padaria Pão Quente R$ 1.200,00: a registered device is not capped as a new one, and a\n" +
+		"company is outside the night cap.")
 	bakery := d.show(d.pix(ctx, own, mine, pixBody("padaria@example.com", 120_000)))
 	d.expect("the customer's registered device is not capped as a new one", bakery.status == http.StatusCreated, bakery.summary())
 	if d.limiters != nil { // in-process the night is set around now; a deployment's may be day
 		d.expect("the night cap covers payments between persons only: R$ 1.200,00 to a company passes at night",
 			bakery.status == http.StatusCreated, bakery.summary())
+	} else {
+		// A deployment's ledger outlives the run: Bruno's phone is unregistered, so that the next
+		// run's first device registers at once, as this one's did.
+		list := d.call(ctx, own, "GET", "/v1/devices", mine, nil)
+		devices, _ := list.body["devices"].([]any)
+		for _, x := range devices {
+			if m, _ := x.(map[string]any); m["current"] == true {
+				d.show(d.call(ctx, own, "DELETE", fmt.Sprintf("/v1/devices/%v", m["device_id"]), mine, nil))
+			}
+		}
+		delete(d.phones, bruno.document)
 	}
 	return nil
 }

@@ -163,18 +163,19 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	tiers := httpapi.NewTiers(ctx, ledger, logger, tierPoll)
 	r.closers = append(r.closers, tiers.Close)
 	r.Handler, err = httpapi.NewServer(httpapi.Deps{
-		Metrics:          metrics,
-		Logger:           logger,
-		Limiter:          r.Limiter,
-		Limits:           cfg.Limits,
-		Ledger:           ledger,
-		Tiers:            tiers,
-		LedgerRetryAfter: cfg.DBTimeout,
-		Tokens:           r.Tokens,
-		Passwords:        passwords,
-		Devices:          devices,
-		TrustedProxies:   cfg.TrustedProxies,
-		Probes:           r.probes,
+		Metrics:                 metrics,
+		Logger:                  logger,
+		Limiter:                 r.Limiter,
+		Limits:                  cfg.Limits,
+		Ledger:                  ledger,
+		Tiers:                   tiers,
+		LedgerRetryAfter:        cfg.DBTimeout,
+		Tokens:                  r.Tokens,
+		Passwords:               passwords,
+		DeviceRegistrationDelay: cfg.DeviceRegistrationDelay,
+		Devices:                 devices,
+		TrustedProxies:          cfg.TrustedProxies,
+		Probes:                  r.probes,
 	})
 	if err != nil || cfg.AdminAddr == "" {
 		return err

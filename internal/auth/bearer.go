@@ -9,10 +9,12 @@ import (
 
 const accountKey = "pixlimit.account"
 
-// Revocations says when support last revoked an account's devices (zero: never). The tokens
-// issued before it, access and device tokens alike, are no longer honoured.
+// Revocations says when support last revoked an account's devices, and when its owner last
+// removed one device (zero: never). The tokens issued before, access and device tokens alike,
+// are no longer honoured.
 type Revocations interface {
 	RevokedSince(account string) time.Time
+	RemovedSince(account, device string) time.Time
 }
 
 // RequireAccount is middleware that admits only requests bearing a valid access token
@@ -30,7 +32,8 @@ func RequireAccount(tokens *Tokens, revoked Revocations) echo.MiddlewareFunc {
 			if err != nil {
 				return err
 			}
-			if revoked != nil && revokedBy(s.IssuedAt, revoked.RevokedSince(s.Account)) {
+			if revoked != nil && (revokedBy(s.IssuedAt, revoked.RevokedSince(s.Account)) ||
+				s.Device != "" && revokedBy(s.IssuedAt, revoked.RemovedSince(s.Account, s.Device))) {
 				return ErrUnauthorized
 			}
 			c.Set(accountKey, s)

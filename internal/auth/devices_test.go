@@ -124,3 +124,4 @@ func TestRevocations(t *testing.T) {
 type revocations map[string]time.Time
 
 func (r revocations) RevokedSince(account string) time.Time { return r[account] }
+func (r revocations) RemovedSince(string, string) time.Time { return time.Time{} }

@@ -36,6 +36,9 @@ type Subject struct {
 	Payer string
 	// Person is "PF" (a natural person) or "PJ" (a company).
 	Person string
+	// ID is the token's own unique id (its jti; Verify's, Issue draws one): what a stolen token's
+	// password guesses are counted against, so that they cost the owner's next login nothing.
+	ID string
 	// Device is the id of the device the login came from (its device token's), a fresh one for
 	// a new device: what the new-device money caps and registration key on.
 	Device string
@@ -108,7 +111,7 @@ func (t *Tokens) Verify(token string) (Subject, error) {
 	if err != nil || c.Subject == "" || c.Payer == "" || (c.Person != "PF" && c.Person != "PJ") || c.IssuedAt == nil {
 		return Subject{}, ErrUnauthorized
 	}
-	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person, Device: c.Device, IssuedAt: c.IssuedAt.UTC()}, nil
+	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person, Device: c.Device, ID: c.ID, IssuedAt: c.IssuedAt.UTC()}, nil
 }
 
 // revokedBy reports whether a token issued at iat falls under a revocation made at since (zero:

@@ -46,6 +46,9 @@ type Config struct {
 	// AuthSecret keys every token and rate-limit hash; empty: random (embedded Redis only).
 	AuthSecret          string
 	TokenTTL, DeviceTTL time.Duration
+	// DeviceRegistrationDelay is how long a new device waits to register for PIX while the
+	// account has a registered one; 0 registers at once.
+	DeviceRegistrationDelay time.Duration
 	// Money are the limits on money the ledger enforces: the night cap, the day limit, the
 	// new-device caps and the delay of a customer's increase.
 	Money          pix.Rules
@@ -89,6 +92,7 @@ type environment struct {
 	AuthSecret           string         `env:"AUTH_SECRET"`
 	TokenTTL             time.Duration  `env:"TOKEN_TTL" envDefault:"15m"`
 	DeviceTTL            time.Duration  `env:"DEVICE_TTL" envDefault:"720h"`
+	DeviceRegistration   time.Duration  `env:"DEVICE_REGISTRATION_DELAY" envDefault:"24h"`
 	NightLimitCents      int64          `env:"NIGHT_LIMIT_CENTS" envDefault:"100000"`
 	NightStart           string         `env:"NIGHT_START" envDefault:"20:00"`
 	NightEnd             string         `env:"NIGHT_END" envDefault:"06:00"`
@@ -297,7 +301,8 @@ func parsePrefixes(list string) (any, error) {
 func (cfg *environment) check(p *problems) Config {
 	out := Config{HTTPAddr: cfg.HTTPAddr, MetricsAddr: cfg.MetricsAddr, RedisTimeout: cfg.RedisTimeout,
 		DatabaseURL: cfg.DatabaseURL, DBTimeout: cfg.DBTimeout, AuthSecret: cfg.AuthSecret, TokenTTL: cfg.TokenTTL,
-		DeviceTTL: cfg.DeviceTTL, TrustedProxies: cfg.TrustedProxies, LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat}
+		DeviceTTL: cfg.DeviceTTL, DeviceRegistrationDelay: cfg.DeviceRegistration, TrustedProxies: cfg.TrustedProxies,
+		LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat}
 	if !listenAddr(cfg.HTTPAddr) {
 		p.add("HTTP_ADDR", "%q is not host:port with a port from 0 to 65535", cfg.HTTPAddr)
 	}
@@ -325,6 +330,7 @@ func (cfg *environment) check(p *problems) Config {
 	}
 	between(p, "TOKEN_TTL", cfg.TokenTTL, time.Second, 365*24*time.Hour)
 	between(p, "DEVICE_TTL", cfg.DeviceTTL, time.Minute, 365*24*time.Hour)
+	between(p, "DEVICE_REGISTRATION_DELAY", cfg.DeviceRegistration, 0, 30*24*time.Hour)
 	if cfg.FailClosedRetryAfter%time.Second != 0 {
 		p.add("FAIL_CLOSED_RETRY_AFTER", "%v: want whole seconds", cfg.FailClosedRetryAfter)
 	}

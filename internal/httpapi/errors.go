@@ -36,6 +36,7 @@ const (
 	CodeNightLimitExceeded      Code = "night_limit_exceeded"
 	CodeDailyLimitExceeded      Code = "daily_limit_exceeded"
 	CodeDeviceLimitExceeded     Code = "device_limit_exceeded"
+	CodeDeviceNotRegistered     Code = "device_not_registered"
 	CodeRateLimitExceeded       Code = "rate_limit_exceeded"
 	CodeRateLimiterUnavailable  Code = "rate_limiter_unavailable"
 	CodeClientClosedRequest     Code = "client_closed_request"
@@ -66,6 +67,7 @@ var codes = map[Code]struct {
 	CodeNightLimitExceeded:     {http.StatusUnprocessableEntity, pix.ErrNightLimitExceeded.Error()},
 	CodeDailyLimitExceeded:     {http.StatusUnprocessableEntity, pix.ErrDailyLimitExceeded.Error()},
 	CodeDeviceLimitExceeded:    {http.StatusUnprocessableEntity, pix.ErrDeviceLimitExceeded.Error()},
+	CodeDeviceNotRegistered:    {http.StatusForbidden, "this device is not registered for PIX: only a registered device may do this"},
 	CodeRateLimitExceeded:      {http.StatusTooManyRequests, "too many requests; retry after the time given"},
 	CodeRateLimiterUnavailable: {http.StatusTooManyRequests, "the rate limiter cannot decide right now; try again later"},
 	CodeClientClosedRequest:    {499, "the client closed the request"}, // nginx's: logged as what it is rather than as a 500
@@ -145,6 +147,8 @@ var domainErrors = []struct {
 	{pix.ErrNightLimitExceeded, CodeNightLimitExceeded, true},
 	{pix.ErrDailyLimitExceeded, CodeDailyLimitExceeded, true},
 	{pix.ErrDeviceLimitExceeded, CodeDeviceLimitExceeded, true},
+	{pix.ErrDeviceNotRegistered, CodeDeviceNotRegistered, false},
+	{pix.ErrDeviceNotFound, CodeNotFound, true},
 	{pix.ErrUnavailable, CodeLedgerUnavailable, false},
 	{pix.ErrOutcomeUnknown, CodeTransferOutcomeUnknown, false},
 	{context.Canceled, CodeClientClosedRequest, false},

@@ -181,8 +181,21 @@ func (l instrumented) CancelPendingLimits(ctx context.Context, accountID string)
 	return timed(l, "cancel_pending_limits", func() (pix.Limits, error) { return l.l.CancelPendingLimits(ctx, accountID) })
 }
 
-func (l instrumented) RegisterDevice(ctx context.Context, accountID, device string) error {
-	_, err := timed(l, "register_device", func() (struct{}, error) { return done(l.l.RegisterDevice(ctx, accountID, device)) })
+func (l instrumented) RegisterDevice(ctx context.Context, accountID, device string, delay time.Duration) (pix.DeviceRegistration, error) {
+	return timed(l, "register_device", func() (pix.DeviceRegistration, error) { return l.l.RegisterDevice(ctx, accountID, device, delay) })
+}
+
+func (l instrumented) Devices(ctx context.Context, accountID string) ([]pix.DeviceRegistration, error) {
+	return timed(l, "devices", func() ([]pix.DeviceRegistration, error) { return l.l.Devices(ctx, accountID) })
+}
+
+func (l instrumented) ApproveDevice(ctx context.Context, accountID, approver, device string) error {
+	_, err := timed(l, "approve_device", func() (struct{}, error) { return done(l.l.ApproveDevice(ctx, accountID, approver, device)) })
+	return err
+}
+
+func (l instrumented) RemoveDevice(ctx context.Context, accountID, actor, device string) error {
+	_, err := timed(l, "remove_device", func() (struct{}, error) { return done(l.l.RemoveDevice(ctx, accountID, actor, device)) })
 	return err
 }
 

@@ -45,7 +45,11 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	e.GET("/v1/limits", handleGetLimits(d.Ledger), requireAccount, limitSettings)
 	e.PUT("/v1/limits", handlePutLimits(d.Ledger, login, d.Limits.Settings), requireAccount) // limited in the handler: a lowering never is
 	e.DELETE("/v1/limits/pending", handleCancelPending(d.Ledger), requireAccount, limitSettings)
-	e.POST("/v1/devices/current/register", handleRegisterDevice(login, d.Limits, d.Ledger, d.Passwords), requireAccount, limitSettings)
+	e.POST("/v1/devices/current/register", handleRegisterDevice(login, d.Limits, d.Ledger, d.Passwords, d.DeviceRegistrationDelay),
+		requireAccount, limitSettings)
+	e.GET("/v1/devices", handleDevices(d.Ledger), requireAccount, limitSettings)
+	e.POST("/v1/devices/:device_id/approve", handleApproveDevice(d.Ledger), requireAccount, limitSettings)
+	e.DELETE("/v1/devices/:device_id", handleRemoveDevice(d.Ledger, d.Tiers), requireAccount) // never refused: an owner can always cancel
 	return nil
 }
 

@@ -40,6 +40,9 @@ type Deps struct {
 	// Passwords checks the passwords of logins and device registrations, at the cost the
 	// ledger's hashes have.
 	Passwords *auth.Passwords
+	// DeviceRegistrationDelay is how long a new device waits to register for PIX while the
+	// account has a registered one (DEVICE_REGISTRATION_DELAY); 0 registers at once.
+	DeviceRegistrationDelay time.Duration
 	// Devices issues and verifies the device tokens of trusted devices.
 	Devices *auth.Devices
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client (auth.IPExtractor).

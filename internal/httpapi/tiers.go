@@ -104,6 +104,11 @@ func (t *Tiers) revocations() auth.Revocations {
 // RevokedSince is when support last revoked account's devices (auth.Revocations).
 func (t *Tiers) RevokedSince(account string) time.Time { return t.table.Load().RevokedSince(account) }
 
+// RemovedSince is when account's owner last removed device (auth.Revocations).
+func (t *Tiers) RemovedSince(account, device string) time.Time {
+	return t.table.Load().RemovedSince(account, device)
+}
+
 // documentRevokedSince is when support last revoked the devices of one of document's
 // accounts: a login's device token issued before it is no device.
 func (t *Tiers) documentRevokedSince(document string) time.Time {

@@ -70,9 +70,22 @@ type Ledger interface {
 	SetLimits(ctx context.Context, accountID string, c LimitsChange) (Limits, error)
 	// CancelPendingLimits drops the account's pending increases and returns its limits.
 	CancelPendingLimits(ctx context.Context, accountID string) (Limits, error)
-	// RegisterDevice registers a device of the account for PIX: its transfers are no longer
-	// capped as a new device's. Registering twice is registering once.
-	RegisterDevice(ctx context.Context, accountID, device string) error
+	// RegisterDevice asks to register a device of the account for PIX, so that its transfers
+	// are no longer capped as a new device's: at once when the account has no registered device,
+	// else after delay (it then registers by itself), unless a registered device approves it
+	// first (ApproveDevice) or it is removed (RemoveDevice). Asking again changes nothing.
+	RegisterDevice(ctx context.Context, accountID, device string, delay time.Duration) (DeviceRegistration, error)
+	// Devices lists the account's registered and pending devices.
+	Devices(ctx context.Context, accountID string) ([]DeviceRegistration, error)
+	// ApproveDevice registers a pending device at once, approved by a registered one
+	// (ErrDeviceNotRegistered when approver is not; ErrDeviceNotFound when device is not pending
+	// or registered).
+	ApproveDevice(ctx context.Context, accountID, approver, device string) error
+	// RemoveDevice cancels a pending registration or unregisters a device, and refuses its
+	// access tokens issued until now (TierTable.RemovedDevices). A device not registered may
+	// remove only itself (ErrDeviceNotRegistered); ErrDeviceNotFound when device is neither
+	// pending nor registered.
+	RemoveDevice(ctx context.Context, accountID, actor, device string) error
 	// Audit records one call of the support desk; AuditTrail returns the newest records, at
 	// most limit of them.
 	Audit(ctx context.Context, r AuditRecord) error

@@ -257,10 +257,10 @@ func TestNewDevices(t *testing.T) {
 			if again, err := l.Transfer(ctx, req); err != nil || !again.Replayed {
 				t.Fatalf("the replay of a transfer that passed: %+v, %v, want its receipt", again, err)
 			}
-			if err := l.RegisterDevice(ctx, "acct-ana", "phone-own"); err != nil {
+			if _, err := l.RegisterDevice(ctx, "acct-ana", "phone-own", 0); err != nil {
 				t.Fatal(err)
 			}
-			if err := l.RegisterDevice(ctx, "acct-ana", "phone-own"); err != nil {
+			if _, err := l.RegisterDevice(ctx, "acct-ana", "phone-own", 0); err != nil {
 				t.Fatalf("registering twice: %v", err)
 			}
 			if err := pay(l, "acct-ana", "bruno@example.com", "phone-own", 300_000); err != nil {
@@ -269,7 +269,7 @@ func TestNewDevices(t *testing.T) {
 			if err := pay(l, "acct-bruno", "ana@example.com", "phone-own", 20_001); !errors.As(err, &dle) {
 				t.Fatalf("Ana's registered device for Bruno's account: %v, want it new there", err)
 			}
-			if err := l.RegisterDevice(ctx, "acct-nobody", "x"); !errors.Is(err, ErrAccountNotFound) {
+			if _, err := l.RegisterDevice(ctx, "acct-nobody", "x", 0); !errors.Is(err, ErrAccountNotFound) {
 				t.Errorf("registering for an unknown account: %v", err)
 			}
 			clock.Advance(24 * time.Hour)
@@ -323,7 +323,7 @@ func TestRevokeDevices(t *testing.T) {
 			clock.Set(start)
 			ctx := context.Background()
 			for _, d := range []string{"phone", "laptop"} {
-				if err := l.RegisterDevice(ctx, "acct-ana", d); err != nil {
+				if _, err := l.RegisterDevice(ctx, "acct-ana", d, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -416,6 +416,81 @@ func TestACustomersNightLimitHoldsWithTheBanksOff(t *testing.T) {
 			}
 			if err := pay(l, "acct-carla", "ana@example.com", "", 200_000); err != nil {
 				t.Errorf("Carla, no limit of her own, the bank's off: %v, want no cap", err)
+			}
+		})
+	}
+}
+
+// TestANewDeviceWaitsOrIsApproved: Ana's first device registers at once; a second (a phisher's,
+// with her password) waits a day, capped as a new device meanwhile, and registers by itself when
+// the day is over; a third is approved at once by a registered device, while an unregistered one
+// may approve nothing and remove only itself; the owner removes a pending device, which is then
+// gone from her list and recorded for its tokens to be refused.
+func TestANewDeviceWaitsOrIsApproved(t *testing.T) {
+	t.Parallel()
+	r := defaultRules(t)
+	r.DayLimitCents, r.Night.LimitCents = 0, 0
+	clock := &testClock{}
+	for name, l := range rulesBackends(t, r, clock.Now) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			clock.Set(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+			register := func(device string) DeviceRegistration {
+				t.Helper()
+				reg, err := l.RegisterDevice(ctx, "acct-ana", device, 24*time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return reg
+			}
+			if reg := register("phone"); !reg.Registered {
+				t.Fatalf("the account's first device: %+v, want registered at once", reg)
+			}
+			phisher := register("phisher")
+			if phisher.Registered || !phisher.PendingUntil.Equal(clock.Now().Add(24*time.Hour)) {
+				t.Fatalf("a second device: %+v, want pending a day", phisher)
+			}
+			if again := register("phisher"); again != phisher {
+				t.Errorf("asking again: %+v, want the same pending registration %+v", again, phisher)
+			}
+			if err := pay(l, "acct-ana", "bruno@example.com", "phisher", 30_000); !errors.Is(err, ErrDeviceLimitExceeded) {
+				t.Errorf("R$ 300,00 from the pending device: %v, want the new-device cap", err)
+			}
+			if err := l.ApproveDevice(ctx, "acct-ana", "phisher", "phisher"); !errors.Is(err, ErrDeviceNotRegistered) {
+				t.Errorf("the pending device approving itself: %v, want ErrDeviceNotRegistered", err)
+			}
+			register("laptop")
+			if err := l.RemoveDevice(ctx, "acct-ana", "phisher", "laptop"); !errors.Is(err, ErrDeviceNotRegistered) {
+				t.Errorf("a pending device removing another: %v, want ErrDeviceNotRegistered", err)
+			}
+			if err := l.ApproveDevice(ctx, "acct-ana", "phone", "laptop"); err != nil {
+				t.Errorf("the registered phone approving the laptop: %v", err)
+			}
+			if err := pay(l, "acct-ana", "bruno@example.com", "laptop", 30_000); err != nil {
+				t.Errorf("R$ 300,00 from the approved laptop: %v, want no new-device cap", err)
+			}
+			if err := l.ApproveDevice(ctx, "acct-ana", "phone", "nobody"); !errors.Is(err, ErrDeviceNotFound) {
+				t.Errorf("approving a device that never asked: %v, want ErrDeviceNotFound", err)
+			}
+			if err := l.RemoveDevice(ctx, "acct-ana", "phone", "phisher"); err != nil {
+				t.Fatalf("the owner removing the pending phisher: %v", err)
+			}
+			list, err := l.Devices(ctx, "acct-ana")
+			if err != nil || len(list) != 2 || list[0].DeviceID != "laptop" || list[1].DeviceID != "phone" || !list[0].Registered || !list[1].Registered {
+				t.Errorf("Ana's devices after the removal: %+v, %v; want laptop and phone, registered", list, err)
+			}
+			table, err := l.TierTable(ctx)
+			if err != nil || !table.RemovedSince("acct-ana", "phisher").Equal(clock.Now()) {
+				t.Errorf("the removal recorded at %v, want %v (%v)", table.RemovedSince("acct-ana", "phisher"), clock.Now(), err)
+			}
+			// A pending device registers by itself when its wait is over.
+			tablet := register("tablet")
+			clock.Advance(24 * time.Hour)
+			if err := pay(l, "acct-ana", "bruno@example.com", "tablet", 30_000); err != nil || tablet.Registered {
+				t.Errorf("R$ 300,00 from the tablet a day after it asked: %v, want registered by then", err)
+			}
+			if err := l.RemoveDevice(ctx, "acct-ana", "tablet", "tablet"); err != nil {
+				t.Errorf("a device removing itself: %v", err)
 			}
 		})
 	}

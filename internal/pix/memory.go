@@ -2,7 +2,6 @@ package pix
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -31,7 +30,7 @@ type memAccount struct {
 	entries []Entry   // oldest first
 	sent    []memSent // the transfers it sent, oldest first
 	limits  accountLimits
-	devices map[string]bool // registered for PIX
+	devices map[string]time.Time // asked to register for PIX: pending until then, zero when approved (devices.go)
 }
 
 // memSent is one transfer an account sent, as its money limits count it.
@@ -69,7 +68,7 @@ func NewMemoryLedger(accounts []Account, opts ...Option) (*MemoryLedger, error) 
 		if a.OpeningCents < 0 {
 			return nil, fmt.Errorf("pix: account %s: negative opening balance", a.ID)
 		}
-		l.accounts[a.ID] = &memAccount{Account: a, balance: a.OpeningCents, devices: map[string]bool{}}
+		l.accounts[a.ID] = &memAccount{Account: a, balance: a.OpeningCents, devices: map[string]time.Time{}}
 		l.byDoc[a.Document] = a.ID
 		for _, k := range a.Keys {
 			if _, dup := l.byKey[k]; dup {
@@ -121,7 +120,7 @@ func (l *MemoryLedger) Transfer(_ context.Context, r TransferRequest) (Receipt, 
 	}
 	now := l.now().UTC()
 	facts := transferFacts{now: now, amount: r.AmountCents, betweenPersons: betweenPersons(from.Document, to.Document),
-		deviceRegistered: r.Device != "" && from.devices[r.Device], limits: l.rules.inForce(from.limits, now)}
+		deviceRegistered: from.registered(r.Device, now), limits: l.rules.inForce(from.limits, now)}
 	if err := l.rules.check(facts, from.spent(l.rules, facts)); err != nil {
 		return Receipt{}, err // the limits first, then the balance, as PostgresLedger checks them
 	}
@@ -233,21 +232,6 @@ func (l *MemoryLedger) changeLimits(account string, change func(accountLimits, t
 	}
 	a.limits = changed
 	return l.rules.inForce(a.limits, now), nil
-}
-
-// RegisterDevice implements Ledger.
-func (l *MemoryLedger) RegisterDevice(_ context.Context, accountID, device string) error {
-	if device == "" {
-		return errors.New("pix: a device needs an id")
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	a, ok := l.accounts[accountID]
-	if !ok {
-		return ErrAccountNotFound
-	}
-	a.devices[device] = true
-	return nil
 }
 
 // Statement implements Ledger.

@@ -476,8 +476,8 @@ func (l *PostgresLedger) statements(ctx context.Context, tx pgx.Tx, r TransferRe
 func (l *PostgresLedger) checkLimits(ctx context.Context, tx pgx.Tx, r TransferRequest, payeeDocument string, now time.Time) (bool, error) {
 	var payerDocument string
 	var registered bool
-	if err := tx.QueryRow(ctx, `SELECT a.document, EXISTS (SELECT 1 FROM devices d WHERE d.account_id = a.id AND d.device_id = $2)
-		FROM accounts a WHERE a.id = $1`, r.From, r.Device).Scan(&payerDocument, &registered); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT a.document, EXISTS (SELECT 1 FROM devices d WHERE d.account_id = a.id AND d.device_id = $2
+		AND (d.pending_until IS NULL OR d.pending_until <= $3)) FROM accounts a WHERE a.id = $1`, r.From, r.Device, now).Scan(&payerDocument, &registered); err != nil {
 		return false, err
 	}
 	stored, err := loadLimits(ctx, tx, r.From)
@@ -664,26 +664,6 @@ func (l *PostgresLedger) changeLimits(ctx context.Context, account string, chang
 		return Limits{}, fmt.Errorf("pix: limits: %w", unavailable(err))
 	}
 	return out, nil
-}
-
-// RegisterDevice implements Ledger.
-func (l *PostgresLedger) RegisterDevice(ctx context.Context, accountID, device string) error {
-	if device == "" {
-		return errors.New("pix: a device needs an id")
-	}
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	tag, err := l.pool.Exec(ctx, `INSERT INTO devices (account_id, device_id, registered_at)
-		SELECT id, $2, $3 FROM accounts WHERE id = $1 ON CONFLICT DO NOTHING`, accountID, device, l.now().UTC())
-	if err != nil {
-		return fmt.Errorf("pix: register device: %w", unavailable(err))
-	}
-	if tag.RowsAffected() == 0 {
-		if _, err := l.Account(ctx, accountID); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // keyNotFound is the error for a transfer whose key has no owner: ErrAccountNotFound when the

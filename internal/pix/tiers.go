@@ -47,6 +47,9 @@ type TierTable struct {
 	// account id; RevokedDocuments the same by its holder's document (the latest of the
 	// holder's accounts), for a login, which knows the document before the account.
 	Revoked, RevokedDocuments map[string]time.Time
+	// RemovedDevices is when the owner last removed each device (RemoveDevice), by account and
+	// device (RemovedSince).
+	RemovedDevices map[string]time.Time
 }
 
 // RevokedSince is when account's devices were last revoked; zero if never. A token issued
@@ -113,7 +116,7 @@ type tierStore struct{ table TierTable }
 
 func newTierStore() tierStore {
 	t := TierTable{Version: 1, Tiers: map[string]Tier{}, Accounts: map[string]TierOf{},
-		Revoked: map[string]time.Time{}, RevokedDocuments: map[string]time.Time{}}
+		Revoked: map[string]time.Time{}, RevokedDocuments: map[string]time.Time{}, RemovedDevices: map[string]time.Time{}}
 	for _, tier := range DefaultTiers {
 		t.Tiers[tier.Name] = tier
 	}
@@ -126,7 +129,7 @@ func (l *MemoryLedger) TierTable(context.Context) (TierTable, error) {
 	defer l.mu.Unlock()
 	t := l.tiers.table
 	t.Tiers, t.Accounts = maps.Clone(t.Tiers), maps.Clone(t.Accounts)
-	t.Revoked, t.RevokedDocuments = maps.Clone(t.Revoked), maps.Clone(t.RevokedDocuments)
+	t.Revoked, t.RevokedDocuments, t.RemovedDevices = maps.Clone(t.Revoked), maps.Clone(t.RevokedDocuments), maps.Clone(t.RemovedDevices)
 	return t, nil
 }
 
@@ -182,7 +185,8 @@ func (l *MemoryLedger) SetTier(_ context.Context, accountID string, a TierOf) er
 func (l *PostgresLedger) TierTable(ctx context.Context) (TierTable, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	t := TierTable{Tiers: map[string]Tier{}, Accounts: map[string]TierOf{}, Revoked: map[string]time.Time{}, RevokedDocuments: map[string]time.Time{}}
+	t := TierTable{Tiers: map[string]Tier{}, Accounts: map[string]TierOf{}, Revoked: map[string]time.Time{}, RevokedDocuments: map[string]time.Time{},
+		RemovedDevices: map[string]time.Time{}}
 	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, "SELECT version FROM tier_version").Scan(&t.Version); err != nil {
 			return err
@@ -228,6 +232,20 @@ func (l *PostgresLedger) TierTable(ctx context.Context) (TierTable, error) {
 			if at.After(t.RevokedDocuments[document]) {
 				t.RevokedDocuments[document] = at
 			}
+			return struct{}{}, err
+		})
+		if err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, "SELECT account_id, device_id, removed_at FROM removed_devices")
+		if err != nil {
+			return err
+		}
+		_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
+			var id, device string
+			var at time.Time
+			err := row.Scan(&id, &device, &at)
+			t.RemovedDevices[removedKey(id, device)] = at.UTC()
 			return struct{}{}, err
 		})
 		return err

@@ -6,6 +6,8 @@ package apitest
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
@@ -191,15 +193,21 @@ func FreeAddr(t testing.TB) string {
 }
 
 // FreeAddrs returns n distinct loopback addresses nothing listens on. Calling FreeAddr n times
-// is not the same: the kernel may hand a port just closed to the next bind(0), and a program
-// that binds with SO_REUSEPORT (HAProxy does) would then share one port between two listeners.
+// is not the same: a program that binds with SO_REUSEPORT (HAProxy does) could share one port
+// between two listeners. The ports are drawn below Linux's ephemeral range (32768 and up by
+// default), which the kernel hands to bind(0) and to every outgoing connection: a port it chose
+// and the test closed could be taken by a connection of another test before the program under
+// test binds it ("address already in use").
 func FreeAddrs(t testing.TB, n int) []string {
 	t.Helper()
 	addrs := make([]string, n)
 	for i := range addrs {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+		var l net.Listener
+		for try := 0; l == nil; try++ {
+			var err error
+			if l, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))); err != nil && try == 100 {
+				t.Fatal(err)
+			}
 		}
 		defer l.Close() // held until all n are chosen, so no two are the same
 		addrs[i] = l.Addr().String()
