@@ -99,7 +99,10 @@ func launchAt(t *testing.T, ctx context.Context, srv *redistest.Server, env map[
 		done <- runReplica(ctx, []string{"api"}, config.Map(vars), io.Discard, logs, passwordCost)
 	}()
 	a := &api{Client: &apitest.Client{T: t, Base: "http://" + addr}, logs: logs}
-	deadline := time.Now().Add(5 * time.Second)
+	// A bound, not a figure: a replica starts in a fraction of a second, but at a real
+	// deployment's bcrypt cost its dummy hash alone takes seconds under the race detector beside
+	// two CPU burners.
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(a.Base + "/healthz")
 		if err == nil {
@@ -114,7 +117,7 @@ func launchAt(t *testing.T, ctx context.Context, srv *redistest.Server, env map[
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("api not healthy within 5s\n%s", logs)
+			t.Fatalf("api not healthy within 30s\n%s", logs)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -204,8 +204,12 @@ func FreeAddrs(t testing.TB, n int) []string {
 	for i := range addrs {
 		var l net.Listener
 		for try := 0; l == nil; try++ {
+			port := 20000 + rand.IntN(12000)
+			if !handOut(port) {
+				continue // this process handed it out already: its program may not have bound it yet
+			}
 			var err error
-			if l, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))); err != nil && try == 100 {
+			if l, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil && try >= 100 {
 				t.Fatal(err)
 			}
 		}
@@ -213,6 +217,27 @@ func FreeAddrs(t testing.TB, n int) []string {
 		addrs[i] = l.Addr().String()
 	}
 	return addrs
+}
+
+// handedOut are the ports FreeAddrs gave in this test process: never twice, so two tests of one
+// package never race for a port between its choice and its program's bind.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// handOut reserves port for this process, or reports that it was handed out before.
+func handOut(port int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
+	if handedOut.ports[port] {
+		return false
+	}
+	handedOut.ports[port] = true
+	return true
 }
 
 // Logs collects a server's logs from its goroutines.
