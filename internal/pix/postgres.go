@@ -195,13 +195,19 @@ const migrationLock = 0x706978_6c696d // "pixlim"
 
 // migrate applies, in file-name order, every embedded migration not yet recorded in
 // schema_migrations, each in its own transaction, under a session advisory lock: a second
-// replica starting meanwhile waits, then finds nothing left to do.
+// replica starting meanwhile waits, then finds nothing left to do. The session lifts the pool's
+// statement_timeout (a request's deadline, DB_TIMEOUT) for the while: waiting for the lock, or a
+// migration on a busy server, may take longer, and ctx bounds it.
 func (l *PostgresLedger) migrate(ctx context.Context) error {
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("pix: migrate: %w", err)
 	}
 	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
+		return fmt.Errorf("pix: migrate: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "RESET statement_timeout") //nolint:errcheck // back to the pool's DB_TIMEOUT
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLock); err != nil {
 		return fmt.Errorf("pix: migrate: lock: %w", err)
 	}
