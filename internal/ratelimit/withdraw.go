@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A withdrawal takes back, in the background, what a decision recorded but the caller was told
@@ -42,8 +44,12 @@ type withdrawal struct {
 const (
 	// withdrawWorkers is the most attempts in flight at once, each on a connection of the pool:
 	// as many as a busy replica's split refusals need to be withdrawn within a round trip or two
-	// (with 8, TestClusterExactness's refused pairs held their place for a p50 of 0.76 s).
+	// (with 8, TestClusterExactness's refused pairs held their place for a p50 of 0.76 s). While
+	// Redis does not answer, fewer: each failed attempt halves the attempts allowed in flight,
+	// down to withdrawFloor, and each answered one doubles it back, so that withdrawals waiting
+	// out a slow Redis never hold the connections the decisions need.
 	withdrawWorkers = 64
+	withdrawFloor   = 2
 	// maxWithdrawalBytes bounds the memory of the waiting withdrawals (about 200,000 of them): an
 	// outage of a minute at thousands of split refusals a second fits.
 	maxWithdrawalBytes = 64 << 20
@@ -69,11 +75,13 @@ func backoff(tries int) time.Duration {
 
 // withdrawQueue holds the waiting withdrawals, earliest due first.
 type withdrawQueue struct {
-	mu      sync.Mutex
-	items   withdrawalHeap
-	bytes   int
-	workers int
-	wake    chan struct{} // a new withdrawal is due now: a sleeping worker looks again
+	mu       sync.Mutex
+	items    withdrawalHeap
+	bytes    int
+	workers  int
+	inflight int           // attempts under way
+	allowed  int           // attempts allowed in flight: withdrawFloor to withdrawWorkers
+	wake     chan struct{} // a new withdrawal is due now: a sleeping worker looks again
 	// lost, and when it was last logged, for a loss report at most once per outage interval.
 	lostSince int
 	loggedAt  time.Time
@@ -81,7 +89,7 @@ type withdrawQueue struct {
 }
 
 func newWithdrawQueue() *withdrawQueue {
-	return &withdrawQueue{wake: make(chan struct{}, 1)}
+	return &withdrawQueue{wake: make(chan struct{}, 1), allowed: withdrawWorkers}
 }
 
 // withdraw queues the withdrawal of one admission, made at `at` (µs, its decision's now) in key
@@ -139,12 +147,13 @@ func (l *Limiter) enqueue(w *withdrawal) {
 	}
 }
 
-// requeue puts w back, due after wait.
+// requeue puts w back, due after wait: its memory counts again until it is popped.
 func (l *Limiter) requeue(w *withdrawal, wait time.Duration) {
 	w.due = time.Now().Add(wait)
 	q := l.withdrawQ
 	q.mu.Lock()
 	heap.Push(&q.items, w)
+	q.bytes += w.size
 	q.mu.Unlock()
 }
 
@@ -160,35 +169,58 @@ func (l *Limiter) withdrawWorker() {
 		}
 		w := q.items[0]
 		closing, drained := l.isClosing(), !q.closedAt.IsZero() && time.Since(q.closedAt) > l.closeDrain()
-		if wait := time.Until(w.due); wait > 0 && !closing {
+		wait, full := time.Until(w.due), q.inflight >= q.allowed && !drained
+		if full {
+			wait = max(wait, backoff(1)) // Redis is not answering: let the attempts under way end first
+		}
+		if wait > 0 && !closing || full {
 			q.mu.Unlock()
+			closed := l.closing // after Close, what waits is tried at once: shutdown waits no backoff
+			if closing {
+				closed = nil // already closing: only an attempt's end or the timer wakes a full queue
+			}
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
 			case <-q.wake:
-			case <-l.closing: // after Close, what waits is tried at once: shutdown waits no backoff
+			case <-closed:
 			}
 			t.Stop()
 			continue
 		}
 		heap.Pop(&q.items)
 		q.bytes -= w.size
-		q.mu.Unlock()
 		if drained {
+			q.mu.Unlock()
 			l.lose(w, errors.New("the limiter closed"))
 			continue
 		}
-		l.attempt(w, closing)
+		q.inflight++
+		q.mu.Unlock()
+		answered := l.attempt(w, closing)
+		q.mu.Lock()
+		q.inflight--
+		if answered {
+			q.allowed = min(2*q.allowed, withdrawWorkers)
+		} else {
+			q.allowed = max(q.allowed/2, withdrawFloor)
+		}
+		q.mu.Unlock()
+		select { // a worker waiting for an attempt to end looks again
+		case q.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// attempt runs w once and settles it, or queues it again.
-func (l *Limiter) attempt(w *withdrawal, closing bool) {
+// attempt runs w once and settles it, or queues it again; it reports whether Redis answered.
+func (l *Limiter) attempt(w *withdrawal, closing bool) (answered bool) {
 	if !l.clock().Before(w.expires) { // it left its window by itself
 		l.withdrawals.Done()
-		return
+		return true
 	}
 	removed, err := l.runWithdrawal(w.a, w.key, w.c.withdrawal(w.at, l.clockArg()))
+	answered = err == nil
 	switch {
 	case err == nil && w.late && removed == 0 && w.misses < len(lateRetries) && !closing:
 		w.misses++
@@ -211,6 +243,7 @@ func (l *Limiter) attempt(w *withdrawal, closing bool) {
 		w.tries++
 		l.requeue(w, backoff(w.tries))
 	}
+	return answered
 }
 
 // lose gives up w: counted, and logged at most once per OutageLogEvery with how many were lost.
@@ -262,12 +295,22 @@ func (h *withdrawalHeap) Pop() any {
 	return w
 }
 
-// mayHaveRun reports whether a failed call may still have reached Redis: it timed out or was
-// cancelled after being sent. A refused connection sent nothing.
+// mayHaveRun reports whether a failed call may have run in Redis, then or later: anything but a
+// failure that surely sent nothing (a dial that failed, a pool with no connection to give) or a
+// reply of Redis's own refusing to run it (an error reply: BUSY, LOADING, READONLY, OOM, ...). A
+// timeout, a reset or an EOF after the script was sent may have run it.
 func mayHaveRun(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.As(err, &ne) && ne.Timeout()
+	var re redis.Error
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded): // Redis answered: it refused
+		return false
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
+		return false
+	case errors.As(err, &oe) && oe.Op == "dial":
+		return false
+	}
+	return true
 }
 
 // Close gives the waiting withdrawals one more attempt each, at once rather than over their

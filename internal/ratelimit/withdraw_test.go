@@ -3,10 +3,13 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -110,7 +113,7 @@ func TestWithdrawalsOutlastAFrozenRedis(t *testing.T) {
 	l, open, f := frozenSplit(t, SlidingLog, n, thaw, &logs,
 		func(d time.Duration) { heldMu.Lock(); longest = max(longest, d); heldMu.Unlock() })
 	<-f.thawed
-	l.withdrawals.Wait()
+	settledQueue(t, l)
 	if got := held(t, l, open, n); got != 0 {
 		t.Errorf("the open keys hold %d admissions after the thaw, want 0: withdrawals were lost\n%s", got, logs.String())
 	}
@@ -146,5 +149,38 @@ func TestLostWithdrawalsAreCountedAndLogged(t *testing.T) {
 	t.Logf("%d withdrawals lost; the open keys hold %d admissions (late ones too, which a counter cannot withdraw)", lost, held(t, l, open, n))
 	if !strings.Contains(logs.String(), "could not withdraw admissions") {
 		t.Errorf("the losses were not logged:\n%s", logs.String())
+	}
+}
+
+// settledQueue checks that l's withdrawal queue holds nothing once every withdrawal settled: its
+// memory accounting, with the retries of a freeze, comes back to zero.
+func settledQueue(t *testing.T, l *Limiter) {
+	t.Helper()
+	l.withdrawals.Wait()
+	q := l.withdrawQ
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) != 0 || q.bytes != 0 || q.inflight != 0 {
+		t.Errorf("after every withdrawal settled: %d waiting, %d bytes counted, %d in flight; want none", len(q.items), q.bytes, q.inflight)
+	}
+}
+
+// TestMayHaveRun: only a failure that surely sent nothing, or Redis's own refusal, says the
+// script did not run; a timeout, a reset or an EOF after sending may have run it.
+func TestMayHaveRun(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{io.EOF, true},
+		{&net.OpError{Op: "read", Err: syscall.ECONNRESET}, true},
+		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, false},
+		{redis.ErrPoolTimeout, false},
+		{fmt.Errorf("%w: %w", ErrUnavailable, redis.ErrClosed), false},
+	} {
+		if got := mayHaveRun(tt.err); got != tt.want {
+			t.Errorf("mayHaveRun(%v) = %v, want %v", tt.err, got, tt.want)
+		}
 	}
 }
