@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/netip"
 	"regexp"
@@ -105,12 +106,16 @@ const auditKey = "pixlimit.admin.audit"
 // token's fingerprint.
 var agentName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
 
+// recordKey holds a call's audit record in its context, for begin.
+const recordKey = "pixlimit.admin.record"
+
 // audit authenticates every call (Authorization: Bearer ADMIN_TOKEN, compared in constant time)
 // and records it. A call without the right token is counted against its IP (admin-ip) and in the
 // IP's summary for the minute. A call with it runs on a context its client cannot cancel, for
-// deskTimeout at most: a change is recorded as requested before it is made (no record, no
-// change: 503), then made, then its outcome recorded, so a client that resets its connection
-// mid-call never leaves a change without its record. A read is recorded once, answered.
+// deskTimeout at most: a change is recorded as requested, naming what it changes, before it is
+// made (begin: no record, no change), then made, then its outcome recorded, on a deadline of its
+// own, so a client that resets its connection mid-call never leaves a change without its record.
+// A read, or a call refused before any change, is recorded once, answered.
 func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		scheme, token, _ := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
@@ -125,15 +130,8 @@ func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), deskTimeout)
 		defer cancel()
 		c.SetRequest(c.Request().WithContext(ctx))
-		rec := pix.AuditRecord{At: time.Now().UTC(), Actor: actor, Action: action(c), Request: rand.Text()[:16], Calls: 1}
-		if c.Request().Method != http.MethodGet {
-			rec.Outcome = pix.OutcomeRequested
-			if err := d.Ledger.Audit(ctx, rec); err != nil {
-				d.Logger.Error("support desk: the change's record not stored; the change is not made", "action", rec.Action, "err", err)
-				c.Error(err)
-				return nil
-			}
-		}
+		rec := pix.AuditRecord{Actor: actor, Action: action(c), Request: rand.Text()[:16], Calls: 1}
+		c.Set(recordKey, rec)
 		if err := next(c); err != nil {
 			c.Error(err) // answered now, so the status audited is the one sent
 		}
@@ -144,12 +142,29 @@ func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 		if rec.Status >= 400 {
 			rec.Outcome = pix.OutcomeFailed
 		}
-		if err := d.Ledger.Audit(ctx, rec); err != nil {
+		// Its own deadline: a slow change must not leave its outcome no time to be recorded.
+		octx, ocancel := context.WithTimeout(context.WithoutCancel(ctx), deskTimeout)
+		defer ocancel()
+		if err := d.Ledger.Audit(octx, rec); err != nil {
 			d.Logger.Error("support desk: audit record not stored", "action", rec.Action, "outcome", rec.Outcome, "status", rec.Status, "err", err)
 		}
 		d.Logger.Info("support desk", "actor", actor, "action", rec.Action, "policy", a.policy, "status", rec.Status)
 		return nil
 	}
+}
+
+// begin records the change a is about to make (what it changes, its state before) as requested,
+// under the call's request id: the change is made only once this record is stored.
+func (d *desk) begin(c echo.Context, a audited) error {
+	c.Set(auditKey, a)
+	rec, _ := c.Get(recordKey).(pix.AuditRecord)
+	rec.At, rec.Outcome = time.Now().UTC(), pix.OutcomeRequested
+	rec.Policy, rec.Key, rec.Before = a.policy, a.key, a.before
+	if err := d.Ledger.Audit(c.Request().Context(), rec); err != nil {
+		d.Logger.Error("support desk: the change's record not stored; the change is not made", "action", rec.Action, "err", err)
+		return err
+	}
+	return nil
 }
 
 // refuse answers a call without the right token: 401, or 429 past admin-ip's limit for its IP,
@@ -224,7 +239,9 @@ func (r *refusals) count(ip, action string, status int) {
 		now := time.Now().UTC()
 		rec = &pix.AuditRecord{At: now, Actor: "unauthenticated", Action: action, Status: status, Key: ip, Outcome: pix.OutcomeRefused}
 		r.open[ip] = rec
-		time.AfterFunc(now.Truncate(r.every).Add(r.every).Sub(now), func() { r.flush(ip) })
+		// Written after the period ends, spread over a tenth of one: thousands of IPs' summaries
+		// do not reach the ledger at once.
+		time.AfterFunc(now.Truncate(r.every).Add(r.every).Sub(now)+mrand.N(r.every/10), func() { r.flush(ip) })
 	}
 	rec.Calls++
 	rec.Status = max(rec.Status, status) // a 429 once the IP's limit is reached
@@ -236,6 +253,9 @@ func (r *refusals) flush(ip string) {
 	rec := r.open[ip]
 	delete(r.open, ip)
 	r.mu.Unlock()
+	if rec == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), deskTimeout)
 	defer cancel()
 	if err := r.ledger.Audit(ctx, *rec); err != nil {
@@ -280,14 +300,15 @@ func (d *desk) deleteKey(c echo.Context) error {
 	a := audited{policy: before.Policy, key: before.Key}
 	raw, _ := json.Marshal(before)
 	a.before = string(raw)
-	c.Set(auditKey, a)
+	if err := d.begin(c, a); err != nil {
+		return err
+	}
 	if err := d.Limiter.Forget(c.Request().Context(), chk); err != nil {
 		return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: time.Second, cause: err}
 	}
-	after, err := d.state(c, chk)
-	if err != nil {
-		return err
-	}
+	// What Forget left: the key empty. Not read again: a read that failed now would answer the
+	// change as failed, though it was made.
+	after := keyState{Policy: before.Policy, Key: before.Key, Limit: before.Limit, Remaining: before.Limit}
 	raw, _ = json.Marshal(after)
 	a.after = string(raw)
 	c.Set(auditKey, a)
@@ -448,7 +469,9 @@ func (d *desk) putTier(c echo.Context) error {
 	}
 	before, _ := json.Marshal(d.Tiers.Table().Accounts[id])
 	a := audited{policy: "tier", key: d.name("account", id), before: string(before)}
-	c.Set(auditKey, a)
+	if err := d.begin(c, a); err != nil {
+		return err
+	}
 	err := d.Ledger.SetTier(c.Request().Context(), id, pix.TierOf{Tier: req.Tier, PIXLimit: req.PIXLimit,
 		StatementLimit: req.StatementLimit, LookupCapacity: req.LookupCapacity})
 	switch {
@@ -483,7 +506,9 @@ func (d *desk) revokeDevices(c echo.Context) error {
 		return invalid("invalid account id", map[string]string{"account_id": "an account id (acct-ana)"})
 	}
 	a := audited{policy: "devices", key: d.name("account", id)}
-	c.Set(auditKey, a)
+	if err := d.begin(c, a); err != nil {
+		return err
+	}
 	r, err := d.Ledger.RevokeDevices(c.Request().Context(), id)
 	switch {
 	case errors.Is(err, pix.ErrAccountNotFound):

@@ -22,7 +22,7 @@ type deviceBody struct {
 	DeviceID     string     `json:"device_id"`
 	Registered   bool       `json:"registered"`
 	PendingUntil *time.Time `json:"pending_until"`
-	Current      bool       `json:"current,omitempty"`
+	Current      bool       `json:"current"`
 }
 
 func toDeviceBody(d pix.DeviceRegistration, current string) deviceBody {

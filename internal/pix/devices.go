@@ -231,10 +231,24 @@ func (l *PostgresLedger) ApproveDevice(ctx context.Context, accountID, approver,
 }
 
 // RemoveDevice implements Ledger: the device's row deleted, its removal recorded, and the tier
-// table's version moved, in one transaction.
+// table's version moved, in one transaction. A call that will be refused is refused first
+// without the account's row lock, which transfers take: a flood of removals by a device not
+// registered, or of devices that are not there, makes no transfer wait.
 func (l *PostgresLedger) RemoveDevice(ctx context.Context, accountID, actor, device string) error {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
+	var actorOK, found bool
+	if err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM devices WHERE account_id = $1 AND device_id = $2
+		AND (pending_until IS NULL OR pending_until <= $4)), EXISTS (SELECT 1 FROM devices WHERE account_id = $1 AND device_id = $3)`,
+		accountID, actor, device, l.now().UTC()).Scan(&actorOK, &found); err != nil {
+		return deviceErr("remove device", err)
+	}
+	switch {
+	case actor != device && !actorOK:
+		return ErrDeviceNotRegistered
+	case !found:
+		return ErrDeviceNotFound
+	}
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if err := lockAccount(ctx, tx, accountID); err != nil {
 			return err
