@@ -389,8 +389,19 @@ func support(ctx context.Context, d *demo) error {
 	cleared := desk(http.MethodDelete)
 	after, _ := cleared.body["after"].(map[string]any)
 	d.expect("support clears it", cleared.status == http.StatusOK && after["full"] == false, cleared.summary())
-	in := d.show(d.call(ctx, "192.0.2.60", "POST", "/v1/login", "", map[string]string{"document": carla.document, "password": carla.password}))
-	d.expect("Carla gets in at once", in.status == http.StatusOK, in.summary())
+	// The other replica hears of the clearing over Redis's pub/sub, a moment after the desk's
+	// answer: a login that reaches it first is refused from its memory of full keys, costing
+	// nothing, and she tries again (the replicas alternate).
+	var in reply
+	tries := 0
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		tries++
+		in = d.show(d.call(ctx, "192.0.2.60", "POST", "/v1/login", "", map[string]string{"document": carla.document, "password": carla.password}))
+		if in.status != http.StatusTooManyRequests || time.Now().After(deadline) {
+			break
+		}
+	}
+	d.expect("Carla gets in at once", in.status == http.StatusOK, fmt.Sprintf("%s after %d tries", in.summary(), tries))
 
 	token, _ := in.body["access_token"].(string)
 	account, _ := in.body["account_id"].(string)

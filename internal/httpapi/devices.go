@@ -115,17 +115,26 @@ func handleDevices(ledger pix.Ledger) echo.HandlerFunc {
 // deviceParam is a device id as a route names it.
 var deviceParam = regexp.MustCompile(`^[A-Za-z0-9]{1,64}$`)
 
+// deviceCall is the subject of a call on the device its path names, and that device's id.
+func deviceCall(c echo.Context) (auth.Subject, string, error) {
+	s, err := auth.SubjectOf(c)
+	if err != nil {
+		return s, "", err
+	}
+	device := c.Param("device_id")
+	if !deviceParam.MatchString(device) {
+		return s, "", invalid("invalid device id", map[string]string{"device_id": "1 to 64 letters and digits"})
+	}
+	return s, device, nil
+}
+
 // handleApproveDevice registers a pending device at once, from a registered one (else 403
 // device_not_registered).
 func handleApproveDevice(ledger pix.Ledger) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		s, err := auth.SubjectOf(c)
+		s, device, err := deviceCall(c)
 		if err != nil {
 			return err
-		}
-		device := c.Param("device_id")
-		if !deviceParam.MatchString(device) {
-			return invalid("invalid device id", map[string]string{"device_id": "1 to 64 letters and digits"})
 		}
 		if err := ledger.ApproveDevice(c.Request().Context(), s.Account, s.Device, device); err != nil {
 			return err
@@ -140,13 +149,9 @@ func handleApproveDevice(ledger pix.Ledger) echo.HandlerFunc {
 // account-settings: an owner can always cancel.
 func handleRemoveDevice(ledger pix.Ledger, tiers *Tiers) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		s, err := auth.SubjectOf(c)
+		s, device, err := deviceCall(c)
 		if err != nil {
 			return err
-		}
-		device := c.Param("device_id")
-		if !deviceParam.MatchString(device) {
-			return invalid("invalid device id", map[string]string{"device_id": "1 to 64 letters and digits"})
 		}
 		if err := ledger.RemoveDevice(c.Request().Context(), s.Account, s.Device, device); err != nil {
 			return err

@@ -92,25 +92,21 @@ func (l *MemoryLedger) Devices(_ context.Context, accountID string) ([]DeviceReg
 
 // ApproveDevice implements Ledger.
 func (l *MemoryLedger) ApproveDevice(_ context.Context, accountID, approver, device string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	a, ok := l.accounts[accountID]
-	if !ok {
-		return ErrAccountNotFound
-	}
-	now := l.now()
-	if !a.registered(approver, now) {
-		return ErrDeviceNotRegistered
-	}
-	if _, ok := a.devices[device]; !ok {
-		return ErrDeviceNotFound
-	}
-	a.devices[device] = time.Time{}
-	return nil
+	return l.onDevice(accountID, approver, device, false, func(a *memAccount, _ time.Time) { a.devices[device] = time.Time{} })
 }
 
 // RemoveDevice implements Ledger.
 func (l *MemoryLedger) RemoveDevice(_ context.Context, accountID, actor, device string) error {
+	return l.onDevice(accountID, actor, device, true, func(a *memAccount, now time.Time) {
+		delete(a.devices, device)
+		l.tiers.table.RemovedDevices[removedKey(accountID, device)] = now.UTC()
+		l.tiers.table.Version++
+	})
+}
+
+// onDevice does to device, under the ledger's lock, what actor asks: only a registered actor
+// may (or, with self, the device itself), and only to a device pending or registered.
+func (l *MemoryLedger) onDevice(accountID, actor, device string, self bool, do func(a *memAccount, now time.Time)) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	a, ok := l.accounts[accountID]
@@ -118,15 +114,13 @@ func (l *MemoryLedger) RemoveDevice(_ context.Context, accountID, actor, device 
 		return ErrAccountNotFound
 	}
 	now := l.now()
-	if actor != device && !a.registered(actor, now) {
+	if !(self && actor == device) && !a.registered(actor, now) {
 		return ErrDeviceNotRegistered
 	}
 	if _, ok := a.devices[device]; !ok {
 		return ErrDeviceNotFound
 	}
-	delete(a.devices, device)
-	l.tiers.table.RemovedDevices[removedKey(accountID, device)] = now.UTC()
-	l.tiers.table.Version++
+	do(a, now)
 	return nil
 }
 
