@@ -395,13 +395,12 @@ func TestClusterModeSurvivesAWrapper(t *testing.T) {
 
 // TestAColdFleetDecidesItsFirstBurst: on a 3-master cluster whose scripts were flushed, a fresh
 // client and Limiter, warmed as a replica is before it listens, decide their first burst of 40
-// concurrent two-key decisions (keys in different slots) within a 300 ms budget: no decision
-// is unavailable and none paid for NOSCRIPT (no EVAL reached any master: every script was
-// there), ten fleets in a row. Cold, the dials, the slot map and NOSCRIPT fell inside those
-// budgets, and on a busy machine up to 8 of 20 failed closed. (The budget is three times the
-// production default: .ci/run runs this beside the race-detected whole-program tests and a
-// headless browser on two cores, where 100 ms once failed 40 of 40 decisions of a warmed fleet;
-// the EVAL count is the part that proves the warm-up, whatever the machine's load.)
+// concurrent two-key decisions (keys in different slots): none paid for NOSCRIPT (no EVAL
+// reached any master: every script was there), and none was unavailable, ten fleets in a row.
+// Cold, the dials, the slot map and NOSCRIPT fell inside the decisions' budgets, and on a busy
+// machine up to 8 of 20 failed closed. What proves the warm-up, whatever the machine's load, is
+// the EVAL count; the budget is a generous one (a second), since two CPU burners beside the
+// suite once failed 26 of 40 warmed decisions at 300 ms, and a timeout is not what this counts.
 func TestAColdFleetDecidesItsFirstBurst(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3, 0)
@@ -414,7 +413,7 @@ func TestAColdFleetDecidesItsFirstBurst(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		l := clusterLimiters(t, c, 1, 300*time.Millisecond)[0]
+		l := clusterLimiters(t, c, 1, generous)[0]
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := l.Warm(ctx, 20)
 		cancel()
