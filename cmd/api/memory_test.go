@@ -57,7 +57,7 @@ func TestAFloodOfIdentitiesNeverMakesRedisForgetAFullKey(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	// What a one-request identity costs Redis, for sizing maxmemory (docs/operating.md, "A full Redis fails loudly").
+	// What a one-request identity costs Redis, for sizing maxmemory (docs/how-it-works.md, "A full Redis fails loudly").
 	info, _ := srv.Client(nil).Info(t.Context(), "stats", "memory").Result()
 	stat := func(name string) float64 {
 		for _, line := range strings.Split(info, "\r\n") {
