@@ -69,8 +69,10 @@ func handleGetLimits(ledger pix.Ledger) echo.HandlerFunc {
 // pending until its effective_at (the answer shows which). Invalid values are 400 naming each
 // field, and nothing changes. It counts against settings (account-settings) once the body is
 // valid; a change that only tightens is never refused by it: when settings refuses (or cannot
-// decide), the limits in force are read, without a lock, and a tightening goes through.
+// decide), the limits in force are read, without a lock and shared with the account's other
+// refused PUTs (limitsReads), and a tightening goes through.
 func handlePutLimits(ledger pix.Ledger, limiter limiter, settings Limit) echo.HandlerFunc {
+	inForce := newLimitsReads(ledger)
 	type request struct {
 		NightLimitCents *int64  `json:"night_limit_cents"`
 		DayLimitCents   *int64  `json:"day_limit_cents"`
@@ -106,11 +108,11 @@ func handlePutLimits(ledger pix.Ledger, limiter limiter, settings Limit) echo.Ha
 			return err
 		}
 		if refused := limiter.enforce(c, nil, check{settings, device}); refused != nil {
-			inForce, err := ledger.Limits(c.Request().Context(), id)
+			l, err := inForce.Read(c.Request().Context(), id)
 			if err != nil {
 				return err
 			}
-			if !change.Tightens(inForce) {
+			if !change.Tightens(l) {
 				return refused
 			}
 		}
