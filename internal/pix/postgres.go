@@ -43,7 +43,7 @@ const DefaultTimeout = 2 * time.Second
 // OpenPostgres connects to url, brings the schema up to date and, when given accounts, seeds
 // those that do not exist yet. Any number of replicas may open one database at once. timeout
 // bounds each later call (zero means DefaultTimeout); opening itself is bounded by ctx.
-func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed []Account, opts ...Option) (*PostgresLedger, error) {
+func OpenPostgres(ctx context.Context, url string, timeout time.Duration, accounts []Account, opts ...Option) (*PostgresLedger, error) {
 	o := newOptions(opts)
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -52,6 +52,15 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed [
 	if err != nil {
 		return nil, fmt.Errorf("pix: postgres: %w", err)
 	}
+	// Opening migrates and seeds on a connection of its own, dialed as pgx dials, before any
+	// of the bounds below: those are for calls that must answer within DB_TIMEOUT, while a
+	// replica that starts beside a busy database (or on a loaded machine, where a 300 ms timeout
+	// cut the migration's dial) can wait for it, up to ctx or startupConnect.
+	setup := cfg.ConnConfig.Copy()
+	if setup.ConnectTimeout == 0 {
+		setup.ConnectTimeout = startupConnect
+	}
+	setup.RuntimeParams["statement_timeout"] = "0" // a migration may take as long as it takes
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(1, timeout.Milliseconds()), 10)
 	// A connection to the database waits at most limit for anything: its dial, the cancel
 	// request pgx dials when a call's deadline ends mid-query, and the clean-up of a broken
@@ -67,21 +76,28 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, seed [
 		cfg.ConnConfig.ConnectTimeout = limit
 	}
 	cfg.ConnConfig.DialFunc = boundedDial(limit)
+
+	conn, err := pgx.ConnectConfig(ctx, setup)
+	if err != nil {
+		return nil, fmt.Errorf("pix: postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := migrate(ctx, conn); err != nil {
+		return nil, err
+	}
+	if err := seed(ctx, conn, accounts); err != nil {
+		return nil, err
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pix: postgres: %w", err)
 	}
-	l := &PostgresLedger{pool: pool, timeout: timeout, now: o.now, rules: o.rules}
-	if err := l.migrate(ctx); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	if err := l.seed(ctx, seed); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return l, nil
+	return &PostgresLedger{pool: pool, timeout: timeout, now: o.now, rules: o.rules}, nil
 }
+
+// startupConnect bounds the dial of the connection that migrates, when DATABASE_URL sets no
+// connect_timeout.
+const startupConnect = 10 * time.Second
 
 // Close closes the connection pool.
 func (l *PostgresLedger) Close() { l.pool.Close() }
@@ -195,19 +211,10 @@ const migrationLock = 0x706978_6c696d // "pixlim"
 
 // migrate applies, in file-name order, every embedded migration not yet recorded in
 // schema_migrations, each in its own transaction, under a session advisory lock: a second
-// replica starting meanwhile waits, then finds nothing left to do. The session lifts the pool's
-// statement_timeout (a request's deadline, DB_TIMEOUT) for the while: waiting for the lock, or a
-// migration on a busy server, may take longer, and ctx bounds it.
-func (l *PostgresLedger) migrate(ctx context.Context) error {
-	conn, err := l.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("pix: migrate: %w", err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
-		return fmt.Errorf("pix: migrate: %w", err)
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), "RESET statement_timeout") //nolint:errcheck // back to the pool's DB_TIMEOUT
+// replica starting meanwhile waits, then finds nothing left to do. conn is the one OpenPostgres
+// dials for it, without the pool's statement_timeout (a request's deadline, DB_TIMEOUT): waiting
+// for the lock, or a migration on a busy server, may take longer, and ctx bounds it.
+func migrate(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLock); err != nil {
 		return fmt.Errorf("pix: migrate: lock: %w", err)
 	}
@@ -254,11 +261,11 @@ func (l *PostgresLedger) migrate(ctx context.Context) error {
 }
 
 // seed inserts the accounts and keys that are missing; existing rows, balances included, stay.
-func (l *PostgresLedger) seed(ctx context.Context, accounts []Account) error {
+func seed(ctx context.Context, conn *pgx.Conn, accounts []Account) error {
 	if len(accounts) == 0 {
 		return nil
 	}
-	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		for _, a := range accounts {
 			if _, err := tx.Exec(ctx, `INSERT INTO accounts (id, name, document, password_hash, balance_cents)
 				VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`,
