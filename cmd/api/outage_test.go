@@ -45,12 +45,12 @@ func TestRedisOutage(t *testing.T) {
 		if r.Status != http.StatusTooManyRequests || r.JSON(t)["error"] != "rate_limiter_unavailable" {
 			t.Errorf("%s, PIX: %v, want 429 rate_limiter_unavailable", outage.name, r)
 		}
-		// The statement decides locally (its default fail mode), at its share: a replica alone
+		// The statement decides in its fallback (its default fail mode), at its share: a replica alone
 		// assumes the floor, RATELIMIT_FLEET_SIZE (2), and says so in its headers.
 		r = a.Statement(ana)
 		within("statement", r)
 		if r.Status != http.StatusOK || r.Header.Get("RateLimit-Policy") != `"statement";q=15;w=60` {
-			t.Errorf("%s, statement: %v %v, want 200 decided locally, RateLimit-Policy of the local quota (15 of 30)", outage.name, r, r.Header)
+			t.Errorf("%s, statement: %v %v, want 200 decided by the fallback, RateLimit-Policy of the local quota (15 of 30)", outage.name, r, r.Header)
 		}
 		if got := int64(r.JSON(t)["balance_cents"].(float64)); got != before {
 			t.Errorf("%s: balance %d, want %d: a refused PIX moved money", outage.name, got, before)

@@ -46,7 +46,7 @@ func TestPostgresFleet(t *testing.T) {
 	srv.Kill()
 	r := b.Statement(ana)
 	if r.Status != http.StatusOK || r.Header.Get("RateLimit-Limit") != "15" || int64(r.JSON(t)["balance_cents"].(float64)) != 1_000_000-1234 {
-		t.Errorf("statement with Redis down: %v %v, want 200 from PostgreSQL, decided locally at half the limit (two replicas)", r, r.Header)
+		t.Errorf("statement with Redis down: %v %v, want 200 from PostgreSQL, decided by the fallback at half the limit (two replicas)", r, r.Header)
 	}
 	srv.Restart()
 

@@ -63,7 +63,7 @@ func (d *demo) stats() (sum ratelimit.Stats, ok bool) {
 	for _, l := range d.limiters {
 		s := l.Stats()
 		sum.Redis += s.Redis
-		sum.Local += s.Local
+		sum.DenyCached += s.DenyCached
 		sum.ShortCircuited += s.ShortCircuited
 		sum.CachedKeys += s.CachedKeys
 		sum.BreakerOpen = sum.BreakerOpen || s.BreakerOpen
@@ -140,7 +140,7 @@ func (d *demo) call(ctx context.Context, ip, method, path, token string, body an
 		// and the deny cache or the open breaker answered. (The stories send these one by one;
 		// a concurrent neighbour asking Redis only makes the page draw the Redis arrow.)
 		after := d.limiters[i].Stats()
-		r.memory = after.Redis == before.Redis && (after.Local > before.Local || after.ShortCircuited > before.ShortCircuited)
+		r.memory = after.Redis == before.Redis && (after.DenyCached > before.DenyCached || after.ShortCircuited > before.ShortCircuited)
 	}
 	r.status, r.header, r.raw = resp.Status, resp.Header, resp.Body
 	_ = json.Unmarshal(r.raw, &r.body)
@@ -286,7 +286,7 @@ func (n *narrator) decision(a, phase string, allowed bool) {
 
 // counters records the in-process limiters' counters, for the page's costs.
 func (n *narrator) counters(s ratelimit.Stats) {
-	n.events.publish(event{Kind: "stats", Scenario: n.scenario, RedisCalls: s.Redis, LocalCalls: s.Local, BreakerOpen: s.BreakerOpen})
+	n.events.publish(event{Kind: "stats", Scenario: n.scenario, RedisCalls: s.Redis, DenyCached: s.DenyCached, BreakerOpen: s.BreakerOpen})
 }
 
 func (n *narrator) request(r reply) {

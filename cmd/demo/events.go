@@ -46,7 +46,7 @@ type event struct {
 
 	// stats: the in-process limiters' counters.
 	RedisCalls  int64 `json:"redis_calls,omitempty"`
-	LocalCalls  int64 `json:"local_refusals,omitempty"`
+	DenyCached  int64 `json:"local_refusals,omitempty"`
 	BreakerOpen bool  `json:"breaker_open,omitempty"`
 }
 

@@ -112,7 +112,7 @@ func (d *demo) against(ctx context.Context, target, redisURL string) (func(), er
 }
 
 // denyCacheHold is the longest a replica's deny cache answers for a key (ratelimit's
-// LocalCacheHold default).
+// DenyCacheHold default).
 const denyCacheHold = 5 * time.Second
 
 // options are the demo's flags.

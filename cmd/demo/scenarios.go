@@ -218,7 +218,7 @@ func (d *demo) reportLocalRefusals(before ratelimit.Stats, replies []reply) {
 			refused++
 		}
 	}
-	local := int(after.Local - before.Local)
+	local := int(after.DenyCached - before.DenyCached)
 	d.out.say("Inside the replicas: %d of the %d refusals were answered from the replica's own memory of a full key,\n"+
 		"with no Redis call; %d decisions reached Redis. A replica asks Redis to learn that a key is full,\n"+
 		"then again at most every 5 s while it stays full.", local, refused, after.Redis-before.Redis)

@@ -110,7 +110,7 @@ type environment struct {
 	ParticipantRefill    int            `env:"LOOKUP_PARTICIPANT_REFILL_PER_MINUTE"` // 0: the category's
 	TrustedProxies       []netip.Prefix `env:"TRUSTED_PROXIES"`
 	FailClosedRetryAfter time.Duration  `env:"FAIL_CLOSED_RETRY_AFTER" envDefault:"5s"`
-	LocalCacheSize       int            `env:"RATELIMIT_LOCAL_CACHE_SIZE" envDefault:"100000"`
+	DenyCacheSize        int            `env:"RATELIMIT_LOCAL_CACHE_SIZE" envDefault:"100000"`
 	BreakerFailures      int            `env:"RATELIMIT_BREAKER_FAILURES" envDefault:"5"`
 	BreakerCooldown      time.Duration  `env:"RATELIMIT_BREAKER_COOLDOWN" envDefault:"1s"`
 	BatchMax             int            `env:"RATELIMIT_BATCH_MAX" envDefault:"32"`
@@ -180,7 +180,7 @@ type LoginRoute struct {
 func defaults() environment {
 	return environment{
 		PIX:       Route{Limit: 10, Window: time.Minute, FailMode: httpapi.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
-		Statement: Route{Limit: 30, Window: time.Minute, FailMode: httpapi.FailLocal, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
+		Statement: Route{Limit: 30, Window: time.Minute, FailMode: httpapi.FailFallback, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
 		Login: LoginRoute{IPLimit: 10, NetLimit: 1000, AccountLimit: 5, DeviceLimit: 5, Window: 10 * time.Minute, FailMode: httpapi.FailClosed,
 			Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
 		Settings: Route{Limit: 20, Window: time.Minute, FailMode: httpapi.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
@@ -335,8 +335,8 @@ func (cfg *environment) check(p *problems) Config {
 		p.add("FAIL_CLOSED_RETRY_AFTER", "%v: want whole seconds", cfg.FailClosedRetryAfter)
 	}
 	between(p, "FAIL_CLOSED_RETRY_AFTER", cfg.FailClosedRetryAfter, time.Second, time.Hour)
-	if cfg.LocalCacheSize < 0 || cfg.LocalCacheSize > 10_000_000 {
-		p.add("RATELIMIT_LOCAL_CACHE_SIZE", "%d: want 0 (off) to 10000000", cfg.LocalCacheSize)
+	if cfg.DenyCacheSize < 0 || cfg.DenyCacheSize > 10_000_000 {
+		p.add("RATELIMIT_LOCAL_CACHE_SIZE", "%d: want 0 (off) to 10000000", cfg.DenyCacheSize)
 	}
 	if cfg.BreakerFailures < 0 {
 		p.add("RATELIMIT_BREAKER_FAILURES", "%d: want 0 (off) or more", cfg.BreakerFailures)
@@ -373,7 +373,7 @@ func (cfg *environment) check(p *problems) Config {
 		}
 		return n
 	}
-	out.Limiter = ratelimit.Options{Timeout: cfg.RedisTimeout, LocalCacheSize: off(cfg.LocalCacheSize),
+	out.Limiter = ratelimit.Options{Timeout: cfg.RedisTimeout, DenyCacheSize: off(cfg.DenyCacheSize),
 		BreakerFailures: off(cfg.BreakerFailures), BreakerCooldown: cfg.BreakerCooldown, BatchMax: cfg.BatchMax}
 	if !slices.Contains([]slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}, cfg.LogLevel) {
 		p.add("LOG_LEVEL", "%v: want debug, info, warn or error", cfg.LogLevel)
@@ -428,7 +428,7 @@ func (cfg *environment) check(p *problems) Config {
 	if cfg.LookupMissCost < 1 {
 		p.add("LOOKUP_MISS_COST", "%d: want at least 1", cfg.LookupMissCost)
 	}
-	// The heartbeat counts the fleet, for a route that decides locally, and carries the support
+	// The heartbeat counts the fleet, for a route that decides in its fallback, and carries the support
 	// desk's forgotten keys to every replica's deny cache: always on.
 	out.Limiter.FleetSize = cfg.FleetSize
 	return out

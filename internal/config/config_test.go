@@ -22,7 +22,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := map[string]httpapi.Limit{
 		"pix":           {Policy: ratelimit.Policy{Name: "pix", Limit: 10, Window: time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
-		"statement":     {Policy: ratelimit.Policy{Name: "statement", Limit: 30, Window: time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailLocal},
+		"statement":     {Policy: ratelimit.Policy{Name: "statement", Limit: 30, Window: time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailFallback},
 		"login-ip":      {Policy: ratelimit.Policy{Name: "login-ip", Limit: 10, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
 		"login-account": {Policy: ratelimit.Policy{Name: "login-account", Limit: 5, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
 		"account-settings": {Policy: ratelimit.Policy{Name: "account-settings", Limit: 20, Window: time.Minute, Algorithm: ratelimit.SlidingLog},

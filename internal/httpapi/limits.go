@@ -31,17 +31,18 @@ const (
 	// FailOpen serves the request unlimited, without RateLimit headers: the choice where
 	// unavailability costs more than abuse.
 	FailOpen
-	// FailLocal decides the request in the replica's memory at its share of the limit,
-	// ⌈limit / replicas⌉ (ratelimit.Limiter.AllowLocal), with the same headers and refusals:
-	// the route stays available and bounded (the statement's default).
-	FailLocal
+	// FailFallback decides the request in the replica's memory at its share of the limit,
+	// ⌈limit / replicas⌉ (ratelimit.Limiter.AllowFallback), with the same headers and refusals:
+	// the route stays available and bounded (the statement's default). Its FAIL_MODE value is
+	// "local", the contract's word since wave 1.
+	FailFallback
 )
 
 func (m FailMode) String() string {
 	switch m {
 	case FailOpen:
 		return "open"
-	case FailLocal:
+	case FailFallback:
 		return "local"
 	}
 	return "closed"
@@ -55,7 +56,7 @@ func (m *FailMode) UnmarshalText(text []byte) error {
 	case "open":
 		*m = FailOpen
 	case "local":
-		*m = FailLocal
+		*m = FailFallback
 	default:
 		return errors.New("want open, closed or local")
 	}

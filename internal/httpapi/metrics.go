@@ -25,13 +25,15 @@ type Metrics struct {
 
 // The outcomes of a rate-limit decision, as pixlimit_ratelimit_decisions_total counts them.
 const (
+	// The values are the contract's since wave 1: refused_local and decided_local name the deny
+	// cache and the fallback, whose Go names changed in wave 4.
 	outcomeAllowed       = "allowed"        // admitted by Redis
 	outcomeRefused       = "refused"        // refused by Redis
-	outcomeRefusedLocal  = "refused_local"  // refused by the replica's deny cache, no Redis call
+	outcomeDenyCached    = "refused_local"  // refused by the replica's deny cache, no Redis call
 	outcomeFailedOpen    = "failed_open"    // Redis could not decide; served unlimited
 	outcomeFailedClosed  = "failed_closed"  // Redis could not decide; refused
 	outcomeShadowRefused = "shadow_refused" // refused by a policy in shadow mode; served anyway
-	outcomeDecidedLocal  = "decided_local"  // Redis could not decide; decided in the replica's memory
+	outcomeFallback      = "decided_local"  // Redis could not decide; decided in the replica's memory
 )
 
 // LimiterGauges is what the metrics read of a limiter when scraped (a *ratelimit.Limiter).

@@ -122,19 +122,19 @@ func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit
 			r.metrics.decided(decided, outcomeFailedOpen, took)
 			return nil
 		}
-		d = r.l.AllowLocal(decided...) // FailLocal: decided here, reported and refused as any decision
+		d = r.l.AllowFallback(decided...) // FailFallback: decided here, reported and refused as any decision
 	}
 	shadow := cs[0].limit.Shadow // limits decided together share it (validateTogether)
 	switch {
 	case d.Fallback:
-		r.metrics.decided(decided, outcomeDecidedLocal, took)
+		r.metrics.decided(decided, outcomeFallback, took)
 	case d.Allowed:
 		r.metrics.decided(decided, outcomeAllowed, took)
 	case shadow:
 		r.metrics.decided(decided, outcomeShadowRefused, took)
 		r.events.log("shadow:"+d.Worst.Policy.Name, slog.LevelWarn, "shadow limit would have refused", "policy", d.Worst.Policy.Name)
-	case d.Local:
-		r.metrics.decided(decided, outcomeRefusedLocal, took)
+	case d.DenyCached:
+		r.metrics.decided(decided, outcomeDenyCached, took)
 	default:
 		r.metrics.decided(decided, outcomeRefused, took)
 	}
@@ -164,8 +164,8 @@ func failMode(cs []check) FailMode {
 		case c.limit.Shadow:
 		case c.limit.FailMode == FailClosed:
 			return FailClosed
-		case c.limit.FailMode == FailLocal:
-			mode = FailLocal
+		case c.limit.FailMode == FailFallback:
+			mode = FailFallback
 		}
 	}
 	return mode

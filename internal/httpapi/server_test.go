@@ -303,7 +303,7 @@ func BenchmarkRefusal(b *testing.B) {
 			if tc.h == nil {
 				limits := lax()
 				limits.LoginIP.Limit = 10
-				s := newServerWith(b, srv, limits, ratelimit.Options{LocalCacheSize: tc.cache})
+				s := newServerWith(b, srv, limits, ratelimit.Options{DenyCacheSize: tc.cache})
 				h = s.h
 				for range 11 { // the IP key's 10, then the first refusal, which teaches the cache
 					login(h)

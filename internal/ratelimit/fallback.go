@@ -13,7 +13,7 @@ import (
 // replicas, so the fleet as a whole admits at most about the limit (⌈Limit/N⌉ × N). N is the
 // number of replicas the heartbeat last counted while Redis answered, and never fewer than
 // Options.FleetSize (the floor, all there is before Redis ever answered). Replicas added during an outage are not counted, and each admits its share
-// on top: with M more, the fleet admits up to ⌈Limit/N⌉ × (N + M). The local log starts empty
+// on top: with M more, the fleet admits up to ⌈Limit/N⌉ × (N + M). The fallback log starts empty
 // and is forgotten when Redis answers again (Redis kept its own state; what was admitted
 // locally meanwhile is on top of it).
 
@@ -97,12 +97,12 @@ func (l *Limiter) heartbeat() {
 // themselves alone; a single replica in local mode is then stricter than it need be).
 func (l *Limiter) FleetSize() int { return int(l.fleet.Load()) }
 
-// AllowLocal decides a request in this replica's memory, at its share of each check's limit
+// AllowFallback decides a request in this replica's memory, at its share of each check's limit
 // (⌈Limit / FleetSize⌉ per Window, every algorithm counted as an exact sliding log): what a
 // caller does instead of failing open or closed while Redis cannot decide. The Decision reports
 // the local quota as each Result's Policy.Limit and Capacity, and Fallback is set. The checks
 // are decided together: admitted only if every key has room, and recorded in all or none.
-func (l *Limiter) AllowLocal(checks ...Check) Decision {
+func (l *Limiter) AllowFallback(checks ...Check) Decision {
 	n := max(1, l.FleetSize())
 	now := l.clock()
 	keys := make([]string, len(checks))
@@ -114,7 +114,7 @@ func (l *Limiter) AllowLocal(checks ...Check) Decision {
 		q.Algorithm, q.Burst = SlidingLog, 0
 		quotas[i] = q
 	}
-	allowed, pairs := l.local.allow(now, keys, quotas)
+	allowed, pairs := l.fallback.allow(now, keys, quotas)
 	local := make([]Check, len(checks))
 	for i, c := range checks {
 		local[i] = Check{Policy: quotas[i], Identity: c.Identity}

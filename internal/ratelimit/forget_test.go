@@ -51,7 +51,7 @@ func TestForgetUnblocksEveryReplica(t *testing.T) {
 	var ls []*Limiter
 	for range 2 {
 		l, err := New(srv.Client(func(o *redis.Options) { ClientOptions(o, generous) }),
-			Options{KeySecret: testSecret, Timeout: generous, FleetSize: 1, LocalCacheHold: time.Minute})
+			Options{KeySecret: testSecret, Timeout: generous, FleetSize: 1, DenyCacheHold: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func TestForgetUnblocksEveryReplica(t *testing.T) {
 		if d := mustAllow(t, l, c); d.Allowed {
 			t.Fatal("the second request was admitted")
 		}
-		if d := mustAllow(t, l, c); d.Allowed || !d.Local {
+		if d := mustAllow(t, l, c); d.Allowed || !d.DenyCached {
 			t.Fatalf("the third: %+v, want refused from the deny cache", d)
 		}
 	}
@@ -84,7 +84,7 @@ func TestForgetUnblocksEveryReplica(t *testing.T) {
 		if d.Allowed {
 			break
 		}
-		if !d.Local {
+		if !d.DenyCached {
 			t.Fatalf("the other replica asked Redis and was refused: %+v", d)
 		}
 		if time.Now().After(deadline) {

@@ -54,11 +54,11 @@ type Decision struct {
 	Worst Result
 	// Results holds one Result per check, in the order the checks were given.
 	Results []Result
-	// Local says the request was refused by this Limiter's deny cache, without asking Redis:
+	// DenyCached says the request was refused by this Limiter's deny cache, without asking Redis:
 	// Worst is a key known to be full, and the Results of keys not known to be full carry their
 	// Capacity as Remaining, since nothing was asked of them.
-	Local bool
-	// Fallback says the request was decided in this Limiter's memory (AllowLocal), at its share
+	DenyCached bool
+	// Fallback says the request was decided in this Limiter's memory (AllowFallback), at its share
 	// of each limit, because Redis could not decide.
 	Fallback bool
 }
@@ -66,7 +66,7 @@ type Decision struct {
 // Only returns the Decision as if it had checked only its i-th check: the same verdict, with
 // that check's Result as the worst and only one.
 func (d Decision) Only(i int) Decision {
-	return Decision{Allowed: d.Allowed, Worst: d.Results[i], Results: d.Results[i : i+1 : i+1], Local: d.Local, Fallback: d.Fallback}
+	return Decision{Allowed: d.Allowed, Worst: d.Results[i], Results: d.Results[i : i+1 : i+1], DenyCached: d.DenyCached, Fallback: d.Fallback}
 }
 
 // Options configure a Limiter. The zero value of each field but KeySecret has a default.
@@ -87,26 +87,26 @@ type Options struct {
 	Logger *slog.Logger
 	// OutageLogEvery throttles outage reports. Default 10s.
 	OutageLogEvery time.Duration
-	// LocalCacheSize bounds the keys this Limiter remembers as full, to refuse requests on them
+	// DenyCacheSize bounds the keys this Limiter remembers as full, to refuse requests on them
 	// without asking Redis (see denyCache). Default 100,000 (about 15 MB); negative disables.
-	LocalCacheSize int
-	// LocalCacheHold is the longest the deny cache keeps a block before asking Redis again, even
+	DenyCacheSize int
+	// DenyCacheHold is the longest the deny cache keeps a block before asking Redis again, even
 	// when the key stays full longer: if Redis loses its state (a restart, a failover, an
 	// operator's DEL), a replica refuses on stale knowledge for at most this long. Default 5s.
-	LocalCacheHold time.Duration
+	DenyCacheHold time.Duration
 	// BreakerFailures is how many consecutive failed decisions open the circuit breaker, which
 	// then fails decisions at once for BreakerCooldown before letting one probe through.
 	// Default 5; negative disables. A cluster Limiter has no breaker.
 	BreakerFailures int
 	// BreakerCooldown is how long an open breaker fails decisions at once. Default 1s.
 	BreakerCooldown time.Duration
-	// FleetSize is the fewest replicas AllowLocal assumes share the limits (its share is
+	// FleetSize is the fewest replicas AllowFallback assumes share the limits (its share is
 	// ⌈Limit / fleet size⌉). Zero: 1, and no heartbeat; above zero, the Limiter beats in Redis
 	// every second and counts the replicas that do (no identity in it), never fewer than this,
 	// and learns the keys Forget cleared on other replicas.
 	FleetSize int
-	// LocalLogSize bounds the keys AllowLocal remembers. Default 100,000.
-	LocalLogSize int
+	// FallbackLogSize bounds the keys AllowFallback remembers. Default 100,000.
+	FallbackLogSize int
 	// BatchMax is the most decisions one call to Redis carries: decisions that arrive while
 	// calls are on their way go together in the next one (see batcher), decided one after
 	// another as they would be one by one. Default 32; 1 (or negative) sends every decision
@@ -121,7 +121,7 @@ var probeScript = redis.NewScript("redis.call('SET', KEYS[1], '1', 'PX', 1000) r
 
 // Option defaults that are not zero.
 const (
-	defaultLocalCacheSize  = 100_000
+	defaultDenyCacheSize   = 100_000
 	defaultLocalCacheHold  = 5 * time.Second
 	defaultBreakerFailures = 5
 	defaultBreakerCooldown = time.Second
@@ -139,7 +139,7 @@ type Limiter struct {
 	outages *outageLog
 	logger  *slog.Logger
 
-	// deny remembers keys known to be full (local.go), each for at most hold; nil when disabled.
+	// deny remembers keys known to be full (denycache.go), each for at most hold; nil when disabled.
 	deny *denyCache
 	hold time.Duration
 	// breaker fails decisions at once while Redis keeps failing (breaker.go); nil when disabled.
@@ -149,8 +149,8 @@ type Limiter struct {
 	// fleet is the fleet's size as the heartbeat last counted it, at least fleetFloor (fallback.go).
 	fleet      atomic.Int64
 	fleetFloor int64
-	// local decides in memory while Redis cannot (AllowLocal).
-	local *localLog
+	// local decides in memory while Redis cannot (AllowFallback).
+	fallback *fallbackLog
 	// stats counts what the limiter did, for Stats.
 	stats stats
 	// down is set while the last decision could not reach Redis (RedisUp).
@@ -183,7 +183,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if len(opts.KeySecret) < 16 {
 		return nil, fmt.Errorf("ratelimit: key secret of %d bytes: want at least 16", len(opts.KeySecret))
 	}
-	if opts.Timeout < 0 || opts.OutageLogEvery < 0 || opts.BreakerCooldown < 0 || opts.LocalCacheHold < 0 {
+	if opts.Timeout < 0 || opts.OutageLogEvery < 0 || opts.BreakerCooldown < 0 || opts.DenyCacheHold < 0 {
 		return nil, errors.New("ratelimit: negative duration in options")
 	}
 	if opts.Prefix == "" {
@@ -210,14 +210,14 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		args:      make(map[Policy][3]any),
 	}
 	l.outages = newOutageLog(opts.Logger, opts.OutageLogEvery, l.clock)
-	if opts.LocalCacheSize >= 0 {
-		l.deny = newDenyCache(cmp.Or(opts.LocalCacheSize, defaultLocalCacheSize))
-		l.hold = cmp.Or(opts.LocalCacheHold, defaultLocalCacheHold)
+	if opts.DenyCacheSize >= 0 {
+		l.deny = newDenyCache(cmp.Or(opts.DenyCacheSize, defaultDenyCacheSize))
+		l.hold = cmp.Or(opts.DenyCacheHold, defaultLocalCacheHold)
 	}
 	if !l.cluster {
 		l.batch = newBatchers(l, cmp.Or(opts.BatchMax, defaultBatchMax))
 	}
-	l.local = newLocalLog(cmp.Or(opts.LocalLogSize, defaultLocalCacheSize))
+	l.fallback = newFallbackLog(cmp.Or(opts.FallbackLogSize, defaultDenyCacheSize))
 	l.fleetFloor = int64(max(1, opts.FleetSize))
 	l.fleet.Store(l.fleetFloor)
 	if opts.FleetSize > 0 {
@@ -293,8 +293,8 @@ func (l *Limiter) Allow(ctx context.Context, p Policy, identity string) (Decisio
 // outage is logged here.
 //
 // A request on a key this Limiter knows to be full is refused without asking Redis
-// (Decision.Local), exactly as the script would refuse it, recording nothing; this holds while
-// Redis is down too. A block is kept until the key can have room again, or for LocalCacheHold,
+// (Decision.DenyCached), exactly as the script would refuse it, recording nothing; this holds while
+// Redis is down too. A block is kept until the key can have room again, or for DenyCacheHold,
 // whichever is sooner; the RetryAfter of a local refusal is the key's own, which can be
 // longer. A refusal teaches the cache (see learn), unless its keys may see withdrawals that
 // free room early: a split decision on a cluster, whose sibling admissions are withdrawn, is
@@ -361,7 +361,7 @@ func (l *Limiter) Inspect(ctx context.Context, c Check) (Decision, error) {
 // support desk unblocking a customer). This replica's deny cache drops the key now; the others
 // learn it at their next heartbeat (about a second; the key is listed in the fleet's forget
 // list, beside the roster, for as long as a deny-cache entry can live), and one that misses it
-// (cut off from Redis) forgets it within Options.LocalCacheHold anyway. Replicas subscribed to
+// (cut off from Redis) forgets it within Options.DenyCacheHold anyway. Replicas subscribed to
 // ForgetChannel hear of it at once. The heartbeat runs only
 // with Options.FleetSize above zero; without it, other replicas forget within the hold.
 func (l *Limiter) Forget(ctx context.Context, c Check) error {
@@ -399,7 +399,7 @@ func (l *Limiter) Key(c Check) string { return l.keys.key(c.Policy, c.Identity) 
 // round trip, never above their capacities: a price paid for something that turned out to be worth it (DICT gives back the token
 // of a key look-up that a payment followed). It is never refused, and this replica's deny cache
 // forgets the key. Another replica that holds the key as blocked learns of the refund within
-// Options.LocalCacheHold, as after a withdrawal: until then it may refuse a request the refund
+// Options.DenyCacheHold, as after a withdrawal: until then it may refuse a request the refund
 // made room for, never admit one too many.
 func (l *Limiter) Refund(ctx context.Context, n int, checks ...Check) (Decision, error) {
 	if len(checks) == 0 {
@@ -426,7 +426,7 @@ func (l *Limiter) do(ctx context.Context, mode any, checks []Check) (Decision, e
 		keys[i] = l.keys.key(c.Policy, c.Identity)
 	}
 	if d, ok := l.refuseLocally(keys, checks, sent); ok {
-		l.stats.local.Add(1)
+		l.stats.denyCached.Add(1)
 		return d, nil
 	}
 	if l.breaker != nil && !l.breaker.allow() {
@@ -444,7 +444,7 @@ func (l *Limiter) do(ctx context.Context, mode any, checks []Check) (Decision, e
 	case err == nil:
 		if l.down.Load() { // a write on every decision would bounce one cache line between cores
 			l.down.Store(false)
-			l.local.forget() // Redis decides from its own state again
+			l.fallback.forget() // Redis decides from its own state again
 		}
 		if l.breaker != nil {
 			l.breaker.success()
@@ -502,7 +502,7 @@ func (l *Limiter) refuseLocally(keys []string, checks []Check, now time.Time) (D
 			continue
 		}
 		if d.Results == nil {
-			d = Decision{Local: true, Results: make([]Result, len(checks))}
+			d = Decision{DenyCached: true, Results: make([]Result, len(checks))}
 			for j, c := range checks {
 				d.Results[j] = Result{Policy: c.Policy, Capacity: c.Policy.Capacity(), Remaining: c.Policy.Capacity()}
 			}
@@ -528,8 +528,8 @@ func (l *Limiter) clock() time.Time {
 type Stats struct {
 	// Redis is how many decisions asked Redis.
 	Redis int64
-	// Local is how many requests were refused by the deny cache, without asking Redis.
-	Local int64
+	// DenyCached is how many requests were refused by the deny cache, without asking Redis.
+	DenyCached int64
 	// ShortCircuited is how many decisions the open breaker failed without asking Redis.
 	ShortCircuited int64
 	// CachedKeys is how many keys the deny cache holds (expired ones until they are seen).
@@ -541,14 +541,14 @@ type Stats struct {
 	WithdrawalsLost int64
 }
 
-type stats struct{ redis, local, shortCircuited, withdrawalsLost atomic.Int64 }
+type stats struct{ redis, denyCached, shortCircuited, withdrawalsLost atomic.Int64 }
 
 // RedisUp reports whether the last decision that asked Redis got an answer (true before any).
 func (l *Limiter) RedisUp() bool { return !l.down.Load() }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
-	s := Stats{Redis: l.stats.redis.Load(), Local: l.stats.local.Load(), ShortCircuited: l.stats.shortCircuited.Load(),
+	s := Stats{Redis: l.stats.redis.Load(), DenyCached: l.stats.denyCached.Load(), ShortCircuited: l.stats.shortCircuited.Load(),
 		WithdrawalsLost: l.stats.withdrawalsLost.Load()}
 	if l.deny != nil {
 		s.CachedKeys = l.deny.len()

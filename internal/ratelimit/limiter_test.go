@@ -494,7 +494,7 @@ func TestAllowNPaysInAdvance(t *testing.T) {
 	if d.Allowed || d.Worst.RetryAfter != time.Minute {
 		t.Fatalf("after five misses: %+v, want refused for a minute (1 token of debt + 1 token, at 2 a minute)", d.Worst)
 	}
-	if !d.Local {
+	if !d.DenyCached {
 		t.Error("the refusal asked Redis: the admission that left the bucket in debt should have taught the deny cache")
 	}
 	clk.Add(time.Minute - time.Microsecond)
@@ -566,7 +566,7 @@ func TestRefundGivesTokensBackUpToCapacity(t *testing.T) {
 	for range 3 {
 		mustAllow(t, l, c)
 	}
-	if d := mustAllow(t, l, c); d.Allowed || !d.Local {
+	if d := mustAllow(t, l, c); d.Allowed || !d.DenyCached {
 		t.Fatalf("the fourth: %+v, want refused by the deny cache", d)
 	}
 	if d := refund(1); d.Worst.Remaining != 1 {

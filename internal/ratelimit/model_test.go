@@ -245,7 +245,7 @@ func TestScriptsMatchModels(t *testing.T) {
 					t.Fatalf("step %d at +%v on %v: script allowed=%v, model %v", step, jumps, keys, d.Allowed, allowed)
 				}
 				for i, r := range d.Results {
-					if d.Local && r.RetryAfter == 0 {
+					if d.DenyCached && r.RetryAfter == 0 {
 						continue // a local refusal asked nothing of the keys it does not know to be full
 					}
 					if int64(r.Remaining) != rem[i] {

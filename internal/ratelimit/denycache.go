@@ -22,7 +22,7 @@ import (
 // refund (Limiter.Refund) free room early; see Limiter.AllowAll for how withdrawals are kept out
 // of the cache. A refund clears its key here; elsewhere it is seen within the hold.
 //
-// An entry answers until the deadline or for at most LocalCacheHold, whichever is sooner: the
+// An entry answers until the deadline or for at most DenyCacheHold, whichever is sooner: the
 // guarantee rests on Redis keeping its state, and if it loses it (a restart without persistence,
 // a failover, an operator's DEL), stale blocks outlive it by at most the hold.
 //
@@ -39,7 +39,7 @@ type denyCache struct {
 
 type denied struct {
 	key      string
-	until    time.Time // when this entry stops answering: the deadline, or sooner (LocalCacheHold)
+	until    time.Time // when this entry stops answering: the deadline, or sooner (DenyCacheHold)
 	deadline time.Time // when the key can have room again, as Redis said
 	index    int       // in byUntil
 }

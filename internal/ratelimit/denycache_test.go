@@ -26,7 +26,7 @@ func world(t *testing.T, newClient func() redis.Scripter, prefix string, replica
 	t.Helper()
 	ls := make([]*Limiter, replicas)
 	for i := range ls {
-		l, err := New(newClient(), Options{KeySecret: testSecret, Timeout: generous, Prefix: prefix, LocalCacheSize: cache})
+		l, err := New(newClient(), Options{KeySecret: testSecret, Timeout: generous, Prefix: prefix, DenyCacheSize: cache})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,12 +75,12 @@ func TestTheDenyCacheDecidesAsRedisDoes(t *testing.T) {
 				want := mustAllow(t, plain[replica], checks...)
 				got := mustAllow(t, cached[replica], checks...)
 				if got.Allowed != want.Allowed {
-					t.Fatalf("step %d %v: cached allowed=%v (local=%v), Redis alone %v", step, checks, got.Allowed, got.Local, want.Allowed)
+					t.Fatalf("step %d %v: cached allowed=%v (local=%v), Redis alone %v", step, checks, got.Allowed, got.DenyCached, want.Allowed)
 				}
 				if !want.Allowed {
 					refused++
 				}
-				if !got.Local {
+				if !got.DenyCached {
 					if !sameResult(got.Worst, want.Worst) {
 						t.Fatalf("step %d: cached reports %+v, Redis alone %+v", step, got.Worst, want.Worst)
 					}
@@ -125,16 +125,16 @@ func TestALocallyBlockedKeyIsRefusedWhileRedisIsDown(t *testing.T) {
 		mustAllow(t, l, Check{p, "ana"})
 	}
 	first := mustAllow(t, l, Check{p, "ana"})
-	if first.Allowed || first.Local {
-		t.Fatalf("3rd request: allowed=%v local=%v, want refused by Redis", first.Allowed, first.Local)
+	if first.Allowed || first.DenyCached {
+		t.Fatalf("3rd request: allowed=%v local=%v, want refused by Redis", first.Allowed, first.DenyCached)
 	}
 	srv.Kill()
 	before := l.Stats()
 	d, err := l.AllowAll(context.Background(), Check{p, "ana"})
-	if err != nil || d.Allowed || !d.Local || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > first.Worst.RetryAfter {
+	if err != nil || d.Allowed || !d.DenyCached || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > first.Worst.RetryAfter {
 		t.Fatalf("with Redis down: %+v, %v; want refused locally, waiting at most %v", d, err, first.Worst.RetryAfter)
 	}
-	if after := l.Stats(); after.Redis != before.Redis || after.Local != before.Local+1 {
+	if after := l.Stats(); after.Redis != before.Redis || after.DenyCached != before.DenyCached+1 {
 		t.Errorf("stats %+v after %+v: want one local refusal and no Redis call", after, before)
 	}
 	if _, err := l.AllowAll(context.Background(), Check{p, "bruno"}); err == nil {
@@ -408,7 +408,7 @@ func TestInspectChangesNothingARequestIsAnswered(t *testing.T) {
 		t.Errorf("the deny cache holds %d keys after an Inspect, want 0", n)
 	}
 	rdb.Del(context.Background(), l.Key(c))
-	if d := mustAllow(t, l, c); !d.Allowed || d.Local {
+	if d := mustAllow(t, l, c); !d.Allowed || d.DenyCached {
 		t.Errorf("the next request after an Inspect: %+v, want Redis to admit it", d)
 	}
 }

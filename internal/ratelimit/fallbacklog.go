@@ -5,39 +5,41 @@ import (
 	"time"
 )
 
-// localLog is an exact sliding-window log in memory, for Limiter.AllowLocal: per key, the times
+// fallbackLog is an exact sliding-window log in memory, for Limiter.AllowFallback: per key, the times
 // of its admissions in the last window, at most its limit of them. Memory is bounded: at most
 // max keys, and when full, keys whose entries have all expired go first, then the key touched
 // longest ago. It is emptied when Redis answers again (forget).
-type localLog struct {
+type fallbackLog struct {
 	max int
 
 	mu   sync.Mutex
-	keys map[string]*localKey
+	keys map[string]*fallbackKey
 }
 
-type localKey struct {
+type fallbackKey struct {
 	times   []time.Time // admissions, oldest first, at most the key's limit
 	window  time.Duration
 	touched time.Time
 }
 
-func newLocalLog(max int) *localLog { return &localLog{max: max, keys: map[string]*localKey{}} }
+func newFallbackLog(max int) *fallbackLog {
+	return &fallbackLog{max: max, keys: map[string]*fallbackKey{}}
+}
 
 // allow admits a request at now if every key holds fewer than its policy's Limit admissions in
 // the window before now, recording it in all; else it records nothing. It returns, per key, as
 // a script's reply does, how many more it admits now and the microseconds until it admits one
 // more than that (newDecision reads them).
-func (l *localLog) allow(now time.Time, keys []string, ps []Policy) (bool, []int64) {
+func (l *fallbackLog) allow(now time.Time, keys []string, ps []Policy) (bool, []int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ks := make([]*localKey, len(keys))
+	ks := make([]*fallbackKey, len(keys))
 	allowed := true
 	for i, key := range keys {
 		k := l.keys[key]
 		if k == nil {
 			l.makeRoom(now)
-			k = &localKey{}
+			k = &fallbackKey{}
 			l.keys[key] = k
 		}
 		k.touched, k.window = now, ps[i].Window
@@ -69,7 +71,7 @@ func (l *localLog) allow(now time.Time, keys []string, ps []Policy) (bool, []int
 // makeRoom drops a key when the log is full, looking at a few keys only (Go's map order is
 // random), so a flood of new identities costs each request the same: an expired one among them
 // if there is one, else the one of them touched longest ago. l.mu is held.
-func (l *localLog) makeRoom(now time.Time) {
+func (l *fallbackLog) makeRoom(now time.Time) {
 	if len(l.keys) < l.max {
 		return
 	}
@@ -91,16 +93,16 @@ func (l *localLog) makeRoom(now time.Time) {
 }
 
 // forget empties the log: Redis answers again, and decides from its own state.
-func (l *localLog) forget() {
+func (l *fallbackLog) forget() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.keys) > 0 {
-		l.keys = map[string]*localKey{}
+		l.keys = map[string]*fallbackKey{}
 	}
 }
 
 // size is how many keys the log holds.
-func (l *localLog) size() int {
+func (l *fallbackLog) size() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.keys)
