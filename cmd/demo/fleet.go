@@ -135,8 +135,8 @@ requests alternate between them, so every limit you see holds across the fleet.
 Short windows keep the run brief: PIX %d per %v, statement %d per %v, login %d per IP and %d per document per %v.
 Both replicas trust loopback as their proxy, so the demo plays many client IPs with X-Forwarded-For
 (a real deployment trusts only its own proxy's address).`,
-		strings.Join(f.urls, ", "), c.Limits.PIX.Limit, c.Limits.PIX.Window, c.Limits.Statement.Limit, c.Limits.Statement.Window,
-		c.Limits.LoginIP.Limit, c.Limits.LoginAccount.Limit, c.Limits.LoginIP.Window)
+		strings.Join(f.urls, ", "), c.Limits.PIX.Policy.Limit, c.Limits.PIX.Policy.Window, c.Limits.Statement.Policy.Limit, c.Limits.Statement.Policy.Window,
+		c.Limits.LoginIP.Policy.Limit, c.Limits.LoginAccount.Policy.Limit, c.Limits.LoginIP.Policy.Window)
 }
 
 func (f *fleet) close() {

@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pixlimit/pixlimit/internal/httpapi"
+	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
@@ -54,7 +54,7 @@ type Config struct {
 	Money          pix.Rules
 	TrustedProxies []netip.Prefix
 	// Limits are the routes' validated limits, as the HTTP layer takes them.
-	Limits httpapi.Limits
+	Limits enforce.RouteLimits
 	// Limiter are the limiter's options from REDIS_TIMEOUT and RATELIMIT_* (0 in the environment
 	// means off, which ratelimit.Options says with a negative number); the caller adds KeySecret
 	// and Logger.
@@ -132,7 +132,7 @@ type environment struct {
 type Route struct {
 	Limit     int                 `env:"LIMIT"`
 	Window    time.Duration       `env:"WINDOW"`
-	FailMode  httpapi.FailMode    `env:"FAIL_MODE"`
+	FailMode  enforce.FailMode    `env:"FAIL_MODE"`
 	Algorithm ratelimit.Algorithm `env:"ALGORITHM"`
 	Burst     int                 `env:"BURST"`
 	Mode      Mode                `env:"MODE"`
@@ -157,8 +157,8 @@ const (
 )
 
 // As is the route's limit under the given name: its policy, fail mode and mode.
-func (r Route) As(name string) httpapi.Limit {
-	return httpapi.Limit{Policy: ratelimit.Policy{Name: name, Limit: r.Limit, Window: r.Window, Algorithm: r.Algorithm, Burst: r.Burst},
+func (r Route) As(name string) enforce.RouteLimit {
+	return enforce.RouteLimit{Policy: ratelimit.Policy{Name: name, Limit: r.Limit, Window: r.Window, Algorithm: r.Algorithm, Burst: r.Burst},
 		FailMode: r.FailMode, Shadow: r.Mode == ShadowMode}
 }
 
@@ -170,7 +170,7 @@ type LoginRoute struct {
 	AccountLimit int                 `env:"ACCOUNT_LIMIT"`
 	DeviceLimit  int                 `env:"DEVICE_LIMIT"` // a trusted device's own key (see auth.Devices)
 	Window       time.Duration       `env:"WINDOW"`
-	FailMode     httpapi.FailMode    `env:"FAIL_MODE"`
+	FailMode     enforce.FailMode    `env:"FAIL_MODE"`
 	Algorithm    ratelimit.Algorithm `env:"ALGORITHM"`
 	Burst        int                 `env:"BURST"`
 	Mode         Mode                `env:"MODE"`
@@ -179,11 +179,11 @@ type LoginRoute struct {
 // defaults are the contract's defaults of the route variables.
 func defaults() environment {
 	return environment{
-		PIX:       Route{Limit: 10, Window: time.Minute, FailMode: httpapi.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
-		Statement: Route{Limit: 30, Window: time.Minute, FailMode: httpapi.FailFallback, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
-		Login: LoginRoute{IPLimit: 10, NetLimit: 1000, AccountLimit: 5, DeviceLimit: 5, Window: 10 * time.Minute, FailMode: httpapi.FailClosed,
+		PIX:       Route{Limit: 10, Window: time.Minute, FailMode: enforce.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
+		Statement: Route{Limit: 30, Window: time.Minute, FailMode: enforce.FailFallback, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
+		Login: LoginRoute{IPLimit: 10, NetLimit: 1000, AccountLimit: 5, DeviceLimit: 5, Window: 10 * time.Minute, FailMode: enforce.FailClosed,
 			Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
-		Settings: Route{Limit: 20, Window: time.Minute, FailMode: httpapi.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
+		Settings: Route{Limit: 20, Window: time.Minute, FailMode: enforce.FailClosed, Algorithm: ratelimit.SlidingLog, Mode: EnforceMode},
 	}
 }
 
@@ -381,7 +381,7 @@ func (cfg *environment) check(p *problems) Config {
 	if !slices.Contains([]string{"text", "json"}, cfg.LogFormat) {
 		p.add("LOG_FORMAT", "%q: want text or json", cfg.LogFormat)
 	}
-	out.Limits = httpapi.Limits{
+	out.Limits = enforce.RouteLimits{
 		PIX:                  policy(p, "PIX_", cfg.PIX.As("pix")),
 		Statement:            policy(p, "STATEMENT_", cfg.Statement.As("statement")),
 		Settings:             policy(p, "SETTINGS_", cfg.Settings.As("account-settings")),
@@ -390,10 +390,10 @@ func (cfg *environment) check(p *problems) Config {
 		LoginAccount:         policy(p, "LOGIN_", cfg.Login.policy("login-account", cfg.Login.AccountLimit), "ACCOUNT_LIMIT"),
 		LoginDevice:          policy(p, "LOGIN_", cfg.Login.policy("login-device", cfg.Login.DeviceLimit), "DEVICE_LIMIT"),
 		FailClosedRetryAfter: cfg.FailClosedRetryAfter,
-		PIXLookup: policy(p, "LOOKUP_", httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefill, Window: time.Minute,
+		PIXLookup: policy(p, "LOOKUP_", enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefill, Window: time.Minute,
 			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacity}}, "REFILL_PER_MINUTE"),
 		LookupMissCost: cfg.LookupMissCost,
-		PIXLookupPJ: policy(p, "LOOKUP_", httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefillPJ, Window: time.Minute,
+		PIXLookupPJ: policy(p, "LOOKUP_", enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefillPJ, Window: time.Minute,
 			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacityPJ}}, "REFILL_PER_MINUTE_PJ"),
 		LookupParticipantMissCost: participantMissCost,
 		LookupCategory:            cfg.ParticipantCategory,
@@ -422,7 +422,7 @@ func (cfg *environment) check(p *problems) Config {
 		}
 	}
 	if ok {
-		out.Limits.LookupParticipant = policy(p, "LOOKUP_PARTICIPANT_", httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup-participant",
+		out.Limits.LookupParticipant = policy(p, "LOOKUP_PARTICIPANT_", enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-lookup-participant",
 			Limit: cfg.ParticipantRefill, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: cfg.ParticipantCapacity}}, "REFILL_PER_MINUTE")
 	}
 	if cfg.LookupMissCost < 1 {
@@ -447,19 +447,19 @@ var participantCategories = map[string]struct{ refill, capacity int }{
 // DICT's table (a found key costs 1, a payment gives 1 back).
 const participantMissCost = 3
 
-func (l LoginRoute) policy(name string, limit int) httpapi.Limit {
+func (l LoginRoute) policy(name string, limit int) enforce.RouteLimit {
 	return Route{Limit: limit, Window: l.Window, FailMode: l.FailMode, Algorithm: l.Algorithm, Burst: l.Burst, Mode: l.Mode}.As(name)
 }
 
 // policy validates pol with the limiter's own rules and reports a problem under the variable
 // that holds the offending field: prefix + LIMIT (or limitVar), WINDOW, ALGORITHM or BURST.
 // Windows must also be whole seconds, as the RateLimit headers count in seconds.
-func policy(p *problems, prefix string, pol httpapi.Limit, limitVar ...string) httpapi.Limit {
+func policy(p *problems, prefix string, pol enforce.RouteLimit, limitVar ...string) enforce.RouteLimit {
 	vars := map[string]string{"Limit": "LIMIT", "Window": "WINDOW", "Algorithm": "ALGORITHM", "Burst": "BURST"}
 	if len(limitVar) > 0 {
 		vars["Limit"] = limitVar[0]
 	}
-	if joined, ok := pol.Validate().(interface{ Unwrap() []error }); ok {
+	if joined, ok := pol.Policy.Validate().(interface{ Unwrap() []error }); ok {
 		for _, err := range joined.Unwrap() {
 			var pe *ratelimit.PolicyError
 			if errors.As(err, &pe) {
@@ -467,8 +467,8 @@ func policy(p *problems, prefix string, pol httpapi.Limit, limitVar ...string) h
 			}
 		}
 	}
-	if pol.Window%time.Second != 0 || pol.Window < time.Second {
-		p.add(prefix+"WINDOW", "%v: want whole seconds, at least 1s", pol.Window)
+	if pol.Policy.Window%time.Second != 0 || pol.Policy.Window < time.Second {
+		p.add(prefix+"WINDOW", "%v: want whole seconds, at least 1s", pol.Policy.Window)
 	}
 	return pol
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pixlimit/pixlimit/internal/httpapi"
+	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
@@ -20,17 +20,17 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]httpapi.Limit{
-		"pix":           {Policy: ratelimit.Policy{Name: "pix", Limit: 10, Window: time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
-		"statement":     {Policy: ratelimit.Policy{Name: "statement", Limit: 30, Window: time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailFallback},
-		"login-ip":      {Policy: ratelimit.Policy{Name: "login-ip", Limit: 10, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
-		"login-account": {Policy: ratelimit.Policy{Name: "login-account", Limit: 5, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: httpapi.FailClosed},
+	want := map[string]enforce.RouteLimit{
+		"pix":           {Policy: ratelimit.Policy{Name: "pix", Limit: 10, Window: time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: enforce.FailClosed},
+		"statement":     {Policy: ratelimit.Policy{Name: "statement", Limit: 30, Window: time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: enforce.FailFallback},
+		"login-ip":      {Policy: ratelimit.Policy{Name: "login-ip", Limit: 10, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: enforce.FailClosed},
+		"login-account": {Policy: ratelimit.Policy{Name: "login-account", Limit: 5, Window: 10 * time.Minute, Algorithm: ratelimit.SlidingLog}, FailMode: enforce.FailClosed},
 		"account-settings": {Policy: ratelimit.Policy{Name: "account-settings", Limit: 20, Window: time.Minute, Algorithm: ratelimit.SlidingLog},
-			FailMode: httpapi.FailClosed},
+			FailMode: enforce.FailClosed},
 	}
-	for _, got := range []httpapi.Limit{cfg.Limits.PIX, cfg.Limits.Statement, cfg.Limits.LoginIP, cfg.Limits.LoginAccount, cfg.Limits.Settings} {
-		if got != want[got.Name] {
-			t.Errorf("policy %s = %+v, want %+v", got.Name, got, want[got.Name])
+	for _, got := range []enforce.RouteLimit{cfg.Limits.PIX, cfg.Limits.Statement, cfg.Limits.LoginIP, cfg.Limits.LoginAccount, cfg.Limits.Settings} {
+		if got != want[got.Policy.Name] {
+			t.Errorf("policy %s = %+v, want %+v", got.Policy.Name, got, want[got.Policy.Name])
 		}
 	}
 	if cfg.HTTPAddr != ":8080" || cfg.RedisTimeout != 100*time.Millisecond || cfg.TokenTTL != 15*time.Minute ||
@@ -44,12 +44,12 @@ func TestDefaults(t *testing.T) {
 // category (D by default; Manual Operacional do DICT, §13.1), and either figure can be set apart.
 func TestLookUpDefaultsAreDICTs(t *testing.T) {
 	t.Parallel()
-	bucket := func(name string, refill, capacity int) httpapi.Limit {
-		return httpapi.Limit{Policy: ratelimit.Policy{Name: name, Limit: refill, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: capacity}}
+	bucket := func(name string, refill, capacity int) enforce.RouteLimit {
+		return enforce.RouteLimit{Policy: ratelimit.Policy{Name: name, Limit: refill, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: capacity}}
 	}
 	for _, tc := range []struct {
 		env                 map[string]string
-		pf, pj, participant httpapi.Limit
+		pf, pj, participant enforce.RouteLimit
 		category            string
 	}{
 		{nil, bucket("pix-lookup", 2, 100), bucket("pix-lookup", 20, 1000), bucket("pix-lookup-participant", 8000, 16000), "D"},
@@ -89,7 +89,7 @@ func TestValidValues(t *testing.T) {
 	if len(cfg.TrustedProxies) != 2 || cfg.TrustedProxies[1].String() != "fd00::/8" {
 		t.Errorf("TRUSTED_PROXIES parsed as %v", cfg.TrustedProxies)
 	}
-	if cfg.Limits.PIX.Limit != 3 || cfg.Limits.PIX.Window != 30*time.Second || cfg.Limits.Statement.FailMode != httpapi.FailClosed || cfg.DemoAccounts {
+	if cfg.Limits.PIX.Policy.Limit != 3 || cfg.Limits.PIX.Policy.Window != 30*time.Second || cfg.Limits.Statement.FailMode != enforce.FailClosed || cfg.DemoAccounts {
 		t.Errorf("parsed %+v", cfg)
 	}
 }
@@ -252,8 +252,8 @@ func TestAlgorithms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Limits.PIX.Algorithm != ratelimit.TokenBucket || cfg.Limits.PIX.Burst != 25 || cfg.Limits.Statement.Algorithm != ratelimit.FixedWindow ||
-		cfg.Limits.LoginIP.Algorithm != ratelimit.GCRA || cfg.Limits.LoginAccount.Algorithm != ratelimit.GCRA || cfg.Limits.LoginIP.Burst != 0 {
+	if cfg.Limits.PIX.Policy.Algorithm != ratelimit.TokenBucket || cfg.Limits.PIX.Policy.Burst != 25 || cfg.Limits.Statement.Policy.Algorithm != ratelimit.FixedWindow ||
+		cfg.Limits.LoginIP.Policy.Algorithm != ratelimit.GCRA || cfg.Limits.LoginAccount.Policy.Algorithm != ratelimit.GCRA || cfg.Limits.LoginIP.Policy.Burst != 0 {
 		t.Errorf("parsed %+v / %+v / %+v", cfg.Limits.PIX, cfg.Limits.Statement, cfg.Limits.LoginIP)
 	}
 }

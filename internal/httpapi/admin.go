@@ -21,6 +21,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
@@ -29,7 +30,7 @@ import (
 type AdminDeps struct {
 	Logger  *slog.Logger
 	Limiter *ratelimit.Limiter
-	Limits  Limits
+	Limits  enforce.RouteLimits
 	// Ledger keeps the audit trail.
 	Ledger pix.Ledger
 	// Tokens names payers (auth.Tokens.PayerID) as the look-up buckets key them.
@@ -45,7 +46,7 @@ type AdminDeps struct {
 
 // adminIP limits the calls without the right token, per client IP: a token guesser, or a
 // flood that would write an audit row per call.
-var adminIP = Limit{Policy: ratelimit.Policy{Name: "admin-ip", Limit: 10, Window: time.Minute}}
+var adminIP = enforce.RouteLimit{Policy: ratelimit.Policy{Name: "admin-ip", Limit: 10, Window: time.Minute}}
 
 // deskTimeout bounds what one desk call does once the client can no longer cancel it: its audit
 // records and its change.
@@ -77,7 +78,7 @@ func NewAdmin(d AdminDeps) (http.Handler, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(d.Logger, time.Second)
 	desk := &desk{AdminDeps: d, token: sha256.Sum256([]byte(d.Token)), refusals: newRefusals(d.Ledger, d.Logger),
-		limiter: limiter{l: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter}}
+		limiter: limiter{core: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter}}
 	e.Use(desk.audit, limitBody)
 	e.GET("/admin/v1/keys/:policy/:identity", desk.getKey)
 	e.DELETE("/admin/v1/keys/:policy/:identity", desk.deleteKey)
@@ -342,7 +343,7 @@ func (d *desk) resolve(c echo.Context, policy, identity string) (ratelimit.Check
 	}
 	l := d.Limits
 	switch policy {
-	case l.PIX.Name, l.Statement.Name:
+	case l.PIX.Policy.Name, l.Statement.Policy.Name:
 		if !accountID.MatchString(identity) {
 			return ratelimit.Check{}, bad("an account id (acct-ana)")
 		}
@@ -353,56 +354,56 @@ func (d *desk) resolve(c echo.Context, policy, identity string) (ratelimit.Check
 			return ratelimit.Check{}, err
 		}
 		_, person, _ := pix.ParseDocument(acct.Document)
-		statement := policy == l.Statement.Name
+		statement := policy == l.Statement.Policy.Name
 		limit := l.PIX
 		if statement {
 			limit = l.Statement
 		}
 		limit = d.Tiers.limitOf(limit, auth.Subject{Account: acct.ID, Person: string(person)}, statement)
 		return ratelimit.Check{Policy: limit.Policy, Identity: identity}, nil
-	case l.LoginIP.Name:
+	case l.LoginIP.Policy.Name:
 		addr, err := netip.ParseAddr(identity)
 		if err != nil {
 			return ratelimit.Check{}, bad("a client IP (203.0.113.7 or 2001:db8::1)")
 		}
 		return ratelimit.Check{Policy: l.LoginIP.Policy, Identity: ratelimit.IPIdentity(addr)}, nil
-	case l.LoginNet.Name:
+	case l.LoginNet.Policy.Name:
 		addr, err := netip.ParseAddr(identity)
 		net, ok := ratelimit.NetIdentity(addr)
 		if err != nil || !ok {
 			return ratelimit.Check{}, bad("an IPv6 client address (2001:db8::1): its /48")
 		}
 		return ratelimit.Check{Policy: l.LoginNet.Policy, Identity: net}, nil
-	case l.Settings.Name:
+	case l.Settings.Policy.Name:
 		account, device, ok := strings.Cut(identity, "/")
 		if !ok || !accountID.MatchString(account) || !deviceID.MatchString(device) {
 			return ratelimit.Check{}, bad("an account id and a device id (acct-ana/DEVICEID)")
 		}
 		return ratelimit.Check{Policy: l.Settings.Policy, Identity: identity}, nil
-	case adminIP.Name:
+	case adminIP.Policy.Name:
 		addr, err := netip.ParseAddr(identity)
 		if err != nil {
 			return ratelimit.Check{}, bad("a client IP of the desk")
 		}
 		return ratelimit.Check{Policy: adminIP.Policy, Identity: ratelimit.IPIdentity(addr)}, nil
-	case l.LoginAccount.Name:
+	case l.LoginAccount.Policy.Name:
 		doc, _, err := pix.ParseDocument(identity)
 		if err != nil {
 			return ratelimit.Check{}, bad("a CPF or CNPJ")
 		}
 		return ratelimit.Check{Policy: l.LoginAccount.Policy, Identity: doc}, nil
-	case l.LoginDevice.Name:
+	case l.LoginDevice.Policy.Name:
 		if !deviceID.MatchString(identity) {
 			return ratelimit.Check{}, bad("a device id")
 		}
 		return ratelimit.Check{Policy: l.LoginDevice.Policy, Identity: identity}, nil
-	case l.PIXLookup.Name, l.PIXLookup.Name + "-v2":
+	case l.PIXLookup.Policy.Name, l.PIXLookup.Policy.Name + "-v2":
 		doc, person, err := pix.ParseDocument(identity)
 		if err != nil {
 			return ratelimit.Check{}, bad("the payer's CPF or CNPJ")
 		}
 		keyType := pix.KeyEmail
-		if policy != l.PIXLookup.Name {
+		if policy != l.PIXLookup.Policy.Name {
 			keyType = pix.KeyCPF
 		}
 		payer := auth.Subject{Payer: d.Tokens.PayerID(doc), Person: string(person)}
@@ -414,7 +415,7 @@ func (d *desk) resolve(c echo.Context, policy, identity string) (ratelimit.Check
 		}
 		chk := lookupLimiter{limits: l, tiers: d.Tiers}.bucket(payer, keyType)
 		return ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, nil
-	case l.LookupParticipant.Name:
+	case l.LookupParticipant.Policy.Name:
 		if identity != pix.ISPB && identity != ParticipantIdentity {
 			return ratelimit.Check{}, bad("the bank's ISPB (" + pix.ISPB + ")")
 		}
@@ -445,8 +446,8 @@ func (d *desk) getTiers(c echo.Context) error {
 		Version  int64      `json:"version"`
 		Tiers    []tierBody `json:"tiers"`
 		Defaults defaults   `json:"defaults"`
-	}{Version: table.Version, Tiers: []tierBody{}, Defaults: defaults{d.Limits.PIX.Limit, d.Limits.Statement.Limit,
-		d.Limits.PIXLookup.Burst, d.Limits.PIXLookupPJ.Burst}}
+	}{Version: table.Version, Tiers: []tierBody{}, Defaults: defaults{d.Limits.PIX.Policy.Limit, d.Limits.Statement.Policy.Limit,
+		d.Limits.PIXLookup.Policy.Burst, d.Limits.PIXLookupPJ.Policy.Burst}}
 	for _, t := range table.SortedTiers() {
 		out.Tiers = append(out.Tiers, tierBody{Name: t.Name, PIXLimit: t.PIXLimit, StatementLimit: t.StatementLimit, LookupCapacity: t.LookupCapacity})
 	}

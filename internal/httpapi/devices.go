@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 )
 
@@ -41,7 +42,7 @@ func toDeviceBody(d pix.DeviceRegistration, current string) deviceBody {
 // id), before the password is checked: a token stolen without the password buys that key's few
 // guesses and no more, since another token needs a login, and the owner, logging in again, has a
 // key of her own.
-func handleRegisterDevice(limiter limiter, limits Limits, ledger pix.Ledger, passwords *auth.Passwords, delay time.Duration) echo.HandlerFunc {
+func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger pix.Ledger, passwords *auth.Passwords, delay time.Duration) echo.HandlerFunc {
 	type request struct {
 		Password string `json:"password"`
 	}

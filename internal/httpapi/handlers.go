@@ -21,6 +21,7 @@ import (
 
 	"github.com/pixlimit/pixlimit"
 	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
@@ -101,7 +102,7 @@ const deviceCookie = "__Host-pixlimit-device"
 // the document's: a botnet filling a customer's document key does not lock her out on a device
 // she used before. Any other token (expired, forged, for another document, malformed) counts as
 // none, and the answer does not say why.
-func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, passwords *auth.Passwords, tokens *auth.Tokens, devices *auth.Devices, tiers *Tiers) echo.HandlerFunc {
+func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts auth.AccountFinder, passwords *auth.Passwords, tokens *auth.Tokens, devices *auth.Devices, tiers *Tiers) echo.HandlerFunc {
 	type request struct {
 		Document string `json:"document"`
 		Password string `json:"password"`
@@ -170,10 +171,10 @@ func handleLogin(limiter limiter, limits Limits, accounts auth.AccountFinder, pa
 // refusal reports every key decided, but a trusted device's key under the document key's policy
 // (login-account, its limit and window): otherwise a refusal, which costs nothing, would say
 // whether a device token is valid for a CPF, and a stolen token would find its owner.
-func loginReport(limits Limits) func(ratelimit.Decision) ratelimit.Decision {
+func loginReport(limits enforce.RouteLimits) func(ratelimit.Decision) ratelimit.Decision {
 	asAccount := func(r ratelimit.Result) ratelimit.Result {
-		if r.Policy.Name == limits.LoginDevice.Name {
-			r.Policy, r.Capacity = limits.LoginAccount.Policy, limits.LoginAccount.Capacity()
+		if r.Policy.Name == limits.LoginDevice.Policy.Name {
+			r.Policy, r.Capacity = limits.LoginAccount.Policy, limits.LoginAccount.Policy.Capacity()
 			r.Remaining = min(r.Remaining, r.Capacity)
 		}
 		return r

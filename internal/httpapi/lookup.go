@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
@@ -42,7 +43,7 @@ import (
 // the bank's: five misses empty a person's bucket and cost the bank's 15 tokens.
 type lookupLimiter struct {
 	limiter
-	limits Limits
+	limits enforce.RouteLimits
 	tiers  *Tiers // nil: every payer at its person's default capacity
 }
 
@@ -54,10 +55,10 @@ func (l lookupLimiter) bucket(s auth.Subject, t pix.KeyType) check {
 		limit = l.limits.PIXLookupPJ
 	}
 	if _, _, capacity := l.tiers.limits(s); capacity > 0 {
-		limit.Burst = capacity // the account's tier: the key, and what it holds, stay
+		limit.Policy.Burst = capacity // the account's tier: the key, and what it holds, stay
 	}
 	if t.V2() {
-		limit.Name += "-v2"
+		limit.Policy.Name += "-v2"
 	}
 	return check{limit, s.Payer}
 }
@@ -94,21 +95,21 @@ func (l lookupLimiter) pay(c echo.Context, chk check, tokens int, quiet bool) er
 		return d
 	}
 	return l.apply(c, report, []check{chk}, func(ctx context.Context) (ratelimit.Decision, error) {
-		return l.l.AllowN(ctx, rc, tokens)
+		return l.core.AllowN(ctx, rc, tokens)
 	})
 }
 
 // payBank is pay on the bank's bucket: it never sets RateLimit headers (the bank's quota is not
 // a customer's), and its refusal is 503 lookup_capacity_exhausted, with the bucket's
 // Retry-After, logged and counted (its policy's refused outcome).
-func (l lookupLimiter) payBank(c echo.Context, limit Limit, tokens int) error {
+func (l lookupLimiter) payBank(c echo.Context, limit enforce.RouteLimit, tokens int) error {
 	chk := check{limit, l.bank().identity}
 	rc := ratelimit.Check{Policy: limit.Policy, Identity: chk.identity}
 	report := func(d ratelimit.Decision) ratelimit.Decision {
 		return ratelimit.Decision{Allowed: d.Allowed, Worst: d.Worst}
 	}
 	err := l.apply(c, report, []check{chk}, func(ctx context.Context) (ratelimit.Decision, error) {
-		return l.l.AllowN(ctx, rc, tokens)
+		return l.core.AllowN(ctx, rc, tokens)
 	})
 	var e *Error
 	if errors.As(err, &e) && e.Code == CodeRateLimitExceeded {
@@ -121,7 +122,7 @@ func (l lookupLimiter) payBank(c echo.Context, limit Limit, tokens int) error {
 // nothing: an empty payer's bucket is a 429 reporting it, else an empty bank's bucket is a 503
 // lookup_capacity_exhausted without RateLimit headers; the fail mode is the payer bucket's. With
 // quiet, an admission sets no RateLimit headers.
-func (l lookupLimiter) ask(c echo.Context, user check, bank Limit, quiet bool) error {
+func (l lookupLimiter) ask(c echo.Context, user check, bank enforce.RouteLimit, quiet bool) error {
 	bank.FailMode = user.limit.FailMode
 	cs := []check{user, {bank, l.bank().identity}}
 	bankRefused := false
@@ -138,7 +139,7 @@ func (l lookupLimiter) ask(c echo.Context, user check, bank Limit, quiet bool) e
 		return d.Only(0)
 	}
 	err := l.apply(c, report, cs, func(ctx context.Context) (ratelimit.Decision, error) {
-		return l.l.AskAll(ctx, checks(cs)...)
+		return l.core.AskAll(ctx, checks(cs)...)
 	})
 	var e *Error
 	if bankRefused && errors.As(err, &e) && e.Code == CodeRateLimitExceeded {
@@ -148,9 +149,9 @@ func (l lookupLimiter) ask(c echo.Context, user check, bank Limit, quiet bool) e
 }
 
 // exhausted is the answer while the bank's bucket is empty, logged (at most once per interval).
-func (l lookupLimiter) exhausted(bank Limit, retryAfter time.Duration) error {
-	l.events.log("exhausted:"+bank.Name, slog.LevelWarn, "the bank's DICT look-up quota is spent: look-ups answer 503",
-		"policy", bank.Name, "retry_after", retryAfter.String())
+func (l lookupLimiter) exhausted(bank enforce.RouteLimit, retryAfter time.Duration) error {
+	l.events.log("exhausted:"+bank.Policy.Name, slog.LevelWarn, "the bank's DICT look-up quota is spent: look-ups answer 503",
+		"policy", bank.Policy.Name, "retry_after", retryAfter.String())
 	return &Error{Code: CodeLookupCapacityExhausted, RetryAfter: retryAfter}
 }
 
@@ -170,7 +171,7 @@ func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool) err
 // grant records a look-up of key by s's payer, answered 200, for the payment it may lead to. It
 // is best effort: a grant that cannot reach Redis is logged, and that payment gives nothing back.
 func (l lookupLimiter) grant(ctx context.Context, s auth.Subject, key string) {
-	if err := l.l.Grant(ctx, voucher(s, key)); err != nil {
+	if err := l.core.Grant(ctx, voucher(s, key)); err != nil {
 		l.events.log("grant:"+lookupVoucher.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
 			"policy", lookupVoucher.Name, "cause", err.Error())
 	}
@@ -183,10 +184,10 @@ func (l lookupLimiter) grant(ctx context.Context, s auth.Subject, key string) {
 // look-up.
 func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, key string) {
 	logged := func(err error) {
-		l.events.log("refund:"+user.limit.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
-			"policy", user.limit.Name, "cause", err.Error())
+		l.events.log("refund:"+user.limit.Policy.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
+			"policy", user.limit.Policy.Name, "cause", err.Error())
 	}
-	looked, err := l.l.Redeem(ctx, voucher(s, key))
+	looked, err := l.core.Redeem(ctx, voucher(s, key))
 	if err != nil || !looked {
 		if err != nil {
 			logged(err)
@@ -195,15 +196,15 @@ func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, k
 	}
 	bank := l.bank()
 	if s.Person != string(pix.PJ) { // one token to each, in one round trip
-		if _, err := l.l.Refund(ctx, 1, checks([]check{user, bank})...); err != nil {
+		if _, err := l.core.Refund(ctx, 1, checks([]check{user, bank})...); err != nil {
 			logged(err)
 		}
 		return
 	}
-	if _, err := l.l.Refund(ctx, 2, checks([]check{user})...); err != nil {
+	if _, err := l.core.Refund(ctx, 2, checks([]check{user})...); err != nil {
 		logged(err)
 	}
-	if _, err := l.l.Refund(ctx, 1, checks([]check{bank})...); err != nil {
+	if _, err := l.core.Refund(ctx, 1, checks([]check{bank})...); err != nil {
 		logged(err)
 	}
 }
@@ -231,7 +232,7 @@ func consultLookups(lookups lookupLimiter) echo.MiddlewareFunc {
 			}
 			user := lookups.bucket(s, req.keyType)
 			asked := user
-			asked.limit.FailMode = FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
+			asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
 			if err := lookups.ask(c, asked, lookups.limits.LookupParticipant, true); err != nil {
 				return err
 			}
@@ -327,7 +328,7 @@ func handleLookupLimits(lookups lookupLimiter) echo.HandlerFunc {
 		resp := response{Category: lookups.limits.LookupCategory, Policies: []policy{}}
 		for _, t := range []pix.KeyType{pix.KeyEmail, pix.KeyCPF} {
 			chk := lookups.bucket(s, t)
-			d, err := lookups.l.AllowN(c.Request().Context(), ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, 0)
+			d, err := lookups.core.AllowN(c.Request().Context(), ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, 0)
 			if err != nil {
 				return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: lookups.failClosedRetryAfter, cause: err}
 			}

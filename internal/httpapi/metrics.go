@@ -119,7 +119,7 @@ func (m *Metrics) observe(route, method string, status int, took time.Duration) 
 // instrumented is a Ledger whose calls are all timed. It names the Ledger it wraps rather than
 // embedding it, so that a method added to pix.Ledger fails to compile here until it is timed too.
 type instrumented struct {
-	l pix.Ledger
+	ledger pix.Ledger
 	m *Metrics
 }
 
@@ -138,7 +138,7 @@ func (l instrumented) observe(call string, start time.Time, err error) {
 
 // Instrument returns l with every call timed in pixlimit_ledger_call_seconds: the replica's one
 // ledger, as its server, its support desk and its tier poller call it.
-func (m *Metrics) Instrument(l pix.Ledger) pix.Ledger { return instrumented{l: l, m: m} }
+func (m *Metrics) Instrument(l pix.Ledger) pix.Ledger { return instrumented{ledger: l, m: m} }
 
 // timed runs one ledger call and observes it under call, a name from a fixed set.
 func timed[T any](l instrumented, call string, f func() (T, error)) (T, error) {
@@ -152,77 +152,77 @@ func timed[T any](l instrumented, call string, f func() (T, error)) (T, error) {
 func done(err error) (struct{}, error) { return struct{}{}, err }
 
 func (l instrumented) AccountByDocument(ctx context.Context, document string) (pix.Account, error) {
-	return timed(l, "account", func() (pix.Account, error) { return l.l.AccountByDocument(ctx, document) })
+	return timed(l, "account", func() (pix.Account, error) { return l.ledger.AccountByDocument(ctx, document) })
 }
 
 func (l instrumented) Account(ctx context.Context, id string) (pix.Account, error) {
-	return timed(l, "account", func() (pix.Account, error) { return l.l.Account(ctx, id) })
+	return timed(l, "account", func() (pix.Account, error) { return l.ledger.Account(ctx, id) })
 }
 
 func (l instrumented) Transfer(ctx context.Context, r pix.TransferRequest) (pix.Receipt, error) {
-	return timed(l, "transfer", func() (pix.Receipt, error) { return l.l.Transfer(ctx, r) })
+	return timed(l, "transfer", func() (pix.Receipt, error) { return l.ledger.Transfer(ctx, r) })
 }
 
 func (l instrumented) LookupKey(ctx context.Context, key string) (pix.Payee, error) {
-	return timed(l, "lookup", func() (pix.Payee, error) { return l.l.LookupKey(ctx, key) })
+	return timed(l, "lookup", func() (pix.Payee, error) { return l.ledger.LookupKey(ctx, key) })
 }
 
 func (l instrumented) Statement(ctx context.Context, accountID string, limit int) (pix.Statement, error) {
-	return timed(l, "statement", func() (pix.Statement, error) { return l.l.Statement(ctx, accountID, limit) })
+	return timed(l, "statement", func() (pix.Statement, error) { return l.ledger.Statement(ctx, accountID, limit) })
 }
 
 func (l instrumented) Limits(ctx context.Context, accountID string) (pix.Limits, error) {
-	return timed(l, "limits", func() (pix.Limits, error) { return l.l.Limits(ctx, accountID) })
+	return timed(l, "limits", func() (pix.Limits, error) { return l.ledger.Limits(ctx, accountID) })
 }
 
 func (l instrumented) SetLimits(ctx context.Context, accountID string, c pix.LimitsChange) (pix.Limits, error) {
-	return timed(l, "set_limits", func() (pix.Limits, error) { return l.l.SetLimits(ctx, accountID, c) })
+	return timed(l, "set_limits", func() (pix.Limits, error) { return l.ledger.SetLimits(ctx, accountID, c) })
 }
 
 func (l instrumented) CancelPendingLimits(ctx context.Context, accountID string) (pix.Limits, error) {
-	return timed(l, "cancel_pending_limits", func() (pix.Limits, error) { return l.l.CancelPendingLimits(ctx, accountID) })
+	return timed(l, "cancel_pending_limits", func() (pix.Limits, error) { return l.ledger.CancelPendingLimits(ctx, accountID) })
 }
 
 func (l instrumented) RegisterDevice(ctx context.Context, accountID, device string, delay time.Duration) (pix.DeviceRegistration, error) {
-	return timed(l, "register_device", func() (pix.DeviceRegistration, error) { return l.l.RegisterDevice(ctx, accountID, device, delay) })
+	return timed(l, "register_device", func() (pix.DeviceRegistration, error) { return l.ledger.RegisterDevice(ctx, accountID, device, delay) })
 }
 
 func (l instrumented) Devices(ctx context.Context, accountID string) ([]pix.DeviceRegistration, error) {
-	return timed(l, "devices", func() ([]pix.DeviceRegistration, error) { return l.l.Devices(ctx, accountID) })
+	return timed(l, "devices", func() ([]pix.DeviceRegistration, error) { return l.ledger.Devices(ctx, accountID) })
 }
 
 func (l instrumented) ApproveDevice(ctx context.Context, accountID, approver, device string) error {
-	_, err := timed(l, "approve_device", func() (struct{}, error) { return done(l.l.ApproveDevice(ctx, accountID, approver, device)) })
+	_, err := timed(l, "approve_device", func() (struct{}, error) { return done(l.ledger.ApproveDevice(ctx, accountID, approver, device)) })
 	return err
 }
 
 func (l instrumented) RemoveDevice(ctx context.Context, accountID, actor, device string) error {
-	_, err := timed(l, "remove_device", func() (struct{}, error) { return done(l.l.RemoveDevice(ctx, accountID, actor, device)) })
+	_, err := timed(l, "remove_device", func() (struct{}, error) { return done(l.ledger.RemoveDevice(ctx, accountID, actor, device)) })
 	return err
 }
 
 func (l instrumented) Audit(ctx context.Context, r pix.AuditRecord) error {
-	_, err := timed(l, "audit", func() (struct{}, error) { return done(l.l.Audit(ctx, r)) })
+	_, err := timed(l, "audit", func() (struct{}, error) { return done(l.ledger.Audit(ctx, r)) })
 	return err
 }
 
 func (l instrumented) AuditTrail(ctx context.Context, limit int) ([]pix.AuditRecord, error) {
-	return timed(l, "audit_trail", func() ([]pix.AuditRecord, error) { return l.l.AuditTrail(ctx, limit) })
+	return timed(l, "audit_trail", func() ([]pix.AuditRecord, error) { return l.ledger.AuditTrail(ctx, limit) })
 }
 
 func (l instrumented) TierTable(ctx context.Context) (pix.TierTable, error) {
-	return timed(l, "tier_table", func() (pix.TierTable, error) { return l.l.TierTable(ctx) })
+	return timed(l, "tier_table", func() (pix.TierTable, error) { return l.ledger.TierTable(ctx) })
 }
 
 func (l instrumented) TierVersion(ctx context.Context) (int64, error) {
-	return timed(l, "tier_version", func() (int64, error) { return l.l.TierVersion(ctx) })
+	return timed(l, "tier_version", func() (int64, error) { return l.ledger.TierVersion(ctx) })
 }
 
 func (l instrumented) SetTier(ctx context.Context, accountID string, a pix.TierOf) error {
-	_, err := timed(l, "set_tier", func() (struct{}, error) { return done(l.l.SetTier(ctx, accountID, a)) })
+	_, err := timed(l, "set_tier", func() (struct{}, error) { return done(l.ledger.SetTier(ctx, accountID, a)) })
 	return err
 }
 
 func (l instrumented) RevokeDevices(ctx context.Context, accountID string) (pix.Revocation, error) {
-	return timed(l, "revoke_devices", func() (pix.Revocation, error) { return l.l.RevokeDevices(ctx, accountID) })
+	return timed(l, "revoke_devices", func() (pix.Revocation, error) { return l.ledger.RevokeDevices(ctx, accountID) })
 }

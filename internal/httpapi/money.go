@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 )
 
@@ -71,7 +72,7 @@ func handleGetLimits(ledger pix.Ledger) echo.HandlerFunc {
 // valid; a change that only tightens is never refused by it: when settings refuses (or cannot
 // decide), the limits in force are read, without a lock and shared with the account's other
 // refused PUTs (limitsReads), and a tightening goes through.
-func handlePutLimits(ledger pix.Ledger, limiter limiter, settings Limit) echo.HandlerFunc {
+func handlePutLimits(ledger pix.Ledger, limiter limiter, settings enforce.RouteLimit) echo.HandlerFunc {
 	inForce := newLimitsReads(ledger)
 	type request struct {
 		NightLimitCents *int64  `json:"night_limit_cents"`

@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
@@ -72,7 +73,7 @@ func retrySeconds(d time.Duration) int64 {
 // limiter applies rate-limit decisions to HTTP requests: headers, refusals, fail modes, shadow
 // mode and their metrics.
 type limiter struct {
-	l *ratelimit.Limiter
+	core *ratelimit.Limiter
 	// failClosedRetryAfter is the Retry-After of a fail-closed policy that could not decide.
 	failClosedRetryAfter time.Duration
 	metrics              *Metrics  // nil: not measured
@@ -95,7 +96,7 @@ type limiter struct {
 // headers at all: a limit that is not in force is not advertised.
 func (r limiter) enforce(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs ...check) error {
 	return r.apply(c, report, cs, func(ctx context.Context) (ratelimit.Decision, error) {
-		return r.l.AllowAll(ctx, checks(cs)...)
+		return r.core.AllowAll(ctx, checks(cs)...)
 	})
 }
 
@@ -112,17 +113,17 @@ func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit
 			return err // a client that left: nothing to fail open or closed
 		}
 		mode := failMode(cs)
-		r.events.log("fail:"+cs[0].limit.Name, slog.LevelWarn, "rate limiter unavailable: fail mode applied",
-			"policy", cs[0].limit.Name, "fail_mode", mode.String())
+		r.events.log("fail:"+cs[0].limit.Policy.Name, slog.LevelWarn, "rate limiter unavailable: fail mode applied",
+			"policy", cs[0].limit.Policy.Name, "fail_mode", mode.String())
 		switch mode {
-		case FailClosed:
+		case enforce.FailClosed:
 			r.metrics.decided(decided, outcomeFailedClosed, took)
 			return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: r.failClosedRetryAfter, cause: err}
-		case FailOpen:
+		case enforce.FailOpen:
 			r.metrics.decided(decided, outcomeFailedOpen, took)
 			return nil
 		}
-		d = r.l.AllowFallback(decided...) // FailFallback: decided here, reported and refused as any decision
+		d = r.core.AllowFallback(decided...) // enforce.FailFallback: decided here, reported and refused as any decision
 	}
 	shadow := cs[0].limit.Shadow // limits decided together share it (validateTogether)
 	switch {
@@ -157,15 +158,15 @@ func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit
 
 // failMode is the fail mode of a request over cs: closed if any enforced check fails closed, else
 // local if any does, else open. Shadow limits never refuse, so they fail open.
-func failMode(cs []check) FailMode {
-	mode := FailOpen
+func failMode(cs []check) enforce.FailMode {
+	mode := enforce.FailOpen
 	for _, c := range cs {
 		switch {
 		case c.limit.Shadow:
-		case c.limit.FailMode == FailClosed:
-			return FailClosed
-		case c.limit.FailMode == FailFallback:
-			mode = FailFallback
+		case c.limit.FailMode == enforce.FailClosed:
+			return enforce.FailClosed
+		case c.limit.FailMode == enforce.FailFallback:
+			mode = enforce.FailFallback
 		}
 	}
 	return mode
@@ -211,11 +212,11 @@ type RateLimitConfig struct {
 	Skipper middleware.Skipper
 	// Limiter decides. Required.
 	Limiter *ratelimit.Limiter
-	// Limit is the limit applied. Required, its policy valid (ratelimit.Policy.Validate).
-	Limit Limit
-	// LimitOf, when set, is the limit applied to a request: Limit as its client's tier has it
-	// (tierLimit). Default: Limit for every request.
-	LimitOf func(c echo.Context, l Limit) Limit
+	// RouteLimit is the limit applied. Required, its policy valid (ratelimit.Policy.Validate).
+	RouteLimit enforce.RouteLimit
+	// LimitOf, when set, is the limit applied to a request: RouteLimit as its client's tier has it
+	// (tierLimit). Default: RouteLimit for every request.
+	LimitOf func(c echo.Context, l enforce.RouteLimit) enforce.RouteLimit
 	// Identify names the client of a request; its error is answered as is (such as 401 for a
 	// route limited per account). Default: the client IP from c.RealIP, as
 	// ratelimit.IPIdentity, which is only as trustworthy as Echo's IPExtractor.
@@ -234,7 +235,7 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if config.Limiter == nil {
 		return nil, errors.New("httpapi: rate limit middleware needs a Limiter")
 	}
-	if err := config.Limit.Validate(); err != nil {
+	if err := config.RouteLimit.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("httpapi: rate limit middleware: %w", err)
 	}
 	if config.Skipper == nil {
@@ -246,7 +247,7 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if config.FailClosedRetryAfter == 0 {
 		config.FailClosedRetryAfter = 5 * time.Second
 	}
-	r := limiter{l: config.Limiter, failClosedRetryAfter: config.FailClosedRetryAfter, metrics: config.Metrics,
+	r := limiter{core: config.Limiter, failClosedRetryAfter: config.FailClosedRetryAfter, metrics: config.Metrics,
 		events: newEventLog(config.Logger, 10*time.Second)}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -257,7 +258,7 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 			if err != nil {
 				return err
 			}
-			limit := config.Limit
+			limit := config.RouteLimit
 			if config.LimitOf != nil {
 				limit = config.LimitOf(c, limit)
 			}

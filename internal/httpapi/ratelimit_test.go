@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
@@ -43,11 +44,11 @@ func policy(name string, limit int, window time.Duration) ratelimit.Policy {
 // limitedServer serves GET /r limited by p, keyed by the X-Account header, with the API's error
 // handler; the handler answers 400 when asked by X-Status, so tests see headers on handler
 // errors too.
-func limitedServer(t *testing.T, l *ratelimit.Limiter, p Limit, logger ...*slog.Logger) *echo.Echo {
+func limitedServer(t *testing.T, l *ratelimit.Limiter, p enforce.RouteLimit, logger ...*slog.Logger) *echo.Echo {
 	t.Helper()
 	mw, err := RateLimitConfig{
 		Limiter:              l,
-		Limit:                p,
+		RouteLimit:           p,
 		Logger:               append(logger, nil)[0],
 		Identify:             func(c echo.Context) (string, error) { return c.Request().Header.Get("X-Account"), nil },
 		Skipper:              func(c echo.Context) bool { return c.Request().Header.Get("X-Skip") != "" },
@@ -80,7 +81,7 @@ func get(e *echo.Echo, header ...string) *httptest.ResponseRecorder {
 
 func TestMiddleware(t *testing.T) {
 	t.Parallel()
-	e := limitedServer(t, newLimiter(t, redistest.Start(t), time.Second, nil), Limit{Policy: policy("pix", 2, time.Minute)})
+	e := limitedServer(t, newLimiter(t, redistest.Start(t), time.Second, nil), enforce.RouteLimit{Policy: policy("pix", 2, time.Minute)})
 
 	rec := get(e)
 	if rec.Code != 200 || rec.Header().Get("RateLimit-Remaining") != "1" || rec.Header().Get("RateLimit-Policy") != `"pix";q=2;w=60` {
@@ -116,11 +117,11 @@ func TestMiddlewareConfigErrors(t *testing.T) {
 	t.Parallel()
 	l := newLimiter(t, redistest.Start(t), time.Second, nil)
 	for name, cfg := range map[string]RateLimitConfig{
-		"no limiter": {Limit: Limit{Policy: policy("pix", 1, time.Second)}},
+		"no limiter": {RouteLimit: enforce.RouteLimit{Policy: policy("pix", 1, time.Second)}},
 		"no policy":  {Limiter: l},
-		"bad window": {Limiter: l, Limit: Limit{Policy: policy("pix", 1, time.Microsecond)}},
-		"bad name":   {Limiter: l, Limit: Limit{Policy: policy("PIX!", 1, time.Second)}},
-		"zero limit": {Limiter: l, Limit: Limit{Policy: policy("pix", 0, time.Second)}},
+		"bad window": {Limiter: l, RouteLimit: enforce.RouteLimit{Policy: policy("pix", 1, time.Microsecond)}},
+		"bad name":   {Limiter: l, RouteLimit: enforce.RouteLimit{Policy: policy("PIX!", 1, time.Second)}},
+		"zero limit": {Limiter: l, RouteLimit: enforce.RouteLimit{Policy: policy("pix", 0, time.Second)}},
 	} {
 		if _, err := cfg.ToMiddleware(); err == nil {
 			t.Errorf("%s: ToMiddleware returned no error", name)
@@ -134,9 +135,9 @@ func TestFailModes(t *testing.T) {
 	var logs apitest.Logs
 	l := newLimiter(t, srv, budget, slog.New(slog.NewTextHandler(&logs, nil)))
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	closed := limitedServer(t, l, Limit{Policy: policy("pix", 100, time.Minute), FailMode: FailClosed}, logger)
+	closed := limitedServer(t, l, enforce.RouteLimit{Policy: policy("pix", 100, time.Minute), FailMode: enforce.FailClosed}, logger)
 	meter := stalls.Watch(t) // a loaded runner's stalls are not the budget's
-	open := limitedServer(t, l, Limit{Policy: policy("statement", 100, time.Minute), FailMode: FailOpen}, logger)
+	open := limitedServer(t, l, enforce.RouteLimit{Policy: policy("statement", 100, time.Minute), FailMode: enforce.FailOpen}, logger)
 	if get(closed).Code != 200 || get(open).Code != 200 {
 		t.Fatal("not serving before the outage")
 	}
@@ -207,7 +208,7 @@ func TestClientThatLeftIsNotAnOutage(t *testing.T) {
 	cancel()
 	req := httptest.NewRequest(http.MethodGet, "/r", nil).WithContext(ctx)
 	c := echo.New().NewContext(req, httptest.NewRecorder())
-	err := limiter{l: l}.enforce(c, nil, check{Limit{Policy: policy("pix", 2, time.Minute)}, "ana"})
+	err := limiter{core: l}.enforce(c, nil, check{enforce.RouteLimit{Policy: policy("pix", 2, time.Minute)}, "ana"})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("enforce for a client that left: %v, want context.Canceled (neither fail open nor closed)", err)
 	}

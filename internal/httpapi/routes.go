@@ -6,6 +6,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/enforce"
 )
 
 // addRoutes lists every route of the API. The login is limited inside its handler, because its
@@ -23,14 +24,14 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	if err != nil {
 		return err
 	}
-	limitSettings, err := RateLimitConfig{Limiter: d.Limiter, Limit: d.Limits.Settings, Identify: accountDevice,
+	limitSettings, err := RateLimitConfig{Limiter: d.Limiter, RouteLimit: d.Limits.Settings, Identify: accountDevice,
 		FailClosedRetryAfter: d.Limits.FailClosedRetryAfter, Metrics: d.Metrics, Logger: d.Logger}.ToMiddleware()
 	if err != nil {
 		return err
 	}
 	// One limiter for the routes that decide in their handlers: the login (its document key comes
 	// from the body) and the key look-up (charged after the answer).
-	login := limiter{l: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
+	login := limiter{core: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
 		events: newEventLog(d.Logger, 10*time.Second)}
 
 	e.GET("/healthz", handleHealthz())
@@ -63,7 +64,7 @@ func accountDevice(c echo.Context) (string, error) {
 	return s.Account + "/" + s.Device, nil
 }
 
-func limitByAccount(d Deps, l Limit, of func(echo.Context, Limit) Limit) (echo.MiddlewareFunc, error) {
-	return RateLimitConfig{Limiter: d.Limiter, Limit: l, LimitOf: of, Identify: auth.AccountID,
+func limitByAccount(d Deps, l enforce.RouteLimit, of func(echo.Context, enforce.RouteLimit) enforce.RouteLimit) (echo.MiddlewareFunc, error) {
+	return RateLimitConfig{Limiter: d.Limiter, RouteLimit: l, LimitOf: of, Identify: auth.AccountID,
 		FailClosedRetryAfter: d.Limits.FailClosedRetryAfter, Metrics: d.Metrics, Logger: d.Logger}.ToMiddleware()
 }

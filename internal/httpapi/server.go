@@ -18,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
@@ -27,7 +28,7 @@ import (
 type Deps struct {
 	Logger  *slog.Logger
 	Limiter *ratelimit.Limiter
-	Limits  Limits
+	Limits  enforce.RouteLimits
 	// Ledger is the replica's ledger; its calls are timed when it comes wrapped in
 	// Metrics.Instrument, as the composition root (internal/app) passes it to every part alike.
 	Ledger pix.Ledger
@@ -54,36 +55,6 @@ type Deps struct {
 	Metrics *Metrics
 }
 
-// Limits are the routes' limits.
-type Limits struct {
-	PIX, Statement, LoginIP, LoginAccount Limit
-	// LoginDevice limits the logins of one trusted device, in place of LoginAccount.
-	LoginDevice Limit
-	// LoginNet limits the logins of an IPv6 client's /48 (ratelimit.NetIdentity), beside its /64's
-	// LoginIP: one site cannot fill Redis with keys of its 65,536 /64s.
-	LoginNet Limit
-	// Settings limits the account's settings routes (account-settings), per account and device:
-	// one device's flood neither reaches the ledger nor keeps the owner's other devices out. A
-	// lowering of a limit is never refused by it.
-	Settings Limit
-	// FailClosedRetryAfter is the Retry-After when a fail-closed limit cannot be decided.
-	FailClosedRetryAfter time.Duration
-	// PIXLookup is the payer's DICT anti-scan token bucket for e-mail and phone keys
-	// (pix-lookup) at a natural person's capacity, PIXLookupPJ the same at a company's; the
-	// bucket of CPF, CNPJ and random keys (pix-lookup-v2) is the same policy under its own name.
-	// A look-up that misses costs LookupMissCost tokens, one that finds the key 1, and a PIX
-	// answered 201 gives one back.
-	PIXLookup, PIXLookupPJ Limit
-	LookupMissCost         int
-	// LookupParticipant is the bank's own bucket at DICT (pix-lookup-participant), shared by
-	// every customer and replica: a hit costs 1, a miss LookupParticipantMissCost, a PIX
-	// answered 201 gives one back. LookupCategory is the bank's DICT category (A to F), which
-	// GET /v1/pix/keys/limits reports.
-	LookupParticipant         Limit
-	LookupParticipantMissCost int
-	LookupCategory            string
-}
-
 // Probe is one dependency that /readyz checks.
 type Probe struct {
 	// Name is the probe's member in the /readyz body: "redis", "database".
@@ -101,9 +72,9 @@ func NewServer(d Deps) (http.Handler, error) {
 	if err := validateTogether(d.Limits.LoginIP, d.Limits.LoginNet, d.Limits.LoginAccount, d.Limits.LoginDevice); err != nil {
 		return nil, err
 	}
-	for _, l := range []Limit{d.Limits.PIXLookup, d.Limits.PIXLookupPJ, d.Limits.LookupParticipant} {
-		if err := l.Validate(); err != nil || l.Algorithm != ratelimit.TokenBucket {
-			return nil, fmt.Errorf("httpapi: the key look-up needs valid token_bucket policies (%s: %v)", l.Name, err)
+	for _, l := range []enforce.RouteLimit{d.Limits.PIXLookup, d.Limits.PIXLookupPJ, d.Limits.LookupParticipant} {
+		if err := l.Policy.Validate(); err != nil || l.Policy.Algorithm != ratelimit.TokenBucket {
+			return nil, fmt.Errorf("httpapi: the key look-up needs valid token_bucket policies (%s: %v)", l.Policy.Name, err)
 		}
 	}
 	if d.Limits.LookupMissCost < 1 || d.Limits.LookupParticipantMissCost < 1 {

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/httpapi"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
@@ -38,33 +39,33 @@ type server struct {
 }
 
 // lax limits let a test send 1000 requests a minute of every kind.
-func lax() httpapi.Limits {
-	p := func(name string) httpapi.Limit {
-		return httpapi.Limit{Policy: ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}}
+func lax() enforce.RouteLimits {
+	p := func(name string) enforce.RouteLimit {
+		return enforce.RouteLimit{Policy: ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}}
 	}
-	return httpapi.Limits{PIX: p("pix"), Statement: p("statement"), LoginIP: p("login-ip"), LoginAccount: p("login-account"),
+	return enforce.RouteLimits{PIX: p("pix"), Statement: p("statement"), LoginIP: p("login-ip"), LoginAccount: p("login-account"),
 		LoginDevice: p("login-device"), LoginNet: p("login-net"), Settings: p("account-settings"), LookupMissCost: 20,
-		PIXLookup:   httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 100}},
-		PIXLookupPJ: httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 1000}},
-		LookupParticipant: httpapi.Limit{Policy: ratelimit.Policy{Name: "pix-lookup-participant", Limit: 500, Window: time.Minute,
+		PIXLookup:   enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 100}},
+		PIXLookupPJ: enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 1000}},
+		LookupParticipant: enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-lookup-participant", Limit: 500, Window: time.Minute,
 			Algorithm: ratelimit.TokenBucket, Burst: 4000}},
 		LookupParticipantMissCost: 3, LookupCategory: "D"}
 }
 
-func newServer(t testing.TB, srv *redistest.Server, limits httpapi.Limits, probes ...httpapi.Probe) server {
+func newServer(t testing.TB, srv *redistest.Server, limits enforce.RouteLimits, probes ...httpapi.Probe) server {
 	t.Helper()
 	return newServerWith(t, srv, limits, ratelimit.Options{}, probes...)
 }
 
 // newServerWith is newServer with the limiter's options (KeySecret and Timeout are set here).
-func newServerWith(t testing.TB, srv *redistest.Server, limits httpapi.Limits, opts ratelimit.Options, probes ...httpapi.Probe) server {
+func newServerWith(t testing.TB, srv *redistest.Server, limits enforce.RouteLimits, opts ratelimit.Options, probes ...httpapi.Probe) server {
 	t.Helper()
-	lax := func(name string) httpapi.Limit {
-		return httpapi.Limit{Policy: ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}}
+	lax := func(name string) enforce.RouteLimit {
+		return enforce.RouteLimit{Policy: ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}}
 	}
-	for _, p := range []*httpapi.Limit{&limits.PIX, &limits.Statement, &limits.LoginIP, &limits.LoginAccount} {
-		if p.Name == "" {
-			*p = lax(map[*httpapi.Limit]string{&limits.PIX: "pix", &limits.Statement: "statement",
+	for _, p := range []*enforce.RouteLimit{&limits.PIX, &limits.Statement, &limits.LoginIP, &limits.LoginAccount} {
+		if p.Policy.Name == "" {
+			*p = lax(map[*enforce.RouteLimit]string{&limits.PIX: "pix", &limits.Statement: "statement",
 				&limits.LoginIP: "login-ip", &limits.LoginAccount: "login-account"}[p])
 		}
 	}
@@ -302,7 +303,7 @@ func BenchmarkRefusal(b *testing.B) {
 			h := http.Handler(floor)
 			if tc.h == nil {
 				limits := lax()
-				limits.LoginIP.Limit = 10
+				limits.LoginIP.Policy.Limit = 10
 				s := newServerWith(b, srv, limits, ratelimit.Options{DenyCacheSize: tc.cache})
 				h = s.h
 				for range 11 { // the IP key's 10, then the first refusal, which teaches the cache
@@ -328,7 +329,7 @@ func BenchmarkRefusal(b *testing.B) {
 func TestRefusalsAreLoggedAsSummaries(t *testing.T) {
 	t.Parallel()
 	limits := lax()
-	limits.LoginIP.Limit = 2
+	limits.LoginIP.Policy.Limit = 2
 	s := newServer(t, redistest.Start(t), limits)
 	var logs apitest.Logs
 	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Limiter: s.limiter,

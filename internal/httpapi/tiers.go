@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 )
 
@@ -129,8 +130,8 @@ func (t *Tiers) limits(s auth.Subject) (pixLimit, statementLimit, lookupCapacity
 // tierLimit is a RateLimitConfig.LimitOf: the route's limit with the account's tier's figure,
 // when it has one. The policy keeps its name, so the key (and what it already counted) stays:
 // a customer who used 8 of 10 and moves to a tier of 5 is refused until the log ages.
-func tierLimit(t *Tiers, statement bool) func(c echo.Context, l Limit) Limit {
-	return func(c echo.Context, l Limit) Limit {
+func tierLimit(t *Tiers, statement bool) func(c echo.Context, l enforce.RouteLimit) enforce.RouteLimit {
+	return func(c echo.Context, l enforce.RouteLimit) enforce.RouteLimit {
 		s, err := auth.SubjectOf(c)
 		if err != nil {
 			return l
@@ -141,15 +142,15 @@ func tierLimit(t *Tiers, statement bool) func(c echo.Context, l Limit) Limit {
 
 // limitOf is l, the PIX route's limit (the statement's when statement), as s's account's tier
 // has it: how the route decides, and how the support desk reads, that account's key.
-func (t *Tiers) limitOf(l Limit, s auth.Subject, statement bool) Limit {
+func (t *Tiers) limitOf(l enforce.RouteLimit, s auth.Subject, statement bool) enforce.RouteLimit {
 	p, st, _ := t.limits(s)
 	if statement {
 		p = st
 	}
 	if p > 0 {
-		l.Limit = p
-		if l.Algorithm.Bursty() && l.Burst < p {
-			l.Burst = p
+		l.Policy.Limit = p
+		if l.Policy.Algorithm.Bursty() && l.Policy.Burst < p {
+			l.Policy.Burst = p
 		}
 	}
 	return l

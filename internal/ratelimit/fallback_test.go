@@ -9,11 +9,11 @@ import (
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
-// TestAllowLocalDecidesAtItsShare: with a fleet of 3, a limit of 10 is 4 per window in each
+// TestAllowFallbackDecidesAtItsShare: with a fleet of 3, a limit of 10 is 4 per window in each
 // replica's memory, as an exact sliding log: 4 admitted, the 5th refused until exactly when the
 // oldest leaves the window; two keys are decided together; the log forgets everything once
 // Redis answers again; and its memory is bounded by FallbackLogSize.
-func TestAllowLocalDecidesAtItsShare(t *testing.T) {
+func TestAllowFallbackDecidesAtItsShare(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.Client(nil)
