@@ -120,7 +120,7 @@ func (m *Metrics) observe(route, method string, status int, took time.Duration) 
 // embedding it, so that a method added to pix.Ledger fails to compile here until it is timed too.
 type instrumented struct {
 	ledger pix.Ledger
-	m *Metrics
+	m      *Metrics
 }
 
 func (l instrumented) observe(call string, start time.Time, err error) {
