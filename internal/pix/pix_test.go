@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
@@ -607,18 +608,33 @@ func gatedLedger(t *testing.T, timeout time.Duration) (*PostgresLedger, *pgtest.
 	return l, gate
 }
 
-// idleConnections leaves n connections idle in l's pool.
+// idleConnections leaves n connections idle in l's pool (at most its size): it holds n at once,
+// then gives them back. It is the test's set-up, not what it proves: a dial that the ledger's
+// short connect timeout cuts on a loaded machine (six backends forked at once beside two CPU
+// burners took longer than 300 ms) is tried again, for up to 30 s.
 func idleConnections(t *testing.T, l *PostgresLedger, n int) {
 	t.Helper()
+	n = min(n, int(l.pool.Config().MaxConns))
+	held := make(chan *pgxpool.Conn, n)
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			if _, err := l.pool.Exec(context.Background(), "SELECT pg_sleep(0.05)"); err != nil {
-				t.Error(err)
+			var err error
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+				var c *pgxpool.Conn
+				if c, err = l.pool.Acquire(context.Background()); err == nil {
+					held <- c
+					return
+				}
 			}
+			t.Error(err)
 		})
 	}
 	wg.Wait()
+	close(held)
+	for c := range held {
+		c.Release()
+	}
 }
 
 // answersWithin pings l until it answers, failing t if that takes longer than within.
