@@ -4,14 +4,14 @@
 -- KEYS         the keys
 -- ARGV[1]      id
 -- ARGV[2]      now in microseconds, or '' to read the Redis clock (tests inject time; never production)
--- ARGV[3]      mode (prelude.lua's mode): '' decides a request; 'n' and a cost, a request of that
---              cost (token_bucket); a time in µs withdraws the admission made then
+-- ARGV[3]      the operation (prelude.lua's operation): '' decide, 'a' ask, 'c<n>' charge,
+--              'r<n>' refund, 'w<at>' withdraw
 -- ARGV[3i+1]   limit of KEYS[i]
 -- ARGV[3i+2]   window of KEYS[i] in microseconds
 -- ARGV[3i+3]   burst of KEYS[i]
 
 id, now = ARGV[1], tonumber(ARGV[2]) or clock()
-undo_at, cost = mode(ARGV[3])
+undo_at, cost = operation(ARGV[3])
 keys, n = KEYS, #KEYS
 limits, windows, bursts = {}, {}, {}
 for i = 1, n do

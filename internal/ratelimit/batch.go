@@ -163,7 +163,7 @@ func (b *batcher) send(batch []*pending) {
 }
 
 // batchArgs are a batch's keys and arguments, as batch.lua reads them: how many decisions, how
-// many key settings (limit, window, burst), each decision's number of keys, id, now, mode and,
+// many key settings (limit, window, burst), each decision's number of keys, id, now, operation and,
 // per key, the index of its setting, then the settings, each once. Sized in one pass: a batch
 // under load is built thousands of times a second.
 func batchArgs(batch []*pending) (keys []string, args []any) {
@@ -177,7 +177,7 @@ func batchArgs(batch []*pending) (keys []string, args []any) {
 	settings := seen[:0]
 	for _, p := range batch {
 		keys = append(keys, p.keys...)
-		args = append(args, len(p.keys), p.c.id, p.c.now, p.c.mode)
+		args = append(args, len(p.keys), p.c.id, p.c.now, p.c.op.arg())
 		for _, k := range p.c.keys {
 			j := slices.Index(settings, k)
 			if j < 0 {

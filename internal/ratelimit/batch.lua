@@ -6,7 +6,7 @@
 --
 -- ARGV[1]            how many decisions
 -- ARGV[2]            how many key settings
--- then, per decision: its number of keys, its id, its now ('' for the Redis clock), its mode,
+-- then, per decision: its number of keys, its id, its now ('' for the Redis clock), its operation,
 --                    and per key the index of its setting (a batch's keys mostly share a
 --                    policy, so each policy's three numbers travel and are parsed once)
 --                    (a withdrawal is never batched: its reply is a number, not a list)
@@ -35,7 +35,7 @@ for d = 1, count do
     batch_now = batch_now or clock()
     now = batch_now
   end
-  undo_at, cost = mode(ARGV[pos + 3])
+  undo_at, cost = operation(ARGV[pos + 3])
   if n == 1 then
     local j = tonumber(ARGV[pos + 4])
     one[1] = KEYS[k + 1]

@@ -51,12 +51,12 @@ func TestBatchesDecideAsOneByOne(t *testing.T) {
 					for i, c := range checks {
 						keys[i] = alone.keys.key(c.Policy, c.Identity)
 					}
-					r, err := run(ctx, alone.rdb, a, keys, alone.newCall(a, decideMode(1), checks))
+					r, err := run(ctx, alone.rdb, a, keys, alone.newCall(a, op{kind: opDecide}, checks))
 					if err != nil {
 						t.Fatal(err)
 					}
 					want = append(want, r)
-					batch = append(batch, &pending{ctx: ctx, keys: keys, c: batched.newCall(a, decideMode(1), checks), done: make(chan batchResult, 1)})
+					batch = append(batch, &pending{ctx: ctx, keys: keys, c: batched.newCall(a, op{kind: opDecide}, checks), done: make(chan batchResult, 1)})
 					clk.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
 					n++
 				}
@@ -93,7 +93,7 @@ func TestABatchReadsTheClockOnce(t *testing.T) {
 			member := func(identity string) *pending {
 				checks := []Check{{p, identity}}
 				return &pending{ctx: context.Background(), keys: []string{l.keys.key(p, identity)},
-					c: l.newCall(a, decideMode(1), checks), done: make(chan batchResult, 1)}
+					c: l.newCall(a, op{kind: opDecide}, checks), done: make(chan batchResult, 1)}
 			}
 			batch := []*pending{member("k"), member("k"), member("k"), member("k"), member("k"), member("given")}
 			given := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixMicro()

@@ -16,7 +16,7 @@ import (
 // script cannot see them all (CROSSSLOT). Each key is decided by its own script, all at once,
 // under the same request id and within the same budget. If every key admits, the request is
 // admitted and recorded everywhere, as on one node. If any key refuses, or cannot answer, the
-// admissions the others made are withdrawn (each script's withdrawal mode), so a refused request
+// admissions the others made are withdrawn (each script's withdraw operation), so a refused request
 // consumes no quota in the end; the withdrawals run after the answer is sent, so they never delay it.
 //
 // The price: between a key's admission and its withdrawal (about one round trip after the
@@ -45,10 +45,9 @@ func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, c
 			allowed = false
 		}
 	}
-	asking := c.mode == decideMode(0) // AskAll took nothing: there is nothing to withdraw
 	pairs := make([]int64, 0, 2*len(keys))
 	for i := range keys {
-		if asking {
+		if !c.op.takes() { // an ask or a refund took nothing: there is nothing to withdraw
 			if errs[i] == nil {
 				pairs = append(pairs, replies[i].pairs...)
 			}

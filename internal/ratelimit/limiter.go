@@ -304,7 +304,7 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	if len(checks) == 0 {
 		return Decision{}, errors.New("ratelimit: no checks")
 	}
-	return l.do(ctx, decideMode(1), checks)
+	return l.do(ctx, op{kind: opDecide}, checks)
 }
 
 // AllowN decides one request of c that costs n tokens of a TokenBucket policy: it is admitted
@@ -322,7 +322,7 @@ func (l *Limiter) AllowN(ctx context.Context, c Check, n int) (Decision, error) 
 	if c.Policy.algorithm() != TokenBucket || n < 0 {
 		return Decision{}, fmt.Errorf("ratelimit: a cost of %d on %s: want 0 or more tokens of a token_bucket policy", n, c.Policy.Name)
 	}
-	return l.do(ctx, decideMode(n), []Check{c})
+	return l.do(ctx, cost(n), []Check{c})
 }
 
 // AskAll asks whether a request would be admitted by every check, taking nothing, in one round
@@ -335,7 +335,7 @@ func (l *Limiter) AskAll(ctx context.Context, checks ...Check) (Decision, error)
 	if len(checks) == 0 {
 		return Decision{}, errors.New("ratelimit: no checks")
 	}
-	return l.do(ctx, decideMode(0), checks)
+	return l.do(ctx, op{kind: opAsk}, checks)
 }
 
 // Inspect reads c's key as a decision would find it, taking nothing, from Redis alone: unlike
@@ -350,7 +350,7 @@ func (l *Limiter) Inspect(ctx context.Context, c Check) (Decision, error) {
 	a := c.Policy.algorithm()
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	r, err := run(ctx, l.rdb, a, []string{l.keys.key(c.Policy, c.Identity)}, l.newCall(a, decideMode(0), []Check{c}))
+	r, err := run(ctx, l.rdb, a, []string{l.keys.key(c.Policy, c.Identity)}, l.newCall(a, op{kind: opAsk}, []Check{c}))
 	if err != nil {
 		return Decision{}, err
 	}
@@ -413,13 +413,13 @@ func (l *Limiter) Refund(ctx context.Context, n int, checks ...Check) (Decision,
 			l.deny.forget(l.keys.key(c.Policy, c.Identity))
 		}
 	}
-	return l.do(ctx, decideMode(-n), checks)
+	return l.do(ctx, op{kind: opRefund, n: n}, checks)
 }
 
 // do is the one path of every call that asks Redis (AllowAll, AllowN): the deny cache, the
-// breaker, the outage log, the Redis-up flag and the counters apply to each alike. mode is the
-// script's (decideMode).
-func (l *Limiter) do(ctx context.Context, mode any, checks []Check) (Decision, error) {
+// breaker, the outage log, the Redis-up flag and the counters apply to each alike. o is what the
+// script does.
+func (l *Limiter) do(ctx context.Context, o op, checks []Check) (Decision, error) {
 	sent := l.clock() // before asking Redis, which decides later: deadlines from here are never late
 	keys := make([]string, len(checks))
 	for i, c := range checks {
@@ -439,7 +439,7 @@ func (l *Limiter) do(ctx context.Context, mode any, checks []Check) (Decision, e
 		return Decision{}, err
 	}
 	l.stats.redis.Add(1)
-	d, err := l.decide(ctx, mode, checks, keys)
+	d, err := l.decide(ctx, o, checks, keys)
 	switch {
 	case err == nil:
 		if l.down.Load() { // a write on every decision would bounce one cache line between cores
@@ -559,10 +559,10 @@ func (l *Limiter) Stats() Stats {
 	return s
 }
 
-// decide runs the checks' script for one request over their keys, in mode (decideMode).
-func (l *Limiter) decide(ctx context.Context, mode any, checks []Check, keys []string) (Decision, error) {
+// decide runs the checks' script for o over their keys.
+func (l *Limiter) decide(ctx context.Context, o op, checks []Check, keys []string) (Decision, error) {
 	a := checks[0].Policy.algorithm()
-	c := l.newCall(a, mode, checks)
+	c := l.newCall(a, o, checks)
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	if l.cluster && len(checks) > 1 {

@@ -143,7 +143,7 @@ func TestPackedLogSetsItsTTLOnceAQuarter(t *testing.T) {
 		t.Helper()
 		clk.Set(s.Add(at))
 		c := []Check{{p, "ana"}}
-		call := l.newCall(SlidingLogPacked, decideMode(1), c)
+		call := l.newCall(SlidingLogPacked, op{kind: opDecide}, c)
 		r, err := run(context.Background(), l.rdb, SlidingLogPacked, []string{key}, call)
 		if err != nil || !r.allowed {
 			t.Fatalf("admission at +%v: %v %v", at, r.allowed, err)
@@ -158,7 +158,7 @@ func TestPackedLogSetsItsTTLOnceAQuarter(t *testing.T) {
 	ttl("+9s, the next quarter: the TTL set again", 21*time.Second) // until +10s, then a window
 	withdraw := func(at int64) {
 		t.Helper()
-		c := l.newCall(SlidingLogPacked, decideMode(1), []Check{{p, "ana"}})
+		c := l.newCall(SlidingLogPacked, op{kind: opDecide}, []Check{{p, "ana"}})
 		n, err := l.runWithdrawal(SlidingLogPacked, key, c.withdrawal(at, l.clockArg()))
 		if err != nil || n != 1 {
 			t.Fatalf("withdrawal: %d %v", n, err)

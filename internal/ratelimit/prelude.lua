@@ -9,6 +9,7 @@
 -- undo_at      nil to decide; or the time (µs, the `now` its decision returned) of the admission
 --              to withdraw: the body then undoes it and returns how many keys it took from
 -- cost         what the request takes (token_bucket; 0 only asks, below 0 gives back; 1 for the others)
+--              (undo_at and cost are the call's operation, decoded by operation below)
 -- n            how many keys
 -- limits[i]    requests per window of keys[i], at least 1
 -- windows[i]   window of keys[i] in microseconds (a whole number of milliseconds)
@@ -35,11 +36,21 @@ local function clock()
   return t[1] * 1000000 + t[2]                                     -- < 2^53, so exact in a Lua number
 end
 
--- mode reads a call's mode: '' decides a request; a time in µs withdraws the admission made then;
--- 'n' and a number decides a request of that cost (token_bucket). It returns undo_at and cost.
-local function mode(m)
-  if m == '' then return nil, 1 end
-  return tonumber(m), tonumber(string.match(m, '^n(-?%d+)$') or 1)
+-- operation decodes a call's operation (protocol.go's op.arg), the one place it is read. It
+-- returns undo_at and cost:
+--   ''       decide one request                      nil, 1
+--   'a'      ask, taking nothing                     nil, 0
+--   'c<n>'   charge n tokens (token_bucket)          nil, n
+--   'r<n>'   refund n tokens (token_bucket)          nil, -n
+--   'w<at>'  withdraw the admission made at `at`     at, 1
+local function operation(op)
+  if op == '' then return nil, 1 end
+  local kind, v = byte(op), tonumber(sub(op, 2))
+  if kind == 97 then return nil, 0 end                             -- 'a'
+  if kind == 99 and v and v >= 1 then return nil, v end            -- 'c'
+  if kind == 114 and v and v >= 1 then return nil, -v end          -- 'r'
+  if kind == 119 then return v, 1 end                              -- 'w'
+  return error('pixlimit: unknown operation ' .. op)
 end
 
 -- reply appends a decision's reply to out, the script's reply: a lone call's is its one decision,

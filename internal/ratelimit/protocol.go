@@ -13,40 +13,79 @@ import (
 //
 //	ARGV[1]      id: the request's id (the sorted-set log records it; "" for the others)
 //	ARGV[2]      now in µs, or "" for the Redis clock (tests inject time; never production)
-//	ARGV[3]      mode: "" decides a request; "n<cost>" one of that cost (token_bucket); a time
-//	             in µs withdraws the admission made then
+//	ARGV[3]      the operation (op.arg; prelude.lua's operation decodes it)
 //	ARGV[3i+1..] per key: limit, window in µs, capacity
 //
 // A decision replies {allowed, remaining_1, reset_1, ..., now} (decoded by parseReply); a
 // withdrawal, how many keys it took something back from.
 type call struct {
-	id, now, mode any
-	keys          [][3]any // per key, boxed once per policy (Limiter.policyArgs)
+	id, now any
+	op      op
+	keys    [][3]any // per key, boxed once per policy (Limiter.policyArgs)
 }
 
-// decideMode is the mode of a request that costs n tokens (1: a plain request).
-func decideMode(n int) any {
-	if n == 1 {
-		return ""
+// op is what a script call does with its keys.
+type op struct {
+	kind opKind
+	n    int   // opCharge: the tokens taken; opRefund: the tokens given back
+	at   int64 // opWithdraw: when the admission was made (µs, the now its decision returned; 0 when unknown: the sorted-set log finds it by its id)
+}
+
+type opKind uint8
+
+const (
+	opDecide   opKind = iota // admit one request, or refuse it and record nothing
+	opAsk                    // answer as opDecide would, taking nothing
+	opCharge                 // admit one request that takes n tokens (token_bucket), even into debt
+	opRefund                 // give n tokens back, never above capacity (token_bucket); never refused
+	opWithdraw               // take back the admission made at `at`
+)
+
+// cost is the op of a request that takes n tokens: 1 is a plain decision, 0 only asks.
+func cost(n int) op {
+	switch n {
+	case 0:
+		return op{kind: opAsk}
+	case 1:
+		return op{kind: opDecide}
 	}
-	return "n" + strconv.Itoa(n)
+	return op{kind: opCharge, n: n}
+}
+
+// takes says whether the op can admit something that a withdrawal would take back.
+func (o op) takes() bool { return o.kind == opDecide || o.kind == opCharge }
+
+// arg encodes the op as ARGV[3]: "" decides (the common case, sent as the least bytes), "a"
+// asks, "c<n>" charges n, "r<n>" refunds n, "w<at>" withdraws.
+func (o op) arg() any {
+	switch o.kind {
+	case opAsk:
+		return "a"
+	case opCharge:
+		return "c" + strconv.Itoa(o.n)
+	case opRefund:
+		return "r" + strconv.Itoa(o.n)
+	case opWithdraw:
+		return "w" + strconv.FormatInt(o.at, 10)
+	}
+	return ""
 }
 
 // only is the call restricted to its i-th key: a cluster decides keys apart.
 func (c call) only(i int) call {
-	return call{id: c.id, now: c.now, mode: c.mode, keys: c.keys[i : i+1 : i+1]}
+	return call{id: c.id, now: c.now, op: c.op, keys: c.keys[i : i+1 : i+1]}
 }
 
 // withdrawal is the call that withdraws c's request, admitted at `at` (µs, the now its decision
 // returned; 0 when unknown, for the sorted-set log that finds it by its id), at now.
 func (c call) withdrawal(at int64, now any) call {
-	return call{id: c.id, now: now, mode: at, keys: c.keys}
+	return call{id: c.id, now: now, op: op{kind: opWithdraw, at: at}, keys: c.keys}
 }
 
 // args flattens the call for redis.Script.Run.
 func (c call) args() []any {
 	args := make([]any, 0, 3+3*len(c.keys))
-	args = append(args, c.id, c.now, c.mode)
+	args = append(args, c.id, c.now, c.op.arg())
 	for _, k := range c.keys {
 		args = append(args, k[0], k[1], k[2])
 	}
@@ -93,9 +132,9 @@ func (l *Limiter) clockArg() any {
 	return ""
 }
 
-// newCall is the call of a request of checks in mode.
-func (l *Limiter) newCall(a Algorithm, mode any, checks []Check) call {
-	c := call{id: "", now: l.clockArg(), mode: mode, keys: make([][3]any, len(checks))}
+// newCall is the call of op over checks.
+func (l *Limiter) newCall(a Algorithm, o op, checks []Check) call {
+	c := call{id: "", now: l.clockArg(), op: o, keys: make([][3]any, len(checks))}
 	if a == SlidingLog {
 		c.id = requestID() // only the sorted set records the request itself
 	}

@@ -9,7 +9,7 @@
 -- count, µs>"; a full bucket needs no key at all: the key lives exactly until the bucket would be
 -- full again. remaining_i is the whole tokens left; reset_i the time until there is one more.
 
--- A request may cost other than one token (ARGV[3] = 'n<cost>'): it is admitted while the bucket
+-- A request may cost other than one token (the operation 'c<n>', charge): it is admitted while the bucket
 -- holds at least one token, as any request, and then takes its whole cost at once, even into
 -- debt; the bucket refuses until the refill has paid the debt back. A cost of 0 asks whether a
 -- request would be admitted. That is how a request whose price is known only once it has done

@@ -106,7 +106,7 @@ func (l *Limiter) withdraw(a Algorithm, key string, c call, at int64, p Policy, 
 // whether this request was counted, so giving one back could admit past the limit: their late
 // admissions stay counted until they leave the window, the strict side.
 func (l *Limiter) withdrawLate(a Algorithm, keys []string, c call, checks []Check, cause error) {
-	if a != SlidingLog || !mayHaveRun(cause) {
+	if a != SlidingLog || !c.op.takes() || !mayHaveRun(cause) {
 		return
 	}
 	now := l.clock()
