@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -226,47 +225,13 @@ var idempotencyKey = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 const maxDescription = 140
 
-// pixRequest is a PIX request once decoded and validated (decodePIX), for the middleware behind
-// it (the look-up buckets need its key's type) and the handler.
-type pixRequest struct {
-	key         string
-	keyType     pix.KeyType
-	amountCents int64
-	description string
-	idempotency string
-}
-
-// Context keys of a PIX's request and, once made, its receipt.
-const (
-	pixRequestKey = "pixlimit.pix.request"
-	pixReceiptKey = "pixlimit.pix.receipt"
-)
-
-// decodePIX decodes and validates a PIX request before any limit decides it: a malformed one is a
-// 400 that costs no quota, and the limits behind it know the key's type.
-func decodePIX() echo.MiddlewareFunc {
-	type request struct {
-		Key         string `json:"key"`
-		AmountCents int64  `json:"amount_cents"`
-		Description string `json:"description"`
-	}
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			var req request
-			if err := decodeJSON(c, &req); err != nil {
-				return err
-			}
-			key, keyType, idem, err := validTransfer(c.Request().Header, req.Key, req.AmountCents, req.Description)
-			if err != nil {
-				return err
-			}
-			c.Set(pixRequestKey, pixRequest{key, keyType, req.AmountCents, req.Description, idem})
-			return next(c)
-		}
-	}
-}
-
-func handlePIX(ledger pix.Ledger) echo.HandlerFunc {
+// handlePIX sends a PIX. It reads in the order it happens: the access token names the payer
+// (requireAccount, the route's one middleware); the body is decoded and validated, so a
+// malformed PIX is a 400 that costs no quota; the look-up buckets are asked whether they could
+// pay for a miss, and then the PIX's own limit decides, per account (never per IP: a whole office
+// shares one), at the account's tier; the ledger moves the money; and the look-up buckets are
+// settled by the ledger's answer (lookupLimiter.beforePIX and afterPIX).
+func handlePIX(ledger pix.Ledger, decide limiter, limit enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
 	type payee struct {
 		Key  string `json:"key"`
 		Name string `json:"name"`
@@ -283,21 +248,49 @@ func handlePIX(ledger pix.Ledger) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		req, ok := c.Get(pixRequestKey).(pixRequest)
-		if !ok {
-			return errors.New("httpapi: handlePIX runs after decodePIX")
-		}
-		r, err := ledger.Transfer(c.Request().Context(), pix.TransferRequest{
-			From: s.Account, ToKey: req.key, AmountCents: req.amountCents, Description: req.description, IdempotencyKey: req.idempotency,
-			Device: s.Device,
-		})
+		req, err := decodePIX(c, s)
 		if err != nil {
 			return err
 		}
-		c.Set(pixReceiptKey, r)
+		user, err := lookups.beforePIX(c, s, req.keyType)
+		if err != nil {
+			return err
+		}
+		if err := decide.enforce(c, nil, check{lookups.tiers.limitOf(limit, s, false), s.Account}); err != nil {
+			return err
+		}
+		r, err := ledger.Transfer(c.Request().Context(), req.TransferRequest)
+		if err := lookups.afterPIX(c, s, user, req.ToKey, r, err); err != nil {
+			return err
+		}
 		return c.JSON(http.StatusCreated, response{r.EndToEndID, r.AmountCents, r.BalanceCents,
 			payee{r.ToKey, r.ToName}, r.CreatedAt})
 	}
+}
+
+// pixRequest is a PIX request once decoded and validated: the ledger's request, and the key's
+// type, which chooses the look-up bucket.
+type pixRequest struct {
+	pix.TransferRequest
+	keyType pix.KeyType
+}
+
+// decodePIX decodes and validates s's PIX request.
+func decodePIX(c echo.Context, s auth.Subject) (pixRequest, error) {
+	var req struct {
+		Key         string `json:"key"`
+		AmountCents int64  `json:"amount_cents"`
+		Description string `json:"description"`
+	}
+	if err := decodeJSON(c, &req); err != nil {
+		return pixRequest{}, err
+	}
+	key, keyType, idem, err := validTransfer(c.Request().Header, req.Key, req.AmountCents, req.Description)
+	if err != nil {
+		return pixRequest{}, err
+	}
+	return pixRequest{keyType: keyType, TransferRequest: pix.TransferRequest{From: s.Account, ToKey: key,
+		AmountCents: req.AmountCents, Description: req.Description, IdempotencyKey: idem, Device: s.Device}}, nil
 }
 
 // validTransfer checks a PIX request and returns its normalized key and Idempotency-Key, or a
@@ -343,7 +336,10 @@ func printable(s string) bool {
 	return true
 }
 
-func handleStatement(ledger pix.Ledger) echo.HandlerFunc {
+// handleStatement shows the account's statement, newest first: the query is validated (a 400
+// costs no quota), the statement limit decides per account at the account's tier, and the
+// ledger answers.
+func handleStatement(ledger pix.Ledger, decide limiter, limit enforce.RouteLimit, tiers *Tiers) echo.HandlerFunc {
 	type entry struct {
 		EndToEndID   string        `json:"end_to_end_id"`
 		Direction    pix.Direction `json:"direction"`
@@ -358,19 +354,18 @@ func handleStatement(ledger pix.Ledger) echo.HandlerFunc {
 		Entries      []entry `json:"entries"`
 	}
 	return func(c echo.Context) error {
-		id, err := auth.AccountID(c)
+		s, err := auth.SubjectOf(c)
 		if err != nil {
 			return err
 		}
-		limit := 50
-		if s, ok := c.QueryParams()["limit"]; ok {
-			n, err := strconv.Atoi(s[0])
-			if err != nil || n < 1 || n > 100 || len(s) > 1 {
-				return invalid("invalid query", map[string]string{"limit": "must be an integer from 1 to 100"})
-			}
-			limit = n
+		n, err := statementSize(c)
+		if err != nil {
+			return err
 		}
-		st, err := ledger.Statement(c.Request().Context(), id, limit)
+		if err := decide.enforce(c, nil, check{tiers.limitOf(limit, s, true), s.Account}); err != nil {
+			return err
+		}
+		st, err := ledger.Statement(c.Request().Context(), s.Account, n)
 		if err != nil {
 			return err
 		}
@@ -380,4 +375,17 @@ func handleStatement(ledger pix.Ledger) echo.HandlerFunc {
 		}
 		return c.JSON(http.StatusOK, resp)
 	}
+}
+
+// statementSize is the statement's ?limit=: 1 to 100 entries, 50 when absent.
+func statementSize(c echo.Context) (int, error) {
+	s, ok := c.QueryParams()["limit"]
+	if !ok {
+		return 50, nil
+	}
+	n, err := strconv.Atoi(s[0])
+	if err != nil || n < 1 || n > 100 || len(s) > 1 {
+		return 0, invalid("invalid query", map[string]string{"limit": "must be an integer from 1 to 100"})
+	}
+	return n, nil
 }

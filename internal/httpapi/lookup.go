@@ -94,9 +94,10 @@ func (l lookupLimiter) pay(c echo.Context, chk check, tokens int, quiet bool) er
 		}
 		return d
 	}
-	return l.apply(c, report, []check{chk}, func(ctx context.Context) (ratelimit.Decision, error) {
+	_, err := l.apply(c, report, []check{chk}, func(ctx context.Context) (ratelimit.Decision, error) {
 		return l.core.AllowN(ctx, rc, tokens)
 	})
+	return err
 }
 
 // payBank is pay on the bank's bucket: it never sets RateLimit headers (the bank's quota is not
@@ -108,7 +109,7 @@ func (l lookupLimiter) payBank(c echo.Context, limit enforce.RouteLimit, tokens 
 	report := func(d ratelimit.Decision) ratelimit.Decision {
 		return ratelimit.Decision{Allowed: d.Allowed, Worst: d.Worst}
 	}
-	err := l.apply(c, report, []check{chk}, func(ctx context.Context) (ratelimit.Decision, error) {
+	_, err := l.apply(c, report, []check{chk}, func(ctx context.Context) (ratelimit.Decision, error) {
 		return l.core.AllowN(ctx, rc, tokens)
 	})
 	var e *Error
@@ -125,24 +126,23 @@ func (l lookupLimiter) payBank(c echo.Context, limit enforce.RouteLimit, tokens 
 func (l lookupLimiter) ask(c echo.Context, user check, bank enforce.RouteLimit, quiet bool) error {
 	bank.FailMode = user.limit.FailMode
 	cs := []check{user, {bank, l.bank().identity}}
-	bankRefused := false
+	payerEmpty := func(d ratelimit.Decision) bool { return !d.Allowed && d.Results[0].RetryAfter > 0 }
 	report := func(d ratelimit.Decision) ratelimit.Decision {
 		switch {
-		case !d.Allowed && d.Results[0].RetryAfter > 0: // the payer's own bucket is empty
+		case payerEmpty(d):
 			return d.Only(0)
-		case !d.Allowed:
-			bankRefused = true
+		case !d.Allowed: // the bank's bucket: not the customer's to see
 			return ratelimit.Decision{Worst: d.Results[1]}
 		case quiet:
 			return ratelimit.Decision{Allowed: true}
 		}
 		return d.Only(0)
 	}
-	err := l.apply(c, report, cs, func(ctx context.Context) (ratelimit.Decision, error) {
+	d, err := l.apply(c, report, cs, func(ctx context.Context) (ratelimit.Decision, error) {
 		return l.core.AskAll(ctx, checks(cs)...)
 	})
 	var e *Error
-	if bankRefused && errors.As(err, &e) && e.Code == CodeRateLimitExceeded {
+	if errors.As(err, &e) && e.Code == CodeRateLimitExceeded && !payerEmpty(d) {
 		return l.exhausted(bank, e.RetryAfter)
 	}
 	return err
@@ -209,45 +209,36 @@ func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, k
 	}
 }
 
-// consultLookups is the PIX's side of the anti-scan buckets: a PIX to a key nobody has answers
-// 404 as a look-up does, so it is paid for like one, or PIX would be the way to enumerate keys
-// once look-ups are refused. Before the PIX's own limit, it asks the payer's bucket of the key's
-// type and the bank's, taking nothing: while either holds no token the PIX is refused (429,
-// policy pix-lookup or pix-lookup-v2; or 503 lookup_capacity_exhausted) whether or not its key
-// exists, and the PIX's own limit records nothing. A PIX to a key nobody has then pays the miss,
-// admitted and paid at once, before its 404 is sent (refused, it is a 429 instead); a payment to
-// a found key costs nothing, and its 201 gives back the tokens of the look-up that led to it,
-// if there was one (refund; a replayed 201, which moved nothing, gives none). A bucket that cannot be asked (Redis down) leaves the PIX to
-// its own limit's fail mode.
-func consultLookups(lookups lookupLimiter) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			s, err := auth.SubjectOf(c)
-			if err != nil {
-				return err
-			}
-			req, ok := c.Get(pixRequestKey).(pixRequest)
-			if !ok {
-				return errors.New("httpapi: consultLookups runs after decodePIX")
-			}
-			user := lookups.bucket(s, req.keyType)
-			asked := user
-			asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
-			if err := lookups.ask(c, asked, lookups.limits.LookupParticipant, true); err != nil {
-				return err
-			}
-			err = next(c)
-			switch r, _ := c.Get(pixReceiptKey).(pix.Receipt); {
-			case errors.Is(err, pix.ErrKeyNotFound):
-				if payErr := lookups.charge(c, user, false, true); payErr != nil {
-					return payErr
-				}
-			case err == nil && r.EndToEndID != "" && !r.Replayed:
-				lookups.refund(context.WithoutCancel(c.Request().Context()), s, user, req.key)
-			}
-			return err
+// The PIX's side of the anti-scan buckets: a PIX to a key nobody has answers 404 as a look-up
+// does, so it is paid for like one, or PIX would be the way to enumerate keys once look-ups are
+// refused. A bucket that cannot be asked (Redis down) leaves the PIX to its own limit's fail mode.
+
+// beforePIX asks, before the PIX's own limit and taking nothing, the payer's bucket of the key's
+// type and the bank's: while either holds no token the PIX is refused (429, policy pix-lookup or
+// pix-lookup-v2; or 503 lookup_capacity_exhausted) whether or not its key exists, and the PIX's
+// own limit records nothing. It returns the payer's bucket, for afterPIX.
+func (l lookupLimiter) beforePIX(c echo.Context, s auth.Subject, t pix.KeyType) (check, error) {
+	user := l.bucket(s, t)
+	asked := user
+	asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
+	return user, l.ask(c, asked, l.limits.LookupParticipant, true)
+}
+
+// afterPIX settles the buckets once the ledger has answered the PIX (r, err) and returns the
+// PIX's answer: a PIX to a key nobody has pays the miss, admitted and paid at once, before its
+// 404 is sent (refused, it is a 429 instead); a payment to a found key costs nothing, and its 201
+// gives back the tokens of the look-up that led to it, if there was one (refund; a replayed 201,
+// which moved nothing, gives none).
+func (l lookupLimiter) afterPIX(c echo.Context, s auth.Subject, user check, key string, r pix.Receipt, err error) error {
+	switch {
+	case errors.Is(err, pix.ErrKeyNotFound):
+		if payErr := l.charge(c, user, false, true); payErr != nil {
+			return payErr
 		}
+	case err == nil && !r.Replayed:
+		l.refund(context.WithoutCancel(c.Request().Context()), s, user, key)
 	}
+	return err
 }
 
 // handleLookup shows the payer who owns a PIX key before paying: a person's name abbreviated

@@ -95,22 +95,24 @@ type limiter struct {
 // admitted (shadow_refused, logged without identity), and their responses carry no RateLimit
 // headers at all: a limit that is not in force is not advertised.
 func (r limiter) enforce(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs ...check) error {
-	return r.apply(c, report, cs, func(ctx context.Context) (ratelimit.Decision, error) {
+	_, err := r.apply(c, report, cs, func(ctx context.Context) (ratelimit.Decision, error) {
 		return r.core.AllowAll(ctx, checks(cs)...)
 	})
+	return err
 }
 
 // apply is enforce with the decision made by decide, over checks (AllowAll, or AllowN for a
-// request of a higher cost).
+// request of a higher cost). It also returns that decision as made, before report, so that a
+// caller can tell which check refused (the zero Decision when none was made).
 func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs []check,
-	decide func(ctx context.Context) (ratelimit.Decision, error)) error {
+	decide func(ctx context.Context) (ratelimit.Decision, error)) (ratelimit.Decision, error) {
 	start := time.Now()
 	d, err := decide(c.Request().Context())
 	took := time.Since(start)
 	decided := checks(cs)
 	if err != nil {
 		if !errors.Is(err, ratelimit.ErrUnavailable) || c.Request().Context().Err() != nil {
-			return err // a client that left: nothing to fail open or closed
+			return ratelimit.Decision{}, err // a client that left: nothing to fail open or closed
 		}
 		mode := failMode(cs)
 		r.events.log("fail:"+cs[0].limit.Policy.Name, slog.LevelWarn, "rate limiter unavailable: fail mode applied",
@@ -118,10 +120,10 @@ func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit
 		switch mode {
 		case enforce.FailClosed:
 			r.metrics.decided(decided, outcomeFailedClosed, took)
-			return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: r.failClosedRetryAfter, cause: err}
+			return ratelimit.Decision{}, &Error{Code: CodeRateLimiterUnavailable, RetryAfter: r.failClosedRetryAfter, cause: err}
 		case enforce.FailOpen:
 			r.metrics.decided(decided, outcomeFailedOpen, took)
-			return nil
+			return ratelimit.Decision{}, nil
 		}
 		d = r.core.AllowFallback(decided...) // enforce.FailFallback: decided here, reported and refused as any decision
 	}
@@ -140,20 +142,21 @@ func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit
 		r.metrics.decided(decided, outcomeRefused, took)
 	}
 	if shadow {
-		return nil
+		return d, nil
 	}
+	reported := d
 	if report != nil {
-		d = report(d)
+		reported = report(d)
 	}
-	if len(d.Results) > 0 { // a report may keep an admission's headers for a later decision
-		setHeaders(c.Response().Header(), d)
+	if len(reported.Results) > 0 { // a report may keep an admission's headers for a later decision
+		setHeaders(c.Response().Header(), reported)
 	}
-	if !d.Allowed {
+	if !reported.Allowed {
 		// The body never names the key that refused: a login refused by its IP key and one refused
 		// by its document key have the same body (their RateLimit values name the key).
-		return &Error{Code: CodeRateLimitExceeded, RetryAfter: d.Worst.RetryAfter}
+		return d, &Error{Code: CodeRateLimitExceeded, RetryAfter: reported.Worst.RetryAfter}
 	}
-	return nil
+	return d, nil
 }
 
 // failMode is the fail mode of a request over cs: closed if any enforced check fails closed, else
@@ -214,8 +217,8 @@ type RateLimitConfig struct {
 	Limiter *ratelimit.Limiter
 	// RouteLimit is the limit applied. Required, its policy valid (ratelimit.Policy.Validate).
 	RouteLimit enforce.RouteLimit
-	// LimitOf, when set, is the limit applied to a request: RouteLimit as its client's tier has it
-	// (tierLimit). Default: RouteLimit for every request.
+	// LimitOf, when set, is the limit applied to a request: RouteLimit as that client's plan has
+	// it, say. Default: RouteLimit for every request.
 	LimitOf func(c echo.Context, l enforce.RouteLimit) enforce.RouteLimit
 	// Identify names the client of a request; its error is answered as is (such as 401 for a
 	// route limited per account). Default: the client IP from c.RealIP, as

@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/labstack/echo/v4"
-
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
@@ -127,21 +125,10 @@ func (t *Tiers) limits(s auth.Subject) (pixLimit, statementLimit, lookupCapacity
 	return t.table.Load().Limits(s.Account, pix.Person(s.Person))
 }
 
-// tierLimit is a RateLimitConfig.LimitOf: the route's limit with the account's tier's figure,
-// when it has one. The policy keeps its name, so the key (and what it already counted) stays:
-// a customer who used 8 of 10 and moves to a tier of 5 is refused until the log ages.
-func tierLimit(t *Tiers, statement bool) func(c echo.Context, l enforce.RouteLimit) enforce.RouteLimit {
-	return func(c echo.Context, l enforce.RouteLimit) enforce.RouteLimit {
-		s, err := auth.SubjectOf(c)
-		if err != nil {
-			return l
-		}
-		return t.limitOf(l, s, statement)
-	}
-}
-
 // limitOf is l, the PIX route's limit (the statement's when statement), as s's account's tier
-// has it: how the route decides, and how the support desk reads, that account's key.
+// has it: how the route decides, and how the support desk reads, that account's key. The policy
+// keeps its name, so the key (and what it already counted) stays: a customer who used 8 of 10
+// and moves to a tier of 5 is refused until the log ages.
 func (t *Tiers) limitOf(l enforce.RouteLimit, s auth.Subject, statement bool) enforce.RouteLimit {
 	p, st, _ := t.limits(s)
 	if statement {
