@@ -16,7 +16,7 @@
 -- its work (a PIX key look-up: 1 if found, 20 if not) pays it: admission and payment in one
 -- atomic step before it answers, so requests sent together buy no more answers than one by one.
 --
--- A negative cost ('n-<k>') gives k tokens back, never above the capacity, and is never refused:
+-- A negative cost (the operation 'r<k>', refund) gives k tokens back, never above the capacity, and is never refused:
 -- a refund (Limiter.Refund), such as the token a PIX payment returns to the look-up bucket that
 -- preceded it.
 --
