@@ -331,6 +331,27 @@ func (cfg *environment) check(p *problems) Config {
 	between(p, "TOKEN_TTL", cfg.TokenTTL, time.Second, 365*24*time.Hour)
 	between(p, "DEVICE_TTL", cfg.DeviceTTL, time.Minute, 365*24*time.Hour)
 	between(p, "DEVICE_REGISTRATION_DELAY", cfg.DeviceRegistration, 0, 30*24*time.Hour)
+	cfg.checkLimiter(p)
+	out.Money = cfg.checkMoney(p)
+	cfg.checkSecret(p)
+	out.DemoAccounts = cfg.DatabaseURL == ""
+	if cfg.DemoAccountsSet != nil {
+		out.DemoAccounts = *cfg.DemoAccountsSet
+	}
+	out.Limiter = cfg.limiterOptions()
+	if !slices.Contains([]slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}, cfg.LogLevel) {
+		p.add("LOG_LEVEL", "%v: want debug, info, warn or error", cfg.LogLevel)
+	}
+	if !slices.Contains([]string{"text", "json"}, cfg.LogFormat) {
+		p.add("LOG_FORMAT", "%q: want text or json", cfg.LogFormat)
+	}
+	out.Limits = cfg.checkRouteLimits(p)
+	return out
+}
+
+// checkLimiter checks the limiter's settings: its breaker, deny cache, fleet and batches, and
+// the Retry-After of a fail-closed limit.
+func (cfg *environment) checkLimiter(p *problems) {
 	if cfg.FailClosedRetryAfter%time.Second != 0 {
 		p.add("FAIL_CLOSED_RETRY_AFTER", "%v: want whole seconds", cfg.FailClosedRetryAfter)
 	}
@@ -348,7 +369,11 @@ func (cfg *environment) check(p *problems) Config {
 	if cfg.BatchMax < 1 || cfg.BatchMax > 1000 {
 		p.add("RATELIMIT_BATCH_MAX", "%d: want 1 (no batching) to 1000", cfg.BatchMax)
 	}
-	out.Money = pix.Rules{Night: cfg.checkNight(p), DayLimitCents: cfg.DayLimitCents, NewDeviceTransferCents: cfg.NewDeviceTransfer,
+}
+
+// checkMoney checks the ledger's money rules and makes them.
+func (cfg *environment) checkMoney(p *problems) pix.Rules {
+	rules := pix.Rules{Night: cfg.checkNight(p), DayLimitCents: cfg.DayLimitCents, NewDeviceTransferCents: cfg.NewDeviceTransfer,
 		NewDeviceDayCents: cfg.NewDeviceDay, IncreaseDelay: cfg.IncreaseDelay}
 	for _, v := range []struct {
 		name  string
@@ -361,11 +386,13 @@ func (cfg *environment) check(p *problems) Config {
 	if cfg.IncreaseDelay <= 0 {
 		p.add("LIMIT_INCREASE_DELAY", "%v: want a positive duration (the central bank asks 24h at least of a real bank)", cfg.IncreaseDelay)
 	}
-	cfg.checkSecret(p)
-	out.DemoAccounts = cfg.DatabaseURL == ""
-	if cfg.DemoAccountsSet != nil {
-		out.DemoAccounts = *cfg.DemoAccountsSet
-	}
+	return rules
+}
+
+// limiterOptions are the limiter's options. The heartbeat counts the fleet, for a route that
+// decides in its fallback, and carries the support desk's forgotten keys to every replica's deny
+// cache: always on.
+func (cfg *environment) limiterOptions() ratelimit.Options {
 	// 0 in the environment means off; ratelimit.Options says it with a negative number.
 	off := func(n int) int {
 		if n == 0 {
@@ -373,15 +400,14 @@ func (cfg *environment) check(p *problems) Config {
 		}
 		return n
 	}
-	out.Limiter = ratelimit.Options{Timeout: cfg.RedisTimeout, DenyCacheSize: off(cfg.DenyCacheSize),
-		BreakerFailures: off(cfg.BreakerFailures), BreakerCooldown: cfg.BreakerCooldown, BatchMax: cfg.BatchMax}
-	if !slices.Contains([]slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}, cfg.LogLevel) {
-		p.add("LOG_LEVEL", "%v: want debug, info, warn or error", cfg.LogLevel)
-	}
-	if !slices.Contains([]string{"text", "json"}, cfg.LogFormat) {
-		p.add("LOG_FORMAT", "%q: want text or json", cfg.LogFormat)
-	}
-	out.Limits = enforce.RouteLimits{
+	return ratelimit.Options{Timeout: cfg.RedisTimeout, DenyCacheSize: off(cfg.DenyCacheSize),
+		BreakerFailures: off(cfg.BreakerFailures), BreakerCooldown: cfg.BreakerCooldown, BatchMax: cfg.BatchMax,
+		FleetSize: cfg.FleetSize}
+}
+
+// checkRouteLimits checks each route's limit and makes them, the look-up's DICT buckets included.
+func (cfg *environment) checkRouteLimits(p *problems) enforce.RouteLimits {
+	limits := enforce.RouteLimits{
 		PIX:                  policy(p, "PIX_", cfg.PIX.As("pix")),
 		Statement:            policy(p, "STATEMENT_", cfg.Statement.As("statement")),
 		Settings:             policy(p, "SETTINGS_", cfg.Settings.As("account-settings")),
@@ -422,16 +448,13 @@ func (cfg *environment) check(p *problems) Config {
 		}
 	}
 	if ok {
-		out.Limits.LookupParticipant = policy(p, "LOOKUP_PARTICIPANT_", enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-lookup-participant",
+		limits.LookupParticipant = policy(p, "LOOKUP_PARTICIPANT_", enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-lookup-participant",
 			Limit: cfg.ParticipantRefill, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: cfg.ParticipantCapacity}}, "REFILL_PER_MINUTE")
 	}
 	if cfg.LookupMissCost < 1 {
 		p.add("LOOKUP_MISS_COST", "%d: want at least 1", cfg.LookupMissCost)
 	}
-	// The heartbeat counts the fleet, for a route that decides in its fallback, and carries the support
-	// desk's forgotten keys to every replica's deny cache: always on.
-	out.Limiter.FleetSize = cfg.FleetSize
-	return out
+	return limits
 }
 
 // participantCategories is DICT's table of the participant anti-scan bucket
@@ -481,9 +504,12 @@ const WriteTimeout = 15 * time.Second
 // body, bcrypt, writing the answer.
 const writeMargin = time.Second
 
-// decisionsPerRequest is the most limiter decisions one request makes, each within
-// REDIS_TIMEOUT: a PIX's own, its look-up bucket's consultation and its charge for a miss.
-const decisionsPerRequest = 3
+// decisionsPerRequest is the most limiter calls one request makes, each within REDIS_TIMEOUT: a
+// PIX asks its look-up buckets and decides its own limit, then either charges a miss (the
+// payer's bucket, then the bank's) or, answered 201, redeems the look-up before it and refunds
+// its tokens (a company payer's two buckets apart): 2 + 3. (It was 3 until wave 4, which
+// undercounted the 201's redemption and refunds.)
+const decisionsPerRequest = 5
 
 // LongestRequest is the longest a request may take before its answer is written: a PIX, with its
 // limiter decisions and the ledger's longest transfer (pix.LongestTransfer). Load refuses a

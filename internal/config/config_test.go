@@ -151,11 +151,11 @@ func TestEveryAnswerFitsInTheWriteTimeout(t *testing.T) {
 		ok        bool
 	}{
 		{"2s", "100ms", true},
-		{"6s", "100ms", true},  // 3×0.1 + 2×6 + 1 = 13.3 s
-		{"7s", "100ms", false}, // 15.3 s
+		{"6s", "100ms", true},  // 5×0.1 + 2×6 + 1 = 13.5 s
+		{"7s", "100ms", false}, // 15.5 s
 		{"30s", "100ms", false},
-		{"5s", "1s", true},  // 3 + 10 + 1 = 14 s
-		{"5s", "2s", false}, // 17 s
+		{"4s", "1s", true},  // 5 + 8 + 1 = 14 s
+		{"5s", "1s", false}, // 16 s
 	} {
 		cfg, err := load(map[string]string{"DB_TIMEOUT": tt.db, "REDIS_TIMEOUT": tt.redis})
 		if got := err == nil; got != tt.ok {
