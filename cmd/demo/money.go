@@ -209,16 +209,21 @@ func evening(ctx context.Context, d *demo) error {
 		d.expect("the night cap covers payments between persons only: R$ 1.200,00 to a company passes at night",
 			bakery.status == http.StatusCreated, bakery.summary())
 	} else {
-		// A deployment's ledger outlives the run: Bruno's phone is unregistered, so that the next
-		// run's first device registers at once, as this one's did.
-		list := d.call(ctx, own, "GET", "/v1/devices", mine, nil)
-		devices, _ := list.body["devices"].([]any)
-		for _, x := range devices {
-			if m, _ := x.(map[string]any); m["current"] == true {
-				d.show(d.call(ctx, own, "DELETE", fmt.Sprintf("/v1/devices/%v", m["device_id"]), mine, nil))
-			}
-		}
-		delete(d.phones, bruno.document)
+		d.unregisterPhone(ctx, own, mine, bruno)
 	}
 	return nil
+}
+
+// unregisterPhone removes the registered phone that token's device is, as its owner: a
+// deployment's ledger outlives the run, and the next run's first device then registers at once,
+// as this one's did.
+func (d *demo) unregisterPhone(ctx context.Context, ip, token string, owner account) {
+	list := d.call(ctx, ip, "GET", "/v1/devices", token, nil)
+	devices, _ := list.body["devices"].([]any)
+	for _, x := range devices {
+		if m, _ := x.(map[string]any); m["current"] == true {
+			d.show(d.call(ctx, ip, "DELETE", fmt.Sprintf("/v1/devices/%v", m["device_id"]), token, nil))
+		}
+	}
+	delete(d.phones, owner.document)
 }

@@ -292,6 +292,18 @@ func outage(ctx context.Context, d *demo) (err error) {
 	}
 	resumed = true
 	d.out.say("Redis returns: %s.", what)
+	d.awaitLimiting(ctx, ip, token, full, fleet)
+	p = d.show(d.pix(ctx, ip, token, pixBody("bruno@example.com", 1500)))
+	l = d.show(d.call(ctx, ip, "POST", "/v1/login", "", map[string]string{"document": diego.document, "password": diego.password}))
+	d.expect("back to normal, no restart: PIX 201 and login 200, with RateLimit headers",
+		p.status == http.StatusCreated && l.status == http.StatusOK && p.header.Get("RateLimit-Remaining") != "" && l.header.Get("RateLimit-Remaining") != "",
+		p.summary()+", "+l.summary())
+	return nil
+}
+
+// awaitLimiting waits, up to 10 s, until Redis decides again on every replica of a fleet of
+// fleet, its statements declaring the whole limit full again, and says how long it took.
+func (d *demo) awaitLimiting(ctx context.Context, ip, token string, full, fleet int) {
 	start := time.Now()
 	// Every replica in turn: the demo alternates its targets, but behind one proxy's address it
 	// cannot pick a replica, so it asks for twice the fleet's size of Redis's decisions in a row
@@ -311,12 +323,6 @@ func outage(ctx context.Context, d *demo) (err error) {
 	if st, ok := d.stats(); ok {
 		d.expect("the breaker closed again", !st.BreakerOpen, fmt.Sprintf("open=%v", st.BreakerOpen))
 	}
-	p = d.show(d.pix(ctx, ip, token, pixBody("bruno@example.com", 1500)))
-	l = d.show(d.call(ctx, ip, "POST", "/v1/login", "", map[string]string{"document": diego.document, "password": diego.password}))
-	d.expect("back to normal, no restart: PIX 201 and login 200, with RateLimit headers",
-		p.status == http.StatusCreated && l.status == http.StatusOK && p.header.Get("RateLimit-Remaining") != "" && l.header.Get("RateLimit-Remaining") != "",
-		p.summary()+", "+l.summary())
-	return nil
 }
 
 // openBreakers sends statements into the outage until each in-process replica's breaker opens

@@ -117,6 +117,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		rows = append(rows, dashboard(ctx, f))
 	}
 
+	return report(stdout, rows)
+}
+
+// report writes rows as a table, and fails if any check did.
+func report(stdout io.Writer, rows []row) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "drill\tverdict\twhat it saw")
 	failed := 0

@@ -96,33 +96,10 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		return err
 	}
 	r.closers = append(r.closers, closeRedis)
-	secret := []byte(cfg.AuthSecret)
-	if len(secret) == 0 { // only with the embedded Redis: config refuses it with a shared one
-		secret = []byte(rand.Text() + rand.Text())
-		logger.Warn("AUTH_SECRET is empty: using a random secret for this process; its tokens and " +
-			"rate-limit keys are not shared with other processes")
-	}
-	opts := cfg.Limiter
-	opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
-	if r.Limiter, err = ratelimit.New(rdb, opts); err != nil {
+	secret := replicaSecret(cfg, logger)
+	if err := r.startLimiter(ctx, cfg, rdb, secret, logger); err != nil {
 		return err
 	}
-	r.closers = append(r.closers, func() { _ = r.Limiter.Close() }) // waits for withdrawals, before Redis closes
-	// The support desk's forgotten keys, heard at once (the heartbeat is the backstop).
-	sub := rdb.Subscribe(context.WithoutCancel(ctx), r.Limiter.ForgetChannel())
-	go func() {
-		for msg := range sub.Channel() {
-			r.Limiter.Forgotten(msg.Payload)
-		}
-	}()
-	r.closers = append(r.closers, func() { _ = sub.Close() })
-	// Before serving: the scripts loaded on every master, the slot map known, connections
-	// dialed, so the first burst's decisions pay for none of it inside their budget.
-	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)
-	if err := r.Limiter.Warm(warmCtx, warmConns); err != nil {
-		logger.Warn("could not warm the rate limiter: its first decisions may fail by their fail modes", "err", err)
-	}
-	cancel()
 	cost := cmp.Or(deps.PasswordCost, auth.DefaultPasswordCost)
 	passwords, err := auth.NewPasswords(cost)
 	if err != nil {
@@ -184,6 +161,46 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		Limits: cfg.Limits, Ledger: ledger, Tokens: r.Tokens, Token: cfg.AdminToken, Tiers: tiers,
 		AuditKey: auth.DeriveKey(secret, "audit names")})
 	return err
+}
+
+// replicaSecret is AUTH_SECRET, or a random one for this process alone when it is empty (only
+// with the embedded Redis: config refuses it with a shared one).
+func replicaSecret(cfg config.Config, logger *slog.Logger) []byte {
+	secret := []byte(cfg.AuthSecret)
+	if len(secret) == 0 { // only with the embedded Redis: config refuses it with a shared one
+		secret = []byte(rand.Text() + rand.Text())
+		logger.Warn("AUTH_SECRET is empty: using a random secret for this process; its tokens and " +
+			"rate-limit keys are not shared with other processes")
+	}
+	return secret
+}
+
+// startLimiter makes the replica's Limiter over rdb, subscribes it to the support desk's
+// forgotten keys and warms it.
+func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, secret []byte, logger *slog.Logger) error {
+	opts := cfg.Limiter
+	opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
+	var err error
+	if r.Limiter, err = ratelimit.New(rdb, opts); err != nil {
+		return err
+	}
+	r.closers = append(r.closers, func() { _ = r.Limiter.Close() }) // waits for withdrawals, before Redis closes
+	// The support desk's forgotten keys, heard at once (the heartbeat is the backstop).
+	sub := rdb.Subscribe(context.WithoutCancel(ctx), r.Limiter.ForgetChannel())
+	go func() {
+		for msg := range sub.Channel() {
+			r.Limiter.Forgotten(msg.Payload)
+		}
+	}()
+	r.closers = append(r.closers, func() { _ = sub.Close() })
+	// Before serving: the scripts loaded on every master, the slot map known, connections
+	// dialed, so the first burst's decisions pay for none of it inside their budget.
+	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)
+	if err := r.Limiter.Warm(warmCtx, warmConns); err != nil {
+		logger.Warn("could not warm the rate limiter: its first decisions may fail by their fail modes", "err", err)
+	}
+	cancel()
+	return nil
 }
 
 // Ready runs /readyz's probes: nil when the replica can decide and reach its ledger.

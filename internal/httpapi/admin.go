@@ -347,20 +347,7 @@ func (d *desk) resolve(c echo.Context, policy, identity string) (ratelimit.Check
 		if !accountID.MatchString(identity) {
 			return ratelimit.Check{}, bad("an account id (acct-ana)")
 		}
-		acct, err := d.Ledger.Account(c.Request().Context(), identity)
-		if errors.Is(err, pix.ErrAccountNotFound) {
-			return ratelimit.Check{}, &Error{Code: CodeNotFound, Message: "no such account"}
-		} else if err != nil {
-			return ratelimit.Check{}, err
-		}
-		_, person, _ := pix.ParseDocument(acct.Document)
-		statement := policy == l.Statement.Policy.Name
-		limit := l.PIX
-		if statement {
-			limit = l.Statement
-		}
-		limit = d.Tiers.limitOf(limit, auth.Subject{Account: acct.ID, Person: string(person)}, statement)
-		return ratelimit.Check{Policy: limit.Policy, Identity: identity}, nil
+		return d.accountCheck(c, identity, policy == l.Statement.Policy.Name)
 	case l.LoginIP.Policy.Name:
 		addr, err := netip.ParseAddr(identity)
 		if err != nil {
@@ -406,15 +393,7 @@ func (d *desk) resolve(c echo.Context, policy, identity string) (ratelimit.Check
 		if policy != l.PIXLookup.Policy.Name {
 			keyType = pix.KeyCPF
 		}
-		payer := auth.Subject{Payer: d.Tokens.PayerID(doc), Person: string(person)}
-		switch acct, err := d.Ledger.AccountByDocument(c.Request().Context(), doc); {
-		case err == nil:
-			payer.Account = acct.ID // its tier may give its buckets another capacity
-		case !errors.Is(err, pix.ErrAccountNotFound):
-			return ratelimit.Check{}, err
-		}
-		chk := lookupLimiter{limits: l, tiers: d.Tiers}.bucket(payer, keyType)
-		return ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, nil
+		return d.lookupCheck(c, doc, person, keyType)
 	case l.LookupParticipant.Policy.Name:
 		if identity != pix.ISPB && identity != ParticipantIdentity {
 			return ratelimit.Check{}, bad("the bank's ISPB (" + pix.ISPB + ")")
@@ -422,6 +401,38 @@ func (d *desk) resolve(c echo.Context, policy, identity string) (ratelimit.Check
 		return ratelimit.Check{Policy: l.LookupParticipant.Policy, Identity: ParticipantIdentity}, nil
 	}
 	return ratelimit.Check{}, &Error{Code: CodeNotFound, Message: "no such policy"}
+}
+
+// accountCheck is the key of an account's PIX limit (its statement's when statement), at its
+// tier, as the route decides it.
+func (d *desk) accountCheck(c echo.Context, id string, statement bool) (ratelimit.Check, error) {
+	acct, err := d.Ledger.Account(c.Request().Context(), id)
+	if errors.Is(err, pix.ErrAccountNotFound) {
+		return ratelimit.Check{}, &Error{Code: CodeNotFound, Message: "no such account"}
+	} else if err != nil {
+		return ratelimit.Check{}, err
+	}
+	_, person, _ := pix.ParseDocument(acct.Document)
+	limit := d.Limits.PIX
+	if statement {
+		limit = d.Limits.Statement
+	}
+	limit = d.Tiers.limitOf(limit, auth.Subject{Account: acct.ID, Person: string(person)}, statement)
+	return ratelimit.Check{Policy: limit.Policy, Identity: id}, nil
+}
+
+// lookupCheck is the key of a payer's look-up bucket for keys of keyType, at its account's tier
+// when the document has an account.
+func (d *desk) lookupCheck(c echo.Context, doc string, person pix.Person, keyType pix.KeyType) (ratelimit.Check, error) {
+	payer := auth.Subject{Payer: d.Tokens.PayerID(doc), Person: string(person)}
+	switch acct, err := d.Ledger.AccountByDocument(c.Request().Context(), doc); {
+	case err == nil:
+		payer.Account = acct.ID // its tier may give its buckets another capacity
+	case !errors.Is(err, pix.ErrAccountNotFound):
+		return ratelimit.Check{}, err
+	}
+	chk := lookupLimiter{limits: d.Limits, tiers: d.Tiers}.bucket(payer, keyType)
+	return ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, nil
 }
 
 // tierBody is a tier or an account's assignment as the desk shows and takes it: 0 is the
