@@ -41,11 +41,8 @@ type deviceClaims struct {
 // NewDevices returns Devices deriving its keys from secret (at least 32 bytes), with tokens
 // valid for ttl.
 func NewDevices(secret []byte, ttl time.Duration) (*Devices, error) {
-	if len(secret) < 32 {
-		return nil, fmt.Errorf("auth: device secret of %d bytes: want at least 32", len(secret))
-	}
-	if ttl <= 0 {
-		return nil, errors.New("auth: device token lifetime must be positive")
+	if err := checkIssuer("device token", secret, ttl); err != nil {
+		return nil, err
 	}
 	return &Devices{signing: DeriveKey(secret, "device tokens"), binding: DeriveKey(secret, "device documents"),
 		ttl: ttl, now: time.Now}, nil

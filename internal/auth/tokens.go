@@ -58,11 +58,8 @@ type claims struct {
 // NewTokens returns Tokens signing with a key derived from secret (at least 32 bytes) for access
 // tokens alone, valid for ttl.
 func NewTokens(secret []byte, ttl time.Duration) (*Tokens, error) {
-	if len(secret) < 32 {
-		return nil, fmt.Errorf("auth: token secret of %d bytes: want at least 32", len(secret))
-	}
-	if ttl <= 0 {
-		return nil, errors.New("auth: token lifetime must be positive")
+	if err := checkIssuer("access token", secret, ttl); err != nil {
+		return nil, err
 	}
 	return &Tokens{secret: DeriveKey(secret, "access tokens"), payers: DeriveKey(secret, "payer ids"), ttl: ttl, now: time.Now}, nil
 }
@@ -122,4 +119,16 @@ func (t *Tokens) Verify(token string) (Subject, error) {
 // came in.
 func revokedBy(iat, since time.Time) bool {
 	return !since.IsZero() && !iat.After(since.Truncate(time.Second))
+}
+
+// checkIssuer checks what makes a token issuer (what names it): a secret of at least 32 bytes and
+// a positive lifetime.
+func checkIssuer(what string, secret []byte, ttl time.Duration) error {
+	if len(secret) < 32 {
+		return fmt.Errorf("auth: %s secret of %d bytes: want at least 32", what, len(secret))
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("auth: %s lifetime must be positive", what)
+	}
+	return nil
 }

@@ -239,15 +239,21 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 // failed command is retried (the route's fail mode answers instead). Call it on options from
 // redis.ParseURL.
 func ClientOptions(opt *redis.Options, budget time.Duration) {
-	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = budget, budget, budget, budget
-	opt.ContextTimeoutEnabled, opt.MaxRetries, opt.DialerRetries = true, -1, 1
+	budgeted(budget, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolTimeout,
+		&opt.ContextTimeoutEnabled, &opt.MaxRetries, &opt.DialerRetries)
 }
 
 // UniversalClientOptions is ClientOptions for the options of a cluster or sentinel client (a
 // type of go-redis's own that shares no fields with redis.Options).
 func UniversalClientOptions(opt *redis.UniversalOptions, budget time.Duration) {
-	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = budget, budget, budget, budget
-	opt.ContextTimeoutEnabled, opt.MaxRetries, opt.DialerRetries = true, -1, 1
+	budgeted(budget, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolTimeout,
+		&opt.ContextTimeoutEnabled, &opt.MaxRetries, &opt.DialerRetries)
+}
+
+// budgeted sets the fields ClientOptions names, in whichever options type holds them.
+func budgeted(budget time.Duration, dial, read, write, pool *time.Duration, contextTimeout *bool, retries, dialerRetries *int) {
+	*dial, *read, *write, *pool = budget, budget, budget, budget
+	*contextTimeout, *retries, *dialerRetries = true, -1, 1
 }
 
 // Ready reports whether the Limiter can decide now: Redis runs, within the budget, a script
