@@ -215,7 +215,7 @@ func (d *desk) name(kind, id string) string {
 // written when the minute ends, saying how many calls it stands for. At most maxRefusalIPs IPs
 // are summarized apart in a minute; the calls of any more are summarized together.
 type refusals struct {
-	ledger pix.Ledger
+	ledger pix.AuditLog
 	logger *slog.Logger
 	every  time.Duration // a minute; shorter in tests
 	mu     sync.Mutex
@@ -224,7 +224,7 @@ type refusals struct {
 
 const maxRefusalIPs = 10_000
 
-func newRefusals(ledger pix.Ledger, logger *slog.Logger) *refusals {
+func newRefusals(ledger pix.AuditLog, logger *slog.Logger) *refusals {
 	return &refusals{ledger: ledger, logger: logger, every: time.Minute, open: map[string]*pix.AuditRecord{}}
 }
 

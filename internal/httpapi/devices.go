@@ -35,6 +35,13 @@ func toDeviceBody(d pix.DeviceRegistration, current string) deviceBody {
 	return b
 }
 
+// registrar is what registering a device needs of the ledger: the accounts, whose password it
+// checks, and their devices.
+type registrar interface {
+	pix.Payments
+	pix.DeviceStore
+}
+
 // handleRegisterDevice asks to register the login's device for PIX once the account's password
 // is given again, standing in for the strong authentication the rule requires: 200 registered
 // (the account's first device, or DEVICE_REGISTRATION_DELAY 0), or 202 pending until a time.
@@ -42,7 +49,7 @@ func toDeviceBody(d pix.DeviceRegistration, current string) deviceBody {
 // id), before the password is checked: a token stolen without the password buys that key's few
 // guesses and no more, since another token needs a login, and the owner, logging in again, has a
 // key of her own.
-func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger pix.Ledger, passwords *auth.Passwords, delay time.Duration) echo.HandlerFunc {
+func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger registrar, passwords *auth.Passwords, delay time.Duration) echo.HandlerFunc {
 	type request struct {
 		Password string `json:"password"`
 	}
@@ -90,7 +97,7 @@ func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger pi
 }
 
 // handleDevices lists the account's registered and pending devices, the current one marked.
-func handleDevices(ledger pix.Ledger) echo.HandlerFunc {
+func handleDevices(ledger pix.DeviceStore) echo.HandlerFunc {
 	type response struct {
 		Devices []deviceBody `json:"devices"`
 	}
@@ -131,7 +138,7 @@ func deviceCall(c echo.Context) (auth.Subject, string, error) {
 
 // handleApproveDevice registers a pending device at once, from a registered one (else 403
 // device_not_registered).
-func handleApproveDevice(ledger pix.Ledger) echo.HandlerFunc {
+func handleApproveDevice(ledger pix.DeviceStore) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		s, device, err := deviceCall(c)
 		if err != nil {
@@ -148,7 +155,7 @@ func handleApproveDevice(ledger pix.Ledger) echo.HandlerFunc {
 // are then refused (401) on every replica within the tier table's polling interval. A device
 // not registered may remove only itself (403 device_not_registered). Never refused by
 // account-settings: an owner can always cancel.
-func handleRemoveDevice(ledger pix.Ledger, tiers *Tiers) echo.HandlerFunc {
+func handleRemoveDevice(ledger pix.DeviceStore, tiers *Tiers) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		s, device, err := deviceCall(c)
 		if err != nil {

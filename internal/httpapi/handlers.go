@@ -231,7 +231,7 @@ const maxDescription = 140
 // pay for a miss, and then the PIX's own limit decides, per account (never per IP: a whole office
 // shares one), at the account's tier; the ledger moves the money; and the look-up buckets are
 // settled by the ledger's answer (lookupLimiter.beforePIX and afterPIX).
-func handlePIX(ledger pix.Ledger, decide limiter, limit enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
+func handlePIX(ledger pix.Payments, decide limiter, limit enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
 	type payee struct {
 		Key  string `json:"key"`
 		Name string `json:"name"`
@@ -339,7 +339,7 @@ func printable(s string) bool {
 // handleStatement shows the account's statement, newest first: the query is validated (a 400
 // costs no quota), the statement limit decides per account at the account's tier, and the
 // ledger answers.
-func handleStatement(ledger pix.Ledger, decide limiter, limit enforce.RouteLimit, tiers *Tiers) echo.HandlerFunc {
+func handleStatement(ledger pix.Payments, decide limiter, limit enforce.RouteLimit, tiers *Tiers) echo.HandlerFunc {
 	type entry struct {
 		EndToEndID   string        `json:"end_to_end_id"`
 		Direction    pix.Direction `json:"direction"`

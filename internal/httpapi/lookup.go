@@ -245,7 +245,7 @@ func (l lookupLimiter) afterPIX(c echo.Context, s auth.Subject, user check, key 
 // as banks show it and the document masked, a company's name and CNPJ in full (both are public
 // in the Receita Federal's register), or 404. It is limited by the anti-scan buckets. The key is
 // percent-decoded once, then validated: bruno%40example.com is bruno@example.com.
-func handleLookup(ledger pix.Ledger, lookups lookupLimiter) echo.HandlerFunc {
+func handleLookup(ledger pix.Payments, lookups lookupLimiter) echo.HandlerFunc {
 	type response struct {
 		Key         string `json:"key"`
 		Name        string `json:"name"`

@@ -52,7 +52,7 @@ func clock(d time.Duration) string {
 }
 
 // handleGetLimits shows the account's money limits.
-func handleGetLimits(ledger pix.Ledger) echo.HandlerFunc {
+func handleGetLimits(ledger pix.LimitStore) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id, err := auth.AccountID(c)
 		if err != nil {
@@ -72,7 +72,7 @@ func handleGetLimits(ledger pix.Ledger) echo.HandlerFunc {
 // valid; a change that only tightens is never refused by it: when settings refuses (or cannot
 // decide), the limits in force are read, without a lock and shared with the account's other
 // refused PUTs (limitsReads), and a tightening goes through.
-func handlePutLimits(ledger pix.Ledger, limiter limiter, settings enforce.RouteLimit) echo.HandlerFunc {
+func handlePutLimits(ledger pix.LimitStore, limiter limiter, settings enforce.RouteLimit) echo.HandlerFunc {
 	inForce := newLimitsReads(ledger)
 	type request struct {
 		NightLimitCents *int64  `json:"night_limit_cents"`
@@ -130,7 +130,7 @@ func handlePutLimits(ledger pix.Ledger, limiter limiter, settings enforce.RouteL
 }
 
 // handleCancelPending drops the account's pending increases.
-func handleCancelPending(ledger pix.Ledger) echo.HandlerFunc {
+func handleCancelPending(ledger pix.LimitStore) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id, err := auth.AccountID(c)
 		if err != nil {

@@ -15,7 +15,7 @@ import (
 // another request that finished first is always seen, and no lowering is refused on a stale
 // read. Price: a refused raise waits for up to two reads instead of one.
 type limitsReads struct {
-	ledger pix.Ledger
+	ledger pix.LimitStore
 
 	mu   sync.Mutex
 	runs map[string]*limitsRead // per account: the read running, and the one that will follow it
@@ -29,7 +29,7 @@ type limitsRead struct {
 	joined int         // how many callers wait for it
 }
 
-func newLimitsReads(ledger pix.Ledger) *limitsReads {
+func newLimitsReads(ledger pix.LimitStore) *limitsReads {
 	return &limitsReads{ledger: ledger, runs: map[string]*limitsRead{}}
 }
 

@@ -22,7 +22,7 @@ import (
 // it knew, logging it once, and never falls back to no limits: the defaults are the
 // deployment's own figures, the floor under every tier.
 type Tiers struct {
-	ledger pix.Ledger
+	ledger pix.TierStore
 	logger *slog.Logger
 	table  atomic.Pointer[pix.TierTable]
 
@@ -33,7 +33,7 @@ type Tiers struct {
 
 // NewTiers loads the table (an empty one, all defaults, if the ledger cannot answer now; the
 // poller retries) and polls its version every interval until Close.
-func NewTiers(ctx context.Context, ledger pix.Ledger, logger *slog.Logger, every time.Duration) *Tiers {
+func NewTiers(ctx context.Context, ledger pix.TierStore, logger *slog.Logger, every time.Duration) *Tiers {
 	t := &Tiers{ledger: ledger, logger: logger, stop: make(chan struct{})}
 	t.table.Store(&pix.TierTable{})
 	if err := t.Refresh(ctx); err != nil {

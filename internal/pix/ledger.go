@@ -46,11 +46,27 @@ type Account struct {
 }
 
 // Ledger keeps accounts' balances and moves money between them. Implementations are safe for
-// concurrent use, keep every balance non-negative and make each transfer all or nothing.
+// concurrent use, keep every balance non-negative and make each transfer all or nothing. It is
+// the sum of what its callers need, each a small interface of its own: a handler takes the one
+// it calls.
 type Ledger interface {
+	Payments
+	LimitStore
+	DeviceStore
+	TierStore
+	AuditLog
+}
+
+// Payments are the accounts, their PIX keys, and the money between them.
+type Payments interface {
 	// AccountByDocument finds the account of a document (as ParseDocument returns it), or
 	// returns ErrAccountNotFound.
 	AccountByDocument(ctx context.Context, document string) (Account, error)
+	// Account finds an account by its id, or returns ErrAccountNotFound.
+	Account(ctx context.Context, id string) (Account, error)
+	// LookupKey finds the owner of a PIX key (normalized, as ParseKey returns it), or returns
+	// ErrKeyNotFound.
+	LookupKey(ctx context.Context, key string) (Payee, error)
 	// Transfer moves money from one account to the owner of a PIX key. A request with the
 	// IdempotencyKey of an earlier one from the same account returns the earlier Receipt and
 	// moves nothing, or ErrIdempotencyConflict if the two requests differ. A failure wraps
@@ -58,11 +74,10 @@ type Ledger interface {
 	Transfer(ctx context.Context, r TransferRequest) (Receipt, error)
 	// Statement returns the account's balance and its newest entries, at most limit of them.
 	Statement(ctx context.Context, accountID string, limit int) (Statement, error)
-	// LookupKey finds the owner of a PIX key (normalized, as ParseKey returns it), or returns
-	// ErrKeyNotFound.
-	LookupKey(ctx context.Context, key string) (Payee, error)
-	// Account finds an account by its id, or returns ErrAccountNotFound.
-	Account(ctx context.Context, id string) (Account, error)
+}
+
+// LimitStore keeps each account's own money limits.
+type LimitStore interface {
 	// Limits returns the account's money limits in force now and its pending increases.
 	Limits(ctx context.Context, accountID string) (Limits, error)
 	// SetLimits changes the account's limits (Rules: lower at once, higher after the delay)
@@ -70,6 +85,10 @@ type Ledger interface {
 	SetLimits(ctx context.Context, accountID string, c LimitsChange) (Limits, error)
 	// CancelPendingLimits drops the account's pending increases and returns its limits.
 	CancelPendingLimits(ctx context.Context, accountID string) (Limits, error)
+}
+
+// DeviceStore keeps the devices each account registered for PIX.
+type DeviceStore interface {
 	// RegisterDevice asks to register a device of the account for PIX, so that its transfers
 	// are no longer capped as a new device's: at once when the account has no registered device,
 	// else after delay (it then registers by itself), unless a registered device approves it
@@ -86,10 +105,10 @@ type Ledger interface {
 	// remove only itself (ErrDeviceNotRegistered); ErrDeviceNotFound when device is neither
 	// pending nor registered.
 	RemoveDevice(ctx context.Context, accountID, actor, device string) error
-	// Audit records one call of the support desk; AuditTrail returns the newest records, at
-	// most limit of them.
-	Audit(ctx context.Context, r AuditRecord) error
-	AuditTrail(ctx context.Context, limit int) ([]AuditRecord, error)
+}
+
+// TierStore keeps which limits each account is held to, and the revocations of its devices.
+type TierStore interface {
 	// TierTable returns the tiers and the accounts' assignments, with their version;
 	// TierVersion the version alone, cheap enough to poll; SetTier moves an account to a tier
 	// with its overrides (ErrUnknownTier, ErrAccountNotFound) and moves the version.
@@ -100,6 +119,14 @@ type Ledger interface {
 	// phone): the tokens issued to it until now stop being honoured (TierTable.Revoked), its
 	// devices registered for PIX are deleted, and the version moves (ErrAccountNotFound).
 	RevokeDevices(ctx context.Context, accountID string) (Revocation, error)
+}
+
+// AuditLog keeps the support desk's trail.
+type AuditLog interface {
+	// Audit records one call of the support desk; AuditTrail returns the newest records, at
+	// most limit of them.
+	Audit(ctx context.Context, r AuditRecord) error
+	AuditTrail(ctx context.Context, limit int) ([]AuditRecord, error)
 }
 
 // Payee is the owner of a PIX key, as a payer may see them before paying.
