@@ -39,6 +39,7 @@ const (
 	opCharge                 // admit one request that takes n tokens (token_bucket), even into debt
 	opRefund                 // give n tokens back, never above capacity (token_bucket); never refused
 	opWithdraw               // take back the admission made at `at`
+	opGrant                  // record a voucher, named by the call's id (voucher.lua)
 )
 
 // cost is the op of a request that takes n tokens: 1 is a plain decision, 0 only asks.
@@ -56,9 +57,11 @@ func cost(n int) op {
 func (o op) takes() bool { return o.kind == opDecide || o.kind == opCharge }
 
 // arg encodes the op as ARGV[3]: "" decides (the common case, sent as the least bytes), "a"
-// asks, "c<n>" charges n, "r<n>" refunds n, "w<at>" withdraws.
+// asks, "c<n>" charges n, "r<n>" refunds n, "w<at>" withdraws, "g" grants.
 func (o op) arg() any {
 	switch o.kind {
+	case opGrant:
+		return "g"
 	case opAsk:
 		return "a"
 	case opCharge:
@@ -101,7 +104,13 @@ type reply struct {
 
 // run runs an algorithm's script to decide c over keys, and decodes its reply.
 func run(ctx context.Context, rdb redis.Scripter, a Algorithm, keys []string, c call) (reply, error) {
-	vals, err := scripts[a].Run(ctx, rdb, keys, c.args()...).Int64Slice()
+	return runScript(ctx, rdb, scripts[a], keys, c)
+}
+
+// runScript runs script, a body over prelude.lua and args.lua, to decide c over keys, and
+// decodes its reply.
+func runScript(ctx context.Context, rdb redis.Scripter, script *redis.Script, keys []string, c call) (reply, error) {
+	vals, err := script.Run(ctx, rdb, keys, c.args()...).Int64Slice()
 	if err != nil {
 		return reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

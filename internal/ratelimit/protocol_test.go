@@ -28,6 +28,7 @@ return {undo_at or -1, cost}`)
 		{op{kind: opRefund, n: 2}, -1, -2},
 		{op{kind: opWithdraw, at: 1_764_000_000_123_456}, 1_764_000_000_123_456, 1},
 		{op{kind: opWithdraw}, 0, 1}, // the sorted-set log finds its entry by id
+		{op{kind: opGrant}, -1, -1},
 		{cost(0), -1, 0},
 		{cost(1), -1, 1},
 		{cost(3), -1, 3},

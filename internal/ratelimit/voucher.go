@@ -11,14 +11,15 @@ import (
 //go:embed voucher.lua
 var voucherLua string
 
-// voucherScript keeps grants that a later request redeems (voucher.lua).
-var voucherScript = redis.NewScript(voucherLua)
+// voucherScript runs voucher.lua as scripts run an algorithm's body: the prelude, one call's
+// arguments (args.lua), the body.
+var voucherScript = redis.NewScript(preludeLua + argsLua + voucherLua)
 
 // Grant records, for c's key, something a later request may redeem once within c.Policy.Window:
 // a look-up that a payment will turn into a refund. The key holds at most c.Policy.Limit
 // grants (the oldest are dropped past it). The error wraps ErrUnavailable.
 func (l *Limiter) Grant(ctx context.Context, c Check) error {
-	_, err := l.voucher(ctx, c, requestID())
+	_, err := l.voucher(ctx, c, op{kind: opGrant})
 	return err
 }
 
@@ -26,20 +27,23 @@ func (l *Limiter) Grant(ctx context.Context, c Check) error {
 // reports whether there was. Each grant is redeemed once, fleet-wide: two replicas redeeming
 // at once take two grants or one and nothing. The error wraps ErrUnavailable.
 func (l *Limiter) Redeem(ctx context.Context, c Check) (bool, error) {
-	return l.voucher(ctx, c, "")
+	return l.voucher(ctx, c, op{kind: opDecide})
 }
 
-// voucher runs voucherScript: a grant of member, or a redemption when member is "".
-func (l *Limiter) voucher(ctx context.Context, c Check, member string) (bool, error) {
+// voucher runs voucherScript's operation o on c's key, within the budget, and reports whether it
+// was admitted (a grant always is; a redemption when there was a grant to take). Vouchers
+// bypass the deny cache and the breaker: a key with no grant is no full key, and a voucher
+// that cannot be reached only costs a refund.
+func (l *Limiter) voucher(ctx context.Context, c Check, o op) (bool, error) {
 	if err := c.Policy.Validate(); err != nil {
 		return false, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	n, err := voucherScript.Run(ctx, l.rdb, []string{l.keys.key(c.Policy, c.Identity)},
-		l.clockArg(), c.Policy.Window.Microseconds(), c.Policy.Limit, member).Int()
+	r, err := runScript(ctx, l.rdb, voucherScript, []string{l.keys.key(c.Policy, c.Identity)},
+		call{id: requestID(), now: l.clockArg(), op: o, keys: [][3]any{l.policyArgs(c.Policy)}})
 	if err != nil {
-		return false, fmt.Errorf("%w: voucher: %w", ErrUnavailable, err)
+		return false, fmt.Errorf("voucher: %w", err)
 	}
-	return n == 1, nil
+	return r.allowed, nil
 }
