@@ -125,11 +125,16 @@ const eachDecision = "---- each decision:"
 func scriptsOf(source func(functions, decision string) string) map[Algorithm]*redis.Script {
 	s := make(map[Algorithm]*redis.Script, len(bodies))
 	for a, body := range bodies {
-		i := strings.Index(body, "\n"+eachDecision)
-		if i < 0 {
-			panic("ratelimit: " + string(a) + ".lua has no line " + eachDecision)
-		}
-		s[a] = redis.NewScript(source(body[:i+1], body[i+1:]))
+		s[a] = redis.NewScript(source(split(string(a), body)))
 	}
 	return s
+}
+
+// split cuts the body of name into its functions and its decision, at eachDecision.
+func split(name, body string) (functions, decision string) {
+	i := strings.Index(body, "\n"+eachDecision)
+	if i < 0 {
+		panic("ratelimit: " + name + ".lua has no line " + eachDecision)
+	}
+	return body[:i+1], body[i+1:]
 }

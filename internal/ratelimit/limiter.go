@@ -427,14 +427,34 @@ func (l *Limiter) Refund(ctx context.Context, n int, checks ...Check) (Decision,
 // script does.
 func (l *Limiter) do(ctx context.Context, o op, checks []Check) (Decision, error) {
 	sent := l.clock() // before asking Redis, which decides later: deadlines from here are never late
-	keys := make([]string, len(checks))
-	for i, c := range checks {
-		keys[i] = l.keys.key(c.Policy, c.Identity)
-	}
+	keys := l.keysOf(checks)
 	if d, ok := l.refuseLocally(keys, checks, sent); ok {
 		l.stats.denyCached.Add(1)
 		return d, nil
 	}
+	if err := l.mayCall(checks); err != nil {
+		return Decision{}, err
+	}
+	d, err := l.decide(ctx, o, checks, keys)
+	l.called(ctx, err, checks)
+	if err == nil {
+		l.learn(d, keys, checks, sent)
+	}
+	return d, err
+}
+
+// keysOf are the Redis keys of checks.
+func (l *Limiter) keysOf(checks []Check) []string {
+	keys := make([]string, len(checks))
+	for i, c := range checks {
+		keys[i] = l.keys.key(c.Policy, c.Identity)
+	}
+	return keys
+}
+
+// mayCall is the breaker's word on a call to Redis over checks: nil, counted, when it may go; an
+// ErrUnavailable, reported as the checks' outage, when the breaker is open.
+func (l *Limiter) mayCall(checks []Check) error {
 	if l.breaker != nil && !l.breaker.allow() {
 		l.down.Store(true)
 		err := fmt.Errorf("%w: circuit breaker open after consecutive failures", ErrUnavailable)
@@ -442,10 +462,15 @@ func (l *Limiter) do(ctx context.Context, o op, checks []Check) (Decision, error
 		for _, c := range checks {
 			l.outages.failed(c.Policy, err)
 		}
-		return Decision{}, err
+		return err
 	}
 	l.stats.redis.Add(1)
-	d, err := l.decide(ctx, o, checks, keys)
+	return nil
+}
+
+// called tells the Redis-up flag, the fallback log, the breaker and the outage log how a call
+// over checks went.
+func (l *Limiter) called(ctx context.Context, err error, checks []Check) {
 	switch {
 	case err == nil:
 		if l.down.Load() { // a write on every decision would bounce one cache line between cores
@@ -458,7 +483,6 @@ func (l *Limiter) do(ctx context.Context, o op, checks []Check) (Decision, error
 		for _, c := range checks {
 			l.outages.decided(c.Policy)
 		}
-		l.learn(d, keys, checks, sent)
 	case errors.Is(err, ErrUnavailable) && ctx.Err() == nil: // a client that left is no outage
 		l.down.Store(true)
 		if l.breaker != nil {
@@ -468,7 +492,6 @@ func (l *Limiter) do(ctx context.Context, o op, checks []Check) (Decision, error
 			l.outages.failed(c.Policy, err)
 		}
 	}
-	return d, err
 }
 
 // learn teaches the deny cache what a decision sent at sent says of its keys. A refusal blocks

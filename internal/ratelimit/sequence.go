@@ -1,0 +1,227 @@
+package ratelimit
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Step is one decision of a Sequence: what AllowAll, AskAll, AllowN, Refund, Redeem or Grant
+// would decide alone.
+type Step struct {
+	checks  []Check
+	op      op
+	voucher bool // a voucher's step (Redeem, Grant), not an algorithm's
+}
+
+// AllowStep is AllowAll(checks...) as a step.
+func AllowStep(checks ...Check) Step { return Step{checks: checks, op: op{kind: opDecide}} }
+
+// AskStep is AskAll(checks...) as a step: it takes nothing, and a sequence goes on past it only
+// if it would admit.
+func AskStep(checks ...Check) Step { return Step{checks: checks, op: op{kind: opAsk}} }
+
+// ChargeStep is AllowN(c, n) as a step.
+func ChargeStep(c Check, n int) Step { return Step{checks: []Check{c}, op: cost(n)} }
+
+// RefundStep is Refund(n, checks...) as a step. It is never refused.
+func RefundStep(n int, checks ...Check) Step {
+	return Step{checks: checks, op: op{kind: opRefund, n: n}}
+}
+
+// RedeemStep is Redeem(c) as a step: admitted when it took a grant, refused (ending the
+// sequence) when there was none.
+func RedeemStep(c Check) Step { return Step{checks: []Check{c}, op: op{kind: opDecide}, voucher: true} }
+
+// GrantStep is Grant(c) as a step. It is never refused.
+func GrantStep(c Check) Step { return Step{checks: []Check{c}, op: op{kind: opGrant}, voucher: true} }
+
+// validate checks what the step's lone call would check.
+func (s Step) validate() error {
+	if len(s.checks) == 0 || s.voucher && len(s.checks) != 1 {
+		return errors.New("ratelimit: a step needs checks (a voucher's, one)")
+	}
+	if (s.op.kind == opCharge || s.op.kind == opRefund) && !s.voucher {
+		for _, c := range s.checks {
+			if c.Policy.algorithm() != TokenBucket || s.op.n < 1 {
+				return fmt.Errorf("ratelimit: %d tokens of %s: want 1 or more of a token_bucket policy", s.op.n, c.Policy.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// cached says whether the deny cache answers and learns the step, as it does AllowAll, AskAll
+// and AllowN: a voucher with no grant is no full key, and a refund is never refused.
+func (s Step) cached() bool { return !s.voucher && s.op.kind != opRefund }
+
+// body is the number of the step's body in sequenceScript (sequence.lua calls decisions[body]).
+func (s Step) body() int {
+	if s.voucher {
+		return len(Algorithms()) + 1
+	}
+	for i, a := range Algorithms() {
+		if a == s.checks[0].Policy.algorithm() {
+			return i + 1
+		}
+	}
+	panic("ratelimit: no body for " + string(s.checks[0].Policy.algorithm()))
+}
+
+//go:embed sequence.lua
+var sequenceLua string
+
+// sequenceScript holds every body, the algorithms' in the order of Algorithms() then the
+// voucher's, each decision wrapped in a function of decisions, then sequence.lua's loop.
+var sequenceScript = func() *redis.Script {
+	var b strings.Builder
+	b.WriteString(preludeLua + "local decisions = {}\n")
+	for i, a := range Algorithms() {
+		functions, decision := split(string(a), bodies[a])
+		fmt.Fprintf(&b, "%sdecisions[%d] = function()\n%s\nend\n", functions, i+1, decision)
+	}
+	functions, decision := split("voucher", voucherLua)
+	fmt.Fprintf(&b, "%sdecisions[%d] = function()\n%s\nend\n", functions, len(Algorithms())+1, decision)
+	b.WriteString(sequenceLua)
+	return redis.NewScript(b.String())
+}()
+
+// Sequence decides steps one after another, as the same calls made one by one in that order
+// would (AllowAll, AskAll, AllowN, Refund, Redeem, Grant), and stops at the first that refuses.
+// It returns the decisions of the steps that ran: fewer than the steps when one refused, the
+// last of them that refusal. A PIX asks its look-up buckets, then decides its own limit, in one
+// Sequence: a refused ask records nothing anywhere.
+//
+// On one Redis a sequence is one script call (sequence.lua), atomic: nothing comes between its
+// steps. On a cluster, whose keys live apart, each step is its own call, as the lone call would
+// be, so a sequence costs a call per step run.
+//
+// Price: a sequence is never batched. The deny cache answers its first step from memory, as it
+// would that step alone, and learns from every step's refusal, but a later step's key known to
+// be full is asked of Redis, which refuses it. A sequence counts once in Stats.Redis, and towards
+// the breaker as any call. The error wraps ErrUnavailable when Redis did not answer: none of the
+// steps is known to have run, and the sliding log's admissions among them are withdrawn.
+func (l *Limiter) Sequence(ctx context.Context, steps ...Step) ([]Decision, error) {
+	if len(steps) == 0 {
+		return nil, errors.New("ratelimit: no steps")
+	}
+	var all []Check
+	for _, s := range steps {
+		if err := s.validate(); err != nil {
+			return nil, err
+		}
+		all = append(all, s.checks...)
+	}
+	if l.cluster {
+		return l.sequenceApart(ctx, steps)
+	}
+	sent := l.clock()
+	keys := make([][]string, len(steps))
+	for i, s := range steps {
+		keys[i] = l.keysOf(s.checks)
+		if s.op.kind == opRefund && l.deny != nil {
+			for _, k := range keys[i] {
+				l.deny.forget(k) // as Refund does
+			}
+		}
+	}
+	if steps[0].cached() {
+		if d, ok := l.refuseLocally(keys[0], steps[0].checks, sent); ok {
+			l.stats.denyCached.Add(1)
+			return []Decision{d}, nil
+		}
+	}
+	if err := l.mayCall(all); err != nil {
+		return nil, err
+	}
+	ds, err := l.runSequence(ctx, steps, keys)
+	l.called(ctx, err, all)
+	for i, d := range ds {
+		if steps[i].cached() {
+			l.learn(d, keys[i], steps[i].checks, sent)
+		}
+	}
+	return ds, err
+}
+
+// runSequence runs sequenceScript over the steps, within the budget, and decodes the replies of
+// the steps that ran.
+func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string) ([]Decision, error) {
+	calls := make([]call, len(steps))
+	args := []any{len(steps)}
+	var flat []string
+	for i, s := range steps {
+		calls[i] = l.newCall(s.checks[0].Policy.algorithm(), s.op, s.checks)
+		if s.voucher {
+			calls[i].id = requestID() // a grant's name
+		}
+		c := calls[i]
+		args = append(args, s.body(), len(s.checks), c.id, c.now, c.op.arg())
+		for _, k := range c.keys {
+			args = append(args, k[0], k[1], k[2])
+		}
+		flat = append(flat, keys[i]...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	vals, err := sequenceScript.Run(ctx, l.rdb, flat, args...).Int64Slice()
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		for i, s := range steps {
+			if !s.voucher {
+				l.withdrawLate(s.checks[0].Policy.algorithm(), keys[i], calls[i], s.checks, err)
+			}
+		}
+		return nil, err
+	}
+	var ds []Decision
+	for i, s := range steps {
+		size := 2 + 2*len(s.checks)
+		if len(vals) == 0 {
+			break
+		}
+		if len(vals) < size {
+			return nil, fmt.Errorf("%w: sequence replied %d values for step %d of %d keys", ErrUnavailable, len(vals), i+1, len(s.checks))
+		}
+		r, err := parseReply(vals[:size], len(s.checks))
+		if err != nil {
+			return nil, err
+		}
+		ds = append(ds, newDecision(r.allowed, r.pairs, s.checks))
+		vals = vals[size:]
+	}
+	return ds, nil
+}
+
+// sequenceApart is Sequence on a cluster: each step its own call, as the lone call would be.
+func (l *Limiter) sequenceApart(ctx context.Context, steps []Step) ([]Decision, error) {
+	var ds []Decision
+	for _, s := range steps {
+		var d Decision
+		var err error
+		if s.voucher {
+			var ok bool
+			ok, err = l.voucher(ctx, s.checks[0], s.op)
+			d = Decision{Allowed: ok}
+		} else {
+			if s.op.kind == opRefund && l.deny != nil {
+				for _, k := range l.keysOf(s.checks) {
+					l.deny.forget(k)
+				}
+			}
+			d, err = l.do(ctx, s.op, s.checks)
+		}
+		if err != nil {
+			return ds, err
+		}
+		ds = append(ds, d)
+		if !d.Allowed {
+			break
+		}
+	}
+	return ds, nil
+}
