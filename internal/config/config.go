@@ -325,7 +325,7 @@ func (cfg *environment) check(p *problems) Config {
 		p.add("DB_TIMEOUT", "%v with REDIS_TIMEOUT %v: a PIX could take %v (%d limiter decisions, its statements and "+
 			"its COMMIT %v each, up to %v to learn an unknown outcome), past the %v within which every answer is "+
 			"written (the server's write timeout is %v, the shipped HAProxy's 20s); lower DB_TIMEOUT",
-			cfg.DBTimeout, cfg.RedisTimeout, longest, decisionsPerRequest, cfg.DBTimeout,
+			cfg.DBTimeout, cfg.RedisTimeout, longest, out.decisionsPerRequest(), cfg.DBTimeout,
 			pix.LongestTransfer(cfg.DBTimeout)-2*cfg.DBTimeout, WriteTimeout-writeMargin, WriteTimeout)
 	}
 	between(p, "TOKEN_TTL", cfg.TokenTTL, time.Second, 365*24*time.Hour)
@@ -505,18 +505,29 @@ const WriteTimeout = 15 * time.Second
 const writeMargin = time.Second
 
 // decisionsPerRequest is the most limiter calls one request makes, each within REDIS_TIMEOUT: a
-// PIX asks its look-up buckets and decides its own limit, then either charges a miss (the
-// payer's bucket, then the bank's) or, answered 201, redeems the look-up before it and refunds
-// its tokens (a company payer's two buckets apart): 2 + 3. (It was 3 until wave 4, which
-// undercounted the 201's redemption and refunds.)
-const decisionsPerRequest = 5
+// PIX decides its look-up buckets and its own limit in one call (ratelimit.Limiter.Sequence),
+// then settles the buckets in a second (a miss charged, or a look-up redeemed and refunded). On
+// a Redis Cluster each of those steps is a call of its own: the buckets asked, the limit, then
+// a redemption and two refunds (a company payer's buckets apart), 5 in all.
+const (
+	decisionsPerRequest        = 2
+	clusterDecisionsPerRequest = 5
+)
 
 // LongestRequest is the longest a request may take before its answer is written: a PIX, with its
 // limiter decisions and the ledger's longest transfer (pix.LongestTransfer). Load refuses a
 // configuration in which it does not fit in WriteTimeout, so that a client always gets an
 // answer, even one saying the transfer's outcome is unknown.
 func (cfg Config) LongestRequest() time.Duration {
-	return decisionsPerRequest*cfg.RedisTimeout + pix.LongestTransfer(cfg.DBTimeout)
+	return time.Duration(cfg.decisionsPerRequest())*cfg.RedisTimeout + pix.LongestTransfer(cfg.DBTimeout)
+}
+
+// decisionsPerRequest is decisionsPerRequest, or clusterDecisionsPerRequest on a cluster.
+func (cfg Config) decisionsPerRequest() int {
+	if len(cfg.Redis.Cluster) > 0 {
+		return clusterDecisionsPerRequest
+	}
+	return decisionsPerRequest
 }
 
 func between(p *problems, name string, d, lo, hi time.Duration) {

@@ -151,11 +151,11 @@ func TestEveryAnswerFitsInTheWriteTimeout(t *testing.T) {
 		ok        bool
 	}{
 		{"2s", "100ms", true},
-		{"6s", "100ms", true},  // 5×0.1 + 2×6 + 1 = 13.5 s
-		{"7s", "100ms", false}, // 15.5 s
+		{"6s", "100ms", true},  // 2×0.1 + 2×6 + 1 = 13.2 s
+		{"7s", "100ms", false}, // 15.2 s
 		{"30s", "100ms", false},
-		{"4s", "1s", true},  // 5 + 8 + 1 = 14 s
-		{"5s", "1s", false}, // 16 s
+		{"5s", "1s", true},  // 2 + 10 + 1 = 13 s
+		{"6s", "1s", false}, // 15 s
 	} {
 		cfg, err := load(map[string]string{"DB_TIMEOUT": tt.db, "REDIS_TIMEOUT": tt.redis})
 		if got := err == nil; got != tt.ok {
@@ -167,6 +167,11 @@ func TestEveryAnswerFitsInTheWriteTimeout(t *testing.T) {
 		if err == nil && cfg.LongestRequest() > WriteTimeout-writeMargin {
 			t.Errorf("DB_TIMEOUT=%s accepted, but its longest request %v does not fit", tt.db, cfg.LongestRequest())
 		}
+	}
+	// On a cluster a PIX's steps are calls of their own: 5 × 1 + 10 + 1 = 16 s.
+	if _, err := load(map[string]string{"DB_TIMEOUT": "5s", "REDIS_TIMEOUT": "1s", "REDIS_CLUSTER_ADDRS": "10.0.0.1:7000",
+		"AUTH_SECRET": strings.Repeat("s", 32)}); err == nil || !strings.Contains(err.Error(), "5 limiter decisions") {
+		t.Errorf("DB_TIMEOUT=5s REDIS_TIMEOUT=1s on a cluster: error %v, want DB_TIMEOUT refused for 5 limiter decisions", err)
 	}
 }
 

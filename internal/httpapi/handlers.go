@@ -231,7 +231,7 @@ const maxDescription = 140
 // pay for a miss, and then the PIX's own limit decides, per account (never per IP: a whole office
 // shares one), at the account's tier; the ledger moves the money; and the look-up buckets are
 // settled by the ledger's answer (lookupLimiter.beforePIX and afterPIX).
-func handlePIX(ledger pix.Payments, decide limiter, limit enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
+func handlePIX(ledger pix.Payments, limit enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
 	type payee struct {
 		Key  string `json:"key"`
 		Name string `json:"name"`
@@ -252,11 +252,8 @@ func handlePIX(ledger pix.Payments, decide limiter, limit enforce.RouteLimit, lo
 		if err != nil {
 			return err
 		}
-		user, err := lookups.beforePIX(c, s, req.keyType)
+		user, err := lookups.admitPIX(c, s, req.keyType, check{lookups.tiers.limitOf(limit, s, false), s.Account})
 		if err != nil {
-			return err
-		}
-		if err := decide.enforce(c, nil, check{lookups.tiers.limitOf(limit, s, false), s.Account}); err != nil {
 			return err
 		}
 		r, err := ledger.Transfer(c.Request().Context(), req.TransferRequest)

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -82,50 +83,26 @@ func (l lookupLimiter) bank() check {
 	return check{l.limits.LookupParticipant, ParticipantIdentity}
 }
 
-// pay decides a request that costs tokens (0: whether one would be admitted) on the bucket of
-// chk, as its limit says (its fail mode decides when Redis cannot), or refuses it (429) when the
-// bucket holds no token. With quiet, an admission sets no RateLimit headers (a PIX reports its
-// own policy); a refusal always reports the bucket.
-func (l lookupLimiter) pay(c echo.Context, chk check, tokens int, quiet bool) error {
-	rc := ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}
-	report := func(d ratelimit.Decision) ratelimit.Decision {
-		if quiet && d.Allowed {
-			return ratelimit.Decision{Allowed: true}
+// decided is a decide function for limiter.apply that hands over a decision already made (one
+// step of a ratelimit.Limiter.Sequence: ds and err as it returned them, i the step).
+func decided(ds []ratelimit.Decision, err error, i int) func(context.Context) (ratelimit.Decision, error) {
+	return func(context.Context) (ratelimit.Decision, error) {
+		switch {
+		case err != nil:
+			return ratelimit.Decision{}, err
+		case i >= len(ds):
+			return ratelimit.Decision{}, fmt.Errorf("httpapi: step %d of a sequence that ran %d", i+1, len(ds))
 		}
-		return d
+		return ds[i], nil
 	}
-	_, err := l.apply(c, report, []check{chk}, func(ctx context.Context) (ratelimit.Decision, error) {
-		return l.core.AllowN(ctx, rc, tokens)
-	})
-	return err
 }
 
-// payBank is pay on the bank's bucket: it never sets RateLimit headers (the bank's quota is not
-// a customer's), and its refusal is 503 lookup_capacity_exhausted, with the bucket's
-// Retry-After, logged and counted (its policy's refused outcome).
-func (l lookupLimiter) payBank(c echo.Context, limit enforce.RouteLimit, tokens int) error {
-	chk := check{limit, l.bank().identity}
-	rc := ratelimit.Check{Policy: limit.Policy, Identity: chk.identity}
-	report := func(d ratelimit.Decision) ratelimit.Decision {
-		return ratelimit.Decision{Allowed: d.Allowed, Worst: d.Worst}
-	}
-	_, err := l.apply(c, report, []check{chk}, func(ctx context.Context) (ratelimit.Decision, error) {
-		return l.core.AllowN(ctx, rc, tokens)
-	})
-	var e *Error
-	if errors.As(err, &e) && e.Code == CodeRateLimitExceeded {
-		return l.exhausted(limit, e.RetryAfter)
-	}
-	return err
-}
-
-// ask asks the payer's bucket (user) and the bank's (bank, its limit) in one decision, taking
-// nothing: an empty payer's bucket is a 429 reporting it, else an empty bank's bucket is a 503
-// lookup_capacity_exhausted without RateLimit headers; the fail mode is the payer bucket's. With
-// quiet, an admission sets no RateLimit headers.
-func (l lookupLimiter) ask(c echo.Context, user check, bank enforce.RouteLimit, quiet bool) error {
-	bank.FailMode = user.limit.FailMode
-	cs := []check{user, {bank, l.bank().identity}}
+// answerAsk answers the ask of the payer's bucket (user) and the bank's (bank) made by decide,
+// taking nothing: an empty payer's bucket is a 429 reporting it, else an empty bank's bucket is
+// a 503 lookup_capacity_exhausted without RateLimit headers; the fail mode is the payer
+// bucket's. With quiet, an admission sets no RateLimit headers.
+func (l lookupLimiter) answerAsk(c echo.Context, user, bank check, quiet bool, decide func(context.Context) (ratelimit.Decision, error)) error {
+	bank.limit.FailMode = user.limit.FailMode
 	payerEmpty := func(d ratelimit.Decision) bool { return !d.Allowed && d.Results[0].RetryAfter > 0 }
 	report := func(d ratelimit.Decision) ratelimit.Decision {
 		switch {
@@ -138,12 +115,10 @@ func (l lookupLimiter) ask(c echo.Context, user check, bank enforce.RouteLimit, 
 		}
 		return d.Only(0)
 	}
-	d, err := l.apply(c, report, cs, func(ctx context.Context) (ratelimit.Decision, error) {
-		return l.core.AskAll(ctx, checks(cs)...)
-	})
+	d, err := l.apply(c, report, []check{user, bank}, decide)
 	var e *Error
 	if errors.As(err, &e) && e.Code == CodeRateLimitExceeded && !payerEmpty(d) {
-		return l.exhausted(bank, e.RetryAfter)
+		return l.exhausted(bank.limit, e.RetryAfter)
 	}
 	return err
 }
@@ -155,57 +130,62 @@ func (l lookupLimiter) exhausted(bank enforce.RouteLimit, retryAfter time.Durati
 	return &Error{Code: CodeLookupCapacityExhausted, RetryAfter: retryAfter}
 }
 
-// charge pays a look-up's price once the answer is known, on the payer's bucket then the bank's:
-// found costs 1 of each, a miss the payer's miss cost and the bank's.
-func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool) error {
+// charge pays a look-up's price once the answer is known, in one limiter call: the payer's
+// bucket (user) then, unless it refused, the bank's; found costs 1 of each, a miss the payer's
+// miss cost and the bank's. A found key's look-up is also granted, in that call, to the payment
+// it may lead to (grant is its voucher; none for a PIX, which is the payment). The payer's
+// refusal is 429, reporting its bucket (with quiet, an admission sets no RateLimit headers); the
+// bank's is 503 lookup_capacity_exhausted, without them, logged and counted.
+func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, grant *ratelimit.Check) error {
 	userCost, bankCost := l.limits.LookupMissCost, l.limits.LookupParticipantMissCost
 	if found {
 		userCost, bankCost = 1, 1
 	}
-	if err := l.pay(c, user, userCost, quiet); err != nil {
+	bank := l.bank()
+	steps := []ratelimit.Step{ratelimit.ChargeStep(checks([]check{user})[0], userCost), ratelimit.ChargeStep(checks([]check{bank})[0], bankCost)}
+	if grant != nil {
+		steps = append(steps, ratelimit.GrantStep(*grant))
+	}
+	ds, err := l.core.Sequence(c.Request().Context(), steps...)
+	report := func(d ratelimit.Decision) ratelimit.Decision {
+		if quiet && d.Allowed {
+			return ratelimit.Decision{Allowed: true}
+		}
+		return d
+	}
+	if _, err := l.apply(c, report, []check{user}, decided(ds, err, 0)); err != nil {
 		return err
 	}
-	return l.payBank(c, l.limits.LookupParticipant, bankCost)
-}
-
-// grant records a look-up of key by s's payer, answered 200, for the payment it may lead to. It
-// is best effort: a grant that cannot reach Redis is logged, and that payment gives nothing back.
-func (l lookupLimiter) grant(ctx context.Context, s auth.Subject, key string) {
-	if err := l.core.Grant(ctx, voucher(s, key)); err != nil {
-		l.events.log("grant:"+lookupVoucher.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
-			"policy", lookupVoucher.Name, "cause", err.Error())
+	bankReport := func(d ratelimit.Decision) ratelimit.Decision {
+		return ratelimit.Decision{Allowed: d.Allowed, Worst: d.Worst}
 	}
+	_, payErr := l.apply(c, bankReport, []check{bank}, decided(ds, err, 1))
+	var e *Error
+	if errors.As(payErr, &e) && e.Code == CodeRateLimitExceeded {
+		return l.exhausted(bank.limit, e.RetryAfter)
+	}
+	if payErr == nil && grant != nil && (err != nil || len(ds) < 3) {
+		l.events.log("grant:"+lookupVoucher.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
+			"policy", lookupVoucher.Name)
+	}
+	return payErr
 }
 
-// refund gives a look-up's tokens back after the payment it led to (DICT): when s's payer looked
-// key up in the last 10 minutes and that look-up was not given back before, 1 token (2 for a
-// company) to the payer's bucket user and 1 to the bank's. It is best effort: a refund that
-// cannot reach Redis is logged and lost, which costs the customer a token, never the bank a
-// look-up.
+// refund gives a look-up's tokens back after the payment it led to (DICT), in one limiter call:
+// when s's payer looked key up in the last 10 minutes and that look-up was not given back before
+// (its voucher is redeemed), 1 token (2 for a company) to the payer's bucket user and 1 to the
+// bank's. It is best effort: a refund that cannot reach Redis is logged and lost, which costs the
+// customer a token, never the bank a look-up.
 func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, key string) {
-	logged := func(err error) {
+	bank := l.bank()
+	steps := []ratelimit.Step{ratelimit.RedeemStep(voucher(s, key)), ratelimit.RefundStep(1, checks([]check{user, bank})...)}
+	if s.Person == string(pix.PJ) {
+		steps = []ratelimit.Step{ratelimit.RedeemStep(voucher(s, key)),
+			ratelimit.RefundStep(2, checks([]check{user})...), ratelimit.RefundStep(1, checks([]check{bank})...)}
+	}
+	if _, err := l.core.Sequence(ctx, steps...); err != nil {
 		l.events.log("refund:"+user.limit.Policy.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
 			"policy", user.limit.Policy.Name, "cause", err.Error())
-	}
-	looked, err := l.core.Redeem(ctx, voucher(s, key))
-	if err != nil || !looked {
-		if err != nil {
-			logged(err)
-		}
-		return
-	}
-	bank := l.bank()
-	if s.Person != string(pix.PJ) { // one token to each, in one round trip
-		if _, err := l.core.Refund(ctx, 1, checks([]check{user, bank})...); err != nil {
-			logged(err)
-		}
-		return
-	}
-	if _, err := l.core.Refund(ctx, 2, checks([]check{user})...); err != nil {
-		logged(err)
-	}
-	if _, err := l.core.Refund(ctx, 1, checks([]check{bank})...); err != nil {
-		logged(err)
 	}
 }
 
@@ -213,15 +193,22 @@ func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, k
 // does, so it is paid for like one, or PIX would be the way to enumerate keys once look-ups are
 // refused. A bucket that cannot be asked (Redis down) leaves the PIX to its own limit's fail mode.
 
-// beforePIX asks, before the PIX's own limit and taking nothing, the payer's bucket of the key's
-// type and the bank's: while either holds no token the PIX is refused (429, policy pix-lookup or
-// pix-lookup-v2; or 503 lookup_capacity_exhausted) whether or not its key exists, and the PIX's
-// own limit records nothing. It returns the payer's bucket, for afterPIX.
-func (l lookupLimiter) beforePIX(c echo.Context, s auth.Subject, t pix.KeyType) (check, error) {
-	user := l.bucket(s, t)
+// admitPIX decides, in one limiter call, whether the payer's bucket of the key's type and the
+// bank's could pay for a miss (asked, taking nothing) and then the PIX's own limit (own): while
+// either bucket holds no token the PIX is refused (429, policy pix-lookup or pix-lookup-v2; or
+// 503 lookup_capacity_exhausted) whether or not its key exists, and its own limit records
+// nothing; else its own limit decides as any route's. It returns the payer's bucket, for
+// afterPIX.
+func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, own check) (check, error) {
+	user, bank := l.bucket(s, t), l.bank()
+	ds, err := l.core.Sequence(c.Request().Context(), ratelimit.AskStep(checks([]check{user, bank})...), ratelimit.AllowStep(checks([]check{own})...))
 	asked := user
 	asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
-	return user, l.ask(c, asked, l.limits.LookupParticipant, true)
+	if err := l.answerAsk(c, asked, bank, true, decided(ds, err, 0)); err != nil {
+		return user, err
+	}
+	_, err = l.apply(c, nil, []check{own}, decided(ds, err, 1))
+	return user, err
 }
 
 // afterPIX settles the buckets once the ledger has answered the PIX (r, err) and returns the
@@ -232,7 +219,7 @@ func (l lookupLimiter) beforePIX(c echo.Context, s auth.Subject, t pix.KeyType) 
 func (l lookupLimiter) afterPIX(c echo.Context, s auth.Subject, user check, key string, r pix.Receipt, err error) error {
 	switch {
 	case errors.Is(err, pix.ErrKeyNotFound):
-		if payErr := l.charge(c, user, false, true); payErr != nil {
+		if payErr := l.charge(c, user, false, true, nil); payErr != nil {
 			return payErr
 		}
 	case err == nil && !r.Replayed:
@@ -267,21 +254,24 @@ func handleLookup(ledger pix.Payments, lookups lookupLimiter) echo.HandlerFunc {
 		if err != nil {
 			return invalid("invalid PIX key", map[string]string{"key": err.Error()})
 		}
-		user := lookups.bucket(s, keyType)
-		if err := lookups.ask(c, user, lookups.limits.LookupParticipant, false); err != nil {
+		user, bank := lookups.bucket(s, keyType), lookups.bank()
+		err = lookups.answerAsk(c, user, bank, false, func(ctx context.Context) (ratelimit.Decision, error) {
+			return lookups.core.AskAll(ctx, checks([]check{user, bank})...)
+		})
+		if err != nil {
 			return err
 		}
 		p, err := ledger.LookupKey(c.Request().Context(), key)
 		switch {
 		case errors.Is(err, pix.ErrKeyNotFound):
-			if err := lookups.charge(c, user, false, false); err != nil {
+			if err := lookups.charge(c, user, false, false, nil); err != nil {
 				return err
 			}
 		case err == nil:
-			if err := lookups.charge(c, user, true, false); err != nil {
+			grant := voucher(s, key)
+			if err := lookups.charge(c, user, true, false, &grant); err != nil {
 				return err
 			}
-			lookups.grant(c.Request().Context(), s, key)
 		}
 		if err != nil {
 			return err
