@@ -7,7 +7,8 @@
 // The API is small: a Policy says what is counted, a Check names the identity counted, and a
 // Limiter decides. AllowAll (and Allow, for one check) decides one request; AllowN one that
 // costs other than one token of a bucket; AskAll asks several buckets whether a request would
-// pass, taking nothing; Refund gives tokens back to a bucket. Ready says whether decisions can be made now, Warm
+// pass, taking nothing; Refund gives tokens back to a bucket; Sequence decides several such
+// steps one after another in one call, stopping at the first refusal. Ready says whether decisions can be made now, Warm
 // readies a new Limiter for its first burst, Stats tells what it did, and Close waits for its
 // work in the background.
 //
