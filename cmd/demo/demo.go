@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pixlimit/pixlimit/client"
-	"github.com/pixlimit/pixlimit/internal/httpapi"
+	"github.com/pixlimit/pixlimit/internal/dict"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
@@ -54,7 +54,7 @@ func (d *demo) bankTokens(ctx context.Context) (tokens int, ok bool) {
 	if len(d.limiters) == 0 {
 		return 0, false
 	}
-	dec, err := d.limiters[0].AskAll(ctx, ratelimit.Check{Policy: d.bank, Identity: httpapi.ParticipantIdentity})
+	dec, err := d.limiters[0].AskAll(ctx, ratelimit.Check{Policy: d.bank, Identity: dict.ParticipantIdentity})
 	return dec.Worst.Remaining, err == nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pixlimit/pixlimit/internal/dict"
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
@@ -421,7 +422,7 @@ func (cfg *environment) checkRouteLimits(p *problems) enforce.RouteLimits {
 		LookupMissCost: cfg.LookupMissCost,
 		PIXLookupPJ: policy(p, "LOOKUP_", enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefillPJ, Window: time.Minute,
 			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacityPJ}}, "REFILL_PER_MINUTE_PJ"),
-		LookupParticipantMissCost: participantMissCost,
+		LookupParticipantMissCost: dict.DefaultParticipantMissCost,
 		LookupCategory:            cfg.ParticipantCategory,
 	}
 	if cfg.LookupCapacity < 1 {
@@ -430,7 +431,7 @@ func (cfg *environment) checkRouteLimits(p *problems) enforce.RouteLimits {
 	if cfg.LookupCapacityPJ < 1 {
 		p.add("LOOKUP_CAPACITY_PJ", "%d: want at least 1", cfg.LookupCapacityPJ)
 	}
-	category, ok := participantCategories[cfg.ParticipantCategory]
+	refill, capacity, ok := dict.Category(cfg.ParticipantCategory)
 	if !ok {
 		p.add("LOOKUP_PARTICIPANT_CATEGORY", "%q: want one of DICT's categories, A to H", cfg.ParticipantCategory)
 	}
@@ -438,7 +439,7 @@ func (cfg *environment) checkRouteLimits(p *problems) enforce.RouteLimits {
 		name      string
 		value     *int
 		fromTable int
-	}{{"LOOKUP_PARTICIPANT_CAPACITY", &cfg.ParticipantCapacity, category.capacity}, {"LOOKUP_PARTICIPANT_REFILL_PER_MINUTE", &cfg.ParticipantRefill, category.refill}} {
+	}{{"LOOKUP_PARTICIPANT_CAPACITY", &cfg.ParticipantCapacity, capacity}, {"LOOKUP_PARTICIPANT_REFILL_PER_MINUTE", &cfg.ParticipantRefill, refill}} {
 		switch {
 		case *v.value < 0:
 			p.add(v.name, "%d: want 1 or more, or 0 (unset) for the category's", *v.value)
@@ -456,19 +457,6 @@ func (cfg *environment) checkRouteLimits(p *problems) enforce.RouteLimits {
 	}
 	return limits
 }
-
-// participantCategories is DICT's table of the participant anti-scan bucket
-// (ENTRIES_READ_PARTICIPANT_ANTISCAN; Manual Operacional do DICT, §13.1, 2025): by the
-// participant's category, its refill per minute and capacity. The central bank assigns the
-// category by the participant's number of accounts; pixlimit's default, D, is a mid-sized bank's.
-var participantCategories = map[string]struct{ refill, capacity int }{
-	"A": {25_000, 50_000}, "B": {20_000, 40_000}, "C": {15_000, 30_000}, "D": {8_000, 16_000},
-	"E": {2_500, 5_000}, "F": {250, 500}, "G": {25, 250}, "H": {2, 50},
-}
-
-// participantMissCost is what a look-up of a key nobody has costs the participant's bucket in
-// DICT's table (a found key costs 1, a payment gives 1 back).
-const participantMissCost = 3
 
 func (l LoginRoute) policy(name string, limit int) enforce.RouteLimit {
 	return Route{Limit: limit, Window: l.Window, FailMode: l.FailMode, Algorithm: l.Algorithm, Burst: l.Burst, Mode: l.Mode}.As(name)

@@ -21,6 +21,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/dict"
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
@@ -395,10 +396,10 @@ func (d *desk) resolve(c echo.Context, policy, identity string) (ratelimit.Check
 		}
 		return d.lookupCheck(c, doc, person, keyType)
 	case l.LookupParticipant.Policy.Name:
-		if identity != pix.ISPB && identity != ParticipantIdentity {
+		if identity != pix.ISPB && identity != dict.ParticipantIdentity {
 			return ratelimit.Check{}, bad("the bank's ISPB (" + pix.ISPB + ")")
 		}
-		return ratelimit.Check{Policy: l.LookupParticipant.Policy, Identity: ParticipantIdentity}, nil
+		return ratelimit.Check{Policy: l.LookupParticipant.Policy, Identity: dict.ParticipantIdentity}, nil
 	}
 	return ratelimit.Check{}, &Error{Code: CodeNotFound, Message: "no such policy"}
 }
@@ -431,7 +432,7 @@ func (d *desk) lookupCheck(c echo.Context, doc string, person pix.Person, keyTyp
 	case !errors.Is(err, pix.ErrAccountNotFound):
 		return ratelimit.Check{}, err
 	}
-	chk := lookupLimiter{limits: d.Limits, tiers: d.Tiers}.bucket(payer, keyType)
+	chk := newLookupLimiter(limiter{}, d.Limits, d.Tiers).bucket(payer, keyType)
 	return ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, nil
 }
 

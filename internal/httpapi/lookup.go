@@ -13,74 +13,45 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/dict"
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
-// lookupLimiter is the DICT anti-scan policy, as the central bank's DICT API specification
-// (v1.8.0, "Limitação de requisições") has its participants mirror it, so that no customer can
-// spend the bank's quota at DICT and the bank never meets a 429 from DICT:
-//
-//   - Two buckets per payer, keyed by the payer's document (DICT's PI-PayerId, the CPF or CNPJ,
-//     not the account: a customer with several accounts has one budget): pix-lookup for e-mail
-//     and phone keys (ENTRIES_READ_USER_ANTISCAN) and pix-lookup-v2 for CPF, CNPJ and random keys
-//     (ENTRIES_READ_USER_ANTISCAN_V2). Capacity 100 for a person, 1,000 for a company, refill 2
-//     a minute; a found key costs 1, a key nobody has 20.
-//   - One bucket for the whole bank, pix-lookup-participant (ENTRIES_READ_PARTICIPANT_ANTISCAN),
-//     sized by the bank's DICT category: a found key costs 1, a miss 3. Empty, it answers 503
-//     lookup_capacity_exhausted: the customer did nothing wrong.
-//   - A look-up that led to a payment gives its tokens back, as DICT does (Manual Operacional do
-//     DICT, §13.1): a PIX answered 201 to a key that the same payer looked up, answered 200, in
-//     the previous 10 minutes, and not given back before, gives 1 token (2 for a company payer)
-//     back to the payer's bucket of that key's type and 1 to the bank's, never above capacity. A
-//     PIX with no look-up before it gives nothing back: a customer who looks up and pays loses
-//     nothing, a scanner who never pays drains, and paying cents to a key is no way to refill.
-//
+// lookupLimiter applies the DICT anti-scan rules (package dict) to the key look-up and the PIX.
 // A look-up asks both buckets, in one round trip, before the ledger (a refused look-up costs no
-// query), then pays its price, admission and payment in one atomic step per bucket
-// (ratelimit.Limiter.AllowN), before it answers: look-ups sent together cannot buy more answers than the same look-ups one
-// by one. The payer's bucket is asked and paid first, so a scanner drains its own bucket, not
-// the bank's: five misses empty a person's bucket and cost the bank's 15 tokens.
+// query), then pays its price, admission and payment in one atomic step per bucket, before it
+// answers: look-ups sent together cannot buy more answers than the same look-ups one by one.
 type lookupLimiter struct {
 	limiter
-	limits enforce.RouteLimits
-	tiers  *Tiers // nil: every payer at its person's default capacity
+	rules    dict.Rules
+	category string // the bank's DICT category, as GET /v1/pix/keys/limits reports it
+	tiers    *Tiers // nil: every payer at its person's default capacity
 }
 
-// bucket is the payer's bucket for keys of type t: pix-lookup or pix-lookup-v2, at the payer's
-// capacity.
+func newLookupLimiter(l limiter, limits enforce.RouteLimits, tiers *Tiers) lookupLimiter {
+	return lookupLimiter{limiter: l, tiers: tiers, category: limits.LookupCategory, rules: dict.Rules{
+		Payer: limits.PIXLookup, PayerPJ: limits.PIXLookupPJ, Participant: limits.LookupParticipant,
+		MissCost: limits.LookupMissCost, ParticipantMissCost: limits.LookupParticipantMissCost}}
+}
+
+// payer is s's payer, at its account's tier's capacity.
+func (l lookupLimiter) payer(s auth.Subject) dict.Payer {
+	_, _, capacity := l.tiers.limits(s)
+	return dict.Payer{ID: s.Payer, Company: s.Person == string(pix.PJ), Capacity: capacity}
+}
+
+// bucket is s's payer's bucket for keys of type t.
 func (l lookupLimiter) bucket(s auth.Subject, t pix.KeyType) check {
-	limit := l.limits.PIXLookup
-	if s.Person == string(pix.PJ) {
-		limit = l.limits.PIXLookupPJ
-	}
-	if _, _, capacity := l.tiers.limits(s); capacity > 0 {
-		limit.Policy.Burst = capacity // the account's tier: the key, and what it holds, stay
-	}
-	if t.V2() {
-		limit.Policy.Name += "-v2"
-	}
-	return check{limit, s.Payer}
+	limit, id := l.rules.PayerBucket(l.payer(s), t)
+	return check{limit, id}
 }
-
-// lookupVoucher records each look-up answered 200, per payer and key, for the payment that may
-// follow it within 10 minutes to give its tokens back once (ratelimit.Limiter.Grant, Redeem);
-// a key holds at most 100 such look-ups.
-var lookupVoucher = ratelimit.Policy{Name: "pix-lookup-voucher", Limit: 100, Window: 10 * time.Minute}
-
-// voucher is the look-ups of key by s's payer that a payment may redeem.
-func voucher(s auth.Subject, key string) ratelimit.Check {
-	return ratelimit.Check{Policy: lookupVoucher, Identity: s.Payer + "|" + key}
-}
-
-// ParticipantIdentity is the identity of the bank's own look-up bucket (pix-lookup-participant):
-// one for every customer and replica.
-const ParticipantIdentity = "ispb:" + pix.ISPB
 
 // bank is the participant's bucket.
 func (l lookupLimiter) bank() check {
-	return check{l.limits.LookupParticipant, ParticipantIdentity}
+	limit, id := l.rules.ParticipantBucket()
+	return check{limit, id}
 }
 
 // decided is a decide function for limiter.apply that hands over a decision already made (one
@@ -137,10 +108,7 @@ func (l lookupLimiter) exhausted(bank enforce.RouteLimit, retryAfter time.Durati
 // refusal is 429, reporting its bucket (with quiet, an admission sets no RateLimit headers); the
 // bank's is 503 lookup_capacity_exhausted, without them, logged and counted.
 func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, grant *ratelimit.Check) error {
-	userCost, bankCost := l.limits.LookupMissCost, l.limits.LookupParticipantMissCost
-	if found {
-		userCost, bankCost = 1, 1
-	}
+	userCost, bankCost := l.rules.Price(found)
 	bank := l.bank()
 	steps := []ratelimit.Step{ratelimit.ChargeStep(checks([]check{user})[0], userCost), ratelimit.ChargeStep(checks([]check{bank})[0], bankCost)}
 	if grant != nil {
@@ -165,8 +133,8 @@ func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, gra
 		return l.exhausted(bank.limit, e.RetryAfter)
 	}
 	if payErr == nil && grant != nil && (err != nil || len(ds) < 3) {
-		l.events.log("grant:"+lookupVoucher.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
-			"policy", lookupVoucher.Name)
+		l.events.log("grant:"+dict.VoucherPolicy.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
+			"policy", dict.VoucherPolicy.Name)
 	}
 	return payErr
 }
@@ -177,11 +145,13 @@ func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, gra
 // bank's. It is best effort: a refund that cannot reach Redis is logged and lost, which costs the
 // customer a token, never the bank a look-up.
 func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, key string) {
+	payer := l.payer(s)
+	toUser, toBank := payer.Refund()
 	bank := l.bank()
-	steps := []ratelimit.Step{ratelimit.RedeemStep(voucher(s, key)), ratelimit.RefundStep(1, checks([]check{user, bank})...)}
-	if s.Person == string(pix.PJ) {
-		steps = []ratelimit.Step{ratelimit.RedeemStep(voucher(s, key)),
-			ratelimit.RefundStep(2, checks([]check{user})...), ratelimit.RefundStep(1, checks([]check{bank})...)}
+	steps := []ratelimit.Step{ratelimit.RedeemStep(dict.Voucher(payer, key)), ratelimit.RefundStep(toUser, checks([]check{user, bank})...)}
+	if toUser != toBank {
+		steps = []ratelimit.Step{ratelimit.RedeemStep(dict.Voucher(payer, key)),
+			ratelimit.RefundStep(toUser, checks([]check{user})...), ratelimit.RefundStep(toBank, checks([]check{bank})...)}
 	}
 	if _, err := l.core.Sequence(ctx, steps...); err != nil {
 		l.events.log("refund:"+user.limit.Policy.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
@@ -268,7 +238,7 @@ func handleLookup(ledger pix.Payments, lookups lookupLimiter) echo.HandlerFunc {
 				return err
 			}
 		case err == nil:
-			grant := voucher(s, key)
+			grant := dict.Voucher(lookups.payer(s), key)
 			if err := lookups.charge(c, user, true, false, &grant); err != nil {
 				return err
 			}
@@ -306,7 +276,7 @@ func handleLookupLimits(lookups lookupLimiter) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		resp := response{Category: lookups.limits.LookupCategory, Policies: []policy{}}
+		resp := response{Category: lookups.category, Policies: []policy{}}
 		for _, t := range []pix.KeyType{pix.KeyEmail, pix.KeyCPF} {
 			chk := lookups.bucket(s, t)
 			d, err := lookups.core.AllowN(c.Request().Context(), ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, 0)

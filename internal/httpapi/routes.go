@@ -29,7 +29,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	// One limiter for the routes that decide in their handlers.
 	decide := limiter{core: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
 		events: newEventLog(d.Logger, 10*time.Second)}
-	lookups := lookupLimiter{limiter: decide, limits: d.Limits, tiers: d.Tiers}
+	lookups := newLookupLimiter(decide, d.Limits, d.Tiers)
 
 	e.GET("/healthz", handleHealthz())
 	e.GET("/openapi.yaml", handleOpenAPI())
