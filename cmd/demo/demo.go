@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,8 @@ type demo struct {
 	// limiters are the in-process replicas' (nil against -target): their Stats tell what
 	// happened inside, which a client cannot see.
 	limiters []*ratelimit.Limiter
+	// watch is, per in-process replica, who is counting its limiter's calls (watch).
+	watch []replicaWatch
 	// desk is the in-process fleet's first support desk and adminToken its token ("" against
 	// -target: a deployment's desk is not the demo's to use).
 	desk, adminToken string
@@ -101,6 +104,7 @@ type reply struct {
 	ip      string
 	who     string // the account (from the token) or the login's document, for the page's key labels
 	memory  bool   // its limiter answered without asking Redis (in-process replicas only)
+	calls   int    // the Redis calls its limiter made for it; -1 when unknown (-target, or a neighbour's overlapped)
 	method  string
 	path    string
 	status  int
@@ -126,8 +130,15 @@ func (d *demo) call(ctx context.Context, ip, method, path, token string, body an
 	if token != "" {
 		hdrs = append(hdrs, "Authorization", "Bearer "+token)
 	}
+	r.calls = -1
+	var w *replicaWatch
 	var before ratelimit.Stats
+	var gen uint64
+	alone := false
 	if i < len(d.limiters) {
+		w = &d.watch[i]
+		gen, alone = w.start()
+		defer w.end()
 		before = d.limiters[i].Stats()
 	}
 	resp, err := (&client.Client{BaseURL: d.replicas[i], HTTP: &d.client}).Do(ctx, method, path, body, append(hdrs, headers...)...)
@@ -135,17 +146,33 @@ func (d *demo) call(ctx context.Context, ip, method, path, token string, body an
 		r.err = err
 		return r
 	}
-	if i < len(d.limiters) {
-		// Its replica's limiter decided from memory: no decision of it asked Redis meanwhile,
-		// and the deny cache or the open breaker answered. (The stories send these one by one;
-		// a concurrent neighbour asking Redis only makes the page draw the Redis arrow.)
+	if w != nil {
+		// What its replica's limiter did meanwhile: its calls to Redis, counted only when no other
+		// request was at that replica (a burst's are concurrent, and their calls mix); and
+		// whether the deny cache or the open breaker answered it from memory.
 		after := d.limiters[i].Stats()
+		if alone && w.started.Load() == gen {
+			r.calls = int(after.Redis - before.Redis)
+		}
 		r.memory = after.Redis == before.Redis && (after.DenyCached > before.DenyCached || after.ShortCircuited > before.ShortCircuited)
 	}
 	r.status, r.header, r.raw = resp.Status, resp.Header, resp.Body
 	_ = json.Unmarshal(r.raw, &r.body)
 	return r
 }
+
+// replicaWatch tells whether a request had its replica to itself: no other request in flight
+// there when it started, and none started until it ended.
+type replicaWatch struct {
+	started, inflight atomic.Uint64
+}
+
+// start notes a request's start: its number, and whether it is the only one in flight.
+func (w *replicaWatch) start() (gen uint64, alone bool) {
+	return w.started.Add(1), w.inflight.Add(1) == 1
+}
+
+func (w *replicaWatch) end() { w.inflight.Add(^uint64(0)) }
 
 // whoSends names the sender of a request for the page: the account its access token names (read,
 // not verified: a label, never a decision), or the document a login presents, or "".
@@ -305,9 +332,14 @@ func (n *narrator) request(r reply) {
 		}
 		return s
 	}
-	fmt.Fprintf(n.w, "  replica %d  %-15s  %-4s %-22s  %-32s  remaining %-3s  retry-after %s\n",
-		r.replica, r.ip, r.method, r.path, status, dash(r.header.Get("RateLimit-Remaining")), dash(r.header.Get("Retry-After")))
-	n.events.publish(event{Kind: "call", Scenario: n.scenario, Replica: r.replica, IP: r.ip, Who: r.who, Memory: r.memory, Method: r.method, Path: r.path,
+	calls := "-"
+	var scripts *int
+	if r.calls >= 0 {
+		calls, scripts = strconv.Itoa(r.calls), &r.calls
+	}
+	fmt.Fprintf(n.w, "  replica %d  %-15s  %-4s %-22s  %-32s  remaining %-3s  retry-after %-3s  redis calls %s\n",
+		r.replica, r.ip, r.method, r.path, status, dash(r.header.Get("RateLimit-Remaining")), dash(r.header.Get("Retry-After")), calls)
+	n.events.publish(event{Kind: "call", Scenario: n.scenario, Replica: r.replica, IP: r.ip, Who: r.who, Memory: r.memory, Scripts: scripts, Method: r.method, Path: r.path,
 		Status: r.status, Code: r.code(), Remaining: r.header.Get("RateLimit-Remaining"), RetryAfter: r.header.Get("Retry-After"),
 		Policy: r.header.Get("RateLimit-Policy"), Text: r.summary()})
 }

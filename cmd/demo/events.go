@@ -25,8 +25,9 @@ type event struct {
 	// call: one request and its answer.
 	Replica    int    `json:"replica,omitempty"`
 	IP         string `json:"ip,omitempty"`
-	Who        string `json:"who,omitempty"`    // the account or the login's document, when known
-	Memory     bool   `json:"memory,omitempty"` // decided in the replica's memory, without Redis
+	Who        string `json:"who,omitempty"`     // the account or the login's document, when known
+	Memory     bool   `json:"memory,omitempty"`  // decided in the replica's memory, without Redis
+	Scripts    *int   `json:"scripts,omitempty"` // the Redis calls its limiter made for it; absent when unknown
 	Method     string `json:"method,omitempty"`
 	Path       string `json:"path,omitempty"`
 	Status     int    `json:"status,omitempty"`

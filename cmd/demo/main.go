@@ -61,6 +61,7 @@ func (d *demo) selfContained(redisURL string, passwordCost int, logs io.Writer) 
 		return nil, err
 	}
 	d.replicas, d.outage, d.limiters, d.bank = f.urls, f.redis, f.limiters, f.cfg.Limits.LookupParticipant.Policy
+	d.watch = make([]replicaWatch, len(f.limiters))
 	if len(f.desks) > 0 {
 		d.desk, d.adminToken = f.desks[0], f.cfg.AdminToken
 	}

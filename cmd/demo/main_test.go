@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -56,6 +57,11 @@ func TestSelfContained(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), "\x1b[") {
 		t.Error("colour codes written to a non-terminal")
+	}
+	// A PIX sent alone is drawn with its calls: its buckets and its limit in one, then the
+	// buckets settled.
+	if !regexp.MustCompile(`POST /v1/pix .* 201 .*redis calls 2\n`).MatchString(stderr.String()) {
+		t.Errorf("no PIX answered 201 after 2 Redis calls in the narration:\n%s", stderr.String())
 	}
 }
 

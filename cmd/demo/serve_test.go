@@ -15,7 +15,8 @@ import (
 )
 
 // TestLivePicture drives the demo's page (-serve) in headless Chromium: the burst story, stepped
-// to its verdict, shows 10 × 201 and 5 × 429 PIX answers; every expectation of the run is ✔; the
+// to its verdict, shows 10 × 201 and 5 × 429 PIX answers, and the PIX sent alone before them
+// with its two Redis calls; every expectation of the run is ✔; the
 // login attack draws some of its refusals as answered from the replicas' memory; stepped to the
 // 2× hole's verdict, the fixed window drew 10 admissions and the sliding log 5.
 // With PIXLIMIT_SCREENSHOTS=dir it also writes the sequence and the window as PNGs there (the
@@ -84,6 +85,9 @@ func TestLivePicture(t *testing.T) {
 	}
 	js(`pixlimit.seekAfter("15 PIX:")`)
 	ok201, refused429 := count(`#seq .reply.s201[data-path="/v1/pix"]`), count(`#seq .reply.s429[data-path="/v1/pix"]`)
+	// The PIX sent alone before the burst is drawn with its two script calls; the burst's, whose
+	// calls mix, with one unnumbered arrow each.
+	pixCalls := count(`#seq .exchange[data-path="/v1/pix"] .decide[data-scripts="2"] line.script`)
 	var seqPNG, windowPNG []byte
 	if os.Getenv("PIXLIMIT_SCREENSHOTS") != "" {
 		var err error
@@ -110,6 +114,9 @@ func TestLivePicture(t *testing.T) {
 	}
 	if fromMemory == 0 || fromMemory > loginRefusals {
 		t.Errorf("the login attack drew %d decisions from the replicas' memory among %d refusals, want some and no more", fromMemory, loginRefusals)
+	}
+	if pixCalls != 2 {
+		t.Errorf("the PIX sent alone before the burst drew %d script calls, want its 2", pixCalls)
 	}
 	if fixed != 10 || log != 5 {
 		t.Errorf("the 2× hole drew %d admissions for the fixed window and %d for the sliding log, want 10 and 5", fixed, log)

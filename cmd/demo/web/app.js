@@ -137,10 +137,17 @@ function drawSequence(sc) {
       const d = el("g", { class: "decide memory" }, g);
       el("circle", { cx: rep, cy: y + 6, r: 3 }, d);
       el("text", { x: rep + 6, y: y + 9 }, d, "from memory");
-    } else if (decided) {
-      const d = el("g", { class: "decide" }, g);
-      el("line", { x1: rep, y1: y + 4, x2: laneX(3) - 4, y2: y + 4 }, d);
-      el("text", { x: laneX(3) + 4, y: y + 8 }, d, "script");
+    } else if (c.scripts > 0 || (c.scripts === undefined && decided)) {
+      // One arrow for each Redis call its limiter made for it (a PIX: its buckets and its limit
+      // in one, then the buckets settled); one, unlabelled by number, when the count is unknown
+      // (a deployment's, or a burst's, whose calls mix).
+      const n = c.scripts || 1;
+      const d = el("g", { class: "decide", "data-scripts": c.scripts === undefined ? "" : c.scripts }, g);
+      for (let k = 0; k < n; k++) {
+        const yk = y + 2 + k * 4;
+        el("line", { class: "script", x1: rep, y1: yk, x2: laneX(3) - 4, y2: yk }, d);
+      }
+      el("text", { x: laneX(3) + 4, y: y + 8 }, d, c.scripts === undefined ? "script" : `${n} script call${n > 1 ? "s" : ""}`);
       involved.push("Redis");
     }
     if (c.status !== 429 && c.status > 0 && ledgerRoutes.some((r) => c.path.startsWith(r))) {
