@@ -1,8 +1,10 @@
 package pixlimit_test
 
 import (
+	"crypto/rand"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
@@ -73,4 +76,70 @@ func BenchmarkStatementOverHTTP(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "requests/s")
 		})
 	}
+}
+
+// BenchmarkPIXOverHTTP: two replicas over one redis-server and one PostgreSQL database, 64
+// concurrent clients sending PIX of one cent over loopback HTTP from 200 accounts, each to the
+// next account's key, so that few transfers wait for the same rows. Every PIX is decided by the
+// limiter (its look-up buckets and its pix limit; the limits are high, so all admit), moved by
+// the ledger, and its look-up buckets settled.
+//
+//	go test -run '^$' -bench PIXOverHTTP -benchtime 4000x -count 3 .
+func BenchmarkPIXOverHTTP(b *testing.B) {
+	srv := redistest.Start(b)
+	accounts := make([]pix.Account, 200)
+	for i := range accounts {
+		accounts[i] = pix.Account{ID: fmt.Sprint("acct-", i), Name: "Bench", Document: fmt.Sprintf("%011d", i),
+			OpeningCents: 100_000_000, Keys: []string{fmt.Sprintf("bench%d@example.com", i)}}
+	}
+	ledger, err := pix.OpenPostgres(b.Context(), pgtest.URL(b), time.Second, accounts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(ledger.Close)
+	replicas, tokens := fleet(b, srv, ledger, 2, map[string]string{"PIX_LIMIT": "1000000", "LOG_LEVEL": "error",
+		"REDIS_TIMEOUT": "1s", "DB_TIMEOUT": "5s"})
+	bearer := make([]string, len(accounts))
+	for i, a := range accounts {
+		tok, err := tokens.Issue(auth.Subject{Account: a.ID, Payer: a.ID, Person: "PF", Device: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		bearer[i] = "Bearer " + tok
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
+	defer client.CloseIdleConnections()
+	run := rand.Text()
+	var next, failed atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range 64 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				from := i % int64(len(accounts))
+				body := fmt.Sprintf(`{"key":"bench%d@example.com","amount_cents":1}`, (from+1)%int64(len(accounts)))
+				req, _ := http.NewRequest(http.MethodPost, replicas[i%2].Base+"/v1/pix", strings.NewReader(body))
+				req.Header.Set("Authorization", bearer[from])
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Idempotency-Key", fmt.Sprint(run, "-", i))
+				resp, err := client.Do(req)
+				if err != nil || resp.StatusCode != http.StatusCreated {
+					failed.Add(1)
+				}
+				if err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d of %d PIX failed", n, b.N)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "requests/s")
 }
