@@ -171,16 +171,16 @@ func (l instrumented) Statement(ctx context.Context, accountID string, limit int
 	return timed(l, "statement", func() (pix.Statement, error) { return l.ledger.Statement(ctx, accountID, limit) })
 }
 
-func (l instrumented) Limits(ctx context.Context, accountID string) (pix.Limits, error) {
-	return timed(l, "limits", func() (pix.Limits, error) { return l.ledger.Limits(ctx, accountID) })
+func (l instrumented) Limits(ctx context.Context, accountID string) (pix.MoneyLimits, error) {
+	return timed(l, "limits", func() (pix.MoneyLimits, error) { return l.ledger.Limits(ctx, accountID) })
 }
 
-func (l instrumented) SetLimits(ctx context.Context, accountID string, c pix.LimitsChange) (pix.Limits, error) {
-	return timed(l, "set_limits", func() (pix.Limits, error) { return l.ledger.SetLimits(ctx, accountID, c) })
+func (l instrumented) SetLimits(ctx context.Context, accountID string, c pix.MoneyLimitsChange) (pix.MoneyLimits, error) {
+	return timed(l, "set_limits", func() (pix.MoneyLimits, error) { return l.ledger.SetLimits(ctx, accountID, c) })
 }
 
-func (l instrumented) CancelPendingLimits(ctx context.Context, accountID string) (pix.Limits, error) {
-	return timed(l, "cancel_pending_limits", func() (pix.Limits, error) { return l.ledger.CancelPendingLimits(ctx, accountID) })
+func (l instrumented) CancelPendingLimits(ctx context.Context, accountID string) (pix.MoneyLimits, error) {
+	return timed(l, "cancel_pending_limits", func() (pix.MoneyLimits, error) { return l.ledger.CancelPendingLimits(ctx, accountID) })
 }
 
 func (l instrumented) RegisterDevice(ctx context.Context, accountID, device string, delay time.Duration) (pix.DeviceRegistration, error) {

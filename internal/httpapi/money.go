@@ -30,7 +30,7 @@ type pendingBody struct {
 	EffectiveAt time.Time `json:"effective_at"`
 }
 
-func toLimitsBody(l pix.Limits) limitsBody {
+func toLimitsBody(l pix.MoneyLimits) limitsBody {
 	b := limitsBody{NightLimitCents: l.NightLimitCents, DayLimitCents: l.DayLimitCents, NightStart: clock(l.NightStart),
 		Pending: []pendingBody{}}
 	for _, p := range l.Pending {
@@ -52,7 +52,7 @@ func clock(d time.Duration) string {
 }
 
 // handleGetLimits shows the account's money limits.
-func handleGetLimits(ledger pix.LimitStore) echo.HandlerFunc {
+func handleGetLimits(ledger pix.MoneyLimitStore) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id, err := auth.AccountID(c)
 		if err != nil {
@@ -72,7 +72,7 @@ func handleGetLimits(ledger pix.LimitStore) echo.HandlerFunc {
 // valid; a change that only tightens is never refused by it: when settings refuses (or cannot
 // decide), the limits in force are read, without a lock and shared with the account's other
 // refused PUTs (limitsReads), and a tightening goes through.
-func handlePutLimits(ledger pix.LimitStore, limiter limiter, settings enforce.RouteLimit) echo.HandlerFunc {
+func handlePutLimits(ledger pix.MoneyLimitStore, limiter limiter, settings enforce.RouteLimit) echo.HandlerFunc {
 	inForce := newLimitsReads(ledger)
 	type request struct {
 		NightLimitCents *int64  `json:"night_limit_cents"`
@@ -88,7 +88,7 @@ func handlePutLimits(ledger pix.LimitStore, limiter limiter, settings enforce.Ro
 		if err := decodeJSON(c, &req); err != nil {
 			return err
 		}
-		change := pix.LimitsChange{NightLimitCents: req.NightLimitCents, DayLimitCents: req.DayLimitCents}
+		change := pix.MoneyLimitsChange{NightLimitCents: req.NightLimitCents, DayLimitCents: req.DayLimitCents}
 		if req.NightStart != nil {
 			switch *req.NightStart {
 			case "20:00", "22:00":
@@ -118,7 +118,7 @@ func handlePutLimits(ledger pix.LimitStore, limiter limiter, settings enforce.Ro
 			}
 		}
 		l, err := ledger.SetLimits(c.Request().Context(), id, change)
-		var le *pix.LimitsError
+		var le *pix.MoneyLimitsError
 		if errors.As(err, &le) {
 			return invalid("invalid limits", le.Fields)
 		}
@@ -130,7 +130,7 @@ func handlePutLimits(ledger pix.LimitStore, limiter limiter, settings enforce.Ro
 }
 
 // handleCancelPending drops the account's pending increases.
-func handleCancelPending(ledger pix.LimitStore) echo.HandlerFunc {
+func handleCancelPending(ledger pix.MoneyLimitStore) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id, err := auth.AccountID(c)
 		if err != nil {

@@ -15,7 +15,7 @@ import (
 // another request that finished first is always seen, and no lowering is refused on a stale
 // read. Price: a refused raise waits for up to two reads instead of one.
 type limitsReads struct {
-	ledger pix.LimitStore
+	ledger pix.MoneyLimitStore
 
 	mu   sync.Mutex
 	runs map[string]*limitsRead // per account: the read running, and the one that will follow it
@@ -23,19 +23,19 @@ type limitsReads struct {
 
 type limitsRead struct {
 	done   chan struct{}
-	limits pix.Limits
+	limits pix.MoneyLimits
 	err    error
 	next   *limitsRead // the read that starts when this one ends, joined by those who came later
 	joined int         // how many callers wait for it
 }
 
-func newLimitsReads(ledger pix.LimitStore) *limitsReads {
+func newLimitsReads(ledger pix.MoneyLimitStore) *limitsReads {
 	return &limitsReads{ledger: ledger, runs: map[string]*limitsRead{}}
 }
 
 // Read returns the account's limits as a read that started after the call read them. The read
 // is the ledger's, with its own deadline; ctx only bounds how long this caller waits for it.
-func (r *limitsReads) Read(ctx context.Context, account string) (pix.Limits, error) {
+func (r *limitsReads) Read(ctx context.Context, account string) (pix.MoneyLimits, error) {
 	r.mu.Lock()
 	read := r.runs[account]
 	switch {
@@ -55,7 +55,7 @@ func (r *limitsReads) Read(ctx context.Context, account string) (pix.Limits, err
 	case <-read.done:
 		return read.limits, read.err
 	case <-ctx.Done():
-		return pix.Limits{}, ctx.Err()
+		return pix.MoneyLimits{}, ctx.Err()
 	}
 }
 

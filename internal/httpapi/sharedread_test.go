@@ -21,7 +21,7 @@ type gatedReads struct {
 	most    atomic.Int32
 }
 
-func (g *gatedReads) Limits(ctx context.Context, account string) (pix.Limits, error) {
+func (g *gatedReads) Limits(ctx context.Context, account string) (pix.MoneyLimits, error) {
 	n := g.running.Add(1)
 	defer g.running.Add(-1)
 	for m := g.most.Load(); n > m && !g.most.CompareAndSwap(m, n); m = g.most.Load() {
@@ -48,16 +48,16 @@ func TestRefusedRaisesShareLedgerReads(t *testing.T) {
 	ledger := &gatedReads{Ledger: memory, started: make(chan struct{}), gate: make(chan struct{})}
 	reads := newLimitsReads(ledger)
 
-	first := make(chan pix.Limits)
+	first := make(chan pix.MoneyLimits)
 	go func() { l, _ := reads.Read(ctx, account); first <- l }()
 	<-ledger.started // the first read runs, holding the old limits
 
 	lower := int64(1_000)
-	if _, err := memory.SetLimits(ctx, account, pix.LimitsChange{DayLimitCents: &lower}); err != nil {
+	if _, err := memory.SetLimits(ctx, account, pix.MoneyLimitsChange{DayLimitCents: &lower}); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	got := make([]pix.Limits, 50)
+	got := make([]pix.MoneyLimits, 50)
 	for i := range got {
 		wg.Go(func() { got[i], _ = reads.Read(ctx, account) })
 	}

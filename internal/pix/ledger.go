@@ -51,7 +51,7 @@ type Account struct {
 // it calls.
 type Ledger interface {
 	Payments
-	LimitStore
+	MoneyLimitStore
 	DeviceStore
 	TierStore
 	AuditLog
@@ -76,15 +76,15 @@ type Payments interface {
 	Statement(ctx context.Context, accountID string, limit int) (Statement, error)
 }
 
-// LimitStore keeps each account's own money limits.
-type LimitStore interface {
+// MoneyLimitStore keeps each account's own money limits.
+type MoneyLimitStore interface {
 	// Limits returns the account's money limits in force now and its pending increases.
-	Limits(ctx context.Context, accountID string) (Limits, error)
+	Limits(ctx context.Context, accountID string) (MoneyLimits, error)
 	// SetLimits changes the account's limits (Rules: lower at once, higher after the delay)
 	// and returns them; an invalid change wraps ErrInvalidLimits and changes nothing.
-	SetLimits(ctx context.Context, accountID string, c LimitsChange) (Limits, error)
+	SetLimits(ctx context.Context, accountID string, c MoneyLimitsChange) (MoneyLimits, error)
 	// CancelPendingLimits drops the account's pending increases and returns its limits.
-	CancelPendingLimits(ctx context.Context, accountID string) (Limits, error)
+	CancelPendingLimits(ctx context.Context, accountID string) (MoneyLimits, error)
 }
 
 // DeviceStore keeps the devices each account registered for PIX.

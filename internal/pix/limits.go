@@ -50,8 +50,8 @@ const (
 	FieldNightStart = "night_start"
 )
 
-// Limits are an account's limits in force and the increases it asked for that are not yet.
-type Limits struct {
+// MoneyLimits are an account's money limits in force and the increases it asked for that are not yet.
+type MoneyLimits struct {
 	// NightLimitCents is the most the account may send tonight to other persons; 0: no cap.
 	NightLimitCents int64
 	// DayLimitCents is the most it may send in a day; 0: no limit.
@@ -72,8 +72,8 @@ type PendingLimit struct {
 	EffectiveAt time.Time
 }
 
-// LimitsChange asks to change any of an account's limits; nil fields stay as they are.
-type LimitsChange struct {
+// MoneyLimitsChange asks to change any of an account's limits; nil fields stay as they are.
+type MoneyLimitsChange struct {
 	NightLimitCents, DayLimitCents *int64
 	NightStart                     *time.Duration
 }
@@ -82,7 +82,7 @@ type LimitsChange struct {
 // stricter than l's in force: a lower night or day limit where there was one, or one where there
 // was no cap (0), and a night start that makes the night longer (until the Night's end). Such a change is the owner's own protection,
 // which nothing may refuse (a limit on calls included).
-func (c LimitsChange) Tightens(l Limits) bool {
+func (c MoneyLimitsChange) Tightens(l MoneyLimits) bool {
 	lower := func(v *int64, now int64) bool { return v == nil || *v > 0 && (now == 0 || *v < now) }
 	if c.NightLimitCents == nil && c.DayLimitCents == nil && c.NightStart == nil {
 		return false
@@ -126,9 +126,9 @@ func (a accountLimits) settle(now time.Time) accountLimits {
 }
 
 // inForce are the account's limits at now, over the bank's defaults.
-func (r Rules) inForce(a accountLimits, now time.Time) Limits {
+func (r Rules) inForce(a accountLimits, now time.Time) MoneyLimits {
 	a = a.settle(now)
-	l := Limits{NightLimitCents: r.Night.LimitCents, DayLimitCents: r.DayLimitCents, NightStart: r.Night.Start, night: r.Night}
+	l := MoneyLimits{NightLimitCents: r.Night.LimitCents, DayLimitCents: r.DayLimitCents, NightStart: r.Night.Start, night: r.Night}
 	if a.night != nil {
 		l.NightLimitCents = *a.night
 	}
@@ -150,7 +150,7 @@ func (r Rules) inForce(a accountLimits, now time.Time) Limits {
 // once (and drops that field's pending increase); a looser one becomes the field's pending
 // increase, effective IncreaseDelay from now (replacing an earlier request). A limit of 0 is
 // none, the loosest; a later night start is a shorter night, looser.
-func (r Rules) change(a accountLimits, c LimitsChange, now time.Time) (accountLimits, error) {
+func (r Rules) change(a accountLimits, c MoneyLimitsChange, now time.Time) (accountLimits, error) {
 	if err := validChange(c); err != nil {
 		return a, err
 	}
@@ -193,7 +193,7 @@ func looser(v, current int64) bool {
 
 // validChange checks a change's values: limits from 0 to MaxLimitCents, a night start of
 // NightStarts. The error names each field.
-func validChange(c LimitsChange) error {
+func validChange(c MoneyLimitsChange) error {
 	fields := map[string]string{}
 	for f, v := range map[string]*int64{FieldNightLimit: c.NightLimitCents, FieldDayLimit: c.DayLimitCents} {
 		if v != nil && (*v < 0 || *v > MaxLimitCents) {
@@ -204,16 +204,16 @@ func validChange(c LimitsChange) error {
 		fields[FieldNightStart] = `must be "20:00" or "22:00"`
 	}
 	if len(fields) > 0 {
-		return &LimitsError{Fields: fields}
+		return &MoneyLimitsError{Fields: fields}
 	}
 	return nil
 }
 
-// LimitsError names the fields of an invalid LimitsChange.
-type LimitsError struct{ Fields map[string]string }
+// MoneyLimitsError names the fields of an invalid MoneyLimitsChange.
+type MoneyLimitsError struct{ Fields map[string]string }
 
-func (e *LimitsError) Error() string { return fmt.Sprintf("invalid limits: %v", e.Fields) }
-func (e *LimitsError) Unwrap() error { return ErrInvalidLimits }
+func (e *MoneyLimitsError) Error() string { return fmt.Sprintf("invalid limits: %v", e.Fields) }
+func (e *MoneyLimitsError) Unwrap() error { return ErrInvalidLimits }
 
 // sent is what an account sent in the periods its limits count: tonight to other persons, today
 // in all, and today from devices not registered for PIX.
@@ -225,7 +225,7 @@ type transferFacts struct {
 	amount           int64
 	betweenPersons   bool // PF to PF, distinct persons
 	deviceRegistered bool
-	limits           Limits // the payer's, in force at now
+	limits           MoneyLimits // the payer's, in force at now
 }
 
 // periods are the starts of the periods a transfer at now counts in, for an account whose night

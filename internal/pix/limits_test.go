@@ -98,14 +98,14 @@ func TestCustomerLimits(t *testing.T) {
 				t.Fatalf("the defaults: %+v, %v", got, err)
 			}
 			lower, higher := int64(30_000), int64(500_000)
-			if got, err = l.SetLimits(ctx, "acct-diego", LimitsChange{NightLimitCents: &lower}); err != nil || got.NightLimitCents != 30_000 || len(got.Pending) != 0 {
+			if got, err = l.SetLimits(ctx, "acct-diego", MoneyLimitsChange{NightLimitCents: &lower}); err != nil || got.NightLimitCents != 30_000 || len(got.Pending) != 0 {
 				t.Fatalf("lowering the night limit: %+v, %v, want R$ 300,00 at once", got, err)
 			}
 			if err := pay(l, "acct-diego", "ana@example.com", "", 30_001); !errors.Is(err, ErrNightLimitExceeded) {
 				t.Fatalf("R$ 300,01 after lowering to R$ 300,00: %v, want refused", err)
 			}
 			requested := clock.Now()
-			got, err = l.SetLimits(ctx, "acct-diego", LimitsChange{NightLimitCents: &higher})
+			got, err = l.SetLimits(ctx, "acct-diego", MoneyLimitsChange{NightLimitCents: &higher})
 			if err != nil || got.NightLimitCents != 30_000 || len(got.Pending) != 1 || got.Pending[0].Field != FieldNightLimit ||
 				got.Pending[0].Value != higher || !got.Pending[0].EffectiveAt.Equal(requested.Add(time.Hour)) {
 				t.Fatalf("raising it: %+v, %v, want R$ 300,00 in force and R$ 5.000,00 pending an hour", got, err)
@@ -124,7 +124,7 @@ func TestCustomerLimits(t *testing.T) {
 
 			// Cancelling: a pending increase never applies.
 			day := int64(2_000_000)
-			if got, _ := l.SetLimits(ctx, "acct-diego", LimitsChange{DayLimitCents: &day}); len(got.Pending) != 1 || got.DayLimitCents != 1_000_000 {
+			if got, _ := l.SetLimits(ctx, "acct-diego", MoneyLimitsChange{DayLimitCents: &day}); len(got.Pending) != 1 || got.DayLimitCents != 1_000_000 {
 				t.Fatalf("raising the day limit: %+v, want it pending", got)
 			}
 			if got, err := l.CancelPendingLimits(ctx, "acct-diego"); err != nil || len(got.Pending) != 0 {
@@ -137,30 +137,30 @@ func TestCustomerLimits(t *testing.T) {
 
 			// The night's start: 22:00 shortens the night (looser: pending), 20:00 again is at once.
 			late, early := 22*time.Hour, 20*time.Hour
-			if got, _ := l.SetLimits(ctx, "acct-carla", LimitsChange{NightStart: &late}); got.NightStart != 20*time.Hour || len(got.Pending) != 1 {
+			if got, _ := l.SetLimits(ctx, "acct-carla", MoneyLimitsChange{NightStart: &late}); got.NightStart != 20*time.Hour || len(got.Pending) != 1 {
 				t.Fatalf("a night from 22:00: %+v, want pending", got)
 			}
 			clock.Advance(time.Hour)
 			if got, _ := l.Limits(ctx, "acct-carla"); got.NightStart != 22*time.Hour {
 				t.Fatalf("after the delay: night from %v, want 22h", got.NightStart)
 			}
-			if got, _ := l.SetLimits(ctx, "acct-carla", LimitsChange{NightStart: &early}); got.NightStart != 20*time.Hour || len(got.Pending) != 0 {
+			if got, _ := l.SetLimits(ctx, "acct-carla", MoneyLimitsChange{NightStart: &early}); got.NightStart != 20*time.Hour || len(got.Pending) != 0 {
 				t.Fatalf("back to 20:00: %+v, want at once", got)
 			}
 
 			// Invalid values: nothing changes.
 			before, _ := l.Limits(ctx, "acct-ana")
 			negative, huge, odd := int64(-1), int64(MaxLimitCents+1), 21*time.Hour
-			for _, c := range []LimitsChange{{NightLimitCents: &negative}, {DayLimitCents: &huge}, {NightStart: &odd}, {NightLimitCents: &lower, DayLimitCents: &negative}} {
-				var le *LimitsError
+			for _, c := range []MoneyLimitsChange{{NightLimitCents: &negative}, {DayLimitCents: &huge}, {NightStart: &odd}, {NightLimitCents: &lower, DayLimitCents: &negative}} {
+				var le *MoneyLimitsError
 				if _, err := l.SetLimits(ctx, "acct-ana", c); !errors.As(err, &le) || !errors.Is(err, ErrInvalidLimits) {
-					t.Errorf("SetLimits(%+v): %v, want a LimitsError", c, err)
+					t.Errorf("SetLimits(%+v): %v, want a MoneyLimitsError", c, err)
 				}
 			}
 			if after, _ := l.Limits(ctx, "acct-ana"); fmt.Sprint(after) != fmt.Sprint(before) {
 				t.Errorf("after invalid changes: %+v, want %+v", after, before)
 			}
-			if _, err := l.SetLimits(ctx, "acct-nobody", LimitsChange{NightLimitCents: &lower}); !errors.Is(err, ErrAccountNotFound) {
+			if _, err := l.SetLimits(ctx, "acct-nobody", MoneyLimitsChange{NightLimitCents: &lower}); !errors.Is(err, ErrAccountNotFound) {
 				t.Errorf("an unknown account: %v", err)
 			}
 		})
@@ -177,7 +177,7 @@ func TestCustomerNightStartsAt22(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			clock.Set(time.Date(2026, 11, 30, 12, 0, 0, 0, r.Night.Location)) // each ledger starts at the same moment
 			late := 22 * time.Hour
-			if _, err := l.SetLimits(context.Background(), "acct-ana", LimitsChange{NightStart: &late}); err != nil {
+			if _, err := l.SetLimits(context.Background(), "acct-ana", MoneyLimitsChange{NightStart: &late}); err != nil {
 				t.Fatal(err)
 			}
 			clock.Set(time.Date(2026, 11, 30, 21, 0, 0, 0, r.Night.Location))
@@ -402,7 +402,7 @@ func TestACustomersNightLimitHoldsWithTheBanksOff(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			clock.Set(time.Date(2026, 11, 30, 22, 0, 0, 0, r.Night.Location))
 			one := int64(100)
-			if _, err := l.SetLimits(context.Background(), "acct-bruno", LimitsChange{NightLimitCents: &one}); err != nil {
+			if _, err := l.SetLimits(context.Background(), "acct-bruno", MoneyLimitsChange{NightLimitCents: &one}); err != nil {
 				t.Fatal(err)
 			}
 			if got, _ := l.Limits(context.Background(), "acct-bruno"); got.NightLimitCents != 100 {

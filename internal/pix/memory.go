@@ -198,17 +198,17 @@ func (l *MemoryLedger) Account(_ context.Context, id string) (Account, error) {
 }
 
 // Limits implements Ledger.
-func (l *MemoryLedger) Limits(_ context.Context, accountID string) (Limits, error) {
+func (l *MemoryLedger) Limits(_ context.Context, accountID string) (MoneyLimits, error) {
 	return l.changeLimits(accountID, func(a accountLimits, _ time.Time) (accountLimits, error) { return a, nil })
 }
 
 // SetLimits implements Ledger.
-func (l *MemoryLedger) SetLimits(_ context.Context, accountID string, c LimitsChange) (Limits, error) {
+func (l *MemoryLedger) SetLimits(_ context.Context, accountID string, c MoneyLimitsChange) (MoneyLimits, error) {
 	return l.changeLimits(accountID, func(a accountLimits, now time.Time) (accountLimits, error) { return l.rules.change(a, c, now) })
 }
 
 // CancelPendingLimits implements Ledger.
-func (l *MemoryLedger) CancelPendingLimits(_ context.Context, accountID string) (Limits, error) {
+func (l *MemoryLedger) CancelPendingLimits(_ context.Context, accountID string) (MoneyLimits, error) {
 	return l.changeLimits(accountID, func(a accountLimits, now time.Time) (accountLimits, error) {
 		a = a.settle(now) // what is due has applied: only what is not yet is cancelled
 		a.pending = nil
@@ -218,17 +218,17 @@ func (l *MemoryLedger) CancelPendingLimits(_ context.Context, accountID string) 
 
 // changeLimits runs change over an account's limits under the ledger's lock, keeps what it
 // returns, and returns the limits in force, as PostgresLedger.changeLimits does in a transaction.
-func (l *MemoryLedger) changeLimits(account string, change func(accountLimits, time.Time) (accountLimits, error)) (Limits, error) {
+func (l *MemoryLedger) changeLimits(account string, change func(accountLimits, time.Time) (accountLimits, error)) (MoneyLimits, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	a, ok := l.accounts[account]
 	if !ok {
-		return Limits{}, ErrAccountNotFound
+		return MoneyLimits{}, ErrAccountNotFound
 	}
 	now := l.now()
 	changed, err := change(a.limits, now)
 	if err != nil {
-		return Limits{}, err
+		return MoneyLimits{}, err
 	}
 	a.limits = changed
 	return l.rules.inForce(a.limits, now), nil

@@ -600,10 +600,10 @@ func (l *PostgresLedger) Account(ctx context.Context, id string) (Account, error
 // Limits implements Ledger.
 // A read takes no lock: a read-only transaction's snapshot of the account's limits, which a flood
 // of reads cannot make transfers wait for (they take the account's row lock).
-func (l *PostgresLedger) Limits(ctx context.Context, accountID string) (Limits, error) {
+func (l *PostgresLedger) Limits(ctx context.Context, accountID string) (MoneyLimits, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	var out Limits
+	var out MoneyLimits
 	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var exists bool
 		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)", accountID).Scan(&exists); err != nil {
@@ -620,13 +620,13 @@ func (l *PostgresLedger) Limits(ctx context.Context, accountID string) (Limits, 
 		return nil
 	})
 	if err != nil {
-		return Limits{}, fmt.Errorf("pix: limits: %w", unavailable(err))
+		return MoneyLimits{}, fmt.Errorf("pix: limits: %w", unavailable(err))
 	}
 	return out, nil
 }
 
 // SetLimits implements Ledger.
-func (l *PostgresLedger) SetLimits(ctx context.Context, accountID string, c LimitsChange) (Limits, error) {
+func (l *PostgresLedger) SetLimits(ctx context.Context, accountID string, c MoneyLimitsChange) (MoneyLimits, error) {
 	return l.changeLimits(ctx, accountID, func(a accountLimits, now time.Time) (accountLimits, bool, error) {
 		changed, err := l.rules.change(a, c, now)
 		return changed, true, err
@@ -634,7 +634,7 @@ func (l *PostgresLedger) SetLimits(ctx context.Context, accountID string, c Limi
 }
 
 // CancelPendingLimits implements Ledger.
-func (l *PostgresLedger) CancelPendingLimits(ctx context.Context, accountID string) (Limits, error) {
+func (l *PostgresLedger) CancelPendingLimits(ctx context.Context, accountID string) (MoneyLimits, error) {
 	return l.changeLimits(ctx, accountID, func(a accountLimits, now time.Time) (accountLimits, bool, error) {
 		a = a.settle(now) // what is due has applied: only what is not yet is cancelled
 		a.pending = nil
@@ -645,10 +645,10 @@ func (l *PostgresLedger) CancelPendingLimits(ctx context.Context, accountID stri
 // changeLimits runs change over an account's limits in one transaction under the account's row
 // lock (transfers take it too, so a transfer sees a change whole or not at all), storing them
 // when change says so, and returns the limits in force.
-func (l *PostgresLedger) changeLimits(ctx context.Context, account string, change func(accountLimits, time.Time) (accountLimits, bool, error)) (Limits, error) {
+func (l *PostgresLedger) changeLimits(ctx context.Context, account string, change func(accountLimits, time.Time) (accountLimits, bool, error)) (MoneyLimits, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	var out Limits
+	var out MoneyLimits
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		var id string
 		if err := tx.QueryRow(ctx, "SELECT id FROM accounts WHERE id = $1 FOR UPDATE", account).Scan(&id); errors.Is(err, pgx.ErrNoRows) {
@@ -674,7 +674,7 @@ func (l *PostgresLedger) changeLimits(ctx context.Context, account string, chang
 		return nil
 	})
 	if err != nil {
-		return Limits{}, fmt.Errorf("pix: limits: %w", unavailable(err))
+		return MoneyLimits{}, fmt.Errorf("pix: limits: %w", unavailable(err))
 	}
 	return out, nil
 }
