@@ -27,14 +27,10 @@ for j = 1, settings do
 end
 local single = {}                                                  -- one-key tables by setting: the bodies only read them
 local one = {}                                                     -- a one-key member's keys, reused: the bodies read keys[1..n]
-local k, pos, batch_now = 0, 3, nil
+local k, pos = 0, 3
 for d = 1, count do
   n, id = tonumber(ARGV[pos]), ARGV[pos + 1]
-  now = tonumber(ARGV[pos + 2])
-  if now == nil then
-    batch_now = batch_now or clock()
-    now = batch_now
-  end
+  now = member_now(ARGV[pos + 2])
   undo_at, cost = operation(ARGV[pos + 3])
   if n == 1 then
     local j = tonumber(ARGV[pos + 4])

@@ -16,15 +16,11 @@
 -- run (Go counts the replies).
 
 local count = tonumber(ARGV[1])
-local k, pos, sequence_now = 0, 2, nil
+local k, pos = 0, 2
 for _ = 1, count do
   local body = tonumber(ARGV[pos])
   n, id = tonumber(ARGV[pos + 1]), ARGV[pos + 2]
-  now = tonumber(ARGV[pos + 3])
-  if now == nil then
-    sequence_now = sequence_now or clock()
-    now = sequence_now
-  end
+  now = member_now(ARGV[pos + 3])
   undo_at, cost = operation(ARGV[pos + 4])
   keys, limits, windows, bursts = {}, {}, {}, {}
   for i = 1, n do
