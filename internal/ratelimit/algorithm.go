@@ -130,11 +130,20 @@ func scriptsOf(source func(functions, decision string) string) map[Algorithm]*re
 	return s
 }
 
-// split cuts the body of name into its functions and its decision, at eachDecision.
+// aloneBlock is the line that starts what only a body run by itself runs (redis-cli --eval):
+// the prelude's locals made from its own arguments. It ends at eachDecision; split cuts it.
+const aloneBlock = "---- alone:"
+
+// split cuts the body of name into its functions and its decision, at eachDecision, leaving out
+// its alone block, if it has one.
 func split(name, body string) (functions, decision string) {
 	i := strings.Index(body, "\n"+eachDecision)
 	if i < 0 {
 		panic("ratelimit: " + name + ".lua has no line " + eachDecision)
 	}
-	return body[:i+1], body[i+1:]
+	functions, decision = body[:i+1], body[i+1:]
+	if a := strings.Index(functions, "\n"+aloneBlock); a >= 0 {
+		functions = functions[:a+1]
+	}
+	return functions, decision
 }

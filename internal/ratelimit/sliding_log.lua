@@ -1,16 +1,51 @@
--- sliding_log.lua: an exact sliding-window log over one or more keys, decided atomically.
--- (prelude.lua, put before it, holds one decision's clock, arguments and reply.)
+-- sliding_log.lua: an exact sliding-window log, decided atomically: the whole algorithm.
+--
+-- Run it alone on any Redis 7:
+--
+--   redis-cli --eval internal/ratelimit/sliding_log.lua KEY [KEY...] , LIMIT WINDOW_MS [ID]
+--
+--   KEYS     the keys that must all have room: a sorted set each, one entry per admitted request
+--   ARGV[1]  LIMIT, requests admitted per window and key
+--   ARGV[2]  WINDOW_MS, the window in milliseconds
+--   ARGV[3]  ID, the request's member (optional; by default the Redis time in µs, unique per call)
+--   reply    {allowed, remaining, reset_ms, ...}: allowed is 1 or 0; then per key, remaining (how
+--            many more it admits now, after this request) and reset_ms (milliseconds until its
+--            oldest counted request leaves the window: > 0 when refused; 0 for an empty key)
 --
 -- Each key is a sorted set with one entry per admitted request: member = the request's id,
 -- score = the time it was admitted, in microseconds. A request at time `now` is admitted when
 -- every key holds fewer than its limit entries newer than `now - window`; it is then recorded in
--- every key, or, if any key is full, in none. Redis runs a script alone, so no other decision can
--- interleave between counting and recording: that is what makes the limit exact fleet-wide.
+-- every key, or, if any key is full, in none: a refused request is never recorded. Redis runs a
+-- script alone, so no other decision can interleave between counting and recording: that is what
+-- makes the limit exact for every replica that asks the same Redis.
+--
+-- The replicas run the decision below, and only it: the loader (algorithm.go) cuts this file's
+-- "alone" block and puts prelude.lua first, whose locals carry the same names (several keys with
+-- a limit and window each, an injected clock in tests, asks and withdrawals) and whose reply
+-- adds the time decided; in a batch (batch.lua) or a sequence (sequence.lua) the decision runs
+-- once per member. There is no second copy of the algorithm.
 --
 -- Every redis.call costs about a microsecond of Lua-to-Redis bridging, more than most of the
 -- commands themselves, so the script issues only those the answer needs: it reads the oldest
 -- entry first (it is needed for Reset anyway) and prunes only when that entry has left the
 -- window. Per key: 4 commands on a new key, 5 on a busy one, 7 when entries have just expired.
+
+---- alone: the prelude's locals as redis-cli gives them (the loader cuts from here to the next marker)
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]                                  -- the Redis clock, in µs
+local id, undo_at, cost = ARGV[3] or t[1] .. string.format('%06d', t[2]), nil, 1 -- decide one request
+local keys, n, limits, windows = KEYS, #KEYS, {}, {}
+for i = 1, n do
+  limits[i], windows[i] = tonumber(ARGV[1]), tonumber(ARGV[2]) * 1000
+end
+local max = math.max
+local function reply(allowed, remaining, reset)
+  local out = {allowed and 1 or 0}
+  for i = 1, n do
+    out[2 * i], out[2 * i + 1] = remaining[i], math.ceil(reset[i] / 1000)
+  end
+  return out
+end
 
 ---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then                                                    -- withdraw: the entry is the request itself, exact

@@ -1,0 +1,58 @@
+package ratelimit
+
+import (
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+)
+
+// TestTheTextbookScriptRunsAlone: sliding_log.lua, run by itself with redis-cli --eval as its
+// header (and the contract) says, admits 3 of 4 requests on a key with limit 3: remaining 2, 1,
+// 0, then a refusal whose reset_ms is within the window; a refusal recorded nothing; and two keys
+// decide together. The same file's decision is what the replicas run (every other test here).
+func TestTheTextbookScriptRunsAlone(t *testing.T) {
+	t.Parallel()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Skip("redis-cli is not installed: apt-get install redis-tools")
+	}
+	srv := redistest.Start(t)
+	host, port, _ := strings.Cut(srv.Addr(), ":")
+	eval := func(args ...string) []int64 {
+		t.Helper()
+		out, err := exec.Command(cli, append([]string{"-h", host, "-p", port, "--eval", "sliding_log.lua"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("redis-cli --eval sliding_log.lua %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		var reply []int64
+		for _, f := range strings.Fields(string(out)) {
+			n, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				t.Fatalf("reply %q: not integers", out)
+			}
+			reply = append(reply, n)
+		}
+		return reply
+	}
+	for i, want := range []struct {
+		allowed, remaining int64
+	}{{1, 2}, {1, 1}, {1, 0}, {0, 0}, {0, 0}} {
+		got := eval("textbook", ",", "3", "60000")
+		if len(got) != 3 || got[0] != want.allowed || got[1] != want.remaining {
+			t.Fatalf("request %d: %v, want allowed %d and remaining %d", i+1, got, want.allowed, want.remaining)
+		}
+		if reset := time.Duration(got[2]) * time.Millisecond; reset <= 0 || reset > time.Minute {
+			t.Errorf("request %d: reset_ms %d, want within the window", i+1, got[2])
+		}
+	}
+	if n := srv.Client(nil).ZCard(t.Context(), "textbook").Val(); n != 3 {
+		t.Errorf("the key holds %d entries after 3 admissions and 2 refusals, want 3", n)
+	}
+	if got := eval("one", "textbook", ",", "3", "60000"); len(got) != 5 || got[0] != 0 || got[1] != 3 || got[3] != 0 {
+		t.Errorf("a fresh key with a full one: %v, want refused, the fresh key untouched (3 left)", got)
+	}
+}
