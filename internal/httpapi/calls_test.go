@@ -19,8 +19,8 @@ import (
 // TestRedisCallsPerRequest counts the script calls each request makes on one Redis, as Redis
 // counts them (INFO commandstats: EVALSHA and EVAL), with the default algorithms: an admitted PIX
 // costs 2 (its look-up buckets asked and its own limit decided in one; then the buckets settled:
-// a look-up redeemed and refunded, or a miss charged), a PIX refused by a limit 1, a key look-up
-// 2, a login and a statement 1.
+// a look-up redeemed and refunded, or a miss charged), a PIX refused by a limit 1 (0 once the
+// replica knows the key is full), a key look-up 2, a login and a statement 1.
 func TestRedisCallsPerRequest(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -85,6 +85,7 @@ func TestRedisCallsPerRequest(t *testing.T) {
 		{"a PIX to the key looked up: admitted, the look-up refunded", func() int { return pix("bruno@example.com") }, http.StatusCreated, 2},
 		{"a PIX to a key nobody has: admitted, the miss charged", func() int { return pix("nobody@example.com") }, http.StatusNotFound, 2},
 		{"a PIX refused by its limit", func() int { return pix("bruno@example.com") }, http.StatusTooManyRequests, 1},
+		{"a PIX refused again, from the replica's memory of the full key", func() int { return pix("bruno@example.com") }, http.StatusTooManyRequests, 0},
 		{"a statement", func() int { return send(http.MethodGet, "/v1/statement", "") }, http.StatusOK, 1},
 		{"a login", login, http.StatusUnauthorized, 1},
 	} {

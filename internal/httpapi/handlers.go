@@ -230,7 +230,7 @@ const maxDescription = 140
 // malformed PIX is a 400 that costs no quota; the look-up buckets are asked whether they could
 // pay for a miss, and then the PIX's own limit decides, per account (never per IP: a whole office
 // shares one), at the account's tier; the ledger moves the money; and the look-up buckets are
-// settled by the ledger's answer (lookupLimiter.beforePIX and afterPIX).
+// settled by the ledger's answer (lookupLimiter.admitPIX and afterPIX).
 func handlePIX(ledger pix.Payments, limit enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
 	type payee struct {
 		Key  string `json:"key"`

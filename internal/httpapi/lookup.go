@@ -54,25 +54,46 @@ func (l lookupLimiter) bank() check {
 	return check{limit, id}
 }
 
-// decided is a decide function for limiter.apply that hands over a decision already made (one
-// step of a ratelimit.Limiter.Sequence: ds and err as it returned them, i the step).
-func decided(ds []ratelimit.Decision, err error, i int) func(context.Context) (ratelimit.Decision, error) {
-	return func(context.Context) (ratelimit.Decision, error) {
-		switch {
-		case err != nil:
-			return ratelimit.Decision{}, err
-		case i >= len(ds):
-			return ratelimit.Decision{}, fmt.Errorf("httpapi: step %d of a sequence that ran %d", i+1, len(ds))
-		}
-		return ds[i], nil
+// sequence is what a ratelimit.Limiter.Sequence returned (the decisions of the steps that ran,
+// its error) and how long the call took, for limiter.answer to answer each step.
+type sequence struct {
+	ds   []ratelimit.Decision
+	err  error
+	took time.Duration
+}
+
+// sequenceOf runs steps as one Sequence.
+func (l lookupLimiter) sequenceOf(ctx context.Context, steps ...ratelimit.Step) sequence {
+	start := time.Now()
+	ds, err := l.core.Sequence(ctx, steps...)
+	return sequence{ds, err, time.Since(start)}
+}
+
+// step is the i-th step's decision: the decision made, if the step ran (on a cluster, steps can
+// run before one fails); else the sequence's error; else, the sequence having stopped at an
+// earlier refusal that its route let through (a shadow limit), an ErrUnavailable, so that the
+// step's fail mode answers.
+func (s sequence) step(i int) (ratelimit.Decision, error) {
+	switch {
+	case i < len(s.ds):
+		return s.ds[i], nil
+	case s.err != nil:
+		return ratelimit.Decision{}, s.err
 	}
+	return ratelimit.Decision{}, fmt.Errorf("%w: step %d of a sequence that stopped after %d", ratelimit.ErrUnavailable, i+1, len(s.ds))
+}
+
+// answerStep is limiter.answer for step i of s.
+func (l lookupLimiter) answerStep(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs []check, s sequence, i int) (ratelimit.Decision, error) {
+	d, err := s.step(i)
+	return l.answer(c, report, cs, d, err, s.took)
 }
 
 // answerAsk answers the ask of the payer's bucket (user) and the bank's (bank) made by decide,
 // taking nothing: an empty payer's bucket is a 429 reporting it, else an empty bank's bucket is
 // a 503 lookup_capacity_exhausted without RateLimit headers; the fail mode is the payer
 // bucket's. With quiet, an admission sets no RateLimit headers.
-func (l lookupLimiter) answerAsk(c echo.Context, user, bank check, quiet bool, decide func(context.Context) (ratelimit.Decision, error)) error {
+func (l lookupLimiter) answerAsk(c echo.Context, user, bank check, quiet bool, asked sequence) error {
 	bank.limit.FailMode = user.limit.FailMode
 	payerEmpty := func(d ratelimit.Decision) bool { return !d.Allowed && d.Results[0].RetryAfter > 0 }
 	report := func(d ratelimit.Decision) ratelimit.Decision {
@@ -86,7 +107,7 @@ func (l lookupLimiter) answerAsk(c echo.Context, user, bank check, quiet bool, d
 		}
 		return d.Only(0)
 	}
-	d, err := l.apply(c, report, []check{user, bank}, decide)
+	d, err := l.answerStep(c, report, []check{user, bank}, asked, 0)
 	var e *Error
 	if errors.As(err, &e) && e.Code == CodeRateLimitExceeded && !payerEmpty(d) {
 		return l.exhausted(bank.limit, e.RetryAfter)
@@ -114,25 +135,25 @@ func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, gra
 	if grant != nil {
 		steps = append(steps, ratelimit.GrantStep(*grant))
 	}
-	ds, err := l.core.Sequence(c.Request().Context(), steps...)
+	paid := l.sequenceOf(c.Request().Context(), steps...)
 	report := func(d ratelimit.Decision) ratelimit.Decision {
 		if quiet && d.Allowed {
 			return ratelimit.Decision{Allowed: true}
 		}
 		return d
 	}
-	if _, err := l.apply(c, report, []check{user}, decided(ds, err, 0)); err != nil {
+	if _, err := l.answerStep(c, report, []check{user}, paid, 0); err != nil {
 		return err
 	}
 	bankReport := func(d ratelimit.Decision) ratelimit.Decision {
 		return ratelimit.Decision{Allowed: d.Allowed, Worst: d.Worst}
 	}
-	_, payErr := l.apply(c, bankReport, []check{bank}, decided(ds, err, 1))
+	_, payErr := l.answerStep(c, bankReport, []check{bank}, paid, 1)
 	var e *Error
 	if errors.As(payErr, &e) && e.Code == CodeRateLimitExceeded {
 		return l.exhausted(bank.limit, e.RetryAfter)
 	}
-	if payErr == nil && grant != nil && (err != nil || len(ds) < 3) {
+	if payErr == nil && grant != nil && len(paid.ds) < 3 {
 		l.events.log("grant:"+dict.VoucherPolicy.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
 			"policy", dict.VoucherPolicy.Name)
 	}
@@ -171,13 +192,17 @@ func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, k
 // afterPIX.
 func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, own check) (check, error) {
 	user, bank := l.bucket(s, t), l.bank()
-	ds, err := l.core.Sequence(c.Request().Context(), ratelimit.AskStep(checks([]check{user, bank})...), ratelimit.AllowStep(checks([]check{own})...))
-	asked := user
-	asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
-	if err := l.answerAsk(c, asked, bank, true, decided(ds, err, 0)); err != nil {
+	if d, full := l.core.KnownFull(checks([]check{own})...); full { // refused from memory: asking the buckets would change nothing
+		_, err := l.answer(c, nil, []check{own}, d, nil, 0)
 		return user, err
 	}
-	_, err = l.apply(c, nil, []check{own}, decided(ds, err, 1))
+	decided := l.sequenceOf(c.Request().Context(), ratelimit.AskStep(checks([]check{user, bank})...), ratelimit.AllowStep(checks([]check{own})...))
+	asked := user
+	asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
+	if err := l.answerAsk(c, asked, bank, true, decided); err != nil {
+		return user, err
+	}
+	_, err := l.answerStep(c, nil, []check{own}, decided, 1)
 	return user, err
 }
 
@@ -225,10 +250,7 @@ func handleLookup(ledger pix.Payments, lookups lookupLimiter) echo.HandlerFunc {
 			return invalid("invalid PIX key", map[string]string{"key": err.Error()})
 		}
 		user, bank := lookups.bucket(s, keyType), lookups.bank()
-		err = lookups.answerAsk(c, user, bank, false, func(ctx context.Context) (ratelimit.Decision, error) {
-			return lookups.core.AskAll(ctx, checks([]check{user, bank})...)
-		})
-		if err != nil {
+		if err := lookups.answerAsk(c, user, bank, false, lookups.sequenceOf(c.Request().Context(), ratelimit.AskStep(checks([]check{user, bank})...))); err != nil {
 			return err
 		}
 		p, err := ledger.LookupKey(c.Request().Context(), key)

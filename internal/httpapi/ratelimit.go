@@ -108,7 +108,13 @@ func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit
 	decide func(ctx context.Context) (ratelimit.Decision, error)) (ratelimit.Decision, error) {
 	start := time.Now()
 	d, err := decide(c.Request().Context())
-	took := time.Since(start)
+	return r.answer(c, report, cs, d, err, time.Since(start))
+}
+
+// answer is apply for a decision already made (d, or err), in took: one step of a
+// ratelimit.Limiter.Sequence, whose call's time each step reports.
+func (r limiter) answer(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs []check,
+	d ratelimit.Decision, err error, took time.Duration) (ratelimit.Decision, error) {
 	decided := checks(cs)
 	if err != nil {
 		if !errors.Is(err, ratelimit.ErrUnavailable) || c.Request().Context().Err() != nil {

@@ -72,6 +72,11 @@ func NewServer(d Deps) (http.Handler, error) {
 	if err := validateTogether(d.Limits.LoginIP, d.Limits.LoginNet, d.Limits.LoginAccount, d.Limits.LoginDevice); err != nil {
 		return nil, err
 	}
+	for _, l := range []enforce.RouteLimit{d.Limits.PIX, d.Limits.Statement, d.Limits.Settings} {
+		if err := validateTogether(l); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
 	for _, l := range []enforce.RouteLimit{d.Limits.PIXLookup, d.Limits.PIXLookupPJ, d.Limits.LookupParticipant} {
 		if err := l.Policy.Validate(); err != nil || l.Policy.Algorithm != ratelimit.TokenBucket {
 			return nil, fmt.Errorf("httpapi: the key look-up needs valid token_bucket policies (%s: %v)", l.Policy.Name, err)

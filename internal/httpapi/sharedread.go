@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/pixlimit/pixlimit/internal/pix"
@@ -62,7 +63,7 @@ func (r *limitsReads) Read(ctx context.Context, account string) (pix.MoneyLimits
 // run reads for read, then for the reads queued behind it, one after the other.
 func (r *limitsReads) run(ctx context.Context, account string, read *limitsRead) {
 	for read != nil {
-		read.limits, read.err = r.ledger.Limits(ctx, account)
+		read.limits, read.err = r.readOnce(ctx, account)
 		r.mu.Lock()
 		next := read.next
 		if next == nil {
@@ -74,4 +75,15 @@ func (r *limitsReads) run(ctx context.Context, account string, read *limitsRead)
 		close(read.done)
 		read = next
 	}
+}
+
+// readOnce is one ledger read; a panic in it is an error for its callers, since no request's
+// recovery reaches this goroutine.
+func (r *limitsReads) readOnce(ctx context.Context, account string) (l pix.MoneyLimits, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("httpapi: reading the limits in force: panic: %v", p)
+		}
+	}()
+	return r.ledger.Limits(ctx, account)
 }

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -16,6 +17,7 @@ type Step struct {
 	checks  []Check
 	op      op
 	voucher bool // a voucher's step (Redeem, Grant), not an algorithm's
+	tokens  bool // a charge or a refund: token_bucket policies only
 }
 
 // AllowStep is AllowAll(checks...) as a step.
@@ -26,11 +28,11 @@ func AllowStep(checks ...Check) Step { return Step{checks: checks, op: op{kind: 
 func AskStep(checks ...Check) Step { return Step{checks: checks, op: op{kind: opAsk}} }
 
 // ChargeStep is AllowN(c, n) as a step.
-func ChargeStep(c Check, n int) Step { return Step{checks: []Check{c}, op: cost(n)} }
+func ChargeStep(c Check, n int) Step { return Step{checks: []Check{c}, op: cost(n), tokens: true} }
 
 // RefundStep is Refund(n, checks...) as a step. It is never refused.
 func RefundStep(n int, checks ...Check) Step {
-	return Step{checks: checks, op: op{kind: opRefund, n: n}}
+	return Step{checks: checks, op: op{kind: opRefund, n: n}, tokens: true}
 }
 
 // RedeemStep is Redeem(c) as a step: admitted when it took a grant, refused (ending the
@@ -45,10 +47,13 @@ func (s Step) validate() error {
 	if len(s.checks) == 0 || s.voucher && len(s.checks) != 1 {
 		return errors.New("ratelimit: a step needs checks (a voucher's, one)")
 	}
-	if (s.op.kind == opCharge || s.op.kind == opRefund) && !s.voucher {
-		for _, c := range s.checks {
-			if c.Policy.algorithm() != TokenBucket || s.op.n < 1 {
-				return fmt.Errorf("ratelimit: %d tokens of %s: want 1 or more of a token_bucket policy", s.op.n, c.Policy.Name)
+	for _, c := range s.checks {
+		switch {
+		case s.tokens && (c.Policy.algorithm() != TokenBucket || s.op.kind == opRefund && s.op.n < 1 || s.op.n < 0):
+			return fmt.Errorf("ratelimit: %d tokens of %s: want a token_bucket policy, and 1 or more to refund", s.op.n, c.Policy.Name)
+		case s.voucher:
+			if err := c.Policy.Validate(); err != nil {
+				return err
 			}
 		}
 	}
@@ -101,10 +106,13 @@ var sequenceScript = func() *redis.Script {
 // be, so a sequence costs a call per step run.
 //
 // Price: a sequence is never batched. The deny cache answers its first step from memory, as it
-// would that step alone, and learns from every step's refusal, but a later step's key known to
-// be full is asked of Redis, which refuses it. A sequence counts once in Stats.Redis, and towards
-// the breaker as any call. The error wraps ErrUnavailable when Redis did not answer: none of the
-// steps is known to have run, and the sliding log's admissions among them are withdrawn.
+// would that step alone, and learns from every step's refusal (unless a refund in the sequence
+// may have made room), but a later step's key known to be full is asked of Redis, which refuses
+// it (KnownFull asks the cache first). A sequence counts once in Stats.Redis, and towards the
+// breaker as any call. The error wraps ErrUnavailable when Redis did not answer. On one Redis
+// none of the steps is then known to have run, and the sliding log's admissions among them are
+// withdrawn; on a cluster the decisions returned with the error are of the steps that ran
+// before the one that failed.
 func (l *Limiter) Sequence(ctx context.Context, steps ...Step) ([]Decision, error) {
 	if len(steps) == 0 {
 		return nil, errors.New("ratelimit: no steps")
@@ -140,12 +148,26 @@ func (l *Limiter) Sequence(ctx context.Context, steps ...Step) ([]Decision, erro
 	}
 	ds, err := l.runSequence(ctx, steps, keys)
 	l.called(ctx, err, all)
+	refunds := slices.ContainsFunc(steps, func(s Step) bool { return s.op.kind == opRefund })
 	for i, d := range ds {
-		if steps[i].cached() {
+		if steps[i].cached() && !refunds { // a refund after a full step may have made room
 			l.learn(d, keys[i], steps[i].checks, sent)
 		}
 	}
 	return ds, err
+}
+
+// KnownFull answers checks as AllowAll would from this Limiter's deny cache alone, with no call:
+// refused (Decision.DenyCached) when one of their keys is known to be full, ok false otherwise.
+// A caller whose Sequence asks something first and then decides checks can answer at once, when
+// ok, what the sequence would end with: its asks take nothing, so not asking them changes
+// nothing.
+func (l *Limiter) KnownFull(checks ...Check) (Decision, bool) {
+	d, ok := l.refuseLocally(l.keysOf(checks), checks, l.clock())
+	if ok {
+		l.stats.denyCached.Add(1)
+	}
+	return d, ok
 }
 
 // runSequence runs sequenceScript over the steps, within the budget, and decodes the replies of

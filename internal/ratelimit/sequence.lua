@@ -2,7 +2,7 @@
 -- the first that refuses: a PIX asks its look-up buckets (token_bucket), then decides its own
 -- limit (sliding_log, say), and a payment redeems a voucher, then refunds. Go puts every body's
 -- functions after prelude.lua, each decision wrapped in a function of its own, numbered as
--- sequenceBodies lists them (algorithm.go), then this loop: each step runs the very decision a
+-- sequenceScript lists them (sequence.go), then this loop: each step runs the very decision a
 -- lone call of its kind runs, on its own locals, and its reply joins the sequence's.
 --
 -- ARGV[1]            how many steps
