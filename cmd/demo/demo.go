@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,6 +114,19 @@ type reply struct {
 	body    map[string]any
 	raw     []byte
 	err     error
+}
+
+// exchange is the request line and the whole answer, as it came: status, every header, body.
+func (r reply) exchange() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %s %s\n  HTTP/1.1 %d %s\n", r.method, r.path, r.status, http.StatusText(r.status))
+	for _, k := range slices.Sorted(maps.Keys(r.header)) {
+		for _, v := range r.header[k] {
+			fmt.Fprintf(&b, "  %s: %s\n", k, v)
+		}
+	}
+	fmt.Fprintf(&b, "\n  %s", strings.TrimSpace(string(r.raw)))
+	return b.String()
 }
 
 func (r reply) code() string        { s, _ := r.body["error"].(string); return s }

@@ -28,6 +28,14 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// go-redis logs every failed dial to its own, process-wide logger: during the outage story a
+	// dozen "connection refused" lines that look like the demo failing. They are the library's,
+	// so they show with -v, as the replicas' logs do. (Set here, once, before anything dials.)
+	libraryLogs := io.Discard
+	if slices.ContainsFunc(os.Args[1:], func(a string) bool { return a == "-v" || a == "--v" || a == "-v=true" }) {
+		libraryLogs = os.Stderr
+	}
+	redis.SetLogger(libraryLog{libraryLogs})
 	if err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
@@ -187,6 +195,7 @@ func play(ctx context.Context, o options, getenv func(string) string, stdout, st
 	if o.verbose {
 		logs = stderr
 	}
+
 	var cleanup func()
 	if o.target == "" {
 		cleanup, err = d.selfContained(o.redisURL, o.passwordCost, logs)
@@ -236,4 +245,11 @@ func play(ctx context.Context, o options, getenv func(string) string, stdout, st
 		}
 	}
 	return nil
+}
+
+// libraryLog is go-redis's logger, writing to w.
+type libraryLog struct{ w io.Writer }
+
+func (l libraryLog) Printf(_ context.Context, format string, v ...any) {
+	fmt.Fprintf(l.w, "redis: "+format+"\n", v...)
 }

@@ -72,7 +72,9 @@ func burst(ctx context.Context, d *demo) error {
 		return nil
 	}
 	n := limit + 4
-	d.out.say("Then %d more at once, alternating replicas: %d in all, 5 past her limit of %d.", n, n+1, limit)
+	d.out.say("Then %d more at once, alternating replicas: %d in all, 5 past her limit of %d. They are concurrent:\n"+
+		"each line's remaining is what Redis said to that request, and the lines come in the order the answers\n"+
+		"came back, not the order Redis decided them.", n, n+1, limit)
 	replies := append([]reply{first}, d.burst(n, func(int) reply {
 		return d.pix(ctx, office, anaToken, pixBody("bruno@example.com", 1500))
 	})...)
@@ -81,6 +83,12 @@ func burst(ctx context.Context, d *demo) error {
 		counts[http.StatusCreated] == limit && counts[http.StatusTooManyRequests] == 5, seen)
 	wait, honest := retryAfter(replies)
 	d.expect("every 429 says rate_limit_exceeded and carries Retry-After", honest, fmt.Sprintf("Retry-After up to %ds", wait))
+	for _, r := range replies {
+		if r.status == http.StatusTooManyRequests {
+			d.out.say("One of the refusals, as it came:\n%s", r.exchange())
+			break
+		}
+	}
 
 	d.out.say("Bruno and Diego, behind the same IP, each send R$ 1,00 to Carla while Ana is blocked.")
 	b := d.show(d.pix(ctx, office, tokens[bruno.document], pixBody("carla@example.com", 100)))
