@@ -30,7 +30,7 @@ import (
 // POST /v1/pix from one account, while legitimate users log in, read statements and pay at a
 // normal pace. It runs twice in one process, with the deny cache and the circuit breaker off,
 // then on, each time through three phases: quiet (legitimate users only), flood, and flood with
-// Redis frozen (SIGSTOP) in its middle. It prints the table docs/benchmarks.md keeps:
+// Redis frozen (SIGSTOP) in its middle. It prints the table docs/benchmarks-history.md keeps:
 //
 //	go test -run '^$' -bench Flood -benchtime 1x .
 //

@@ -26,7 +26,7 @@
 // twice the limit in two seconds. Here the window ends wherever now is, so the requests admitted
 // at 12:00:59 stay counted until 12:01:59 (TestNoBoundaryBurst checks every such interval of a
 // long random run). The price is memory: one entry per admitted request, where a counter costs one
-// number (docs/benchmarks.md has the bytes per key of every algorithm).
+// number (docs/benchmarks-history.md has the bytes per key of every algorithm).
 //
 // # One script, one round trip, one clock
 //
