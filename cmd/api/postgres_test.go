@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -422,5 +423,58 @@ func TestASlowCommitOnARealServer(t *testing.T) {
 	}
 	if got := a.Balance(ana); got != before-700 {
 		t.Errorf("balance %d, want %d: the money moves once", got, before-700)
+	}
+}
+
+// TestReadsGiveWayToPayments: Ana's six PIX hold every connection of the replica's pool (the
+// first's COMMIT held at the gate, the others behind her row's lock or waiting for a
+// connection). Meanwhile Diego's statement is answered at once 503 ledger_busy with Retry-After
+// 1, and spends no quota; once the COMMIT is let through, every PIX is 201: the payments kept
+// the database.
+func TestReadsGiveWayToPayments(t *testing.T) {
+	t.Parallel()
+	gate := pgtest.NewGate(t, pgtest.URL(t))
+	a := startAPI(t, redistest.Start(t), map[string]string{"DATABASE_URL": gate.URL, "DEMO_ACCOUNTS": "true",
+		"DB_TIMEOUT": "5s", "PIX_LIMIT": "100", "STATEMENT_LIMIT": "100"})
+	ana, diego := a.Token(demo[0].Document, demo[0].Password), a.Token(demo[3].Document, demo[3].Password)
+	meter := stalls.Watch(t)
+	gate.HoldCommits()
+	released := false
+	defer func() {
+		if !released {
+			gate.ReleaseCommits()
+		}
+	}()
+	pix := make(chan apitest.Response, 6)
+	for range 6 {
+		go func() { pix <- a.PIX(ana, "bruno@example.com", 100) }()
+	}
+	for deadline := time.Now().Add(10 * time.Second); gate.Held() < 1 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	} // the first PIX holds its COMMIT, and its row: the five after it fill the pool at once
+	served := 0 // statements decided before the pool filled (answered, or timed out waiting): each spent a unit of quota
+	var shed apitest.Response
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); served++ {
+		if r := a.Statement(diego); r.Status == http.StatusServiceUnavailable && r.JSON(t)["error"] == "ledger_busy" {
+			shed = r
+			break
+		}
+	}
+	if shed.Status != http.StatusServiceUnavailable || shed.JSON(t)["error"] != "ledger_busy" || shed.Header.Get("Retry-After") != "1" {
+		t.Fatalf("a statement while the PIX hold the pool: %v Retry-After %q, want 503 ledger_busy, Retry-After 1 (%d served first)",
+			shed, shed.Header.Get("Retry-After"), served)
+	}
+	if took := meter.Just(shed.Took); took > time.Second {
+		t.Errorf("the shed statement took %v: it should not wait for a connection", took)
+	}
+	gate.ReleaseCommits()
+	released = true
+	for range 6 {
+		if r := <-pix; r.Status != http.StatusCreated {
+			t.Errorf("a PIX while statements were shed: %v, want 201", r)
+		}
+	}
+	r := apitest.UntilAnswered(t, func() apitest.Response { return a.Statement(diego) })
+	if got, want := r.Header.Get("RateLimit-Remaining"), fmt.Sprint(100-served-1); r.Status != http.StatusOK || got != want {
+		t.Errorf("the statement after: %v, RateLimit-Remaining %s, want %s: the shed one spent nothing", r, got, want)
 	}
 }

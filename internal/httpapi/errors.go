@@ -42,6 +42,7 @@ const (
 	CodeClientClosedRequest     Code = "client_closed_request"
 	CodeInternal                Code = "internal_error"
 	CodeLedgerUnavailable       Code = "ledger_unavailable"
+	CodeLedgerBusy              Code = "ledger_busy"
 	CodeTransferOutcomeUnknown  Code = "transfer_outcome_unknown"
 	CodeLookupCapacityExhausted Code = "lookup_capacity_exhausted"
 )
@@ -73,6 +74,7 @@ var codes = map[Code]struct {
 	CodeClientClosedRequest:    {499, "the client closed the request"}, // nginx's: logged as what it is rather than as a 500
 	CodeInternal:               {http.StatusInternalServerError, "internal error"},
 	CodeLedgerUnavailable:      {http.StatusServiceUnavailable, "the ledger did not answer in time; nothing was changed, try again later"},
+	CodeLedgerBusy:             {http.StatusServiceUnavailable, "the ledger is busy with payments; try again later"},
 	CodeLookupCapacityExhausted: {http.StatusServiceUnavailable, "the bank's key look-up quota at the central bank's DICT is spent for now; " +
 		"this is not your doing, try again after the time given"},
 	CodeTransferOutcomeUnknown: {http.StatusServiceUnavailable, "the ledger did not confirm this transfer in time: it may have been made. " +

@@ -334,8 +334,10 @@ func printable(s string) bool {
 }
 
 // handleStatement shows the account's statement, newest first: the query is validated (a 400
-// costs no quota), the statement limit decides per account at the account's tier, and the
-// ledger answers.
+// costs no quota); a read gives way to payments: while the ledger is busy (every connection in
+// use, none idle) it is answered 503 ledger_busy at once, spending no quota, instead of queueing
+// behind the transfers; then the statement limit decides per account at the account's tier, and
+// the ledger answers.
 func handleStatement(ledger pix.Payments, decide limiter, limit enforce.RouteLimit, tiers *Tiers) echo.HandlerFunc {
 	type entry struct {
 		EndToEndID   string        `json:"end_to_end_id"`
@@ -358,6 +360,10 @@ func handleStatement(ledger pix.Payments, decide limiter, limit enforce.RouteLim
 		n, err := statementSize(c)
 		if err != nil {
 			return err
+		}
+		if ledger.Busy() {
+			decide.metrics.shed(limit.Policy.Name)
+			return &Error{Code: CodeLedgerBusy, RetryAfter: time.Second}
 		}
 		if err := decide.enforce(c, nil, check{tiers.limitOf(limit, s, true), s.Account}); err != nil {
 			return err

@@ -34,6 +34,7 @@ const (
 	outcomeFailedClosed  = "failed_closed"  // Redis could not decide; refused
 	outcomeShadowRefused = "shadow_refused" // refused by a policy in shadow mode; served anyway
 	outcomeFallback      = "decided_local"  // Redis could not decide; decided in the replica's memory
+	outcomeShed          = "shed"           // a read that gave way to payments (ledger_busy), decided by no one
 )
 
 // LimiterGauges is what the metrics read of a limiter when scraped (a *ratelimit.Limiter).
@@ -93,6 +94,13 @@ func NewMetrics(reg prometheus.Registerer, limiter LimiterGauges) (*Metrics, err
 }
 
 // decided counts one decision over checks, whose policies share its outcome, and its time.
+// shed counts a request of policy that gave way to payments before any decision (ledger_busy).
+func (m *Metrics) shed(policy string) {
+	if m != nil {
+		m.decisions.WithLabelValues(policy, outcomeShed).Inc()
+	}
+}
+
 func (m *Metrics) decided(checks []ratelimit.Check, outcome string, took time.Duration) {
 	if m == nil {
 		return
@@ -170,6 +178,9 @@ func (l instrumented) LookupKey(ctx context.Context, key string) (pix.Payee, err
 func (l instrumented) Statement(ctx context.Context, accountID string, limit int) (pix.Statement, error) {
 	return timed(l, "statement", func() (pix.Statement, error) { return l.ledger.Statement(ctx, accountID, limit) })
 }
+
+// Busy is not timed: it asks the pool, not the database.
+func (l instrumented) Busy() bool { return l.ledger.Busy() }
 
 func (l instrumented) Limits(ctx context.Context, accountID string) (pix.MoneyLimits, error) {
 	return timed(l, "limits", func() (pix.MoneyLimits, error) { return l.ledger.Limits(ctx, accountID) })

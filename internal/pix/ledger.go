@@ -74,6 +74,9 @@ type Payments interface {
 	Transfer(ctx context.Context, r TransferRequest) (Receipt, error)
 	// Statement returns the account's balance and its newest entries, at most limit of them.
 	Statement(ctx context.Context, accountID string, limit int) (Statement, error)
+	// Busy says that every connection the ledger may hold is in use, none idle: a read asked
+	// now would queue behind the payments in progress, so it should give way to them.
+	Busy() bool
 }
 
 // MoneyLimitStore keeps each account's own money limits.

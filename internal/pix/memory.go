@@ -22,7 +22,28 @@ type MemoryLedger struct {
 	replays  map[idemKey]idemRecord
 	audit    auditLog
 	tiers    tierStore
+	// calls bounds the transfers and statements in progress, as a database's connection pool
+	// does (memoryCalls of them): Busy reports it full.
+	calls chan struct{}
 }
+
+// memoryCalls is how many transfers and statements a MemoryLedger serves at once: pgxpool's
+// least pool, so that the in-memory ledger gives way as the PostgreSQL one does.
+const memoryCalls = 4
+
+// call takes a place among the calls in progress, waiting for one up to ctx, and returns its
+// release.
+func (l *MemoryLedger) call(ctx context.Context) (func(), error) {
+	select {
+	case l.calls <- struct{}{}:
+		return func() { <-l.calls }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
+// Busy implements Ledger: every place for a call is taken.
+func (l *MemoryLedger) Busy() bool { return len(l.calls) == cap(l.calls) }
 
 type memAccount struct {
 	Account
@@ -60,6 +81,7 @@ func NewMemoryLedger(accounts []Account, opts ...Option) (*MemoryLedger, error) 
 		ids:      map[string]bool{},
 		replays:  map[idemKey]idemRecord{},
 		tiers:    newTierStore(),
+		calls:    make(chan struct{}, memoryCalls),
 	}
 	for _, a := range accounts {
 		if _, dup := l.accounts[a.ID]; dup {
@@ -92,10 +114,15 @@ func (l *MemoryLedger) AccountByDocument(_ context.Context, document string) (Ac
 }
 
 // Transfer implements Ledger.
-func (l *MemoryLedger) Transfer(_ context.Context, r TransferRequest) (Receipt, error) {
+func (l *MemoryLedger) Transfer(ctx context.Context, r TransferRequest) (Receipt, error) {
 	if err := r.valid(); err != nil {
 		return Receipt{}, err
 	}
+	release, err := l.call(ctx)
+	if err != nil {
+		return Receipt{}, err
+	}
+	defer release()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if rec, ok := l.replays[idemKey{r.From, r.IdempotencyKey}]; ok {
@@ -235,7 +262,12 @@ func (l *MemoryLedger) changeLimits(account string, change func(accountLimits, t
 }
 
 // Statement implements Ledger.
-func (l *MemoryLedger) Statement(_ context.Context, accountID string, limit int) (Statement, error) {
+func (l *MemoryLedger) Statement(ctx context.Context, accountID string, limit int) (Statement, error) {
+	release, err := l.call(ctx)
+	if err != nil {
+		return Statement{}, err
+	}
+	defer release()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	a, ok := l.accounts[accountID]

@@ -739,3 +739,68 @@ func demo() []Account {
 	}
 	return accounts
 }
+
+// TestBusyWhenEveryConnectionIsInUse: the ledger is busy exactly while its pool holds its most
+// connections and none is idle.
+func TestBusyWhenEveryConnectionIsInUse(t *testing.T) {
+	t.Parallel()
+	l, _ := gatedLedger(t, time.Second)
+	if l.Busy() {
+		t.Fatal("busy before any call")
+	}
+	held := make([]*pgxpool.Conn, l.pool.Config().MaxConns)
+	for i := range held {
+		c, err := l.pool.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[i] = c
+		if got, want := l.Busy(), i == len(held)-1; got != want {
+			t.Fatalf("%d of %d connections in use: busy %v, want %v", i+1, len(held), got, want)
+		}
+	}
+	held[0].Release()
+	if l.Busy() {
+		t.Error("busy with a connection idle")
+	}
+	for _, c := range held[1:] {
+		c.Release()
+	}
+}
+
+// TestTheMemoryLedgerBoundsItsCalls: the in-memory ledger serves memoryCalls transfers and
+// statements at once, as a pool would: busy when all are taken, and a call past them waits for a
+// place, up to its deadline.
+func TestTheMemoryLedgerBoundsItsCalls(t *testing.T) {
+	t.Parallel()
+	l, err := NewMemoryLedger(demo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var releases []func()
+	for range memoryCalls {
+		release, err := l.call(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		releases = append(releases, release)
+	}
+	if !l.Busy() {
+		t.Error("not busy with every place taken")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := l.Statement(ctx, "acct-ana", 1); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("a statement past the bound: %v, want ErrUnavailable at its deadline", err)
+	}
+	releases[0]()
+	if l.Busy() {
+		t.Error("busy with a place free")
+	}
+	if _, err := l.Statement(context.Background(), "acct-ana", 1); err != nil {
+		t.Errorf("a statement with a place free: %v", err)
+	}
+	for _, r := range releases[1:] {
+		r()
+	}
+}

@@ -99,6 +99,12 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, accoun
 // connect_timeout.
 const startupConnect = 10 * time.Second
 
+// Busy implements Ledger: the pool holds its most connections, and none is idle.
+func (l *PostgresLedger) Busy() bool {
+	st := l.pool.Stat()
+	return st.TotalConns() >= st.MaxConns() && st.IdleConns() == 0
+}
+
 // Close closes the connection pool.
 func (l *PostgresLedger) Close() { l.pool.Close() }
 
