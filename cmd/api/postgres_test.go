@@ -211,7 +211,9 @@ func TestALostDatabaseIsA503(t *testing.T) {
 		}
 	}
 	gate.Open()
-	if r := a.Statement(ana); r.Status != http.StatusOK {
+	// The first calls after the return may still miss the 500 ms on a loaded machine (a stress
+	// run's did), and say so; a client retries them.
+	if r := apitest.UntilAnswered(t, func() apitest.Response { return a.Statement(ana) }); r.Status != http.StatusOK {
 		t.Errorf("statement once the database is back: %v, want 200", r)
 	}
 }
