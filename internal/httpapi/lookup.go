@@ -69,6 +69,18 @@ func (l lookupLimiter) sequenceOf(ctx context.Context, steps ...ratelimit.Step) 
 	return sequence{ds, err, time.Since(start)}
 }
 
+// askAll is AskAll over cs as a one-step sequence, for answerAsk: a look-up's ask takes the
+// batched path of any lone decision.
+func (l lookupLimiter) askAll(ctx context.Context, cs ...check) sequence {
+	start := time.Now()
+	d, err := l.core.AskAll(ctx, checks(cs)...)
+	s := sequence{err: err, took: time.Since(start)}
+	if err == nil {
+		s.ds = []ratelimit.Decision{d}
+	}
+	return s
+}
+
 // step is the i-th step's decision: the decision made, if the step ran (on a cluster, steps can
 // run before one fails); else the sequence's error; else, the sequence having stopped at an
 // earlier refusal that its route let through (a shadow limit), an ErrUnavailable, so that the
@@ -250,7 +262,7 @@ func handleLookup(ledger pix.Payments, lookups lookupLimiter) echo.HandlerFunc {
 			return invalid("invalid PIX key", map[string]string{"key": err.Error()})
 		}
 		user, bank := lookups.bucket(s, keyType), lookups.bank()
-		if err := lookups.answerAsk(c, user, bank, false, lookups.sequenceOf(c.Request().Context(), ratelimit.AskStep(checks([]check{user, bank})...))); err != nil {
+		if err := lookups.answerAsk(c, user, bank, false, lookups.askAll(c.Request().Context(), user, bank)); err != nil {
 			return err
 		}
 		p, err := ledger.LookupKey(c.Request().Context(), key)

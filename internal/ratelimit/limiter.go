@@ -415,11 +415,18 @@ func (l *Limiter) Refund(ctx context.Context, n int, checks ...Check) (Decision,
 		if c.Policy.algorithm() != TokenBucket || n < 1 {
 			return Decision{}, fmt.Errorf("ratelimit: a refund of %d on %s: want 1 or more tokens of a token_bucket policy", n, c.Policy.Name)
 		}
-		if l.deny != nil {
-			l.deny.forget(l.keys.key(c.Policy, c.Identity))
+	}
+	l.forgetBlocks(l.keysOf(checks))
+	return l.do(ctx, op{kind: opRefund, n: n}, checks)
+}
+
+// forgetBlocks drops keys from this replica's deny cache: a refund is about to make room in them.
+func (l *Limiter) forgetBlocks(keys []string) {
+	if l.deny != nil {
+		for _, k := range keys {
+			l.deny.forget(k)
 		}
 	}
-	return l.do(ctx, op{kind: opRefund, n: n}, checks)
 }
 
 // do is the one path of every call that asks Redis (AllowAll, AllowN): the deny cache, the

@@ -131,10 +131,8 @@ func (l *Limiter) Sequence(ctx context.Context, steps ...Step) ([]Decision, erro
 	keys := make([][]string, len(steps))
 	for i, s := range steps {
 		keys[i] = l.keysOf(s.checks)
-		if s.op.kind == opRefund && l.deny != nil {
-			for _, k := range keys[i] {
-				l.deny.forget(k) // as Refund does
-			}
+		if s.op.kind == opRefund {
+			l.forgetBlocks(keys[i]) // as Refund does
 		}
 	}
 	if steps[0].cached() {
@@ -229,12 +227,9 @@ func (l *Limiter) sequenceApart(ctx context.Context, steps []Step) ([]Decision, 
 			var ok bool
 			ok, err = l.voucher(ctx, s.checks[0], s.op)
 			d = Decision{Allowed: ok}
+		} else if s.op.kind == opRefund {
+			d, err = l.Refund(ctx, s.op.n, s.checks...)
 		} else {
-			if s.op.kind == opRefund && l.deny != nil {
-				for _, k := range l.keysOf(s.checks) {
-					l.deny.forget(k)
-				}
-			}
 			d, err = l.do(ctx, s.op, s.checks)
 		}
 		if err != nil {
