@@ -223,9 +223,6 @@ type RateLimitConfig struct {
 	Limiter *ratelimit.Limiter
 	// RouteLimit is the limit applied. Required, its policy valid (ratelimit.Policy.Validate).
 	RouteLimit enforce.RouteLimit
-	// LimitOf, when set, is the limit applied to a request: RouteLimit as that client's plan has
-	// it, say. Default: RouteLimit for every request.
-	LimitOf func(c echo.Context, l enforce.RouteLimit) enforce.RouteLimit
 	// Identify names the client of a request; its error is answered as is (such as 401 for a
 	// route limited per account). Default: the client IP from c.RealIP, as
 	// ratelimit.IPIdentity, which is only as trustworthy as Echo's IPExtractor.
@@ -267,11 +264,7 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 			if err != nil {
 				return err
 			}
-			limit := config.RouteLimit
-			if config.LimitOf != nil {
-				limit = config.LimitOf(c, limit)
-			}
-			if err := r.enforce(c, nil, check{limit, id}); err != nil {
+			if err := r.enforce(c, nil, check{config.RouteLimit, id}); err != nil {
 				return err
 			}
 			return next(c)
