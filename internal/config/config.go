@@ -326,7 +326,7 @@ func (cfg *environment) check(p *problems) Config {
 		p.add("DB_TIMEOUT", "%v with REDIS_TIMEOUT %v: a PIX could take %v (%d limiter decisions, its statements and "+
 			"its COMMIT %v each, up to %v to learn an unknown outcome), past the %v within which every answer is "+
 			"written (the server's write timeout is %v, the shipped HAProxy's 20s); lower DB_TIMEOUT",
-			cfg.DBTimeout, cfg.RedisTimeout, longest, out.decisionsPerRequest(), cfg.DBTimeout,
+			cfg.DBTimeout, cfg.RedisTimeout, longest, out.limiterCalls(), cfg.DBTimeout,
 			pix.LongestTransfer(cfg.DBTimeout)-2*cfg.DBTimeout, WriteTimeout-writeMargin, WriteTimeout)
 	}
 	between(p, "TOKEN_TTL", cfg.TokenTTL, time.Second, 365*24*time.Hour)
@@ -507,11 +507,12 @@ const (
 // configuration in which it does not fit in WriteTimeout, so that a client always gets an
 // answer, even one saying the transfer's outcome is unknown.
 func (cfg Config) LongestRequest() time.Duration {
-	return time.Duration(cfg.decisionsPerRequest())*cfg.RedisTimeout + pix.LongestTransfer(cfg.DBTimeout)
+	return time.Duration(cfg.limiterCalls())*cfg.RedisTimeout + pix.LongestTransfer(cfg.DBTimeout)
 }
 
-// decisionsPerRequest is decisionsPerRequest, or clusterDecisionsPerRequest on a cluster.
-func (cfg Config) decisionsPerRequest() int {
+// limiterCalls is the most limiter calls of one request here: decisionsPerRequest, or
+// clusterDecisionsPerRequest on a cluster.
+func (cfg Config) limiterCalls() int {
 	if len(cfg.Redis.Cluster) > 0 {
 		return clusterDecisionsPerRequest
 	}
