@@ -131,7 +131,7 @@ func (r limiter) answer(c echo.Context, report func(ratelimit.Decision) ratelimi
 			r.metrics.decided(decided, outcomeFailedOpen, took)
 			return ratelimit.Decision{}, nil
 		}
-		d = r.core.AllowFallback(decided...) // enforce.FailFallback: decided here, reported and refused as any decision
+		d = r.core.AllowFallback(c.Request().Context(), decided...) // enforce.FailFallback: decided here, reported and refused as any decision
 	}
 	shadow := cs[0].limit.Shadow // limits decided together share it (validateTogether)
 	switch {

@@ -59,8 +59,13 @@ func TestEveryAlgorithmRunsOnTheEmbeddedRedis(t *testing.T) {
 	for _, a := range ratelimit.Algorithms() {
 		p := ratelimit.Policy{Name: "embedded", Limit: 2, Window: time.Minute, Algorithm: a}
 		q := ratelimit.Policy{Name: "second", Limit: 1, Window: time.Minute, Algorithm: a}
-		for i, want := range []bool{true, false} {
-			d, err := l.AllowAll(ctx, ratelimit.Check{Policy: p, Identity: "x"}, ratelimit.Check{Policy: q, Identity: "x"})
+		checks, wants := []ratelimit.Check{{Policy: p, Identity: "x"}, {Policy: q, Identity: "x"}}, []bool{true, false}
+		if a == ratelimit.LeakyBucket { // a queue of one key: one served now, one waiting, then full
+			p.Queue = 1
+			checks, wants = []ratelimit.Check{{Policy: p, Identity: "x"}}, []bool{true, true, false}
+		}
+		for i, want := range wants {
+			d, err := l.AllowAll(ctx, checks...)
 			if err != nil || d.Allowed != want {
 				t.Errorf("%s, request %d: %+v, %v; want allowed=%v", a, i+1, d, err, want)
 			}
@@ -71,6 +76,9 @@ func TestEveryAlgorithmRunsOnTheEmbeddedRedis(t *testing.T) {
 	// packed log's SET ... KEEPTTL). Exactly the limit is admitted.
 	for _, a := range ratelimit.Algorithms() {
 		p := ratelimit.Policy{Name: "concurrent", Limit: 5, Window: time.Hour, Algorithm: a}
+		if a == ratelimit.LeakyBucket {
+			p.Queue = 4 // one served now, four waiting
+		}
 		// The fixed and sliding windows count calendar windows, on the embedded Redis's clock: a
 		// burst across a boundary is two windows' (the 2× hole, by design). A loaded machine's
 		// burst of 24 can take seconds: start it well inside one window.

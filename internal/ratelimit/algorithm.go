@@ -37,11 +37,16 @@ const (
 	// GCRA is the leaky bucket as a meter: the decisions of a token bucket of the same Burst and
 	// rate, from one number of state.
 	GCRA Algorithm = "gcra"
+	// LeakyBucket is the leaky bucket as a queue: one request leaves every Window / Limit, and
+	// up to Queue wait for their turns, each holding a place of its own; past that, refused. An
+	// admission comes with a Wait, and the caller holds the request until its turn (Limiter.Wait).
+	// One key per decision; a place per waiter in a sorted set.
+	LeakyBucket Algorithm = "leaky_bucket"
 )
 
-// Algorithms lists every algorithm, the default first.
+// Algorithms lists every algorithm, the default first, the queue last.
 func Algorithms() []Algorithm {
-	return []Algorithm{SlidingLog, SlidingLogPacked, SlidingWindow, FixedWindow, TokenBucket, GCRA}
+	return []Algorithm{SlidingLog, SlidingLogPacked, SlidingWindow, FixedWindow, TokenBucket, GCRA, LeakyBucket}
 }
 
 // UnmarshalText parses an algorithm's name; "" is SlidingLog.
@@ -87,6 +92,8 @@ var (
 	tokenBucketLua string
 	//go:embed gcra.lua
 	gcraLua string
+	//go:embed leaky_bucket.lua
+	leakyBucketLua string
 	//go:embed batch.lua
 	batchLua string
 )
@@ -101,6 +108,7 @@ var bodies = map[Algorithm]string{
 	FixedWindow:      fixedWindowLua,
 	TokenBucket:      tokenBucketLua,
 	GCRA:             gcraLua,
+	LeakyBucket:      leakyBucketLua,
 }
 
 // scripts decide one request each: the shared prelude (the clock, the arguments, the reply), one

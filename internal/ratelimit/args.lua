@@ -11,7 +11,7 @@
 -- ARGV[3i+3]   burst of KEYS[i]
 
 id, now = ARGV[1], tonumber(ARGV[2]) or clock()
-undo_at, cost = operation(ARGV[3])
+undo_at, cost, max_wait = operation(ARGV[3])
 keys, n = KEYS, #KEYS
 limits, windows, bursts = {}, {}, {}
 for i = 1, n do

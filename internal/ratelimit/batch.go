@@ -144,8 +144,9 @@ func (b *batcher) send(batch []*pending) {
 	keys, args := batchArgs(batch)
 	vals, err := batchScripts[b.a].Run(ctx, b.l.rdb, keys, args...).Int64Slice()
 	want := 0
+	queued := b.a == LeakyBucket
 	for _, p := range batch {
-		want += 2 + 2*len(p.keys)
+		want += replySize(len(p.keys), queued)
 	}
 	if err == nil && len(vals) != want {
 		err = fmt.Errorf("batch of %d returned %d values, want %d", len(batch), len(vals), want)
@@ -155,8 +156,8 @@ func (b *batcher) send(batch []*pending) {
 			p.done <- batchResult{err: fmt.Errorf("%w: %w", ErrUnavailable, err)}
 			continue
 		}
-		m := 2 + 2*len(p.keys)
-		r, rerr := parseReply(vals[:m:m], len(p.keys))
+		m := replySize(len(p.keys), queued)
+		r, rerr := parseReply(vals[:m:m], len(p.keys), queued)
 		vals = vals[m:]
 		p.done <- batchResult{r, rerr}
 	}

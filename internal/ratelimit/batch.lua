@@ -31,7 +31,7 @@ local k, pos = 0, 3
 for d = 1, count do
   n, id = tonumber(ARGV[pos]), ARGV[pos + 1]
   now = member_now(ARGV[pos + 2])
-  undo_at, cost = operation(ARGV[pos + 3])
+  undo_at, cost, max_wait = operation(ARGV[pos + 3])
   if n == 1 then
     local j = tonumber(ARGV[pos + 4])
     one[1] = KEYS[k + 1]

@@ -33,6 +33,9 @@ func TestBatchesDecideAsOneByOne(t *testing.T) {
 			if a.Bursty() {
 				p.Burst, q.Burst = 7, 4
 			}
+			if a == LeakyBucket { // a queue decides one key at a time
+				p.Queue, q.Queue = 4, 3
+			}
 			b := batched.batch[a]
 			if b == nil {
 				t.Fatal("no batcher: batching is off by default")
@@ -44,7 +47,10 @@ func TestBatchesDecideAsOneByOne(t *testing.T) {
 				var want []reply
 				for range size {
 					checks := []Check{{p, fmt.Sprint("id", rng.IntN(40))}}
-					if rng.IntN(3) == 0 {
+					switch {
+					case a == LeakyBucket && rng.IntN(3) == 0:
+						checks = []Check{{q, fmt.Sprint("other", rng.IntN(10))}}
+					case a != LeakyBucket && rng.IntN(3) == 0:
 						checks = append(checks, Check{q, fmt.Sprint("other", rng.IntN(10))})
 					}
 					keys := make([]string, len(checks))
@@ -66,7 +72,7 @@ func TestBatchesDecideAsOneByOne(t *testing.T) {
 					if got.err != nil {
 						t.Fatalf("decision %d: %v", n-size+i, got.err)
 					}
-					if got.r.allowed != want[i].allowed || !slices.Equal(got.r.pairs, want[i].pairs) || got.r.now != want[i].now {
+					if got.r.allowed != want[i].allowed || !slices.Equal(got.r.pairs, want[i].pairs) || got.r.now != want[i].now || got.r.wait != want[i].wait {
 						t.Fatalf("decision %d, member %d of a batch of %d: batched %+v, alone %+v", n-size+i, i, size, got.r, want[i])
 					}
 				}
@@ -89,6 +95,9 @@ func TestABatchReadsTheClockOnce(t *testing.T) {
 			p := Policy{Name: "clock-" + string(a), Limit: 3, Window: time.Minute, Algorithm: a, Burst: 3}
 			if !a.Bursty() {
 				p.Burst = 0
+			}
+			if a == LeakyBucket {
+				p.Queue = 2 // one served now, two waiting
 			}
 			member := func(identity string) *pending {
 				checks := []Check{{p, identity}}

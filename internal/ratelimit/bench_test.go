@@ -53,7 +53,7 @@ func BenchmarkDecision(b *testing.B) {
 			name string
 			l    *Limiter
 			algs []Algorithm
-		}{{"one_key", l, Algorithms()}, {"one_key_unbatched", alone, []Algorithm{SlidingLog, SlidingLogPacked}}} {
+		}{{"one_key", l, meters()}, {"one_key_unbatched", alone, []Algorithm{SlidingLog, SlidingLogPacked}}} {
 			for _, a := range row.algs {
 				b.Run(fmt.Sprintf("%s/%s/p=%d", a, row.name, par), func(b *testing.B) {
 					p := fresh("one")
@@ -178,7 +178,7 @@ func TestMemoryPerKey(t *testing.T) {
 	l, rdb, _ := newTestLimiter(t)
 	withClock(l)
 	ctx := context.Background()
-	for _, a := range Algorithms() {
+	for _, a := range meters() {
 		for _, limit := range []int{10, 1000} {
 			p := Policy{Name: fmt.Sprint("mem", limit), Limit: limit, Window: time.Minute, Algorithm: a}
 			for range limit {

@@ -22,7 +22,7 @@ import (
 // TestSplitDecisionWithdraws forces the cluster path on one node, for every algorithm: when the
 // second key refuses, the first key's admission is withdrawn and its quota is whole again.
 func TestSplitDecisionWithdraws(t *testing.T) {
-	for _, a := range Algorithms() {
+	for _, a := range meters() {
 		t.Run(string(a), func(t *testing.T) {
 			t.Parallel()
 			l, _, _ := newTestLimiter(t)

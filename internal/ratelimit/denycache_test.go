@@ -46,7 +46,7 @@ func world(t *testing.T, newClient func() redis.Scripter, prefix string, replica
 // also have answered a good share of the refusals, or the test proves nothing.
 func TestTheDenyCacheDecidesAsRedisDoes(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, a := range Algorithms() {
+	for _, a := range meters() {
 		t.Run(string(a), func(t *testing.T) {
 			t.Parallel()
 			clk := &clock{now: time.UnixMicro(1_800_000_000_000_000)}

@@ -98,13 +98,18 @@ func (l *Limiter) heartbeat() {
 func (l *Limiter) FleetSize() int { return int(l.fleet.Load()) }
 
 // AllowFallback decides a request in this replica's memory, at its share of each check's limit
-// (⌈Limit / FleetSize⌉ per Window, every algorithm counted as an exact sliding log): what a
+// (⌈Limit / FleetSize⌉ per Window, every meter counted as an exact sliding log): what a
 // caller does instead of failing open or closed while Redis cannot decide. The Decision reports
 // the local quota as each Result's Policy.Limit and Capacity, and Fallback is set. The checks
 // are decided together: admitted only if every key has room, and recorded in all or none.
-func (l *Limiter) AllowFallback(checks ...Check) Decision {
+// A queue (LeakyBucket) paces here at its share, ⌈Limit / N⌉ per Window with ⌈Queue / N⌉
+// places, and its admission waits its turn as any (Wait), within ctx's deadline.
+func (l *Limiter) AllowFallback(ctx context.Context, checks ...Check) Decision {
 	n := max(1, l.FleetSize())
 	now := l.clock()
+	if len(checks) == 1 && queued(checks) {
+		return l.queueFallback(ctx, checks[0], n, now)
+	}
 	keys := make([]string, len(checks))
 	quotas := make([]Policy, len(checks))
 	for i, c := range checks {
@@ -121,5 +126,26 @@ func (l *Limiter) AllowFallback(checks ...Check) Decision {
 	}
 	d := newDecision(allowed, pairs, local) // as a script's reply would build it
 	d.Fallback = true
+	return d
+}
+
+// queueFallback is AllowFallback of one queue's request, at now, in a fleet of n.
+func (l *Limiter) queueFallback(ctx context.Context, c Check, n int, now time.Time) Decision {
+	q := c.Policy
+	q.Limit, q.Queue = (q.Limit+n-1)/n, (q.Queue+n-1)/n
+	if l.waiters.full() {
+		d := l.tooManyWaiting([]Check{{Policy: q, Identity: c.Identity}})
+		d.Fallback = true
+		return d
+	}
+	key, id := l.keys.key(c.Policy, c.Identity), requestID()
+	o := l.queueOp(ctx, op{kind: opDecide})
+	allowed, remaining, reset, wait := l.fallback.queue(now, key, q, o.within, id)
+	d := newDecision(allowed, []int64{remaining, reset}, []Check{{Policy: q, Identity: c.Identity}})
+	d.Fallback = true
+	if allowed && wait > 0 {
+		d.Wait = time.Duration(wait) * time.Microsecond
+		d.place = &place{key: key, id: id, turn: now.UnixMicro() + wait, policy: q, local: true}
+	}
 	return d
 }

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"testing"
@@ -26,32 +27,32 @@ func TestAllowFallbackDecidesAtItsShare(t *testing.T) {
 	clk := withClock(l)
 	p := policy("statement", 10, time.Minute)
 	for i := range 4 {
-		if d := l.AllowFallback(Check{p, "ana"}); !d.Allowed || !d.Fallback || d.Worst.Capacity != 4 || d.Worst.Remaining != 3-i {
+		if d := l.AllowFallback(context.Background(), Check{p, "ana"}); !d.Allowed || !d.Fallback || d.Worst.Capacity != 4 || d.Worst.Remaining != 3-i {
 			t.Fatalf("local %d: %+v, want admitted, 4 of the share, %d left", i+1, d, 3-i)
 		}
 		clk.Add(time.Second)
 	}
-	d := l.AllowFallback(Check{p, "ana"})
+	d := l.AllowFallback(context.Background(), Check{p, "ana"})
 	if d.Allowed || d.Worst.RetryAfter != 56*time.Second || d.Worst.Policy.Limit != 4 {
 		t.Fatalf("the 5th: %+v, want refused until the oldest leaves: 56s", d.Worst)
 	}
 	clk.Add(56*time.Second - time.Microsecond)
-	if l.AllowFallback(Check{p, "ana"}).Allowed {
+	if l.AllowFallback(context.Background(), Check{p, "ana"}).Allowed {
 		t.Fatal("admitted before Retry-After")
 	}
 	clk.Add(time.Microsecond)
-	if !l.AllowFallback(Check{p, "ana"}).Allowed {
+	if !l.AllowFallback(context.Background(), Check{p, "ana"}).Allowed {
 		t.Fatal("refused at Retry-After")
 	}
 	ip, doc := policy("login-ip", 10, time.Minute), policy("login-account", 5, time.Minute) // shares 4 and 2
 	for range 2 {
-		l.AllowFallback(Check{ip, "1.2.3.4"}, Check{doc, "cpf"})
+		l.AllowFallback(context.Background(), Check{ip, "1.2.3.4"}, Check{doc, "cpf"})
 	}
-	if d := l.AllowFallback(Check{ip, "1.2.3.4"}, Check{doc, "cpf"}); d.Allowed || d.Results[0].Remaining != 2 {
+	if d := l.AllowFallback(context.Background(), Check{ip, "1.2.3.4"}, Check{doc, "cpf"}); d.Allowed || d.Results[0].Remaining != 2 {
 		t.Errorf("two keys, the document's share (2) used: %+v, want refused, the IP key untouched at 2 left", d)
 	}
 	for i := range 500 {
-		l.AllowFallback(Check{p, fmt.Sprint("flood-", i)})
+		l.AllowFallback(context.Background(), Check{p, fmt.Sprint("flood-", i)})
 	}
 	if n := l.fallback.size(); n > 100 {
 		t.Errorf("%d keys in the fallback log, want at most FallbackLogSize (100)", n)

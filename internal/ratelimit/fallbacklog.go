@@ -12,8 +12,9 @@ import (
 type fallbackLog struct {
 	max int
 
-	mu   sync.Mutex
-	keys map[string]*fallbackKey
+	mu     sync.Mutex
+	keys   map[string]*fallbackKey
+	queues map[string]*queueKey // a queue's places (LeakyBucket), as its script keeps them
 }
 
 type fallbackKey struct {
@@ -23,7 +24,7 @@ type fallbackKey struct {
 }
 
 func newFallbackLog(max int) *fallbackLog {
-	return &fallbackLog{max: max, keys: map[string]*fallbackKey{}}
+	return &fallbackLog{max: max, keys: map[string]*fallbackKey{}, queues: map[string]*queueKey{}}
 }
 
 // allow admits a request at now if every key holds fewer than its policy's Limit admissions in
@@ -99,6 +100,50 @@ func (l *fallbackLog) forget() {
 	if len(l.keys) > 0 {
 		l.keys = map[string]*fallbackKey{}
 	}
+	if len(l.queues) > 0 {
+		l.queues = map[string]*queueKey{}
+	}
+}
+
+// queue decides one request of key's queue under p at now, taking a place named id when
+// admitted; within < 0 waits as long as the queue (queueKey.take).
+func (l *fallbackLog) queue(now time.Time, key string, p Policy, within int64, id string) (bool, int64, int64, int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.queues[key]
+	if q == nil {
+		if len(l.queues) >= l.max {
+			l.dropServedQueues(now.UnixMicro())
+		}
+		q = &queueKey{}
+		l.queues[key] = q
+	}
+	return q.take(now.UnixMicro(), paceOf(p), p.Queue, within, id, true)
+}
+
+// dropServedQueues drops the queues in which nobody waits, looking at a few only, as makeRoom:
+// one whose places all are served is, in a pace, empty. A queue with waiters is never dropped
+// (they are bounded by Options.MaxWaiting). l.mu is held.
+func (l *fallbackLog) dropServedQueues(now int64) {
+	seen := 0
+	for key, q := range l.queues {
+		if len(q.turns) == 0 || q.turns[len(q.turns)-1] <= float64(now) {
+			delete(l.queues, key)
+		}
+		if seen++; seen == 8 {
+			return
+		}
+	}
+}
+
+// leave gives id's place in key's queue back at now (µs); see queueKey.leave.
+func (l *fallbackLog) leave(key, id string, now int64, pace float64) (turn, moved int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q := l.queues[key]; q != nil {
+		return q.leave(now, pace, id)
+	}
+	return 0, 0
 }
 
 // size is how many keys the log holds.

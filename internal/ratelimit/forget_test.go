@@ -14,7 +14,7 @@ import (
 // reports one left, and asking again and again changes nothing: the third request is still
 // admitted and the fourth refused; a full key is asked as refused.
 func TestAskAllTakesNothing(t *testing.T) {
-	for _, a := range Algorithms() {
+	for _, a := range meters() {
 		t.Run(string(a), func(t *testing.T) {
 			t.Parallel()
 			l, _, _ := newTestLimiter(t)

@@ -61,12 +61,18 @@ type Decision struct {
 	// Fallback says the request was decided in this Limiter's memory (AllowFallback), at its share
 	// of each limit, because Redis could not decide.
 	Fallback bool
+	// Wait is, for a queue's decision (LeakyBucket), how long until the request's turn: an
+	// admission with a Wait above zero is held until then by Limiter.Wait. Zero for the meters.
+	Wait time.Duration
+
+	place *place // an admitted queue decision's place in its queue, for Wait
 }
 
 // Only returns the Decision as if it had checked only its i-th check: the same verdict, with
 // that check's Result as the worst and only one.
 func (d Decision) Only(i int) Decision {
-	return Decision{Allowed: d.Allowed, Worst: d.Results[i], Results: d.Results[i : i+1 : i+1], DenyCached: d.DenyCached, Fallback: d.Fallback}
+	return Decision{Allowed: d.Allowed, Worst: d.Results[i], Results: d.Results[i : i+1 : i+1], DenyCached: d.DenyCached, Fallback: d.Fallback,
+		Wait: d.Wait, place: d.place}
 }
 
 // Options configure a Limiter. The zero value of each field but KeySecret has a default.
@@ -112,6 +118,9 @@ type Options struct {
 	// another as they would be one by one. Default 32; 1 (or negative) sends every decision
 	// alone. A cluster Limiter never batches: a script touches one slot.
 	BatchMax int
+	// MaxWaiting is the most requests this Limiter holds until their turns at once (Wait), over
+	// every queue (LeakyBucket): past it, a queue's request is refused at once. Default 1000.
+	MaxWaiting int
 }
 
 // probeScript is what Ready and the breaker ask of Redis: what a decision needs, a script that
@@ -126,6 +135,7 @@ const (
 	defaultBreakerFailures = 5
 	defaultBreakerCooldown = time.Second
 	defaultBatchMax        = 32
+	defaultMaxWaiting      = 1000
 )
 
 // Limiter decides requests against policies whose state lives in Redis. It is safe for
@@ -149,8 +159,10 @@ type Limiter struct {
 	// fleet is the fleet's size as the heartbeat last counted it, at least fleetFloor (fallback.go).
 	fleet      atomic.Int64
 	fleetFloor int64
-	// local decides in memory while Redis cannot (AllowFallback).
+	// fallback decides in memory while Redis cannot (AllowFallback).
 	fallback *fallbackLog
+	// waiters are the requests held until their turns in a queue (queue.go).
+	waiters *waiters
 	// stats counts what the limiter did, for Stats.
 	stats stats
 	// down is set while the last decision could not reach Redis (RedisUp).
@@ -186,6 +198,9 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.Timeout < 0 || opts.OutageLogEvery < 0 || opts.BreakerCooldown < 0 || opts.DenyCacheHold < 0 {
 		return nil, errors.New("ratelimit: negative duration in options")
 	}
+	if opts.MaxWaiting < 0 {
+		return nil, errors.New("ratelimit: negative MaxWaiting")
+	}
 	if opts.Prefix == "" {
 		opts.Prefix = "rl"
 	}
@@ -208,6 +223,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		withdrawQ: newWithdrawQueue(),
 		closing:   make(chan struct{}),
 		args:      make(map[Policy][3]any),
+		waiters:   newWaiters(cmp.Or(opts.MaxWaiting, defaultMaxWaiting)),
 	}
 	l.outages = newOutageLog(opts.Logger, opts.OutageLogEvery, l.clock)
 	if opts.DenyCacheSize >= 0 {
@@ -433,11 +449,20 @@ func (l *Limiter) forgetBlocks(keys []string) {
 // breaker, the outage log, the Redis-up flag and the counters apply to each alike. o is what the
 // script does.
 func (l *Limiter) do(ctx context.Context, o op, checks []Check) (Decision, error) {
+	if err := oneQueue(checks); err != nil {
+		return Decision{}, err
+	}
 	sent := l.clock() // before asking Redis, which decides later: deadlines from here are never late
 	keys := l.keysOf(checks)
 	if d, ok := l.refuseLocally(keys, checks, sent); ok {
 		l.stats.denyCached.Add(1)
 		return d, nil
+	}
+	if queued(checks) {
+		if o.kind == opDecide && l.waiters.full() {
+			return l.tooManyWaiting(checks), nil // no place taken: the replica cannot hold one more
+		}
+		o = l.queueOp(ctx, o)
 	}
 	if err := l.mayCall(checks); err != nil {
 		return Decision{}, err
@@ -616,7 +641,32 @@ func (l *Limiter) decide(ctx context.Context, o op, checks []Check, keys []strin
 		l.withdrawLate(a, keys, c, checks, err)
 		return Decision{}, err
 	}
-	return newDecision(r.allowed, r.pairs, checks), nil
+	return l.decisionOf(r, checks, keys, c), nil
+}
+
+// decisionOf is the Decision of the reply r to call c over checks and their keys: a queue's
+// admission also holds its place, for Wait.
+func (l *Limiter) decisionOf(r reply, checks []Check, keys []string, c call) Decision {
+	d := newDecision(r.allowed, r.pairs, checks)
+	if queued(checks) && r.wait > 0 {
+		d.Wait = time.Duration(r.wait) * time.Microsecond
+		if r.allowed && c.op.takes() {
+			d.place = &place{key: keys[0], id: c.id.(string), turn: r.now + r.wait, policy: checks[0].Policy}
+		}
+	}
+	return d
+}
+
+// queueOp is a queue's decision op: a place whose turn comes within ctx's deadline, if it has one.
+func (l *Limiter) queueOp(ctx context.Context, o op) op {
+	if o.kind != opDecide {
+		return o
+	}
+	o = op{kind: opQueue, within: -1}
+	if dl, ok := ctx.Deadline(); ok {
+		o.within = max(0, time.Until(dl).Microseconds())
+	}
+	return o
 }
 
 // policyArgs are a policy's three script arguments (limit, window in µs, capacity), boxed once

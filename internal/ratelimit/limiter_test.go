@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -41,6 +42,12 @@ func replicas(t *testing.T, srv *redistest.Server, n int, timeout time.Duration)
 		ls[i] = l
 	}
 	return ls
+}
+
+// meters are the algorithms that answer at once, every one but the queue: the tests of a limit's
+// arithmetic over several keys run on them; the queue has its own (queue_test.go).
+func meters() []Algorithm {
+	return slices.DeleteFunc(Algorithms(), func(a Algorithm) bool { return a == LeakyBucket })
 }
 
 func newTestLimiter(t *testing.T) (*Limiter, *redis.Client, *redistest.Server) {

@@ -202,7 +202,7 @@ func ceilDiv(a, b int64) int64  { return int64(math.Ceil(float64(a) / float64(b)
 // the real clock (so the keys' real TTLs never expire state the model still holds), and requires
 // the same decision, the same Remaining and the same Reset (within a millisecond) at every step.
 func TestScriptsMatchModels(t *testing.T) {
-	for _, a := range Algorithms() {
+	for _, a := range meters() {
 		t.Run(string(a), func(t *testing.T) {
 			t.Parallel()
 			l, _, _ := newTestLimiter(t)
@@ -268,7 +268,7 @@ func TestScriptsMatchModels(t *testing.T) {
 func TestEveryAlgorithmIsExactUnderConcurrency(t *testing.T) {
 	srv := redistest.Start(t)
 	ls := replicas(t, srv, 3, generous)
-	for _, a := range Algorithms() {
+	for _, a := range meters() {
 		t.Run(string(a), func(t *testing.T) {
 			p := Policy{Name: "conc", Limit: 10, Window: time.Hour, Algorithm: a}
 			want := 10
@@ -393,7 +393,7 @@ func TestBucketsBurstThenRefill(t *testing.T) {
 // TestRetryAfterIsExact: for every algorithm, a full key refuses until exactly RetryAfter has
 // passed, then admits, and insisting in between does not move that moment.
 func TestRetryAfterIsExact(t *testing.T) {
-	for _, a := range Algorithms() {
+	for _, a := range meters() {
 		t.Run(string(a), func(t *testing.T) {
 			t.Parallel()
 			l, _, _ := newTestLimiter(t)
@@ -472,7 +472,7 @@ func TestEveryAlgorithmKeepsTTLs(t *testing.T) {
 	l, rdb, _ := newTestLimiter(t)
 	ctx := context.Background()
 	bound := map[Algorithm]time.Duration{}
-	for _, a := range Algorithms() {
+	for _, a := range meters() {
 		p := Policy{Name: "ttl", Limit: 3, Window: 20 * time.Second, Algorithm: a}
 		q := Policy{Name: "ttl2", Limit: 1, Window: 10 * time.Second, Algorithm: a}
 		bound[a] = p.Window

@@ -28,15 +28,25 @@ type Policy struct {
 	// Burst is, for TokenBucket and GCRA only, how many requests may come at once: the bucket's
 	// capacity. Zero means Limit. Other algorithms take no Burst.
 	Burst int
+	// Queue is, for LeakyBucket only, how many requests may wait for their turns: at least 1.
+	// Other algorithms take no Queue.
+	Queue int
 }
 
-// Capacity is the most requests p admits at once: Burst (default Limit) for a bucket, else Limit.
+// Capacity is the most requests p admits at once: Burst (default Limit) for a bucket, the places
+// of a queue (Queue), else Limit.
 func (p Policy) Capacity() int {
-	if p.algorithm().Bursty() && p.Burst > 0 {
+	switch {
+	case p.algorithm() == LeakyBucket:
+		return p.Queue
+	case p.algorithm().Bursty() && p.Burst > 0:
 		return p.Burst
 	}
 	return p.Limit
 }
+
+// Pace is the time between two turns of a queue (LeakyBucket): Window / Limit.
+func (p Policy) Pace() time.Duration { return p.Window / time.Duration(max(1, p.Limit)) }
 
 // algorithm is p.Algorithm with its default.
 func (p Policy) algorithm() Algorithm {
@@ -49,7 +59,7 @@ func (p Policy) algorithm() Algorithm {
 // PolicyError says which field of a policy is unusable and why.
 type PolicyError struct {
 	Policy string // the policy's name
-	Field  string // "Name", "Limit", "Window", "Algorithm" or "Burst"
+	Field  string // "Name", "Limit", "Window", "Algorithm", "Burst" or "Queue"
 	Reason string
 }
 
@@ -83,6 +93,14 @@ func (p Policy) Validate() error {
 	}
 	if p.Burst < 0 || p.Burst > 0 && !p.algorithm().Bursty() {
 		bad("Burst", "%d: only token_bucket and gcra take a burst (at least 1)", p.Burst)
+	}
+	if a := p.algorithm(); a == LeakyBucket && p.Queue < 1 || a != LeakyBucket && p.Queue != 0 {
+		bad("Queue", "%d: only leaky_bucket takes a queue, of at least 1", p.Queue)
+	}
+	// A waiter's timer and a turn's score are kept in whole microseconds and judged in
+	// milliseconds: a pace shorter than that would not be kept.
+	if p.algorithm() == LeakyBucket && p.Limit > 0 && p.Window/time.Duration(p.Limit) < time.Millisecond {
+		bad("Limit", "%d per %v: a leaky_bucket's pace (window / limit) must be at least 1ms", p.Limit, p.Window)
 	}
 	// The sliding window and the token bucket multiply counts by the window in microseconds;
 	// Lua numbers are exact integers only below 2^53.

@@ -9,7 +9,8 @@
 -- undo_at      nil to decide; or the time (µs, the `now` its decision returned) of the admission
 --              to withdraw: the body then undoes it and returns how many keys it took from
 -- cost         what the request takes (token_bucket; 0 only asks, below 0 gives back; 1 for the others)
---              (undo_at and cost are the call's operation, decoded by operation below)
+-- max_wait     the longest a request may wait for its turn (leaky_bucket), µs; nil: as long as the queue
+--              (undo_at, cost and max_wait are the call's operation, decoded by operation below)
 -- n            how many keys
 -- limits[i]    requests per window of keys[i], at least 1
 -- windows[i]   window of keys[i] in microseconds (a whole number of milliseconds)
@@ -18,13 +19,14 @@
 -- A decision returns reply(allowed, remaining, reset) = {allowed, remaining_1, reset_1, ..., now}:
 -- allowed is 1 or 0 for the whole request; remaining_i how many more keys[i] admits now; reset_i
 -- the microseconds until it admits one more than that (0 when it holds nothing); now the time
--- decided. A withdrawal returns how many keys it took something back from.
+-- decided; the leaky bucket's (a queue's) adds wait, the µs until the request's turn. A withdrawal
+-- returns how many keys it took something back from (a queue's, the turns it moved: leaky_bucket.lua).
 --
 -- An algorithm's body has two parts (algorithm.go splits them at the line "---- each decision"):
 -- its functions, made once per script call, and the decision, run once per request: in a batch,
 -- once per member, with these locals set to that member's.
 
-local id, now, undo_at, cost, n, keys, limits, windows, bursts
+local id, now, undo_at, cost, max_wait, n, keys, limits, windows, bursts
 
 -- The library functions the bodies use, as locals: a global look-up per use costs more than the
 -- arithmetic around it.
@@ -48,8 +50,9 @@ local function member_now(arg)
 end
 
 -- operation decodes a call's operation (protocol.go's op.arg), the one place it is read. It
--- returns undo_at and cost:
+-- returns undo_at, cost and max_wait:
 --   ''       decide one request                      nil, 1
+--   'q<µs>'  decide one, whose turn is at most µs away (leaky_bucket)  nil, 1, µs
 --   'a'      ask, taking nothing                     nil, 0
 --   'c<n>'   charge n tokens (token_bucket)          nil, n
 --   'r<n>'   refund n tokens (token_bucket)          nil, -n
@@ -58,6 +61,7 @@ end
 local function operation(op)
   if op == '' then return nil, 1 end
   local kind, v = byte(op), tonumber(sub(op, 2))
+  if kind == 113 and v and v >= 0 then return nil, 1, v end       -- 'q'
   if kind == 97 then return nil, 0 end                             -- 'a'
   if kind == 99 and v and v >= 1 then return nil, v end            -- 'c'
   if kind == 114 and v and v >= 1 then return nil, -v end          -- 'r'
@@ -69,12 +73,16 @@ end
 -- reply appends a decision's reply to out, the script's reply: a lone call's is its one decision,
 -- a batch's its members' one after another.
 local out, o = {}, 0
-local function reply(allowed, remaining, reset)
+local function reply(allowed, remaining, reset, wait)
   out[o + 1] = allowed and 1 or 0
   for i = 1, n do
     out[o + 2 * i], out[o + 2 * i + 1] = remaining[i], reset[i]
   end
   out[o + 2 * n + 2] = now                                         -- the time decided: a withdrawal names it
   o = o + 2 * n + 2
+  if wait then                                                     -- a queue's: the wait for the turn
+    out[o + 1] = wait
+    o = o + 1
+  end
   return out
 end

@@ -16,8 +16,9 @@ import (
 //	ARGV[3]      the operation (op.arg; prelude.lua's operation decodes it)
 //	ARGV[3i+1..] per key: limit, window in µs, capacity
 //
-// A decision replies {allowed, remaining_1, reset_1, ..., now} (decoded by parseReply); a
-// withdrawal, how many keys it took something back from.
+// A decision replies {allowed, remaining_1, reset_1, ..., now} (decoded by parseReply), and a
+// queue's (LeakyBucket) one more value, its wait; a withdrawal, how many keys it took something
+// back from (a queue's: leave).
 type call struct {
 	id, now any
 	op      op
@@ -29,6 +30,8 @@ type op struct {
 	kind opKind
 	n    int   // opCharge: the tokens taken; opRefund: the tokens given back
 	at   int64 // opWithdraw: when the admission was made (µs, the now its decision returned; 0 when unknown: the sorted-set log finds it by its id)
+	// within is opQueue's longest wait for a turn, µs: a turn later than that is refused.
+	within int64
 }
 
 type opKind uint8
@@ -40,6 +43,7 @@ const (
 	opRefund                 // give n tokens back, never above capacity (token_bucket); never refused
 	opWithdraw               // take back the admission made at `at`
 	opGrant                  // record a voucher, named by the call's id (voucher.lua)
+	opQueue                  // take a place in a queue (leaky_bucket) whose turn is at most `within` away
 )
 
 // cost is the op of a request that takes n tokens: 1 is a plain decision, 0 only asks.
@@ -54,12 +58,17 @@ func cost(n int) op {
 }
 
 // takes says whether the op can admit something that a withdrawal would take back.
-func (o op) takes() bool { return o.kind == opDecide || o.kind == opCharge }
+func (o op) takes() bool { return o.kind == opDecide || o.kind == opCharge || o.kind == opQueue }
 
 // arg encodes the op as ARGV[3]: "" decides (the common case, sent as the least bytes), "a"
-// asks, "c<n>" charges n, "r<n>" refunds n, "w<at>" withdraws, "g" grants.
+// asks, "c<n>" charges n, "r<n>" refunds n, "w<at>" withdraws, "g" grants, "q<µs>" queues.
 func (o op) arg() any {
 	switch o.kind {
+	case opQueue:
+		if o.within < 0 {
+			return "" // no deadline: as long as the queue, as a plain decision
+		}
+		return "q" + strconv.FormatInt(o.within, 10)
 	case opGrant:
 		return "g"
 	case opAsk:
@@ -100,29 +109,43 @@ type reply struct {
 	allowed bool
 	pairs   []int64 // per key: remaining, reset in µs
 	now     int64   // when Redis decided, in µs: a withdrawal names it
+	wait    int64   // a queue's: µs from now until the request's turn
 }
 
 // run runs an algorithm's script to decide c over keys, and decodes its reply.
 func run(ctx context.Context, rdb redis.Scripter, a Algorithm, keys []string, c call) (reply, error) {
-	return runScript(ctx, rdb, scripts[a], keys, c)
+	return runScript(ctx, rdb, scripts[a], a == LeakyBucket, keys, c)
 }
 
 // runScript runs script, a body over prelude.lua and args.lua, to decide c over keys, and
 // decodes its reply.
-func runScript(ctx context.Context, rdb redis.Scripter, script *redis.Script, keys []string, c call) (reply, error) {
+func runScript(ctx context.Context, rdb redis.Scripter, script *redis.Script, queued bool, keys []string, c call) (reply, error) {
 	vals, err := script.Run(ctx, rdb, keys, c.args()...).Int64Slice()
 	if err != nil {
 		return reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return parseReply(vals, len(keys))
+	return parseReply(vals, len(keys), queued)
 }
 
-// parseReply decodes {allowed, remaining_1, reset_1, ..., now} for n keys.
-func parseReply(vals []int64, n int) (reply, error) {
-	if len(vals) != 2+2*n {
+// replySize is the length of a decision's reply over n keys; queued: a queue's, with its wait.
+func replySize(n int, queued bool) int {
+	if queued {
+		return 3 + 2*n
+	}
+	return 2 + 2*n
+}
+
+// parseReply decodes {allowed, remaining_1, reset_1, ..., now} for n keys, and a queue's wait
+// after it.
+func parseReply(vals []int64, n int, queued bool) (reply, error) {
+	if len(vals) != replySize(n, queued) {
 		return reply{}, fmt.Errorf("%w: script returned %d values for %d keys", ErrUnavailable, len(vals), n)
 	}
-	return reply{allowed: vals[0] == 1, pairs: vals[1 : len(vals)-1], now: vals[len(vals)-1]}, nil
+	r := reply{allowed: vals[0] == 1, pairs: vals[1 : 1+2*n], now: vals[1+2*n]}
+	if queued {
+		r.wait = vals[2+2*n]
+	}
+	return r, nil
 }
 
 // runWithdrawal runs the withdrawal w on key, within the budget, and returns how many keys it took
@@ -144,8 +167,8 @@ func (l *Limiter) clockArg() any {
 // newCall is the call of op over checks.
 func (l *Limiter) newCall(a Algorithm, o op, checks []Check) call {
 	c := call{id: "", now: l.clockArg(), op: o, keys: make([][3]any, len(checks))}
-	if a == SlidingLog {
-		c.id = requestID() // only the sorted set records the request itself
+	if a == SlidingLog || a == LeakyBucket {
+		c.id = requestID() // only the sorted sets record the request itself
 	}
 	for i, ch := range checks {
 		c.keys[i] = l.policyArgs(ch.Policy)

@@ -47,6 +47,9 @@ func (s Step) validate() error {
 	if len(s.checks) == 0 || s.voucher && len(s.checks) != 1 {
 		return errors.New("ratelimit: a step needs checks (a voucher's, one)")
 	}
+	if err := oneQueue(s.checks); err != nil {
+		return err
+	}
 	for _, c := range s.checks {
 		switch {
 		case s.tokens && (c.Policy.algorithm() != TokenBucket || s.op.kind == opRefund && s.op.n < 1 || s.op.n < 0):
@@ -118,11 +121,18 @@ func (l *Limiter) Sequence(ctx context.Context, steps ...Step) ([]Decision, erro
 		return nil, errors.New("ratelimit: no steps")
 	}
 	var all []Check
-	for _, s := range steps {
+	steps = slices.Clone(steps)
+	for i, s := range steps {
 		if err := s.validate(); err != nil {
 			return nil, err
 		}
 		all = append(all, s.checks...)
+		if !s.voucher && queued(s.checks) && s.op.kind == opDecide {
+			if l.waiters.full() { // no place taken: the replica cannot hold one more
+				return l.unasked(steps[:i], l.tooManyWaiting(s.checks)), nil
+			}
+			steps[i].op = l.queueOp(ctx, s.op)
+		}
 	}
 	if l.cluster {
 		return l.sequenceApart(ctx, steps)
@@ -153,6 +163,21 @@ func (l *Limiter) Sequence(ctx context.Context, steps ...Step) ([]Decision, erro
 		}
 	}
 	return ds, err
+}
+
+// unasked are the decisions of steps that were not asked, each admitted with its keys' capacity
+// as Remaining (as refuseLocally reports the keys it did not ask), then last, the refusal.
+func (l *Limiter) unasked(steps []Step, last Decision) []Decision {
+	ds := make([]Decision, 0, len(steps)+1)
+	for _, s := range steps {
+		d := Decision{Allowed: true, Results: make([]Result, len(s.checks))}
+		for j, c := range s.checks {
+			d.Results[j] = Result{Policy: c.Policy, Capacity: c.Policy.Capacity(), Remaining: c.Policy.Capacity()}
+		}
+		d.Worst = d.Results[0]
+		ds = append(ds, d)
+	}
+	return append(ds, last)
 }
 
 // KnownFull answers checks as AllowAll would from this Limiter's deny cache alone, with no call:
@@ -200,18 +225,19 @@ func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string
 	}
 	var ds []Decision
 	for i, s := range steps {
-		size := 2 + 2*len(s.checks)
+		queued := !s.voucher && s.checks[0].Policy.algorithm() == LeakyBucket
+		size := replySize(len(s.checks), queued)
 		if len(vals) == 0 {
 			break
 		}
 		if len(vals) < size {
 			return nil, fmt.Errorf("%w: sequence replied %d values for step %d of %d keys", ErrUnavailable, len(vals), i+1, len(s.checks))
 		}
-		r, err := parseReply(vals[:size], len(s.checks))
+		r, err := parseReply(vals[:size], len(s.checks), queued)
 		if err != nil {
 			return nil, err
 		}
-		ds = append(ds, newDecision(r.allowed, r.pairs, s.checks))
+		ds = append(ds, l.decisionOf(r, s.checks, keys[i], calls[i]))
 		vals = vals[size:]
 	}
 	return ds, nil

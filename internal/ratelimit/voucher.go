@@ -40,7 +40,7 @@ func (l *Limiter) voucher(ctx context.Context, c Check, o op) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	r, err := runScript(ctx, l.rdb, voucherScript, []string{l.keys.key(c.Policy, c.Identity)},
+	r, err := runScript(ctx, l.rdb, voucherScript, false, []string{l.keys.key(c.Policy, c.Identity)},
 		call{id: requestID(), now: l.clockArg(), op: o, keys: [][3]any{l.policyArgs(c.Policy)}})
 	if err != nil {
 		return false, fmt.Errorf("voucher: %w", err)

@@ -1,0 +1,321 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The leaky bucket as a queue (LeakyBucket, leaky_bucket.lua): a decision that finds a place
+// comes back admitted with a Wait, and its caller holds the request until its turn (Wait). The
+// meters refuse what is over the limit; the queue also delays, which costs the replica a
+// goroutine and the client a connection per waiter: Options.MaxWaiting bounds the first, the
+// queue's places (Policy.Queue) and the caller's deadline the second.
+//
+// A waiter whose caller gives up (its context ends) gives its place back, and the turns after it
+// move up in Redis. The replica that gave it back moves its own waiters at once; the others hear
+// of it on QueueChannel (the API subscribes, as to ForgetChannel) and move theirs. A replica
+// that does not hear it serves its waiters at their old turns: later than they could be, and one
+// of them may then share its turn with the request that took the freed place at the end.
+
+// ErrTooManyWaiting is returned by Wait when this replica already holds Options.MaxWaiting
+// waiters: the request's place is given back.
+var ErrTooManyWaiting = errors.New("too many requests waiting in this replica")
+
+// place is an admitted queue decision's place, for Wait and Leave.
+type place struct {
+	key    string
+	id     string
+	turn   int64 // Redis µs
+	policy Policy
+	local  bool // a place in the fallback's memory queue, not in Redis
+}
+
+// waiter is a request held until its turn.
+type waiter struct {
+	turn  int64     // its turn in Redis µs: moves name the turns after a leaver's
+	due   time.Time // its turn on this replica's clock
+	moved chan struct{}
+}
+
+// waiters are this replica's waiters, by key, for the moves.
+type waiters struct {
+	max   int64
+	count atomic.Int64
+
+	mu    sync.Mutex
+	byKey map[string]map[*waiter]struct{}
+}
+
+func newWaiters(max int) *waiters {
+	return &waiters{max: int64(max), byKey: map[string]map[*waiter]struct{}{}}
+}
+
+// full reports whether the replica holds as many waiters as it may.
+func (ws *waiters) full() bool { return ws.count.Load() >= ws.max }
+
+// soonest is the time until the first of this replica's waiters is served: when a waiter's room
+// frees here. A pace when none waits (a race: the waiters left meanwhile).
+func (ws *waiters) soonest(now time.Time, pace time.Duration) time.Duration {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	soonest := pace
+	for _, k := range ws.byKey {
+		for w := range k {
+			soonest = min(soonest, max(w.due.Sub(now), time.Millisecond))
+		}
+	}
+	return soonest
+}
+
+// add registers w on key, unless the replica holds its maximum.
+func (ws *waiters) add(key string, w *waiter) bool {
+	for {
+		n := ws.count.Load()
+		if n >= ws.max {
+			return false
+		}
+		if ws.count.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.byKey[key] == nil {
+		ws.byKey[key] = map[*waiter]struct{}{}
+	}
+	ws.byKey[key][w] = struct{}{}
+	return true
+}
+
+func (ws *waiters) remove(key string, w *waiter) {
+	ws.mu.Lock()
+	delete(ws.byKey[key], w)
+	if len(ws.byKey[key]) == 0 {
+		delete(ws.byKey, key)
+	}
+	ws.mu.Unlock()
+	ws.count.Add(-1)
+}
+
+// move moves the waiters on key whose turn is after `after` (Redis µs) up by `by` µs.
+func (ws *waiters) move(key string, after, by int64) {
+	if by <= 0 {
+		return
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for w := range ws.byKey[key] {
+		if w.turn > after {
+			w.turn -= by
+			w.due = w.due.Add(-time.Duration(by) * time.Microsecond)
+			select {
+			case w.moved <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// dueOf reads w's due time.
+func (ws *waiters) dueOf(w *waiter) time.Time {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return w.due
+}
+
+// Waiting is how many requests this replica holds until their turn.
+func (l *Limiter) Waiting() int { return int(l.waiters.count.Load()) }
+
+// Wait holds an admitted decision until its turn: at once for every decision but a queue's
+// (LeakyBucket) whose Wait is above zero. It returns nil at the turn; when ctx ends first, it
+// gives the place back (the turns after it move up) and returns ctx's error. With
+// Options.MaxWaiting requests already waiting here, it gives the place back and returns
+// ErrTooManyWaiting at once. A caller that takes a queue's place and then does not want it
+// (a shadow policy serves at once) need not call Wait: the place is served at its turn anyway.
+func (l *Limiter) Wait(ctx context.Context, d Decision) error {
+	p := d.place
+	if !d.Allowed || p == nil || d.Wait <= 0 {
+		return nil
+	}
+	start := time.Now() // the timer runs on the real clock, whatever the Limiter decides with
+	w := &waiter{turn: p.turn, due: start.Add(d.Wait), moved: make(chan struct{}, 1)}
+	if !l.waiters.add(p.key, w) {
+		l.leave(p)
+		return ErrTooManyWaiting
+	}
+	defer l.waiters.remove(p.key, w)
+	for {
+		wait := time.Until(l.waiters.dueOf(w))
+		if wait <= 0 {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+			return nil
+		case <-w.moved:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+			l.leave(p)
+			return ctx.Err()
+		}
+	}
+}
+
+// leave gives p back: in Redis (or the fallback's memory), and the turns after it move up,
+// here at once and on the other replicas by QueueChannel.
+func (l *Limiter) leave(p *place) {
+	if p.local {
+		turn, moved := l.fallback.leave(p.key, p.id, l.clock().UnixMicro(), paceOf(p.policy))
+		l.waiters.move(p.key, turn, moved)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	c := l.newCall(LeakyBucket, op{kind: opWithdraw, at: p.turn}, []Check{{Policy: p.policy}})
+	c.id = p.id
+	vals, err := scripts[LeakyBucket].Run(ctx, l.rdb, []string{p.key}, c.args()...).Int64Slice()
+	if err != nil || len(vals) != 3 {
+		return // the place is served at its turn, unused: the queue loses a turn, never admits one more
+	}
+	turn, moved := vals[1], vals[2]
+	if vals[0] == 0 || moved <= 0 {
+		return
+	}
+	l.waiters.move(p.key, turn, moved)
+	msg := p.key + " " + strconv.FormatInt(turn, 10) + " " + strconv.FormatInt(moved, 10)
+	_ = publishScript.Run(ctx, l.rdb, []string{l.QueueChannel()}, msg).Err() // unheard: see the top of this file
+}
+
+// publishScript publishes ARGV[1] on the channel KEYS[1] (a key, so that a cluster routes it).
+var publishScript = redis.NewScript(`return redis.call('PUBLISH', KEYS[1], ARGV[1])`)
+
+// QueueChannel is the Redis channel on which a replica announces the turns that moved up when
+// one of its waiters left. A replica whose client can subscribe passes each message to Moved.
+func (l *Limiter) QueueChannel() string { return l.keys.prefix + ":{fleet}:queue" }
+
+// Moved moves this replica's waiters as a message on QueueChannel says.
+func (l *Limiter) Moved(msg string) {
+	f := strings.Fields(msg)
+	if len(f) != 3 {
+		return
+	}
+	after, err1 := strconv.ParseInt(f[1], 10, 64)
+	by, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 == nil && err2 == nil {
+		l.waiters.move(f[0], after, by)
+	}
+}
+
+// paceOf is p's pace: the time between two turns, µs.
+func paceOf(p Policy) float64 {
+	return float64(p.Window.Microseconds()) / float64(p.Limit)
+}
+
+// tooManyWaiting is the refusal of a queue's request while this replica holds its maximum of
+// waiters: no place taken, and a Retry-After until the first of them is served.
+func (l *Limiter) tooManyWaiting(checks []Check) Decision {
+	c := checks[0]
+	retry := l.waiters.soonest(time.Now(), time.Duration(paceOf(c.Policy))*time.Microsecond)
+	r := Result{Policy: c.Policy, Capacity: c.Policy.Capacity(), Reset: retry, RetryAfter: retry}
+	return Decision{Worst: r, Results: []Result{r}}
+}
+
+// queueKey is one queue's places in memory, decided as leaky_bucket.lua decides them in Redis:
+// the fallback's queue (AllowFallback), and the statement the script is tested against.
+type queueKey struct {
+	turns []float64 // ascending
+	ids   []string
+}
+
+// take decides one request at now (µs) on a queue of the given pace (µs) and places: with
+// record, it takes its place when admitted; maxWait < 0 waits as long as the queue. It returns
+// what the script replies.
+func (q *queueKey) take(now int64, pace float64, places int, maxWait int64, id string, record bool) (admitted bool, remaining, reset, wait int64) {
+	t := float64(now)
+	cut := 0
+	for cut < len(q.turns) && q.turns[cut] <= t-pace {
+		cut++
+	}
+	q.turns, q.ids = q.turns[cut:], q.ids[cut:]
+	turn := t
+	if len(q.turns) > 0 {
+		turn = math.Max(t, q.turns[len(q.turns)-1]+pace)
+	}
+	waiting := 0
+	for _, x := range q.turns {
+		if x > t {
+			waiting++
+		}
+	}
+	room := waiting < places
+	fits := maxWait < 0 || turn-t <= float64(maxWait)
+	admitted = room && fits
+	if admitted && record {
+		q.turns, q.ids = append(q.turns, turn), append(q.ids, id)
+		if turn > t {
+			waiting++
+		}
+	}
+	for _, x := range q.turns {
+		if x > t {
+			reset = int64(math.Ceil(x - t))
+			break
+		}
+	}
+	if !admitted && !fits && room {
+		reset = int64(math.Ceil(turn - t - float64(maxWait)))
+	}
+	if admitted {
+		remaining = int64(max(0, places-waiting))
+		wait = int64(math.Ceil(turn - t))
+	}
+	return admitted, remaining, reset, wait
+}
+
+// leave gives id's place back at now (µs) and moves the turns after it up, as the script does;
+// it returns the place's turn and how far the others moved (µs), or 0, 0 when it was not there.
+func (q *queueKey) leave(now int64, pace float64, id string) (turn, moved int64) {
+	i := slices.Index(q.ids, id)
+	if i < 0 {
+		return 0, 0
+	}
+	t := q.turns[i]
+	q.turns, q.ids = slices.Delete(q.turns, i, i+1), slices.Delete(q.ids, i, i+1)
+	first := float64(now)
+	if i > 0 {
+		first = math.Max(q.turns[i-1]+pace, float64(now))
+	}
+	var by float64
+	if i < len(q.turns) {
+		by = math.Max(0, q.turns[i]-first)
+	}
+	if by > 0 {
+		for j := i; j < len(q.turns); j++ {
+			q.turns[j] -= by
+		}
+	}
+	return int64(math.Ceil(t)), int64(math.Floor(by))
+}
+
+// queued says whether checks decide a queue.
+func queued(checks []Check) bool { return checks[0].Policy.algorithm() == LeakyBucket }
+
+// oneQueue refuses a queue decided together with other keys: each queue gives its own turn.
+func oneQueue(checks []Check) error {
+	if len(checks) > 1 && slices.ContainsFunc(checks, func(c Check) bool { return c.Policy.algorithm() == LeakyBucket }) {
+		return fmt.Errorf("ratelimit: a leaky_bucket policy decides one key at a time, not %d", len(checks))
+	}
+	return nil
+}

@@ -1,0 +1,325 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+)
+
+// TestQueueScriptMatchesItsModel drives leaky_bucket.lua and queueKey (the Go statement of it,
+// which the fallback also runs) through the same random trace of takes, asks and leaves, with
+// injected time and deadlines, and requires the same reply at every step: admitted, remaining,
+// reset, wait; for a leave, its turn and how far the others moved.
+func TestQueueScriptMatchesItsModel(t *testing.T) {
+	l, _, _ := newTestLimiter(t)
+	p := Policy{Name: "q", Limit: 10, Window: 7 * time.Second, Algorithm: LeakyBucket, Queue: 4} // a pace of 700 ms
+	key := l.Key(Check{p, "x"})
+	var m queueKey
+	rng := rand.New(rand.NewPCG(40, 4))
+	start, base := time.Now(), int64(1_800_000_000_000_000)
+	var jumps int64
+	var held []string // ids admitted, to leave from
+	seen := map[string]int{}
+	for step := range 3000 {
+		jumps += int64(rng.IntN(400_000))
+		now := base + time.Since(start).Microseconds() + jumps // never behind the real clock: TTLs hold
+		c := l.newCall(LeakyBucket, op{kind: opQueue, within: -1}, []Check{{p, "x"}})
+		c.now = now
+		switch r := rng.IntN(10); {
+		case r < 3 && len(held) > 0: // a request leaves: mostly a recent one, still waiting
+			i := max(0, len(held)-1-rng.IntN(6))
+			id := held[i]
+			held = slices.Delete(held, i, i+1)
+			c.id, c.op = id, op{kind: opWithdraw}
+			got, err := scripts[LeakyBucket].Run(context.Background(), l.rdb, []string{key}, c.args()...).Int64Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			turn, moved := m.leave(now, paceOf(p), id)
+			want := []int64{0, 0, 0}
+			if turn != 0 {
+				want = []int64{1, turn, moved}
+				seen["left"]++
+				if moved > 0 {
+					seen["moved"]++
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("step %d: leave replied %v, model %v", step, got, want)
+			}
+			continue
+		case r < 4:
+			c.op = op{kind: opAsk}
+		case r < 7:
+			c.op.within = int64(rng.IntN(3_000_000)) // a deadline within 3 s: some turns come past it
+		}
+		got, err := run(context.Background(), l.rdb, LeakyBucket, []string{key}, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		within := c.op.within
+		if c.op.kind == opAsk {
+			within = -1
+		}
+		admitted, remaining, reset, wait := m.take(now, paceOf(p), p.Queue, within, c.id.(string), c.op.kind != opAsk)
+		want := reply{allowed: admitted, pairs: []int64{remaining, reset}, now: now, wait: wait}
+		if got.allowed != want.allowed || !slices.Equal(got.pairs, want.pairs) || got.wait != want.wait {
+			t.Fatalf("step %d (op %q): script %+v, model %+v", step, c.op.arg(), got, want)
+		}
+		switch {
+		case admitted && c.op.kind != opAsk:
+			held = append(held, c.id.(string))
+			seen["admitted"]++
+			if wait > 0 {
+				seen["waits"]++
+			}
+		case !admitted && remaining == 0 && reset > 0:
+			seen["refused"]++
+		}
+	}
+	for _, what := range []string{"admitted", "waits", "refused", "left", "moved"} {
+		if seen[what] < 50 {
+			t.Errorf("%s only %d times: the trace did not exercise it (%v)", what, seen[what], seen)
+		}
+	}
+}
+
+// subscribed makes ls hear each other's moved turns, as the API's replicas do.
+func subscribed(t *testing.T, srv *redistest.Server, ls ...*Limiter) {
+	t.Helper()
+	for _, l := range ls {
+		c := srv.Client(nil)
+		sub := c.Subscribe(context.Background(), l.QueueChannel())
+		if _, err := sub.Receive(context.Background()); err != nil { // the subscription is confirmed
+			t.Fatal(err)
+		}
+		go func() {
+			for msg := range sub.Channel() {
+				l.Moved(msg.Payload)
+			}
+		}()
+		t.Cleanup(func() { sub.Close(); c.Close() })
+	}
+}
+
+// served is what one queued request saw: admitted or not, when its answer came (since the
+// start), and how long it waited for its turn.
+type served struct {
+	ok     bool
+	at     time.Duration
+	waited time.Duration
+	err    error
+}
+
+// queueBurst sends n requests of p at once, spread over ls, each taking its place and waiting
+// its turn under ctx, and returns what each saw, in the order they were served.
+func queueBurst(ctx context.Context, ls []*Limiter, p Policy, id string, n int) []served {
+	out := make([]served, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			l := ls[i%len(ls)]
+			d, err := l.Allow(ctx, p, id)
+			if err == nil && d.Allowed {
+				err = l.Wait(ctx, d)
+			}
+			out[i] = served{ok: err == nil && d.Allowed, at: time.Since(start), waited: d.Wait, err: err}
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(out, func(a, b served) int { return int(a.at - b.at) })
+	return out
+}
+
+// TestTheQueueServesQPlusOneAtItsPace: 20 requests at once over three replicas, on a queue of 5
+// with a pace of 100 ms: exactly 6 served (one at once, five after their turns), spaced by the
+// pace (within 10% of the pace the same run measured), and the other 14 refused at once.
+func TestTheQueueServesQPlusOneAtItsPace(t *testing.T) {
+	srv := redistest.Start(t)
+	ls := replicas(t, srv, 3, generous)
+	p := Policy{Name: "paced", Limit: 10, Window: time.Second, Algorithm: LeakyBucket, Queue: 5}
+	for _, l := range ls {
+		warm(t, l, Check{Policy: policy("warm", 1000, time.Minute), Identity: "w"})
+	}
+	got := queueBurst(context.Background(), ls, p, "payroll", 20)
+	var ok, refused []served
+	for _, s := range got {
+		if s.err != nil {
+			t.Fatal(s.err)
+		}
+		if s.ok {
+			ok = append(ok, s)
+		} else {
+			refused = append(refused, s)
+		}
+	}
+	if len(ok) != 6 || len(refused) != 14 {
+		t.Fatalf("%d served, %d refused: want exactly 6 (a queue of 5 and the one served at once) and 14", len(ok), len(refused))
+	}
+	for _, s := range refused {
+		if s.at > ok[1].at/2 {
+			t.Errorf("a refusal came after %v, while the first turn was at %v: refusals are at once", s.at, ok[1].at)
+		}
+	}
+	measured := (ok[5].at - ok[0].at) / 5 // the pace this run kept
+	if pace := p.Pace(); measured < pace-pace/10 || measured > pace+pace/10 {
+		t.Errorf("served every %v on average, want the pace %v within 10%%", measured, pace)
+	}
+	for i := 1; i < len(ok); i++ {
+		if gap := ok[i].at - ok[i-1].at; gap < measured-measured/10 || gap > measured+measured/10 {
+			t.Errorf("turn %d came %v after the one before, want the measured pace %v within 10%%", i, gap, measured)
+		}
+	}
+}
+
+// TestALeaverGivesItsPlaceBack: a waiter whose client goes away gives its place back; the turns
+// after it move up, on its replica at once and on another one by QueueChannel; and a newcomer
+// then finds a place in a queue that was full.
+func TestALeaverGivesItsPlaceBack(t *testing.T) {
+	srv := redistest.Start(t)
+	ls := replicas(t, srv, 2, generous)
+	subscribed(t, srv, ls...)
+	p := Policy{Name: "leave", Limit: 5, Window: time.Second, Algorithm: LeakyBucket, Queue: 3} // a pace of 200 ms
+	ctx := context.Background()
+	first := mustAllow(t, ls[0], Check{p, "co"})
+	if first.Wait != 0 {
+		t.Fatalf("the first request waits %v, want 0: the queue was empty", first.Wait)
+	}
+	leaverCtx, leave := context.WithCancel(ctx)
+	var ds []Decision
+	for i, l := range []*Limiter{ls[0], ls[0], ls[1]} { // the second waiter leaves; the third is on another replica
+		d := mustAllow(t, l, Check{p, "co"})
+		if !d.Allowed || d.Wait < time.Duration(i+1)*p.Pace()-50*time.Millisecond {
+			t.Fatalf("waiter %d: allowed=%v wait %v, want its turn %d paces away", i+1, d.Allowed, d.Wait, i+1)
+		}
+		ds = append(ds, d)
+	}
+	if d := mustAllow(t, ls[1], Check{p, "co"}); d.Allowed || d.Worst.RetryAfter <= 0 {
+		t.Fatalf("a fourth waiter: allowed=%v retry %v, want refused until a place frees", d.Allowed, d.Worst.RetryAfter)
+	}
+	start := time.Now()
+	done := make(chan time.Duration, 3)
+	var errs [3]error
+	for i, l := range []*Limiter{ls[0], ls[0], ls[1]} {
+		wctx := ctx
+		if i == 1 {
+			wctx = leaverCtx
+		}
+		go func() { errs[i] = l.Wait(wctx, ds[i]); done <- time.Since(start) }()
+	}
+	for ls[0].Waiting() != 2 || ls[1].Waiting() != 1 {
+		time.Sleep(time.Millisecond) // the three are registered
+	}
+	leave()
+	var at []time.Duration
+	for range 3 {
+		at = append(at, <-done)
+	}
+	slices.Sort(at)
+	if !errors.Is(errs[1], context.Canceled) || errs[0] != nil || errs[2] != nil {
+		t.Fatalf("waits ended %v: want the leaver's canceled, the others served", errs)
+	}
+	// The leaver's end, then the first waiter at one pace, then the last, moved up from three
+	// paces to two.
+	pace := p.Pace()
+	if last := at[2]; last > 2*pace+pace/4 {
+		t.Errorf("the waiter after the leaver, on another replica, was served after %v: want its turn moved up to about %v", last, 2*pace)
+	}
+	if d := mustAllow(t, ls[1], Check{p, "co"}); !d.Allowed {
+		t.Errorf("after a waiter left, a newcomer was refused: its place was not given back")
+	}
+}
+
+// TestAReplicaHoldsAtMostMaxWaiting: past Options.MaxWaiting, a queue's request is refused at
+// once, taking no place.
+func TestAReplicaHoldsAtMostMaxWaiting(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(nil)
+	l, err := New(c, Options{KeySecret: testSecret, MaxWaiting: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p := Policy{Name: "few", Limit: 10, Window: time.Second, Algorithm: LeakyBucket, Queue: 10}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 3 { // one served at once, two waiting
+		d := mustAllow(t, l, Check{p, "co"})
+		wg.Go(func() { _ = l.Wait(ctx, d) })
+	}
+	for l.Waiting() != 2 {
+		time.Sleep(time.Millisecond)
+	}
+	d := mustAllow(t, l, Check{p, "co"})
+	if d.Allowed || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > p.Pace()*2 {
+		t.Errorf("a third waiter on a replica that holds 2: allowed=%v retry %v, want refused until its first waiter is served", d.Allowed, d.Worst.RetryAfter)
+	}
+	asked, err := l.Inspect(context.Background(), Check{p, "co"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asked.Worst.Remaining != 8 {
+		t.Errorf("the queue has %d free places, want 8: the refusal took none", asked.Worst.Remaining)
+	}
+	cancel()
+	wg.Wait()
+}
+
+// TestATurnPastTheDeadlineIsRefusedAtOnce: a request whose turn would come after its context's
+// deadline is refused at once, with the time until its turn would fit.
+func TestATurnPastTheDeadlineIsRefusedAtOnce(t *testing.T) {
+	l, _, _ := newTestLimiter(t)
+	p := Policy{Name: "deadline", Limit: 10, Window: time.Second, Algorithm: LeakyBucket, Queue: 10}
+	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+	defer cancel()
+	var got []Decision
+	for range 4 {
+		d, err := l.Allow(ctx, p, "co")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d)
+	}
+	if !got[0].Allowed || !got[1].Allowed || !got[2].Allowed {
+		t.Fatalf("turns at 0, 100 and 200 ms within 250: refused (%v)", got)
+	}
+	if d := got[3]; d.Allowed || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > 100*time.Millisecond {
+		t.Errorf("a turn at 300 ms with 250 left: allowed=%v retry %v, want refused, to retry within a pace", d.Allowed, d.Worst.RetryAfter)
+	}
+}
+
+// TestTheFallbackQueuesAtItsShare: with Redis unable to decide, a replica of a fleet of 2 paces a
+// queue of L per window and Q places at ⌈L/2⌉ and ⌈Q/2⌉.
+func TestTheFallbackQueuesAtItsShare(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	l, err := New(c, Options{KeySecret: testSecret, FleetSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	withClock(l)
+	p := Policy{Name: "local", Limit: 10, Window: time.Second, Algorithm: LeakyBucket, Queue: 5}
+	var waits []time.Duration
+	for range 5 {
+		d := l.AllowFallback(context.Background(), Check{p, "co"})
+		if !d.Allowed {
+			break
+		}
+		waits = append(waits, d.Wait)
+	}
+	// ⌈10/2⌉ = 5 per second: a pace of 200 ms; ⌈5/2⌉ = 3 places.
+	if want := []time.Duration{0, 200 * time.Millisecond, 400 * time.Millisecond, 600 * time.Millisecond}; !slices.Equal(waits, want) {
+		t.Errorf("waits %v, want %v", waits, want)
+	}
+}
