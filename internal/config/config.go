@@ -116,6 +116,9 @@ type environment struct {
 	BreakerCooldown      time.Duration  `env:"RATELIMIT_BREAKER_COOLDOWN" envDefault:"1s"`
 	BatchMax             int            `env:"RATELIMIT_BATCH_MAX" envDefault:"32"`
 	FleetSize            int            `env:"RATELIMIT_FLEET_SIZE" envDefault:"2"`
+	ThrottleMaxWaiting   int            `env:"THROTTLE_MAX_WAITING" envDefault:"1000"`
+	PIXConcurrency       int            `env:"PIX_CONCURRENCY" envDefault:"2"`
+	ConcurrencyLease     time.Duration  `env:"CONCURRENCY_LEASE" envDefault:"10s"`
 	DemoAccountsSet      *bool          `env:"DEMO_ACCOUNTS"` // nil when unset
 	LogLevel             slog.Level     `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat            string         `env:"LOG_FORMAT" envDefault:"text"`
@@ -136,6 +139,7 @@ type Route struct {
 	FailMode  enforce.FailMode    `env:"FAIL_MODE"`
 	Algorithm ratelimit.Algorithm `env:"ALGORITHM"`
 	Burst     int                 `env:"BURST"`
+	Queue     int                 `env:"QUEUE"` // leaky_bucket only; 0: the default (defaultQueue)
 	Mode      Mode                `env:"MODE"`
 }
 
@@ -157,9 +161,13 @@ const (
 	ShadowMode  Mode = "shadow"
 )
 
-// As is the route's limit under the given name: its policy, fail mode and mode.
+// As is the route's limit under the given name: its policy, fail mode and mode. A queue
+// (leaky_bucket) without QUEUE has as many places as turns come in 5 seconds, at least 1.
 func (r Route) As(name string) enforce.RouteLimit {
-	return enforce.RouteLimit{Policy: ratelimit.Policy{Name: name, Limit: r.Limit, Window: r.Window, Algorithm: r.Algorithm, Burst: r.Burst},
+	if r.Algorithm == ratelimit.LeakyBucket && r.Queue == 0 && r.Limit > 0 && r.Window >= time.Duration(r.Limit) {
+		r.Queue = max(1, int(defaultQueue/(r.Window/time.Duration(r.Limit))))
+	}
+	return enforce.RouteLimit{Policy: ratelimit.Policy{Name: name, Limit: r.Limit, Window: r.Window, Algorithm: r.Algorithm, Burst: r.Burst, Queue: r.Queue},
 		FailMode: r.FailMode, Shadow: r.Mode == ShadowMode}
 }
 
@@ -322,13 +330,6 @@ func (cfg *environment) check(p *problems) Config {
 	}
 	between(p, "REDIS_TIMEOUT", cfg.RedisTimeout, time.Millisecond, time.Minute)
 	between(p, "DB_TIMEOUT", cfg.DBTimeout, 10*time.Millisecond, time.Minute)
-	if longest := out.LongestRequest(); longest > WriteTimeout-writeMargin {
-		p.add("DB_TIMEOUT", "%v with REDIS_TIMEOUT %v: a PIX could take %v (%d limiter decisions, its statements and "+
-			"its COMMIT %v each, up to %v to learn an unknown outcome), past the %v within which every answer is "+
-			"written (the server's write timeout is %v, the shipped HAProxy's 20s); lower DB_TIMEOUT",
-			cfg.DBTimeout, cfg.RedisTimeout, longest, out.limiterCalls(), cfg.DBTimeout,
-			pix.LongestTransfer(cfg.DBTimeout)-2*cfg.DBTimeout, WriteTimeout-writeMargin, WriteTimeout)
-	}
 	between(p, "TOKEN_TTL", cfg.TokenTTL, time.Second, 365*24*time.Hour)
 	between(p, "DEVICE_TTL", cfg.DeviceTTL, time.Minute, 365*24*time.Hour)
 	between(p, "DEVICE_REGISTRATION_DELAY", cfg.DeviceRegistration, 0, 30*24*time.Hour)
@@ -347,7 +348,65 @@ func (cfg *environment) check(p *problems) Config {
 		p.add("LOG_FORMAT", "%q: want text or json", cfg.LogFormat)
 	}
 	out.Limits = cfg.checkRouteLimits(p)
+	out.Limits.PIXConcurrency = cfg.checkConcurrency(p)
+	if longest := out.LongestRequest(); longest > WriteTimeout-writeMargin {
+		p.add("DB_TIMEOUT", "%v with REDIS_TIMEOUT %v: a PIX could take %v (%d limiter decisions, its statements and "+
+			"its COMMIT %v each, up to %v to learn an unknown outcome), past the %v within which every answer is "+
+			"written (the server's write timeout is %v, the shipped HAProxy's 20s); lower DB_TIMEOUT",
+			cfg.DBTimeout, cfg.RedisTimeout, longest, out.limiterCalls(), cfg.DBTimeout,
+			pix.LongestTransfer(cfg.DBTimeout)-2*cfg.DBTimeout, WriteTimeout-writeMargin, WriteTimeout)
+	}
+	out.Limits.MaxWait = WriteTimeout - writeMargin - out.LongestRequest()
+	cfg.checkQueues(p, &out)
 	return out
+}
+
+// defaultQueue is a queue's places when *_QUEUE is unset: as many turns as come in 5 seconds,
+// at least 1.
+const defaultQueue = 5 * time.Second
+
+// checkQueues checks the queues (leaky_bucket: only the PIX and the statement; every turn within
+// the wait the write timeout leaves) and sets their places in out.Limits.
+func (cfg *environment) checkQueues(p *problems, out *Config) {
+	for _, r := range []struct {
+		prefix string
+		route  Route
+		limit  *enforce.RouteLimit
+	}{{"PIX_", cfg.PIX, &out.Limits.PIX}, {"STATEMENT_", cfg.Statement, &out.Limits.Statement}} {
+		pol := &r.limit.Policy
+		if pol.Algorithm != ratelimit.LeakyBucket || pol.Limit < 1 {
+			continue
+		}
+		if r.route.Queue < 0 || r.route.Queue > 100_000 {
+			p.add(r.prefix+"QUEUE", "%d: want 1 to 100000 (or unset: the turns of 5s)", r.route.Queue)
+		} else if wait := time.Duration(pol.Queue) * pol.Pace(); wait > out.Limits.MaxWait {
+			p.add(r.prefix+"QUEUE", "%d turns of %v take %v, past the %v a request may wait for its turn "+
+				"(the write timeout %v, less its margin and the longest request %v): lower it or raise the limit",
+				pol.Queue, pol.Pace(), wait, out.Limits.MaxWait, WriteTimeout, out.LongestRequest())
+		}
+	}
+	for _, r := range []struct {
+		prefix string
+		alg    ratelimit.Algorithm
+	}{{"LOGIN_", cfg.Login.Algorithm}, {"SETTINGS_", cfg.Settings.Algorithm}} {
+		if r.alg == ratelimit.LeakyBucket {
+			p.add(r.prefix+"ALGORITHM", "leaky_bucket queues, and only the PIX and the statement may wait: a waiting "+
+				"login would hold a connection for an attacker")
+		}
+	}
+}
+
+// checkConcurrency checks the PIX's in-flight limit and makes it (a zero Limit: off).
+func (cfg *environment) checkConcurrency(p *problems) enforce.RouteLimit {
+	if cfg.PIXConcurrency < 0 || cfg.PIXConcurrency > 1000 {
+		p.add("PIX_CONCURRENCY", "%d: want 0 (off) to 1000 PIX of one account in progress", cfg.PIXConcurrency)
+	}
+	between(p, "CONCURRENCY_LEASE", cfg.ConcurrencyLease, time.Second, 10*time.Minute)
+	if cfg.PIXConcurrency <= 0 {
+		return enforce.RouteLimit{}
+	}
+	return enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-concurrency", Limit: cfg.PIXConcurrency,
+		Window: cfg.ConcurrencyLease.Truncate(time.Millisecond)}, FailMode: cfg.PIX.FailMode}
 }
 
 // checkLimiter checks the limiter's settings: its breaker, deny cache, fleet and batches, and
@@ -369,6 +428,9 @@ func (cfg *environment) checkLimiter(p *problems) {
 	}
 	if cfg.BatchMax < 1 || cfg.BatchMax > 1000 {
 		p.add("RATELIMIT_BATCH_MAX", "%d: want 1 (no batching) to 1000", cfg.BatchMax)
+	}
+	if cfg.ThrottleMaxWaiting < 1 || cfg.ThrottleMaxWaiting > 100_000 {
+		p.add("THROTTLE_MAX_WAITING", "%d: want 1 to 100000 requests waiting in one replica", cfg.ThrottleMaxWaiting)
 	}
 }
 
@@ -403,7 +465,7 @@ func (cfg *environment) limiterOptions() ratelimit.Options {
 	}
 	return ratelimit.Options{Timeout: cfg.RedisTimeout, DenyCacheSize: off(cfg.DenyCacheSize),
 		BreakerFailures: off(cfg.BreakerFailures), BreakerCooldown: cfg.BreakerCooldown, BatchMax: cfg.BatchMax,
-		FleetSize: cfg.FleetSize}
+		FleetSize: cfg.FleetSize, MaxWaiting: cfg.ThrottleMaxWaiting}
 }
 
 // checkRouteLimits checks each route's limit and makes them, the look-up's DICT buckets included.
@@ -463,10 +525,10 @@ func (l LoginRoute) policy(name string, limit int) enforce.RouteLimit {
 }
 
 // policy validates pol with the limiter's own rules and reports a problem under the variable
-// that holds the offending field: prefix + LIMIT (or limitVar), WINDOW, ALGORITHM or BURST.
+// that holds the offending field: prefix + LIMIT (or limitVar), WINDOW, ALGORITHM, BURST or QUEUE.
 // Windows must also be whole seconds, as the RateLimit headers count in seconds.
 func policy(p *problems, prefix string, pol enforce.RouteLimit, limitVar ...string) enforce.RouteLimit {
-	vars := map[string]string{"Limit": "LIMIT", "Window": "WINDOW", "Algorithm": "ALGORITHM", "Burst": "BURST"}
+	vars := map[string]string{"Limit": "LIMIT", "Window": "WINDOW", "Algorithm": "ALGORITHM", "Burst": "BURST", "Queue": "QUEUE"}
 	if len(limitVar) > 0 {
 		vars["Limit"] = limitVar[0]
 	}
@@ -493,10 +555,11 @@ const WriteTimeout = 15 * time.Second
 const writeMargin = time.Second
 
 // decisionsPerRequest is the most limiter calls one request makes, each within REDIS_TIMEOUT: a
-// PIX decides its look-up buckets and its own limit in one call (ratelimit.Limiter.Sequence),
-// then settles the buckets in a second (a miss charged, or a look-up redeemed and refunded). On
-// a Redis Cluster each of those steps is a call of its own: the buckets asked, the limit, then
-// a redemption and two refunds (a company payer's buckets apart), 5 in all.
+// PIX decides its look-up buckets, its own limit and its in-flight slot in one call
+// (ratelimit.Limiter.Sequence), then settles the buckets and gives the slot back in a second (a
+// miss charged, or a look-up redeemed and refunded). On a Redis Cluster each of those steps is
+// a call of its own: the buckets asked, the limit, then a redemption and two refunds (a company
+// payer's buckets apart), 5 in all, and the slot's (limiterCalls).
 const (
 	decisionsPerRequest        = 2
 	clusterDecisionsPerRequest = 5
@@ -511,10 +574,16 @@ func (cfg Config) LongestRequest() time.Duration {
 }
 
 // limiterCalls is the most limiter calls of one request here: decisionsPerRequest, or
-// clusterDecisionsPerRequest on a cluster.
+// clusterDecisionsPerRequest on a cluster, and those of the PIX's in-flight slot when it has one.
 func (cfg Config) limiterCalls() int {
-	if len(cfg.Redis.Cluster) > 0 {
+	slot := cfg.Limits.PIXConcurrency.Policy.Limit > 0
+	switch {
+	case len(cfg.Redis.Cluster) > 0 && slot:
+		return clusterDecisionsPerRequest + 3 // the slot asked, taken and given back
+	case len(cfg.Redis.Cluster) > 0:
 		return clusterDecisionsPerRequest
+	case slot && cfg.Limits.PIX.Policy.Algorithm == ratelimit.LeakyBucket:
+		return decisionsPerRequest + 1 // the slot taken at the turn
 	}
 	return decisionsPerRequest
 }

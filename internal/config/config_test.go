@@ -168,10 +168,11 @@ func TestEveryAnswerFitsInTheWriteTimeout(t *testing.T) {
 			t.Errorf("DB_TIMEOUT=%s accepted, but its longest request %v does not fit", tt.db, cfg.LongestRequest())
 		}
 	}
-	// On a cluster a PIX's steps are calls of their own: 5 × 1 + 10 + 1 = 16 s.
+	// On a cluster a PIX's steps are calls of their own, its in-flight slot's three among them:
+	// 8 × 1 + 10 + 1 = 19 s.
 	if _, err := load(map[string]string{"DB_TIMEOUT": "5s", "REDIS_TIMEOUT": "1s", "REDIS_CLUSTER_ADDRS": "10.0.0.1:7000",
-		"AUTH_SECRET": strings.Repeat("s", 32)}); err == nil || !strings.Contains(err.Error(), "5 limiter decisions") {
-		t.Errorf("DB_TIMEOUT=5s REDIS_TIMEOUT=1s on a cluster: error %v, want DB_TIMEOUT refused for 5 limiter decisions", err)
+		"AUTH_SECRET": strings.Repeat("s", 32)}); err == nil || !strings.Contains(err.Error(), "8 limiter decisions") {
+		t.Errorf("DB_TIMEOUT=5s REDIS_TIMEOUT=1s on a cluster: error %v, want DB_TIMEOUT refused for 8 limiter decisions", err)
 	}
 }
 
@@ -412,5 +413,46 @@ func TestSupportDesk(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), secret) {
 			t.Errorf("%v: the error shows a secret", env)
 		}
+	}
+}
+
+// TestThrottleSettings: a queue only where it may wait (the PIX and the statement), of places
+// whose turns all come within the write timeout, at a pace of at least a millisecond; the
+// in-flight limit and its lease in range. Each mistake is named; the defaults fit.
+func TestThrottleSettings(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(map[string]string{"PIX_ALGORITHM": "leaky_bucket", "STATEMENT_ALGORITHM": "leaky_bucket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A PIX every 6 s: one place (5 s hold no turn, and a queue has at least one); a statement
+	// every 2 s: two.
+	if got, want := [2]int{cfg.Limits.PIX.Policy.Queue, cfg.Limits.Statement.Policy.Queue}, [2]int{1, 2}; got != want {
+		t.Errorf("default queues %v, want %v", got, want)
+	}
+	if got, want := cfg.Limits.PIXConcurrency.Policy.Limit, 2; got != want {
+		t.Errorf("PIX_CONCURRENCY default %d, want %d", got, want)
+	}
+	for _, tt := range []struct {
+		env  map[string]string
+		name string
+	}{
+		{map[string]string{"LOGIN_ALGORITHM": "leaky_bucket"}, "LOGIN_ALGORITHM"},
+		{map[string]string{"SETTINGS_ALGORITHM": "leaky_bucket"}, "SETTINGS_ALGORITHM"},
+		{map[string]string{"STATEMENT_QUEUE": "5"}, "STATEMENT_QUEUE"}, // with the default sliding_log
+		{map[string]string{"PIX_ALGORITHM": "leaky_bucket", "PIX_QUEUE": "100"}, "PIX_QUEUE"},
+		{map[string]string{"PIX_ALGORITHM": "leaky_bucket", "PIX_QUEUE": "-1"}, "PIX_QUEUE"},
+		{map[string]string{"PIX_ALGORITHM": "leaky_bucket", "PIX_LIMIT": "2000", "PIX_WINDOW": "1s"}, "PIX_LIMIT"},
+		{map[string]string{"THROTTLE_MAX_WAITING": "0"}, "THROTTLE_MAX_WAITING"},
+		{map[string]string{"PIX_CONCURRENCY": "-1"}, "PIX_CONCURRENCY"},
+		{map[string]string{"CONCURRENCY_LEASE": "0s"}, "CONCURRENCY_LEASE"},
+	} {
+		_, err := load(tt.env)
+		if err == nil || !strings.Contains(err.Error(), tt.name+":") {
+			t.Errorf("%v: error %v, want it to name %s", tt.env, err, tt.name)
+		}
+	}
+	if cfg, err := load(map[string]string{"PIX_CONCURRENCY": "0"}); err != nil || cfg.Limits.PIXConcurrency.Policy.Limit != 0 {
+		t.Errorf("PIX_CONCURRENCY=0: %v, %v; want no in-flight limit", cfg.Limits.PIXConcurrency, err)
 	}
 }

@@ -97,4 +97,11 @@ type RouteLimits struct {
 	LookupParticipant         RouteLimit
 	LookupParticipantMissCost int
 	LookupCategory            string
+	// PIXConcurrency is the most PIX of one account in progress at once across the fleet
+	// (pix-concurrency): its Policy's Limit is the slots (zero: no limit), its Window the lease
+	// after which a slot whose replica died is free again.
+	PIXConcurrency RouteLimit
+	// MaxWait is the longest a queued request (a leaky_bucket route) may wait for its turn: what
+	// the write timeout leaves beside the longest request.
+	MaxWait time.Duration
 }
