@@ -16,8 +16,9 @@ import (
 type Step struct {
 	checks  []Check
 	op      op
-	voucher bool // a voucher's step (Redeem, Grant), not an algorithm's
-	tokens  bool // a charge or a refund: token_bucket policies only
+	voucher bool   // a voucher's step (Redeem, Grant), not an algorithm's
+	tokens  bool   // a charge or a refund: token_bucket policies only
+	slot    string // an in-flight slot's step (Hold, Release): the slot's name
 }
 
 // AllowStep is AllowAll(checks...) as a step.
@@ -42,10 +43,30 @@ func RedeemStep(c Check) Step { return Step{checks: []Check{c}, op: op{kind: opD
 // GrantStep is Grant(c) as a step. It is never refused.
 func GrantStep(c Check) Step { return Step{checks: []Check{c}, op: op{kind: opGrant}, voucher: true} }
 
+// HoldStep is Hold(c, name) as a step.
+func HoldStep(c Check, name string) Step {
+	return Step{checks: []Check{c}, op: op{kind: opDecide}, slot: name}
+}
+
+// AskHoldStep asks whether Hold(c, name) would take its slot, taking nothing: a PIX asks before
+// its own limit decides and takes the slot after it, in one call, so that neither a refused
+// limit holds a slot nor a full slot records a PIX.
+func AskHoldStep(c Check, name string) Step {
+	return Step{checks: []Check{c}, op: op{kind: opAsk}, slot: name}
+}
+
+// ReleaseStep is Release(c, name) as a step. It is never refused.
+func ReleaseStep(c Check, name string) Step {
+	return Step{checks: []Check{c}, op: op{kind: opWithdraw}, slot: name}
+}
+
 // validate checks what the step's lone call would check.
 func (s Step) validate() error {
-	if len(s.checks) == 0 || s.voucher && len(s.checks) != 1 {
-		return errors.New("ratelimit: a step needs checks (a voucher's, one)")
+	if len(s.checks) == 0 || (s.voucher || s.slot != "") && len(s.checks) != 1 {
+		return errors.New("ratelimit: a step needs checks (a voucher's or a slot's, one)")
+	}
+	if s.slot != "" {
+		return s.checks[0].Policy.Validate()
 	}
 	if err := oneQueue(s.checks); err != nil {
 		return err
@@ -65,12 +86,15 @@ func (s Step) validate() error {
 
 // cached says whether the deny cache answers and learns the step, as it does AllowAll, AskAll
 // and AllowN: a voucher with no grant is no full key, and a refund is never refused.
-func (s Step) cached() bool { return !s.voucher && s.op.kind != opRefund }
+func (s Step) cached() bool { return !s.voucher && s.slot == "" && s.op.kind != opRefund }
 
 // body is the number of the step's body in sequenceScript (sequence.lua calls decisions[body]).
 func (s Step) body() int {
-	if s.voucher {
+	switch {
+	case s.voucher:
 		return len(Algorithms()) + 1
+	case s.slot != "":
+		return len(Algorithms()) + 2
 	}
 	for i, a := range Algorithms() {
 		if a == s.checks[0].Policy.algorithm() {
@@ -94,6 +118,8 @@ var sequenceScript = func() *redis.Script {
 	}
 	functions, decision := split("voucher", voucherLua)
 	fmt.Fprintf(&b, "%sdecisions[%d] = function()\n%s\nend\n", functions, len(Algorithms())+1, decision)
+	functions, decision = split("slots", slotsLua)
+	fmt.Fprintf(&b, "%sdecisions[%d] = function()\n%s\nend\n", functions, len(Algorithms())+2, decision)
 	b.WriteString(sequenceLua)
 	return redis.NewScript(b.String())
 }()
@@ -127,7 +153,7 @@ func (l *Limiter) Sequence(ctx context.Context, steps ...Step) ([]Decision, erro
 			return nil, err
 		}
 		all = append(all, s.checks...)
-		if !s.voucher && queued(s.checks) && s.op.kind == opDecide {
+		if !s.voucher && s.slot == "" && queued(s.checks) && s.op.kind == opDecide {
 			if l.waiters.full() { // no place taken: the replica cannot hold one more
 				return l.unasked(steps[:i], l.tooManyWaiting(s.checks)), nil
 			}
@@ -201,8 +227,11 @@ func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string
 	var flat []string
 	for i, s := range steps {
 		calls[i] = l.newCall(s.checks[0].Policy.algorithm(), s.op, s.checks)
-		if s.voucher {
+		switch {
+		case s.voucher:
 			calls[i].id = requestID() // a grant's name
+		case s.slot != "":
+			calls[i].id = s.slot
 		}
 		c := calls[i]
 		args = append(args, s.body(), len(s.checks), c.id, c.now, c.op.arg())
@@ -217,7 +246,7 @@ func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		for i, s := range steps {
-			if !s.voucher {
+			if !s.voucher && s.slot == "" {
 				l.withdrawLate(s.checks[0].Policy.algorithm(), keys[i], calls[i], s.checks, err)
 			}
 		}
@@ -225,7 +254,7 @@ func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string
 	}
 	var ds []Decision
 	for i, s := range steps {
-		queued := !s.voucher && s.checks[0].Policy.algorithm() == LeakyBucket
+		queued := !s.voucher && s.slot == "" && s.checks[0].Policy.algorithm() == LeakyBucket
 		size := replySize(len(s.checks), queued)
 		if len(vals) == 0 {
 			break
@@ -253,6 +282,8 @@ func (l *Limiter) sequenceApart(ctx context.Context, steps []Step) ([]Decision, 
 			var ok bool
 			ok, err = l.voucher(ctx, s.checks[0], s.op)
 			d = Decision{Allowed: ok}
+		} else if s.slot != "" {
+			d, err = l.slotCall(ctx, s.checks[0], s.slot, s.op)
 		} else if s.op.kind == opRefund {
 			d, err = l.Refund(ctx, s.op.n, s.checks...)
 		} else {

@@ -7,7 +7,7 @@
 --
 -- ARGV[1]            how many steps
 -- then, per step: its body's number, its number of keys, its id, its now ('' for the Redis
---                    clock), its operation (prelude.lua's operation: never a withdrawal), and
+--                    clock), its operation (prelude.lua's operation: a withdrawal only of a slot, whose reply is a decision's), and
 --                    per key: limit, window in µs, burst
 -- KEYS               every step's keys, in order
 --

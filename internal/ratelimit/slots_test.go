@@ -1,0 +1,116 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+)
+
+// TestSlotsHoldExactlyAcrossReplicas: 30 requests of one account at once over three replicas,
+// two slots: exactly two hold one; a replay of one of them (its name) shares it; once both are
+// given back, two more hold.
+func TestSlotsHoldExactlyAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	ls := replicas(t, srv, 3, generous)
+	p := Policy{Name: "inflight", Limit: 2, Window: 10 * time.Second}
+	c := Check{p, "company"}
+	var held sync.Map
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 30 {
+		wg.Go(func() {
+			name := fmt.Sprint("pix-", i)
+			d, err := ls[i%3].Hold(context.Background(), c, name)
+			if err != nil {
+				t.Error(err)
+			}
+			if d.Allowed {
+				n.Add(1)
+				held.Store(name, i%3)
+			}
+		})
+	}
+	wg.Wait()
+	if got := n.Load(); got != 2 {
+		t.Fatalf("%d of 30 concurrent requests hold a slot, want exactly 2", got)
+	}
+	held.Range(func(k, _ any) bool {
+		if d, err := ls[2].Hold(context.Background(), c, k.(string)); err != nil || !d.Allowed {
+			t.Errorf("a replay of %s, in progress: %+v, %v; want it to share its original's slot", k, d, err)
+		}
+		return true
+	})
+	if d, _ := ls[0].Hold(context.Background(), c, "another"); d.Allowed || d.Worst.RetryAfter <= 0 {
+		t.Errorf("a third request while two are in progress: %+v, want refused", d)
+	}
+	held.Range(func(k, _ any) bool {
+		if err := ls[1].Release(context.Background(), c, k.(string)); err != nil {
+			t.Error(err)
+		}
+		return true
+	})
+	for _, name := range []string{"a", "b"} {
+		if d, _ := ls[0].Hold(context.Background(), c, name); !d.Allowed {
+			t.Errorf("after both were given back, %s was refused", name)
+		}
+	}
+}
+
+// TestASlotOfADeadReplicaFreesAtItsLease: a slot never given back (its replica died) is free
+// again when its lease ends, and not before.
+func TestASlotOfADeadReplicaFreesAtItsLease(t *testing.T) {
+	l, _, _ := newTestLimiter(t)
+	clk := withClock(l)
+	p := Policy{Name: "lease", Limit: 1, Window: 10 * time.Second}
+	c := Check{p, "company"}
+	if d, _ := l.Hold(context.Background(), c, "dies"); !d.Allowed {
+		t.Fatal("the first request was refused")
+	}
+	clk.Add(10*time.Second - time.Millisecond)
+	if d, _ := l.Hold(context.Background(), c, "next"); d.Allowed {
+		t.Fatal("admitted before the dead request's lease ended")
+	}
+	clk.Add(time.Millisecond)
+	if d, _ := l.Hold(context.Background(), c, "next"); !d.Allowed {
+		t.Fatal("refused once the dead request's lease ended")
+	}
+}
+
+// TestASlotIsAskedBeforeTheLimitAndTakenAfter: in one sequence, a full slot refuses before the
+// limit records anything, and a refused limit takes no slot.
+func TestASlotIsAskedBeforeTheLimitAndTakenAfter(t *testing.T) {
+	l, _, _ := newTestLimiter(t)
+	slots := Check{Policy{Name: "inflight", Limit: 1, Window: 10 * time.Second}, "co"}
+	limit := Check{Policy{Name: "pix", Limit: 1, Window: time.Minute}, "co"}
+	ctx := context.Background()
+	pix := func(name string) []Decision {
+		ds, err := l.Sequence(ctx, AskHoldStep(slots, name), AllowStep(limit), HoldStep(slots, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+	if ds := pix("one"); len(ds) != 3 || !ds[2].Allowed {
+		t.Fatalf("the first PIX: %d steps ran, want 3 admitted", len(ds))
+	}
+	if ds := pix("two"); len(ds) != 1 || ds[0].Allowed {
+		t.Fatalf("a second PIX while the first holds the slot: %d steps ran, want the ask refused alone", len(ds))
+	}
+	if d, _ := l.Inspect(ctx, limit); d.Worst.Remaining != 0 {
+		t.Fatalf("the limit has %d left, want 0 (the first PIX only)", d.Worst.Remaining)
+	}
+	if _, err := l.Sequence(ctx, ReleaseStep(slots, "one")); err != nil {
+		t.Fatal(err)
+	}
+	if ds := pix("three"); len(ds) != 2 || ds[1].Allowed {
+		t.Fatalf("a PIX over its limit: %d steps ran, want its limit refused", len(ds))
+	}
+	if d, _ := l.Hold(ctx, slots, "four"); !d.Allowed {
+		t.Error("a PIX refused by its limit kept a slot")
+	}
+}
