@@ -228,10 +228,12 @@ const maxDescription = 140
 // handlePIX sends a PIX. It reads in the order it happens: the access token names the payer
 // (requireAccount, the route's one middleware); the body is decoded and validated, so a
 // malformed PIX is a 400 that costs no quota; the look-up buckets are asked whether they could
-// pay for a miss, and then the PIX's own limit decides, per account (never per IP: a whole office
-// shares one), at the account's tier; the ledger moves the money; and the look-up buckets are
-// settled by the ledger's answer (lookupLimiter.admitPIX and afterPIX).
-func handlePIX(ledger pix.Payments, limit enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
+// pay for a miss, the account's in-flight slots whether one is free, and then the PIX's own limit
+// decides, per account (never per IP: a whole office shares one), at the account's tier, and the
+// slot is taken (a queued PIX waits for its turn first, and takes its slot then); the ledger
+// moves the money; and the look-up buckets are settled by the ledger's answer as the slot is
+// given back (lookupLimiter.admitPIX and afterPIX).
+func handlePIX(ledger pix.Payments, limit, inflight enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
 	type payee struct {
 		Key  string `json:"key"`
 		Name string `json:"name"`
@@ -252,12 +254,13 @@ func handlePIX(ledger pix.Payments, limit enforce.RouteLimit, lookups lookupLimi
 		if err != nil {
 			return err
 		}
-		user, err := lookups.admitPIX(c, s, req.keyType, check{lookups.tiers.limitOf(limit, s, false), s.Account})
+		own, held := check{lookups.tiers.limitOf(limit, s, false), s.Account}, slotOf(inflight, s.Account, req.IdempotencyKey)
+		user, err := lookups.admitPIX(c, s, req.keyType, own, held)
 		if err != nil {
 			return err
 		}
 		r, err := ledger.Transfer(c.Request().Context(), req.TransferRequest)
-		if err := lookups.afterPIX(c, s, user, req.ToKey, r, err); err != nil {
+		if err := lookups.afterPIX(c, s, user, req.ToKey, held, r, err); err != nil {
 			return err
 		}
 		return c.JSON(http.StatusCreated, response{r.EndToEndID, r.AmountCents, r.BalanceCents,
@@ -336,8 +339,8 @@ func printable(s string) bool {
 // handleStatement shows the account's statement, newest first: the query is validated (a 400
 // costs no quota); a read gives way to payments: while the ledger is busy (every connection in
 // use, none idle) it is answered 503 ledger_busy at once, spending no quota, instead of queueing
-// behind the transfers; then the statement limit decides per account at the account's tier, and
-// the ledger answers.
+// behind the transfers; then the statement limit decides per account at the account's tier (a
+// queue's admission waits for its turn), and the ledger answers.
 func handleStatement(ledger pix.Payments, decide limiter, limit enforce.RouteLimit, tiers *Tiers) echo.HandlerFunc {
 	type entry struct {
 		EndToEndID   string        `json:"end_to_end_id"`
@@ -365,7 +368,17 @@ func handleStatement(ledger pix.Payments, decide limiter, limit enforce.RouteLim
 			decide.metrics.shed(limit.Policy.Name)
 			return &Error{Code: CodeLedgerBusy, RetryAfter: time.Second}
 		}
-		if err := decide.enforce(c, nil, check{tiers.limitOf(limit, s, true), s.Account}); err != nil {
+		own := []check{{tiers.limitOf(limit, s, true), s.Account}}
+		ctx, cancel := decide.throttle(c) // a queue's turn comes within it
+		defer cancel()
+		start := time.Now()
+		d, err := decide.apply(c, nil, own, func(context.Context) (ratelimit.Decision, error) {
+			return decide.core.AllowAll(ctx, checks(own)...)
+		})
+		if err != nil {
+			return err
+		}
+		if err := decide.wait(c, ctx, own, d, time.Since(start)); err != nil {
 			return err
 		}
 		st, err := ledger.Statement(c.Request().Context(), s.Account, n)

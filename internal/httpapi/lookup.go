@@ -134,20 +134,24 @@ func (l lookupLimiter) exhausted(bank enforce.RouteLimit, retryAfter time.Durati
 	return &Error{Code: CodeLookupCapacityExhausted, RetryAfter: retryAfter}
 }
 
-// charge pays a look-up's price once the answer is known, in one limiter call: the payer's
+// charge pays a look-up's price once the answer is known, in one limiter call (after first, steps
+// never refused that share it, such as a PIX's slot given back): the payer's
 // bucket (user) then, unless it refused, the bank's; found costs 1 of each, a miss the payer's
 // miss cost and the bank's. A found key's look-up is also granted, in that call, to the payment
 // it may lead to (grant is its voucher; none for a PIX, which is the payment). The payer's
 // refusal is 429, reporting its bucket (with quiet, an admission sets no RateLimit headers); the
 // bank's is 503 lookup_capacity_exhausted, without them, logged and counted.
-func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, grant *ratelimit.Check) error {
+func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, grant *ratelimit.Check, first ...ratelimit.Step) error {
 	userCost, bankCost := l.rules.Price(found)
 	bank := l.bank()
 	steps := []ratelimit.Step{ratelimit.ChargeStep(checks([]check{user})[0], userCost), ratelimit.ChargeStep(checks([]check{bank})[0], bankCost)}
 	if grant != nil {
 		steps = append(steps, ratelimit.GrantStep(*grant))
 	}
-	paid := l.sequenceOf(c.Request().Context(), steps...)
+	paid := l.sequenceOf(c.Request().Context(), append(first, steps...)...)
+	if len(first) > 0 { // steps never refused (a slot given back), before the charges
+		paid.ds = paid.ds[min(len(first), len(paid.ds)):]
+	}
 	report := func(d ratelimit.Decision) ratelimit.Decision {
 		if quiet && d.Allowed {
 			return ratelimit.Decision{Allowed: true}
@@ -175,9 +179,9 @@ func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, gra
 // refund gives a look-up's tokens back after the payment it led to (DICT), in one limiter call:
 // when s's payer looked key up in the last 10 minutes and that look-up was not given back before
 // (its voucher is redeemed), 1 token (2 for a company) to the payer's bucket user and 1 to the
-// bank's. It is best effort: a refund that cannot reach Redis is logged and lost, which costs the
+// bank's; after first, steps never refused that share the call (a PIX's slot given back). It is best effort: a refund that cannot reach Redis is logged and lost, which costs the
 // customer a token, never the bank a look-up.
-func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, key string) {
+func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, key string, first ...ratelimit.Step) {
 	payer := l.payer(s)
 	toUser, toBank := payer.Refund()
 	bank := l.bank()
@@ -186,7 +190,7 @@ func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, k
 		steps = []ratelimit.Step{ratelimit.RedeemStep(dict.Voucher(payer, key)),
 			ratelimit.RefundStep(toUser, checks([]check{user})...), ratelimit.RefundStep(toBank, checks([]check{bank})...)}
 	}
-	if _, err := l.core.Sequence(ctx, steps...); err != nil {
+	if _, err := l.core.Sequence(ctx, append(first, steps...)...); err != nil {
 		l.events.log("refund:"+user.limit.Policy.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
 			"policy", user.limit.Policy.Name, "cause", err.Error())
 	}
@@ -197,40 +201,80 @@ func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, k
 // refused. A bucket that cannot be asked (Redis down) leaves the PIX to its own limit's fail mode.
 
 // admitPIX decides, in one limiter call, whether the payer's bucket of the key's type and the
-// bank's could pay for a miss (asked, taking nothing) and then the PIX's own limit (own): while
-// either bucket holds no token the PIX is refused (429, policy pix-lookup or pix-lookup-v2; or
-// 503 lookup_capacity_exhausted) whether or not its key exists, and its own limit records
-// nothing; else its own limit decides as any route's. It returns the payer's bucket, for
+// bank's could pay for a miss (asked, taking nothing), whether one of the account's in-flight
+// slots is free (held; asked, taking nothing), then the PIX's own limit (own), and then takes
+// the slot: while either bucket holds no token the PIX is refused (429, policy pix-lookup or
+// pix-lookup-v2; or 503 lookup_capacity_exhausted) whether or not its key exists, and its own
+// limit records nothing; while every slot is held by other PIX, 429 pix-concurrency; else its
+// own limit decides as any route's. A queued PIX (leaky_bucket) waits for its turn, then takes its
+// slot in a call of its own: it holds none while it waits. It returns the payer's bucket, for
 // afterPIX.
-func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, own check) (check, error) {
+func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, own check, held *slot) (check, error) {
 	user, bank := l.bucket(s, t), l.bank()
 	if d, full := l.core.KnownFull(checks([]check{own})...); full { // refused from memory: asking the buckets would change nothing
 		_, err := l.answer(c, nil, []check{own}, d, nil, 0)
 		return user, err
 	}
-	decided := l.sequenceOf(c.Request().Context(), ratelimit.AskStep(checks([]check{user, bank})...), ratelimit.AllowStep(checks([]check{own})...))
+	queued := own.limit.Policy.Algorithm == ratelimit.LeakyBucket
+	ctx, cancel := l.throttle(c) // a queue's turn comes within it
+	defer cancel()
+	steps, slotAsked, ownAt := []ratelimit.Step{ratelimit.AskStep(checks([]check{user, bank})...)}, -1, 1
+	if held != nil && !queued {
+		slotAsked, ownAt = 1, 2
+		steps = append(steps, ratelimit.AskHoldStep(checks([]check{held.check})[0], held.name))
+	}
+	steps = append(steps, ratelimit.AllowStep(checks([]check{own})...))
+	if held != nil && !queued {
+		steps = append(steps, ratelimit.HoldStep(checks([]check{held.check})[0], held.name))
+	}
+	decided := l.sequenceOf(ctx, steps...)
 	asked := user
 	asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
 	if err := l.answerAsk(c, asked, bank, true, decided); err != nil {
 		return user, err
 	}
-	_, err := l.answerStep(c, nil, []check{own}, decided, 1)
-	return user, err
+	if slotAsked > 0 && len(decided.ds) == slotAsked+1 {
+		if err := held.answer(c, own, decided.ds[slotAsked], nil); err != nil {
+			return user, err
+		}
+	}
+	d, err := l.answerStep(c, nil, []check{own}, decided, ownAt)
+	if err != nil {
+		return user, err
+	}
+	if !queued {
+		return user, nil
+	}
+	if err := l.wait(c, ctx, []check{own}, d, decided.took); err != nil {
+		return user, err
+	}
+	if held != nil {
+		hd, err := l.core.Hold(context.WithoutCancel(ctx), checks([]check{held.check})[0], held.name)
+		return user, held.answer(c, own, hd, err)
+	}
+	return user, nil
 }
 
-// afterPIX settles the buckets once the ledger has answered the PIX (r, err) and returns the
-// PIX's answer: a PIX to a key nobody has pays the miss, admitted and paid at once, before its
-// 404 is sent (refused, it is a 429 instead); a payment to a found key costs nothing, and its 201
-// gives back the tokens of the look-up that led to it, if there was one (refund; a replayed 201,
-// which moved nothing, gives none).
-func (l lookupLimiter) afterPIX(c echo.Context, s auth.Subject, user check, key string, r pix.Receipt, err error) error {
+// afterPIX settles the buckets once the ledger has answered the PIX (r, err), gives the PIX's
+// in-flight slot back (held) in the same call, and returns the PIX's answer: a PIX to a key
+// nobody has pays the miss, admitted and paid at once, before its 404 is sent (refused, it is a
+// 429 instead); a payment to a found key costs nothing, and its 201 gives back the tokens of the
+// look-up that led to it, if there was one (refund; a replayed 201, which moved nothing, gives
+// none). The slot goes back even when the client has left.
+func (l lookupLimiter) afterPIX(c echo.Context, s auth.Subject, user check, key string, held *slot, r pix.Receipt, err error) error {
+	ctx := context.WithoutCancel(c.Request().Context())
 	switch {
 	case errors.Is(err, pix.ErrKeyNotFound):
-		if payErr := l.charge(c, user, false, true, nil); payErr != nil {
+		if payErr := l.charge(c, user, false, true, nil, held.release()...); payErr != nil {
 			return payErr
 		}
 	case err == nil && !r.Replayed:
-		l.refund(context.WithoutCancel(c.Request().Context()), s, user, key)
+		l.refund(ctx, s, user, key, held.release()...)
+	case held != nil:
+		if _, relErr := l.core.Sequence(ctx, held.release()...); relErr != nil {
+			l.events.log("release:"+held.check.limit.Policy.Name, slog.LevelWarn, "an in-flight slot not given back: it frees at its lease",
+				"policy", held.check.limit.Policy.Name, "cause", relErr.Error())
+		}
 	}
 	return err
 }

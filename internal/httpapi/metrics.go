@@ -21,6 +21,7 @@ type Metrics struct {
 	requests        *prometheus.CounterVec
 	requestSeconds  *prometheus.HistogramVec
 	ledgerSeconds   *prometheus.HistogramVec
+	waitSeconds     *prometheus.HistogramVec
 }
 
 // The outcomes of a rate-limit decision, as pixlimit_ratelimit_decisions_total counts them.
@@ -35,6 +36,8 @@ const (
 	outcomeShadowRefused = "shadow_refused" // refused by a policy in shadow mode; served anyway
 	outcomeFallback      = "decided_local"  // Redis could not decide; decided in the replica's memory
 	outcomeShed          = "shed"           // a read that gave way to payments (ledger_busy), decided by no one
+	outcomeThrottled     = "throttled"      // admitted by a queue, served at its turn
+	outcomeAbandoned     = "abandoned"      // admitted by a queue; its client left before its turn
 )
 
 // LimiterGauges is what the metrics read of a limiter when scraped (a *ratelimit.Limiter).
@@ -50,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer, limiter LimiterGauges) (*Metrics, err
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pixlimit_ratelimit_decisions_total",
-			Help: "Rate-limit decisions by policy and outcome (allowed, refused, refused_local, failed_open, failed_closed, shadow_refused, decided_local).",
+			Help: "Rate-limit decisions by policy and outcome (allowed, refused, refused_local, failed_open, failed_closed, shadow_refused, decided_local, throttled, abandoned, shed).",
 		}, []string{"policy", "outcome"}),
 		decisionSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pixlimit_ratelimit_decision_seconds",
@@ -71,6 +74,11 @@ func NewMetrics(reg prometheus.Registerer, limiter LimiterGauges) (*Metrics, err
 			Help:    "Ledger call latency by call (account, transfer, statement, lookup, limits, register_device, audit, set_tier, ...) and result (ok, error, unavailable, outcome_unknown).",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"call", "result"}),
+		waitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pixlimit_ratelimit_wait_seconds",
+			Help:    "Time a queued request (leaky_bucket) waited for its turn, served or abandoned, by policy.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 4, 6, 8, 10, 14},
+		}, []string{"policy"}),
 	}
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pixlimit_ratelimit_redis_up",
@@ -85,7 +93,7 @@ func NewMetrics(reg prometheus.Registerer, limiter LimiterGauges) (*Metrics, err
 		Name: "pixlimit_ratelimit_withdrawals_lost_total",
 		Help: "Admissions of refused or failed multi-key decisions that could not be taken back: each stays counted until its window passes.",
 	}, func() float64 { return float64(limiter.Stats().WithdrawalsLost) })
-	for _, c := range []prometheus.Collector{m.decisions, m.decisionSeconds, m.requests, m.requestSeconds, m.ledgerSeconds, up, lost} {
+	for _, c := range []prometheus.Collector{m.decisions, m.decisionSeconds, m.requests, m.requestSeconds, m.ledgerSeconds, m.waitSeconds, up, lost} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -93,7 +101,6 @@ func NewMetrics(reg prometheus.Registerer, limiter LimiterGauges) (*Metrics, err
 	return m, nil
 }
 
-// decided counts one decision over checks, whose policies share its outcome, and its time.
 // shed counts a request of policy that gave way to payments before any decision (ledger_busy).
 func (m *Metrics) shed(policy string) {
 	if m != nil {
@@ -101,6 +108,19 @@ func (m *Metrics) shed(policy string) {
 	}
 }
 
+// waited counts a queued decision over checks, made in took, once its wait ended: served
+// (throttled) or abandoned, after waited.
+func (m *Metrics) waited(checks []ratelimit.Check, outcome string, took, waited time.Duration) {
+	if m == nil {
+		return
+	}
+	m.decided(checks, outcome, took)
+	for _, c := range checks {
+		m.waitSeconds.WithLabelValues(c.Policy.Name).Observe(waited.Seconds())
+	}
+}
+
+// decided counts one decision over checks, whose policies share its outcome, and its time.
 func (m *Metrics) decided(checks []ratelimit.Check, outcome string, took time.Duration) {
 	if m == nil {
 		return

@@ -46,10 +46,13 @@ func setHeaders(h http.Header, d ratelimit.Decision) {
 		}
 		p.WriteString(`"` + r.Policy.Name + `";q=` + strconv.Itoa(r.Policy.Limit) +
 			";w=" + strconv.FormatInt(seconds(r.Policy.Window), 10))
-		if r.Policy.Algorithm.Bursty() {
+		switch {
+		case r.Policy.Algorithm.Bursty():
 			// q and w stay the sustained rate; the burst is an implementation parameter, which
 			// draft-12 asks to be vendor-prefixed.
 			p.WriteString(";pixlimit-burst=" + strconv.Itoa(r.Capacity))
+		case r.Policy.Algorithm == ratelimit.LeakyBucket:
+			p.WriteString(";pixlimit-queue=" + strconv.Itoa(r.Policy.Queue))
 		}
 	}
 	h["Ratelimit-Policy"] = []string{p.String()}
@@ -78,6 +81,8 @@ type limiter struct {
 	failClosedRetryAfter time.Duration
 	metrics              *Metrics  // nil: not measured
 	events               *eventLog // nil: shadow refusals and fail modes are not logged
+	// maxWait is the longest a queued request waits for its turn (throttle.go); 0: the default.
+	maxWait time.Duration
 }
 
 // enforce decides the request in c against checks and prepares the response: it sets the
@@ -137,6 +142,7 @@ func (r limiter) answer(c echo.Context, report func(ratelimit.Decision) ratelimi
 	switch {
 	case d.Fallback:
 		r.metrics.decided(decided, outcomeFallback, took)
+	case d.Allowed && d.Wait > 0 && !shadow: // counted when its turn comes, or its client leaves (wait)
 	case d.Allowed:
 		r.metrics.decided(decided, outcomeAllowed, took)
 	case shadow:

@@ -28,7 +28,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	}
 	// One limiter for the routes that decide in their handlers.
 	decide := limiter{core: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
-		events: newEventLog(d.Logger, 10*time.Second)}
+		events: newEventLog(d.Logger, 10*time.Second), maxWait: d.Limits.MaxWait}
 	lookups := newLookupLimiter(decide, d.Limits, d.Tiers)
 
 	e.GET("/healthz", handleHealthz())
@@ -36,7 +36,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	e.GET("/readyz", handleReadyz(d.Probes, d.Limiter, d.Logger))
 	e.POST("/v1/login", handleLogin(decide, d.Limits, d.Ledger, d.Passwords, d.Tokens, d.Devices, d.Tiers))
 
-	e.POST("/v1/pix", handlePIX(d.Ledger, d.Limits.PIX, lookups), requireAccount)
+	e.POST("/v1/pix", handlePIX(d.Ledger, d.Limits.PIX, d.Limits.PIXConcurrency, lookups), requireAccount)
 	e.GET("/v1/pix/keys/:key", handleLookup(d.Ledger, lookups), requireAccount)
 	e.GET("/v1/statement", handleStatement(d.Ledger, decide, d.Limits.Statement, d.Tiers), requireAccount)
 	e.PUT("/v1/limits", handlePutLimits(d.Ledger, decide, d.Limits.Settings), requireAccount) // limited in the handler: a lowering never is

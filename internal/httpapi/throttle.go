@@ -1,0 +1,101 @@
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/pixlimit/pixlimit/internal/enforce"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+)
+
+// Throttling: a route whose limit is a queue (leaky_bucket) holds an admitted request until its
+// turn, within the wait the write timeout leaves (limiter.maxWait): the limiter refuses at once a
+// turn that would come later. The PIX also holds one of its account's in-flight slots
+// (pix-concurrency) from its turn to its answer.
+
+// defaultMaxWait is the wait of a limiter built without one (a middleware's).
+const defaultMaxWait = 5 * time.Second
+
+// throttle is the context a queued request decides and waits under: the request's, with the
+// deadline of the longest wait.
+func (r limiter) throttle(c echo.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Request().Context(), cmp.Or(r.maxWait, defaultMaxWait))
+}
+
+// wait holds the request of c, admitted by d over cs in took, until its turn, and counts how it
+// ended: throttled (served after waiting) or abandoned (its client left first, giving its place
+// back). Its answer says how long it waited (Server-Timing: throttle;dur=ms). A shadow limit never
+// waits. A replica holding its most waiters refuses it, 429.
+func (r limiter) wait(c echo.Context, ctx context.Context, cs []check, d ratelimit.Decision, took time.Duration) error {
+	if !d.Allowed || d.Wait <= 0 || cs[0].limit.Shadow {
+		return nil
+	}
+	start := time.Now()
+	err := r.core.Wait(ctx, d)
+	waited := time.Since(start)
+	c.Response().Header()["Server-Timing"] = []string{"throttle;dur=" + strconv.FormatInt(waited.Milliseconds(), 10)}
+	decided := checks(cs)
+	switch {
+	case errors.Is(err, ratelimit.ErrTooManyWaiting):
+		r.metrics.decided(decided, outcomeRefused, took)
+		return &Error{Code: CodeRateLimitExceeded, RetryAfter: d.Results[0].Policy.Pace()}
+	case err != nil:
+		r.metrics.waited(decided, outcomeAbandoned, took, waited)
+		return err
+	}
+	r.metrics.waited(decided, outcomeThrottled, took, waited)
+	return nil
+}
+
+// slot is the in-flight slot a PIX of s's account named idem holds (nil when PIX_CONCURRENCY is
+// off): the request's Idempotency-Key names it, so that a replay of a PIX in progress shares its
+// original's slot and waits for its answer in the ledger, never refused.
+func slotOf(limit enforce.RouteLimit, account, idem string) *slot {
+	if limit.Policy.Limit < 1 {
+		return nil
+	}
+	return &slot{check: check{limit, account}, name: idem}
+}
+
+type slot struct {
+	check check
+	name  string
+}
+
+// full is the 429 of a PIX whose account has every slot in use: Retry-After 1 (a slot frees when
+// a PIX ends, which no clock foretells), and the slot's RateLimit headers beside the PIX's
+// policy, as the draft's concurrent-requests quota.
+func (s *slot) full(c echo.Context, own check) error {
+	h := c.Response().Header()
+	q := strconv.Itoa(s.check.limit.Policy.Limit)
+	h["Ratelimit-Limit"] = []string{q}
+	h["Ratelimit-Remaining"] = []string{"0"}
+	h["Ratelimit-Reset"] = []string{"1"}
+	h["Ratelimit-Policy"] = []string{`"` + own.limit.Policy.Name + `";q=` + strconv.Itoa(own.limit.Policy.Limit) +
+		";w=" + strconv.FormatInt(seconds(own.limit.Policy.Window), 10) +
+		`, "` + s.check.limit.Policy.Name + `";q=` + q + `;qu="concurrent-requests"`}
+	h["Ratelimit"] = []string{`"` + s.check.limit.Policy.Name + `";r=0;t=1`}
+	return &Error{Code: CodeRateLimitExceeded, RetryAfter: time.Second}
+}
+
+// answer answers a slot's step (its ask, or its hold at a queued PIX's turn): nil when held
+// or when Redis could not say (the PIX's own limit answers an outage, by its fail mode).
+func (s *slot) answer(c echo.Context, own check, d ratelimit.Decision, err error) error {
+	if err != nil || d.Allowed {
+		return nil
+	}
+	return s.full(c, own)
+}
+
+// release is the step that gives the slot back, or none.
+func (s *slot) release() []ratelimit.Step {
+	if s == nil {
+		return nil
+	}
+	return []ratelimit.Step{ratelimit.ReleaseStep(checks([]check{s.check})[0], s.name)}
+}

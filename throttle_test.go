@@ -1,0 +1,198 @@
+package pixlimit_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+)
+
+// TestTheQueuePacesPIXAcrossTheFleet: a payroll of 12 PIX at once over three replicas, on a
+// leaky_bucket PIX route of 10 per second (a pace of 100 ms) with a queue of 4: exactly 5 are
+// served (one at once, four at their turns), spaced by the pace within 10% of what this run
+// measured, each saying how long it waited; the other 7 are refused at once.
+func TestTheQueuePacesPIXAcrossTheFleet(t *testing.T) {
+	t.Parallel()
+	ledger, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas, _ := fleet(t, redistest.Start(t), ledger, 3, map[string]string{"REDIS_TIMEOUT": "1s",
+		"PIX_ALGORITHM": "leaky_bucket", "PIX_LIMIT": "10", "PIX_WINDOW": "1s", "PIX_QUEUE": "4"})
+	ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+	replicas[1].Statement(ana) // every replica's connections and scripts warm
+	replicas[2].Statement(ana)
+	type answer struct {
+		status int
+		at     time.Duration
+		h      http.Header
+	}
+	var mu sync.Mutex
+	var got []answer
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Go(func() {
+			r := replicas[i%3].PIX(ana, "bruno@example.com", 100)
+			mu.Lock()
+			got = append(got, answer{r.Status, time.Since(start), r.Header})
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(got, func(a, b answer) int { return int(a.at - b.at) })
+	var served, refused []answer
+	for _, a := range got {
+		switch a.status {
+		case http.StatusCreated:
+			served = append(served, a)
+		case http.StatusTooManyRequests:
+			refused = append(refused, a)
+		default:
+			t.Fatalf("a PIX answered %d", a.status)
+		}
+	}
+	if len(served) != 5 || len(refused) != 7 {
+		t.Fatalf("12 PIX at once: %d served, %d refused; want exactly 5 (a queue of 4 and one at once) and 7", len(served), len(refused))
+	}
+	for _, a := range refused {
+		if a.at > served[1].at-50*time.Millisecond {
+			t.Errorf("a refusal came at %v, the first turn at %v: refusals are at once", a.at, served[1].at)
+		}
+		if a.h.Get("Retry-After") == "" {
+			t.Error("a queue's refusal without Retry-After")
+		}
+	}
+	measured := (served[4].at - served[0].at) / 4
+	if pace := 100 * time.Millisecond; measured < pace-pace/10 || measured > pace+pace/10 {
+		t.Errorf("served every %v, want the pace %v within 10%%", measured, pace)
+	}
+	for i := 1; i < 5; i++ {
+		if gap := served[i].at - served[i-1].at; gap < measured-measured/10 || gap > measured+measured/10 {
+			t.Errorf("PIX %d came %v after the one before, want the measured pace %v within 10%%", i, gap, measured)
+		}
+		if st := served[i].h.Get("Server-Timing"); !strings.HasPrefix(st, "throttle;dur=") {
+			t.Errorf("a PIX that waited its turn answered Server-Timing %q", st)
+		}
+	}
+	if p := served[0].h.Get("RateLimit-Policy"); !strings.Contains(p, `"pix";q=10;w=1;pixlimit-queue=4`) {
+		t.Errorf("RateLimit-Policy %q, want the queue's places", p)
+	}
+}
+
+// gated is a ledger whose transfers wait at a gate: PIX in progress, for as long as a test wants.
+type gated struct {
+	pix.Ledger
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g gated) Transfer(ctx context.Context, r pix.TransferRequest) (pix.Receipt, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Ledger.Transfer(ctx, r)
+}
+
+// TestAnAccountHasTwoPIXInProgress: with two PIX of Ana in progress (on two replicas), a third is
+// refused at once, 429 with Retry-After 1 and the draft's concurrent-requests quota; a replay of
+// one in progress is not refused, and gets its original's answer; a slot whose request never
+// ends (its replica died with it) is free again when its lease ends.
+func TestAnAccountHasTwoPIXInProgress(t *testing.T) {
+	t.Parallel()
+	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := gated{Ledger: inner, entered: make(chan struct{}, 16), gate: make(chan struct{})}
+	replicas, _ := fleet(t, redistest.Start(t), ledger, 3, map[string]string{"REDIS_TIMEOUT": "1s",
+		"DB_TIMEOUT": "100ms", "CONCURRENCY_LEASE": "1s"})
+	ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+	keys := []string{apitest.NewIdempotencyKey(), apitest.NewIdempotencyKey()}
+	var wg sync.WaitGroup
+	var first [2]apitest.Response
+	for i, key := range keys {
+		wg.Go(func() { first[i] = replicas[i].PIX(ana, "bruno@example.com", 100, "Idempotency-Key", key) })
+		<-ledger.entered // in progress
+	}
+	third := replicas[2].PIX(ana, "bruno@example.com", 100)
+	if third.Status != http.StatusTooManyRequests || third.Header.Get("Retry-After") != "1" ||
+		!strings.Contains(third.Header.Get("RateLimit-Policy"), `"pix-concurrency";q=2;qu="concurrent-requests"`) {
+		t.Fatalf("a third PIX with two in progress: %d, Retry-After %q, RateLimit-Policy %q; want 429, 1, the concurrent-requests quota",
+			third.Status, third.Header.Get("Retry-After"), third.Header.Get("RateLimit-Policy"))
+	}
+	var replay apitest.Response
+	wg.Go(func() { replay = replicas[2].PIX(ana, "bruno@example.com", 100, "Idempotency-Key", keys[0]) })
+	<-ledger.entered // the replay reached the ledger: not refused
+	close(ledger.gate)
+	wg.Wait()
+	if first[0].Status != http.StatusCreated || first[1].Status != http.StatusCreated || replay.Status != http.StatusCreated {
+		t.Fatalf("the two PIX and the replay: %d, %d, %d; want 201 each", first[0].Status, first[1].Status, replay.Status)
+	}
+	if a, b := first[0].JSON(t)["end_to_end_id"], replay.JSON(t)["end_to_end_id"]; a != b {
+		t.Errorf("the replay answered %v, its original %v: want the original's answer", b, a)
+	}
+	if r := replicas[1].PIX(ana, "bruno@example.com", 100); r.Status != http.StatusCreated {
+		t.Errorf("after both ended, a PIX answered %d: their slots were not given back", r.Status)
+	}
+}
+
+// stuck is a ledger whose first transfers never end while the test runs: the PIX of a replica
+// that died in the middle of them, whose slots nobody gives back.
+type stuck struct {
+	pix.Ledger
+	left    *atomic.Int64
+	entered chan struct{}
+	done    <-chan struct{}
+}
+
+func (s stuck) Transfer(ctx context.Context, r pix.TransferRequest) (pix.Receipt, error) {
+	if s.left.Add(-1) >= 0 {
+		s.entered <- struct{}{}
+		<-s.done
+		return pix.Receipt{}, context.Canceled
+	}
+	return s.Ledger.Transfer(ctx, r)
+}
+
+// TestTheSlotsOfADeadReplicaFreeAtTheirLease: two PIX whose replica never answers for them hold
+// both slots; a PIX elsewhere is refused until their lease (CONCURRENCY_LEASE, 1s) ends, and
+// served after it, within a second more.
+func TestTheSlotsOfADeadReplicaFreeAtTheirLease(t *testing.T) {
+	t.Parallel()
+	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left atomic.Int64
+	left.Store(2)
+	ledger := stuck{Ledger: inner, left: &left, entered: make(chan struct{}, 2), done: t.Context().Done()}
+	replicas, _ := fleet(t, redistest.Start(t), ledger, 2, map[string]string{"REDIS_TIMEOUT": "1s",
+		"DB_TIMEOUT": "100ms", "CONCURRENCY_LEASE": "1s"})
+	ana := replicas[1].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+	for range 2 {
+		go replicas[0].PIX(ana, "bruno@example.com", 100)
+		<-ledger.entered
+	}
+	held := time.Now()
+	if r := replicas[1].PIX(ana, "bruno@example.com", 100); r.Status != http.StatusTooManyRequests {
+		t.Fatalf("a PIX while two hold the slots: %d, want 429", r.Status)
+	}
+	var r apitest.Response
+	for r = replicas[1].PIX(ana, "bruno@example.com", 100); r.Status == http.StatusTooManyRequests; r = replicas[1].PIX(ana, "bruno@example.com", 100) {
+		if time.Since(held) > 2*time.Second {
+			t.Fatalf("still refused %v after the slots were taken, with a lease of 1s", time.Since(held))
+		}
+		time.Sleep(50 * time.Millisecond) // a client retrying
+	}
+	if r.Status != http.StatusCreated || time.Since(held) < 900*time.Millisecond {
+		t.Errorf("a PIX answered %d after %v: want 201, once the 1s lease ended", r.Status, time.Since(held))
+	}
+}
