@@ -50,7 +50,7 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	metrics := apitest.FreeAddr(t)
-	a := startAPI(t, srv, map[string]string{"METRICS_ADDR": metrics, "REDIS_TIMEOUT": "200ms"})
+	a := startAPI(t, srv, map[string]string{"METRICS_ADDR": metrics, "REDIS_TIMEOUT": "200ms", "PIX_CONCURRENCY": "0"})
 	ana := a.Token(demo[0].Document, demo[0].Password)
 	statuses := apitest.Burst([]*apitest.Client{a.Client}, 15, func(c *apitest.Client, _ int) apitest.Response {
 		return c.PIX(ana, "bruno@example.com", 100)

@@ -126,7 +126,7 @@ func TestPIXDomainErrors(t *testing.T) {
 // ledger's own test, in internal/pix, checks every entry of every statement adds up.)
 func TestConcurrentTransfers(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t, redistest.Start(t), map[string]string{"PIX_LIMIT": "100000", "STATEMENT_LIMIT": "100000"})
+	a := startAPI(t, redistest.Start(t), map[string]string{"PIX_LIMIT": "100000", "PIX_CONCURRENCY": "0", "STATEMENT_LIMIT": "100000"})
 	tokens := make([]string, len(demo))
 	for i, d := range demo {
 		tokens[i] = a.Token(d.Document, d.Password)

@@ -63,7 +63,7 @@ func TestPostgresFleet(t *testing.T) {
 func TestPostgresFleetUnderLoad(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "DEMO_ACCOUNTS": "true", "PIX_LIMIT": "100000", "STATEMENT_LIMIT": "100000", "LOG_LEVEL": "warn"}
+	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "DEMO_ACCOUNTS": "true", "PIX_LIMIT": "100000", "PIX_CONCURRENCY": "0", "STATEMENT_LIMIT": "100000", "LOG_LEVEL": "warn"}
 	replicas := []*api{startAPI(t, srv, env), startAPI(t, srv, env)}
 	tokens := make([]string, len(demo))
 	for i, d := range demo {
@@ -285,7 +285,7 @@ func TestAPostgresRestartUnderLoadIsNeverA500(t *testing.T) {
 	pg := pgtest.StartServer(t)
 	srv := redistest.Start(t)
 	env := map[string]string{"DATABASE_URL": pg.URL, "DEMO_ACCOUNTS": "true", "DB_TIMEOUT": "1s",
-		"PIX_LIMIT": "100000", "STATEMENT_LIMIT": "100000", "LOG_LEVEL": "warn"}
+		"PIX_LIMIT": "100000", "PIX_CONCURRENCY": "0", "STATEMENT_LIMIT": "100000", "LOG_LEVEL": "warn"}
 	replicas := []*api{startAPI(t, srv, env), startAPI(t, srv, env)}
 	tokens := make([]string, len(demo))
 	for i, d := range demo {
@@ -437,7 +437,7 @@ func TestReadsGiveWayToPayments(t *testing.T) {
 	t.Parallel()
 	gate := pgtest.NewGate(t, pgtest.URL(t))
 	a := startAPI(t, redistest.Start(t), map[string]string{"DATABASE_URL": gate.URL, "DEMO_ACCOUNTS": "true",
-		"DB_TIMEOUT": "5s", "PIX_LIMIT": "100", "STATEMENT_LIMIT": "100"})
+		"DB_TIMEOUT": "5s", "PIX_LIMIT": "100", "STATEMENT_LIMIT": "100", "PIX_CONCURRENCY": "0"})
 	ana, diego := a.Token(demo[0].Document, demo[0].Password), a.Token(demo[3].Document, demo[3].Password)
 	meter := stalls.Watch(t)
 	gate.HoldCommits()

@@ -78,6 +78,19 @@ func burst(ctx context.Context, d *demo) error {
 	replies := append([]reply{first}, d.burst(n, func(int) reply {
 		return d.pix(ctx, office, anaToken, pixBody("bruno@example.com", 1500))
 	})...)
+	// The in-flight limit (PIX_CONCURRENCY, 2 by default) also refuses PIX of one account that
+	// overlap, before her rate limit counts them: those are sent again, one at a time, as a client
+	// would after their Retry-After of a second, so the burst shows what the rate limit decides.
+	again := 0
+	for i, r := range replies {
+		if r.status == http.StatusTooManyRequests && strings.Contains(r.header.Get("RateLimit-Policy"), `"pix-concurrency"`) {
+			again++
+			replies[i] = d.show(d.pix(ctx, office, anaToken, pixBody("bruno@example.com", 1500)))
+		}
+	}
+	if again > 0 {
+		d.out.say("%d of them found two of her PIX still in progress (pix-concurrency, 429, Retry-After: 1) and were sent again, one at a time.", again)
+	}
 	counts, seen := count(replies)
 	d.expect(fmt.Sprintf("%d PIX: %d × 201, 5 × 429", n+1, limit),
 		counts[http.StatusCreated] == limit && counts[http.StatusTooManyRequests] == 5, seen)

@@ -234,7 +234,7 @@ func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, o
 		return user, err
 	}
 	if slotAsked > 0 && len(decided.ds) == slotAsked+1 {
-		if err := held.answer(c, own, decided.ds[slotAsked], nil); err != nil {
+		if err := held.answer(c, l.limiter, own, decided.ds[slotAsked], nil, decided.took); err != nil {
 			return user, err
 		}
 	}
@@ -249,8 +249,9 @@ func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, o
 		return user, err
 	}
 	if held != nil {
+		start := time.Now()
 		hd, err := l.core.Hold(context.WithoutCancel(ctx), checks([]check{held.check})[0], held.name)
-		return user, held.answer(c, own, hd, err)
+		return user, held.answer(c, l.limiter, own, hd, err, time.Since(start))
 	}
 	return user, nil
 }

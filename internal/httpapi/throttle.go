@@ -83,12 +83,14 @@ func (s *slot) full(c echo.Context, own check) error {
 	return &Error{Code: CodeRateLimitExceeded, RetryAfter: time.Second}
 }
 
-// answer answers a slot's step (its ask, or its hold at a queued PIX's turn): nil when held
-// or when Redis could not say (the PIX's own limit answers an outage, by its fail mode).
-func (s *slot) answer(c echo.Context, own check, d ratelimit.Decision, err error) error {
+// answer answers a slot's step (its ask, or its hold at a queued PIX's turn), counting a
+// refusal in r's metrics: nil when held or when Redis could not say (the PIX's own limit answers
+// an outage, by its fail mode).
+func (s *slot) answer(c echo.Context, r limiter, own check, d ratelimit.Decision, err error, took time.Duration) error {
 	if err != nil || d.Allowed {
 		return nil
 	}
+	r.metrics.decided(checks([]check{s.check}), outcomeRefused, took)
 	return s.full(c, own)
 }
 
