@@ -185,10 +185,15 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 		return err
 	}
 	r.closers = append(r.closers, func() { _ = r.Limiter.Close() }) // waits for withdrawals, before Redis closes
-	// The support desk's forgotten keys, heard at once (the heartbeat is the backstop).
-	sub := rdb.Subscribe(context.WithoutCancel(ctx), r.Limiter.ForgetChannel())
+	// The support desk's forgotten keys, heard at once (the heartbeat is the backstop), and the
+	// turns of a queue that moved up when a waiter on another replica left.
+	sub := rdb.Subscribe(context.WithoutCancel(ctx), r.Limiter.ForgetChannel(), r.Limiter.QueueChannel())
 	go func() {
 		for msg := range sub.Channel() {
+			if msg.Channel == r.Limiter.QueueChannel() {
+				r.Limiter.Moved(msg.Payload)
+				continue
+			}
 			r.Limiter.Forgotten(msg.Payload)
 		}
 	}()
