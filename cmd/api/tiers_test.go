@@ -63,7 +63,7 @@ func TestTiersChangeAtRuntime(t *testing.T) {
 		t.Errorf("with her own override of 12: %v %v, want q=12 and 2 left", r, r.Header)
 	}
 	r = admin(http.MethodGet, "/admin/v1/tiers", nil)
-	if body := r.JSON(t); r.Status != http.StatusOK || len(body["tiers"].([]any)) != 4 || body["defaults"].(map[string]any)["pix_limit"] != 10.0 {
+	if body := r.JSON(t); r.Status != http.StatusOK || len(body["tiers"].([]any)) != 5 || body["defaults"].(map[string]any)["pix_limit"] != 10.0 {
 		t.Errorf("GET /admin/v1/tiers: %v", r)
 	}
 	for path, body := range map[string]map[string]any{
@@ -115,5 +115,36 @@ func TestTheDesksReadTellsTheTierAndChangesNothing(t *testing.T) {
 	}
 	if r := admin(http.MethodGet, "/admin/v1/keys/pix/acct-nobody", nil); r.Status != http.StatusNotFound {
 		t.Errorf("an account the ledger does not know: %v, want 404", r)
+	}
+}
+
+// TestAPayrollTierQueuesItsPIX: the desk moves the bakery to the payroll tier (a PIX queue of 30
+// places at 60 PIX a window), read from PostgreSQL; its payroll of 40 PIX at once then goes
+// through at the tier's pace, 31 served (one at once, 30 at their turns) and 9 refused at once.
+func TestAPayrollTierQueuesItsPIX(t *testing.T) {
+	t.Parallel()
+	token := rand.Text() + rand.Text()
+	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "DEMO_ACCOUNTS": "true", "ADMIN_ADDR": apitest.FreeAddr(t), "ADMIN_TOKEN": token,
+		"PIX_WINDOW": "6s"} // 60 a window: a turn every 100 ms
+	a := startAPI(t, redistest.Start(t), env)
+	desk := &apitest.Client{T: t, Base: "http://" + env["ADMIN_ADDR"]}
+	if r := desk.Do(http.MethodPut, "/admin/v1/accounts/acct-padaria/tier", map[string]any{"tier": "payroll"}, "Authorization", "Bearer "+token); r.Status != http.StatusOK {
+		t.Fatalf("moving the bakery to payroll: %v", r)
+	}
+	r := desk.Do(http.MethodGet, "/admin/v1/tiers", nil, "Authorization", "Bearer "+token)
+	if !strings.Contains(string(r.Body), `"name":"payroll","pix_limit":60,"statement_limit":0,"lookup_capacity":0,"pix_queue":30`) {
+		t.Errorf("GET /admin/v1/tiers: %s, want the payroll tier's queue", r.Body)
+	}
+	bakery := a.Token(demo[4].Document, demo[4].Password)
+	start := time.Now()
+	statuses := apitest.Burst([]*apitest.Client{a.Client}, 40, func(c *apitest.Client, i int) apitest.Response {
+		return c.PIX(bakery, "bruno@example.com", 1)
+	})
+	took := time.Since(start)
+	if statuses[201] != 31 || statuses[429] != 9 {
+		t.Fatalf("a payroll of 40 PIX at once: %v, want 31 × 201 and 9 × 429", statuses)
+	}
+	if took < 2700*time.Millisecond {
+		t.Errorf("31 PIX served in %v: a queue at 100 ms a turn takes 3s", took)
 	}
 }

@@ -138,6 +138,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		ledger = metrics.Instrument(r.Ledger)
 	}
 	tiers := httpapi.NewTiers(ctx, ledger, logger, tierPoll)
+	tiers.MaxWait = cfg.Limits.MaxWait // before any request reads it
 	r.closers = append(r.closers, tiers.Close)
 	r.Handler, err = httpapi.NewServer(httpapi.Deps{
 		Metrics:                 metrics,

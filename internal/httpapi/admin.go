@@ -454,14 +454,20 @@ func (d *desk) getTiers(c echo.Context) error {
 		LookupCapacityPJ int `json:"lookup_capacity_pj"`
 	}
 	table := d.Tiers.Table()
+	// A tier as shown: its figures, and its PIX queue (0: the route's own algorithm).
+	type tierView struct {
+		tierBody
+		PIXQueue int `json:"pix_queue"`
+	}
 	out := struct {
 		Version  int64      `json:"version"`
-		Tiers    []tierBody `json:"tiers"`
+		Tiers    []tierView `json:"tiers"`
 		Defaults defaults   `json:"defaults"`
-	}{Version: table.Version, Tiers: []tierBody{}, Defaults: defaults{d.Limits.PIX.Policy.Limit, d.Limits.Statement.Policy.Limit,
+	}{Version: table.Version, Tiers: []tierView{}, Defaults: defaults{d.Limits.PIX.Policy.Limit, d.Limits.Statement.Policy.Limit,
 		d.Limits.PIXLookup.Policy.Burst, d.Limits.PIXLookupPJ.Policy.Burst}}
 	for _, t := range table.SortedTiers() {
-		out.Tiers = append(out.Tiers, tierBody{Name: t.Name, PIXLimit: t.PIXLimit, StatementLimit: t.StatementLimit, LookupCapacity: t.LookupCapacity})
+		out.Tiers = append(out.Tiers, tierView{tierBody{Name: t.Name, PIXLimit: t.PIXLimit, StatementLimit: t.StatementLimit,
+			LookupCapacity: t.LookupCapacity}, t.PIXQueue})
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
 // Tiers is a replica's copy of the ledger's tier table (pix.TierTable): which limits each
@@ -25,6 +26,9 @@ type Tiers struct {
 	ledger pix.TierStore
 	logger *slog.Logger
 	table  atomic.Pointer[pix.TierTable]
+	// MaxWait is the longest a queued request may wait for its turn (enforce.RouteLimits.MaxWait):
+	// a tier's queue holds no more places than come within it. Zero: no queue is shortened.
+	MaxWait time.Duration
 
 	failing bool // the last poll failed (the poller's own)
 	stop    chan struct{}
@@ -127,8 +131,10 @@ func (t *Tiers) limits(s auth.Subject) (pixLimit, statementLimit, lookupCapacity
 
 // limitOf is l, the PIX route's limit (the statement's when statement), as s's account's tier
 // has it: how the route decides, and how the support desk reads, that account's key. The policy
-// keeps its name, so the key (and what it already counted) stays: a customer who used 8 of 10
-// and moves to a tier of 5 is refused until the log ages.
+// keeps its name, so the key of the same algorithm (and what it already counted) stays: a
+// customer who used 8 of 10 and moves to a tier of 5 is refused until the log ages. A tier with
+// a PIX queue puts the PIX on a leaky_bucket of that many places (a key of its own), no more than
+// turns come within MaxWait.
 func (t *Tiers) limitOf(l enforce.RouteLimit, s auth.Subject, statement bool) enforce.RouteLimit {
 	p, st, _ := t.limits(s)
 	if statement {
@@ -140,5 +146,22 @@ func (t *Tiers) limitOf(l enforce.RouteLimit, s auth.Subject, statement bool) en
 			l.Policy.Burst = p
 		}
 	}
+	if q := t.pixQueue(s); q > 0 && !statement {
+		l.Policy.Algorithm, l.Policy.Burst, l.Policy.Queue = ratelimit.LeakyBucket, 0, q
+		if pace := l.Policy.Pace(); t.MaxWait > 0 && pace > 0 && time.Duration(q)*pace > t.MaxWait {
+			l.Policy.Queue = max(1, int(t.MaxWait/pace))
+		}
+		if l.Policy.Pace() < time.Millisecond { // a limit too high to pace: the route's own algorithm
+			l.Policy.Algorithm, l.Policy.Queue = ratelimit.SlidingLog, 0
+		}
+	}
 	return l
+}
+
+// pixQueue is the places of s's account's tier's PIX queue; 0: none, or no Tiers.
+func (t *Tiers) pixQueue(s auth.Subject) int {
+	if t == nil {
+		return 0
+	}
+	return t.table.Load().PIXQueue(s.Account, pix.Person(s.Person))
 }

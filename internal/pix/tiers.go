@@ -18,6 +18,9 @@ import (
 type Tier struct {
 	Name                                     string
 	PIXLimit, StatementLimit, LookupCapacity int
+	// PIXQueue, when above 0, puts the PIX on a queue of that many places (leaky_bucket),
+	// paced at the tier's PIX limit: a payroll goes through at a steady pace.
+	PIXQueue int
 }
 
 // The tiers every ledger starts with. Every account is on its person's tier (pf, pj) unless
@@ -27,6 +30,7 @@ var DefaultTiers = []Tier{
 	{Name: "pj"},
 	{Name: "premium", PIXLimit: 30, StatementLimit: 120},
 	{Name: "restricted", PIXLimit: 5, StatementLimit: 10, LookupCapacity: 20},
+	{Name: "payroll", PIXLimit: 60, PIXQueue: 30},
 }
 
 // TierOf is an account's tier and its own overrides (zero: none), which win over the tier's.
@@ -83,6 +87,11 @@ func (t TierTable) Limits(account string, person Person) (pixLimit, statementLim
 		return tiers
 	}
 	return pick(a.PIXLimit, tier.PIXLimit), pick(a.StatementLimit, tier.StatementLimit), pick(a.LookupCapacity, tier.LookupCapacity)
+}
+
+// PIXQueue is the places of the queue account's tier puts its PIX on; 0: none.
+func (t TierTable) PIXQueue(account string, person Person) int {
+	return t.Tiers[t.Of(account, person).Tier].PIXQueue
 }
 
 // SortedTiers lists the table's tiers by name.
@@ -191,13 +200,13 @@ func (l *PostgresLedger) TierTable(ctx context.Context) (TierTable, error) {
 		if err := tx.QueryRow(ctx, "SELECT version FROM tier_version").Scan(&t.Version); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, "SELECT name, pix_limit, statement_limit, lookup_capacity FROM tiers")
+		rows, err := tx.Query(ctx, "SELECT name, pix_limit, statement_limit, lookup_capacity, pix_queue FROM tiers")
 		if err != nil {
 			return err
 		}
 		tiers, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Tier, error) {
 			var x Tier
-			return x, row.Scan(&x.Name, &x.PIXLimit, &x.StatementLimit, &x.LookupCapacity)
+			return x, row.Scan(&x.Name, &x.PIXLimit, &x.StatementLimit, &x.LookupCapacity, &x.PIXQueue)
 		})
 		if err != nil {
 			return err
