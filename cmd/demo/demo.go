@@ -352,11 +352,16 @@ func (n *narrator) request(r reply) {
 	if r.calls >= 0 {
 		calls, scripts = strconv.Itoa(r.calls), &r.calls
 	}
-	fmt.Fprintf(n.w, "  replica %d  %-15s  %-4s %-22s  %-32s  remaining %-3s  retry-after %-3s  redis calls %s\n",
-		r.replica, r.ip, r.method, r.path, status, dash(r.header.Get("RateLimit-Remaining")), dash(r.header.Get("Retry-After")), calls)
+	waited, queued := strings.CutPrefix(r.header.Get("Server-Timing"), "throttle;dur=") // a queue's turn
+	turn := ""
+	if queued {
+		turn = "  waited " + waited + " ms"
+	}
+	fmt.Fprintf(n.w, "  replica %d  %-15s  %-4s %-22s  %-32s  remaining %-3s  retry-after %-3s  redis calls %s%s\n",
+		r.replica, r.ip, r.method, r.path, status, dash(r.header.Get("RateLimit-Remaining")), dash(r.header.Get("Retry-After")), calls, turn)
 	n.events.publish(event{Kind: "call", Scenario: n.scenario, Replica: r.replica, IP: r.ip, Who: r.who, Memory: r.memory, Scripts: scripts, Method: r.method, Path: r.path,
 		Status: r.status, Code: r.code(), Remaining: r.header.Get("RateLimit-Remaining"), RetryAfter: r.header.Get("Retry-After"),
-		Policy: r.header.Get("RateLimit-Policy"), Text: r.summary()})
+		Policy: r.header.Get("RateLimit-Policy"), Waited: waited, Text: r.summary()})
 }
 
 func (n *narrator) verdict(expectation string, ok bool, observed string) {

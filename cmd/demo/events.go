@@ -35,6 +35,7 @@ type event struct {
 	Remaining  string `json:"remaining,omitempty"`
 	RetryAfter string `json:"retry_after,omitempty"`
 	Policy     string `json:"policy,omitempty"` // RateLimit-Policy, as sent
+	Waited     string `json:"waited,omitempty"` // ms the request waited for its turn in a queue (Server-Timing)
 
 	// verdict: an expectation and what was seen.
 	OK       bool   `json:"ok,omitempty"`

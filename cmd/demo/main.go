@@ -57,6 +57,7 @@ var scenarios = []struct {
 	{"scan", "Key look-ups: a miss costs twenty times a hit", scan},
 	{"night", "The night-time cap: a limit on money, kept by the ledger", night},
 	{"evening", "A stolen evening: new devices capped, limits raised only tomorrow, the cap between persons", evening},
+	{"payroll", "Payroll day: a company's PIX wait their turns instead of being refused", payroll},
 }
 
 // selfContained starts the embedded Redis and two replicas in this process.

@@ -453,10 +453,14 @@ func support(ctx context.Context, d *demo) error {
 	return nil
 }
 
-// adminCall calls the fleet's support desk with its token.
-func (d *demo) adminCall(ctx context.Context, method, path string) reply {
+// adminCall calls the fleet's support desk with its token, and body when there is one.
+func (d *demo) adminCall(ctx context.Context, method, path string, body ...any) reply {
 	c := client.Client{BaseURL: d.desk, HTTP: &d.client}
-	resp, err := c.Do(ctx, method, path, nil, "Authorization", "Bearer "+d.adminToken, "Admin-Agent", "demo")
+	var b any
+	if len(body) > 0 {
+		b = body[0]
+	}
+	resp, err := c.Do(ctx, method, path, b, "Authorization", "Bearer "+d.adminToken, "Admin-Agent", "demo")
 	r := reply{method: method, path: path, err: err}
 	if err == nil {
 		r.status, r.header, r.raw = resp.Status, resp.Header, resp.Body

@@ -160,7 +160,8 @@ function drawSequence(sc) {
     el("line", { x1: rep, y1: y + 16, x2: laneX(0) + 4, y2: y + 16 }, reply);
     const left = c.remaining ? ` · ${c.remaining} left` : "";
     const retry = c.retry_after ? ` · retry after ${c.retry_after}s` : "";
-    el("text", { x: laneX(0) + 6, y: y + 29 }, reply, `${c.text}${left}${retry}`);
+    const waited = c.waited ? ` · waited its turn ${c.waited} ms` : "";
+    el("text", { x: laneX(0) + 6, y: y + 29 }, reply, `${c.text}${left}${retry}${waited}`);
     if (focus && !involved.includes(focus)) g.classList.add("dimmed");
   });
   $("seq-title").textContent = sc ? `The sequence: ${sc}` : "The sequence";

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// bakery is the company of the payroll story.
+var bakery = demoAccount(4)
+
+// payroll: payroll day. The desk puts the bakery on the payroll tier, whose PIX wait their turns
+// on a queue (leaky_bucket) instead of being refused past the limit; its 40 PIX at once go
+// through one every window / limit, those past the queue's places are refused at once, and Ana's
+// PIX, sent meanwhile, is answered as fast as before: her key is her own.
+func payroll(ctx context.Context, d *demo) error {
+	if d.desk == "" {
+		d.out.say("Skipped against -target: the tier is set on the deployment's support desk (ADMIN_ADDR), not the demo's.")
+		return nil
+	}
+	const office, home = "198.51.100.30", "192.0.2.70"
+	company, err := d.login(ctx, office, bakery.document, bakery.password)
+	if err != nil {
+		return err
+	}
+	mine, err := d.login(ctx, home, ana.document, ana.password)
+	if err != nil {
+		return err
+	}
+	before := d.timedPIX(ctx, home, mine)
+
+	d.out.say("Payday at the bakery. Support puts it on the payroll tier: 60 PIX a window, on a queue of 30 places.")
+	moved := d.adminCall(ctx, http.MethodPut, "/admin/v1/accounts/acct-padaria/tier", map[string]any{"tier": "payroll"})
+	d.out.say("  desk       PUT    /admin/v1/accounts/acct-padaria/tier  %s", moved.summary())
+	if !d.expect("support puts the bakery on the payroll tier", moved.status == http.StatusOK, moved.summary()) {
+		return nil
+	}
+	defer d.adminCall(context.WithoutCancel(ctx), http.MethodPut, "/admin/v1/accounts/acct-padaria/tier", map[string]any{"tier": "pj"})
+	if err := d.out.wait(ctx, time.Second, "while every replica reads the new tier (they poll it every half second)"); err != nil {
+		return err
+	}
+
+	const n = 40
+	d.out.say("The bakery sends its payroll: %d PIX of R$ 1,00 at once. Meanwhile Ana sends one of her own.", n)
+	d.out.say("Each answer is printed as it comes: the refusals at once, then the queue draining, one turn at a time.")
+	start := time.Now()
+	type answer struct {
+		r    reply
+		at   time.Duration
+		took time.Duration
+		hers bool // Ana's
+	}
+	answers := make(chan answer, n+1)
+	for range n {
+		go func() {
+			sent := time.Now()
+			r := d.pix(ctx, office, company, pixBody("bruno@example.com", 100))
+			answers <- answer{r: r, at: time.Since(start), took: time.Since(sent)}
+		}()
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond) // in the middle of the queue
+		sent := time.Now()
+		r := d.pix(ctx, home, mine, pixBody("bruno@example.com", 100))
+		answers <- answer{r: r, took: time.Since(sent), hers: true}
+	}()
+	var during time.Duration
+	replies, at, took := make([]reply, 0, n), make([]time.Duration, 0, n), make([]time.Duration, 0, n)
+	for range n + 1 {
+		a := <-answers // printed here, one at a time, as they come
+		d.show(a.r)
+		if a.hers {
+			during = a.took
+			continue
+		}
+		replies, at, took = append(replies, a.r), append(at, a.at), append(took, a.took)
+	}
+
+	counts, seen := count(replies)
+	limit, window, queue := declaredQueue(replies)
+	var served, refused []time.Duration
+	var slowestRefusal, longestWait time.Duration // each request's own time, from its sending to its answer
+	waited := 0
+	for i, r := range replies {
+		switch r.status {
+		case http.StatusCreated:
+			served = append(served, at[i])
+			longestWait = max(longestWait, took[i])
+			if strings.HasPrefix(r.header.Get("Server-Timing"), "throttle;dur=") {
+				waited++
+			}
+		case http.StatusTooManyRequests:
+			refused = append(refused, at[i])
+			slowestRefusal = max(slowestRefusal, took[i])
+		}
+	}
+	slices.Sort(served)
+	slices.Sort(refused)
+	// The 40 leave one by one: on a busy machine the last may reach the API a turn or two after the
+	// first, and a turn that passed meanwhile freed a place. The queue then serves its places, the
+	// one at once, and one more per turn that passed while the refusals were still being answered.
+	if len(served) > 2 && len(refused) > 0 && limit > 0 {
+		pace := time.Duration(window) * time.Second / time.Duration(limit)
+		passed := int(refused[len(refused)-1] / pace)
+		d.expect(fmt.Sprintf("the queue serves its %d places and the one at once (and one per turn that passed while the PIX arrived), and refuses the rest at once", queue),
+			counts[http.StatusCreated] >= queue+1 && counts[http.StatusCreated] <= queue+2+passed && counts[http.StatusTooManyRequests] == n-counts[http.StatusCreated],
+			fmt.Sprintf("%s, %d turns passed while they arrived", seen, passed))
+	} else {
+		d.expect("the queue serves its places and refuses the rest", false, seen)
+	}
+	if len(served) > 2 && len(refused) > 0 && limit > 0 {
+		pace, want := (served[len(served)-1]-served[0])/time.Duration(len(served)-1), time.Duration(window)*time.Second/time.Duration(limit)
+		d.out.say("Served one every %v on average (the tier's pace: %ds over %d), the last after %v; each of the %d\n"+
+			"refused was answered within %v of its sending: a full queue says so at once, with Retry-After.",
+			pace.Round(time.Millisecond), window, limit, served[len(served)-1].Round(time.Millisecond),
+			len(refused), slowestRefusal.Round(time.Millisecond))
+		d.expect("the queue drains at the tier's pace (within a quarter), and each refusal comes at once",
+			slowestRefusal < longestWait/4 && pace > want*3/4 && pace < want*5/4,
+			fmt.Sprintf("pace %v of %v, slowest refusal %v, longest wait %v", pace.Round(time.Millisecond), want.Round(time.Millisecond),
+				slowestRefusal.Round(time.Millisecond), longestWait.Round(time.Millisecond)))
+	}
+	d.expect("each PIX that waited its turn says so: Server-Timing throttle;dur=ms", waited >= len(served)-1,
+		fmt.Sprintf("%d of %d", waited, len(served)))
+	d.expect("Ana's PIX, sent meanwhile, is answered as fast as before: her key is her own",
+		during < before+250*time.Millisecond, fmt.Sprintf("%v before, %v during the payroll", before.Round(time.Millisecond), during.Round(time.Millisecond)))
+	return nil
+}
+
+// timedPIX sends one PIX of R$ 1,00 from token to Bruno and returns how long its answer took.
+func (d *demo) timedPIX(ctx context.Context, ip, token string) time.Duration {
+	start := time.Now()
+	d.show(d.pix(ctx, ip, token, pixBody("bruno@example.com", 100)))
+	return time.Since(start)
+}
+
+// declaredQueue is the limit, window (seconds) and places of the queue a reply's RateLimit-Policy
+// declares ("pix";q=60;w=5;pixlimit-queue=30), or zeros.
+func declaredQueue(replies []reply) (limit, window, places int) {
+	for _, r := range replies {
+		p, _, _ := strings.Cut(r.header.Get("RateLimit-Policy"), ",")
+		if !strings.Contains(p, "pixlimit-queue=") {
+			continue
+		}
+		for _, f := range strings.Split(p, ";")[1:] {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.Atoi(v)
+			switch k {
+			case "q":
+				limit = n
+			case "w":
+				window = n
+			case "pixlimit-queue":
+				places = n
+			}
+		}
+		return limit, window, places
+	}
+	return 0, 0, 0
+}
