@@ -120,6 +120,17 @@ func (m *Metrics) waited(checks []ratelimit.Check, outcome string, took, waited 
 	}
 }
 
+// waitedOnly measures the wait of a queued decision over checks counted under another outcome
+// (decided_local: the fallback's queue).
+func (m *Metrics) waitedOnly(checks []ratelimit.Check, waited time.Duration) {
+	if m == nil {
+		return
+	}
+	for _, c := range checks {
+		m.waitSeconds.WithLabelValues(c.Policy.Name).Observe(waited.Seconds())
+	}
+}
+
 // decided counts one decision over checks, whose policies share its outcome, and its time.
 func (m *Metrics) decided(checks []ratelimit.Check, outcome string, took time.Duration) {
 	if m == nil {

@@ -40,6 +40,10 @@ func (r limiter) wait(c echo.Context, ctx context.Context, cs []check, d ratelim
 	waited := time.Since(start)
 	c.Response().Header()["Server-Timing"] = []string{"throttle;dur=" + strconv.FormatInt(waited.Milliseconds(), 10)}
 	decided := checks(cs)
+	if d.Fallback { // counted as decided_local already: only its wait is measured
+		decided = nil
+		r.metrics.waitedOnly(checks(cs), waited)
+	}
 	switch {
 	case errors.Is(err, ratelimit.ErrTooManyWaiting):
 		r.metrics.decided(decided, outcomeRefused, took)

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+)
+
+// TestAKilledReplicasSlotsFreeAtTheirLease: a replica process holding both of Ana's in-flight
+// slots (two PIX waiting on her account's row, which the test has locked) is killed with
+// SIGKILL: nobody gives the slots back. Another replica refuses her PIX (pix-concurrency) until
+// the slots' lease (CONCURRENCY_LEASE, 1s) ends, and serves it after, without a restart.
+func TestAKilledReplicasSlotsFreeAtTheirLease(t *testing.T) {
+	t.Parallel()
+	srv, db := redistest.Start(t), pgtest.URL(t)
+	env := map[string]string{"DATABASE_URL": db, "DEMO_ACCOUNTS": "true", "CONCURRENCY_LEASE": "1s", "DB_TIMEOUT": "5s"}
+	survivor := startAPI(t, srv, env)
+
+	addr := apitest.FreeAddr(t)
+	victim := exec.Command(os.Args[0], "-test.run=^$")
+	victim.Env = append(os.Environ(), "PIXLIMIT_RUN_MAIN=1", "HTTP_ADDR="+addr, "METRICS_ADDR=", "REDIS_URL=redis://"+srv.Addr(),
+		"AUTH_SECRET="+testSecret, "DATABASE_URL="+db, "DEMO_ACCOUNTS=true", "CONCURRENCY_LEASE=1s", "DB_TIMEOUT=5s",
+		"NIGHT_LIMIT_CENTS=0", "DAY_LIMIT_CENTS=0", "NEW_DEVICE_TRANSFER_LIMIT_CENTS=0", "NEW_DEVICE_DAY_LIMIT_CENTS=0")
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = victim.Process.Kill(); _ = victim.Wait() })
+	dying := &apitest.Client{T: t, Base: "http://" + addr}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if r, err := http.Get(dying.Base + "/healthz"); err == nil && r.StatusCode == http.StatusOK {
+			r.Body.Close()
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatal("the victim replica did not start")
+		}
+	}
+
+	// Ana's account row, locked: her PIX wait on it, in progress, each holding a slot.
+	conn := pgtest.Connect(t, db)
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(t.Context()))
+	if _, err := tx.Exec(t.Context(), "SELECT 1 FROM accounts WHERE id = 'acct-ana' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	ana := survivor.Token(demo[0].Document, demo[0].Password)
+	for range 2 {
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, dying.Base+"/v1/pix", strings.NewReader(`{"key":"bruno@example.com","amount_cents":100}`))
+			req.Header.Set("Authorization", "Bearer "+ana)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", apitest.NewIdempotencyKey())
+			if r, err := http.DefaultClient.Do(req); err == nil { // the replica dies under it
+				r.Body.Close()
+			}
+		}()
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var waiting int
+		if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_locks WHERE NOT granted").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d PIX waiting on Ana's row, want 2", waiting)
+		}
+	}
+	if r := survivor.PIX(ana, "bruno@example.com", 100); r.Status != http.StatusTooManyRequests ||
+		!strings.Contains(r.Header.Get("RateLimit-Policy"), `"pix-concurrency"`) {
+		t.Fatalf("a PIX while two are in progress: %v %v, want 429 pix-concurrency", r, r.Header)
+	}
+
+	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = victim.Wait()
+	killed := time.Now()
+	if err := tx.Rollback(t.Context()); err != nil { // the dead replica's transfers never commit: their client is gone
+		t.Fatal(err)
+	}
+	var r apitest.Response
+	for r = survivor.PIX(ana, "bruno@example.com", 100); r.Status == http.StatusTooManyRequests; r = survivor.PIX(ana, "bruno@example.com", 100) {
+		if time.Since(killed) > 3*time.Second {
+			t.Fatalf("still refused %v after the replica died, with a lease of 1s: %v", time.Since(killed), r)
+		}
+		time.Sleep(50 * time.Millisecond) // a client retrying
+	}
+	if r.Status != http.StatusCreated {
+		t.Errorf("a PIX once the dead replica's slots expired: %v, want 201", r)
+	}
+	t.Logf("served %v after the kill", time.Since(killed))
+}
