@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"crypto/rand"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,7 +61,7 @@ const (
 // heartbeat beats until Close, keeping l.fleet current.
 func (l *Limiter) heartbeat() {
 	defer l.withdrawals.Done()
-	id := rand.Text()
+	id := l.id
 	keys := []string{l.keys.prefix + ":{fleet}", l.ForgetChannel()} // the roster and the forget list
 	tick := time.NewTicker(heartbeatEvery)
 	defer tick.Stop()
@@ -145,7 +144,7 @@ func (l *Limiter) queueFallback(ctx context.Context, c Check, n int, now time.Ti
 	d.Fallback = true
 	if allowed && wait > 0 {
 		d.Wait = time.Duration(wait) * time.Microsecond
-		d.place = &place{key: key, id: id, turn: now.UnixMicro() + wait, policy: q, local: true}
+		d.place = &place{key: key, id: id, turn: now.UnixMicro() + wait, decided: now.UnixMicro(), policy: q, local: true}
 	}
 	return d
 }

@@ -17,10 +17,12 @@
 --
 -- remaining is the free places after this request; reset the time until one more place frees
 -- (the first waiter's turn; 0 when none waits); wait, appended to the reply, this request's wait
--- for its turn (0 when served now or refused). A withdrawal returns {removed, turn, moved}: 1 if
--- the place was there, its turn, and how far the turns after it moved up (µs).
+-- for its turn (0 when served now or refused). A withdrawal returns {removed, turn, moved, now}: 1
+-- if the place was there, its turn, how far the turns after it moved up (µs), and when: a turn
+-- given after that already counts from the moved queue, and must not move again.
 
--- at is a time as a command's argument: Lua writes a number with 14 digits, a µs clock needs 16.
+-- at is a time written into a command's argument string ('(' .. x): Lua's tostring keeps 14
+-- digits, and a µs clock needs 16 (Redis formats a plain number argument exactly by itself).
 local function at(t)
   return string.format('%.17g', t)
 end
@@ -31,7 +33,7 @@ local key, T, places = keys[1], windows[1] / limits[1], bursts[1] -- T: the pace
 
 if undo_at then                                                    -- leave: give the place back, move the rest up
   local turn = tonumber(redis.call('ZSCORE', key, id))
-  if not turn then return {0, 0, 0} end                            -- served or already gone: nothing to give back
+  if not turn then return {0, 0, 0, now} end                       -- served or already gone: nothing to give back
   local after = redis.call('ZRANGEBYSCORE', key, '(' .. at(turn), '+inf', 'WITHSCORES')
   redis.call('ZREM', key, id)
   local prev = redis.call('ZREVRANGEBYSCORE', key, '(' .. at(turn), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)[2]
@@ -45,7 +47,7 @@ if undo_at then                                                    -- leave: giv
       redis.call('ZADD', key, at(tonumber(after[j + 1]) - moved), after[j])
     end
   end
-  return {1, ceil(turn), floor(moved)}                             -- floor: a waiter told to move up is never early
+  return {1, ceil(turn), floor(moved), now}                        -- floor: a waiter told to move up is never early
 end
 
 redis.call('ZREMRANGEBYSCORE', key, '-inf', at(now - T))               -- served a pace ago or more: no next turn counts from them

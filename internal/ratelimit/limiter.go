@@ -3,12 +3,13 @@ package ratelimit
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,6 +143,7 @@ const (
 // concurrent use, and any number of Limiters on any number of hosts sharing one Redis and one
 // KeySecret enforce one limit together.
 type Limiter struct {
+	id      string // this Limiter among the fleet's: its heartbeat's name, its queue messages' sender
 	rdb     redis.Scripter
 	cluster bool // keys of one decision may live on different nodes (cluster.go)
 	keys    *keyer
@@ -215,6 +217,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	}
 	_, isCluster := rdb.(*redis.ClusterClient)
 	l := &Limiter{
+		id:        rand.Text(),
 		rdb:       rdb,
 		cluster:   opts.Cluster || isCluster,
 		keys:      newKeyer(opts.Prefix, opts.KeySecret),
@@ -651,7 +654,7 @@ func (l *Limiter) decisionOf(r reply, checks []Check, keys []string, c call) Dec
 	if queued(checks) && r.wait > 0 {
 		d.Wait = time.Duration(r.wait) * time.Microsecond
 		if r.allowed && c.op.takes() {
-			d.place = &place{key: keys[0], id: c.id.(string), turn: r.now + r.wait, policy: checks[0].Policy}
+			d.place = &place{key: keys[0], id: c.id.(string), turn: r.now + r.wait, decided: r.now, policy: checks[0].Policy}
 		}
 	}
 	return d
@@ -714,7 +717,7 @@ func newDecision(allowed bool, pairs []int64, checks []Check) Decision {
 // be unique, not secret, so math/rand/v2's per-thread generator serves, with no system call.
 func requestID() string {
 	var b [9]byte
-	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
-	b[8] = byte(rand.Uint32())
+	binary.LittleEndian.PutUint64(b[:], mrand.Uint64())
+	b[8] = byte(mrand.Uint32())
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }

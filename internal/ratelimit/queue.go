@@ -31,20 +31,22 @@ import (
 // waiters: the request's place is given back.
 var ErrTooManyWaiting = errors.New("too many requests waiting in this replica")
 
-// place is an admitted queue decision's place, for Wait and Leave.
+// place is an admitted queue decision's place, for Wait.
 type place struct {
-	key    string
-	id     string
-	turn   int64 // Redis µs
-	policy Policy
-	local  bool // a place in the fallback's memory queue, not in Redis
+	key     string
+	id      string
+	turn    int64 // Redis µs
+	decided int64 // when its turn was given, Redis µs: a move made after it is already counted in it
+	policy  Policy
+	local   bool // a place in the fallback's memory queue, not in Redis
 }
 
 // waiter is a request held until its turn.
 type waiter struct {
-	turn  int64     // its turn in Redis µs: moves name the turns after a leaver's
-	due   time.Time // its turn on this replica's clock
-	moved chan struct{}
+	turn    int64     // its turn in Redis µs: moves name the turns after a leaver's
+	decided int64     // when its turn was given, Redis µs
+	due     time.Time // its turn on this replica's clock
+	moved   chan struct{}
 }
 
 // waiters are this replica's waiters, by key, for the moves.
@@ -107,15 +109,17 @@ func (ws *waiters) remove(key string, w *waiter) {
 	ws.count.Add(-1)
 }
 
-// move moves the waiters on key whose turn is after `after` (Redis µs) up by `by` µs.
-func (ws *waiters) move(key string, after, by int64) {
+// move moves the waiters on key whose turn is after `after` (Redis µs), given before the leave
+// made at `at`, up by `by` µs. A turn given at or after the leave was counted from the moved queue
+// already (in the same microsecond: not moved, so never early).
+func (ws *waiters) move(key string, after, by, at int64) {
 	if by <= 0 {
 		return
 	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for w := range ws.byKey[key] {
-		if w.turn > after {
+		if w.turn > after && w.decided < at {
 			w.turn -= by
 			w.due = w.due.Add(-time.Duration(by) * time.Microsecond)
 			select {
@@ -148,7 +152,7 @@ func (l *Limiter) Wait(ctx context.Context, d Decision) error {
 		return nil
 	}
 	start := time.Now() // the timer runs on the real clock, whatever the Limiter decides with
-	w := &waiter{turn: p.turn, due: start.Add(d.Wait), moved: make(chan struct{}, 1)}
+	w := &waiter{turn: p.turn, decided: p.decided, due: start.Add(d.Wait), moved: make(chan struct{}, 1)}
 	if !l.waiters.add(p.key, w) {
 		l.leave(p)
 		return ErrTooManyWaiting
@@ -178,8 +182,9 @@ func (l *Limiter) Wait(ctx context.Context, d Decision) error {
 func (l *Limiter) leave(p *place) {
 	l.forgetBlocks([]string{p.key}) // a place is free: a refusal this replica remembers may no longer hold
 	if p.local {
-		turn, moved := l.fallback.leave(p.key, p.id, l.clock().UnixMicro(), paceOf(p.policy))
-		l.waiters.move(p.key, turn, moved)
+		now := l.clock().UnixMicro()
+		turn, moved := l.fallback.leave(p.key, p.id, now, paceOf(p.policy))
+		l.waiters.move(p.key, turn, moved, now)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
@@ -187,15 +192,16 @@ func (l *Limiter) leave(p *place) {
 	c := l.newCall(LeakyBucket, op{kind: opWithdraw, at: p.turn}, []Check{{Policy: p.policy}})
 	c.id = p.id
 	vals, err := scripts[LeakyBucket].Run(ctx, l.rdb, []string{p.key}, c.args()...).Int64Slice()
-	if err != nil || len(vals) != 3 {
+	if err != nil || len(vals) != 4 {
 		return // the place is served at its turn, unused: the queue loses a turn, never admits one more
 	}
-	turn, moved := vals[1], vals[2]
+	turn, moved, at := vals[1], vals[2], vals[3]
 	if vals[0] == 0 || moved <= 0 {
 		return
 	}
-	l.waiters.move(p.key, turn, moved)
-	msg := p.key + " " + strconv.FormatInt(turn, 10) + " " + strconv.FormatInt(moved, 10)
+	l.waiters.move(p.key, turn, moved, at)
+	// The others' waiters; this replica skips its own message (its waiters have moved).
+	msg := strings.Join([]string{p.key, strconv.FormatInt(turn, 10), strconv.FormatInt(moved, 10), strconv.FormatInt(at, 10), l.id}, " ")
 	_ = publishScript.Run(ctx, l.rdb, []string{l.QueueChannel()}, msg).Err() // unheard: see the top of this file
 }
 
@@ -206,16 +212,19 @@ var publishScript = redis.NewScript(`return redis.call('PUBLISH', KEYS[1], ARGV[
 // one of its waiters left. A replica whose client can subscribe passes each message to Moved.
 func (l *Limiter) QueueChannel() string { return l.keys.prefix + ":{fleet}:queue" }
 
-// Moved moves this replica's waiters as a message on QueueChannel says.
+// Moved moves this replica's waiters as a message on QueueChannel says: "key after by at sender",
+// the turns of key after `after` given before `at` (Redis µs) move up by `by` µs. A replica's own
+// messages are skipped: it moved its waiters when it sent them.
 func (l *Limiter) Moved(msg string) {
 	f := strings.Fields(msg)
-	if len(f) != 3 {
+	if len(f) != 5 || f[4] == l.id {
 		return
 	}
 	after, err1 := strconv.ParseInt(f[1], 10, 64)
 	by, err2 := strconv.ParseInt(f[2], 10, 64)
-	if err1 == nil && err2 == nil {
-		l.waiters.move(f[0], after, by)
+	at, err3 := strconv.ParseInt(f[3], 10, 64)
+	if err1 == nil && err2 == nil && err3 == nil {
+		l.waiters.move(f[0], after, by, at)
 	}
 }
 
