@@ -148,7 +148,9 @@ func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, gra
 	if grant != nil {
 		steps = append(steps, ratelimit.GrantStep(*grant))
 	}
-	paid := l.sequenceOf(c.Request().Context(), append(first, steps...)...)
+	// On a context the client cannot cancel: a scanner that hangs up once the ledger has answered
+	// still pays its miss, and a PIX's slot goes back.
+	paid := l.sequenceOf(context.WithoutCancel(c.Request().Context()), append(first, steps...)...)
 	if len(first) > 0 { // steps never refused (a slot given back), before the charges
 		paid.ds = paid.ds[min(len(first), len(paid.ds)):]
 	}
@@ -241,6 +243,11 @@ func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, o
 	d, err := l.answerStep(c, nil, []check{own}, decided, ownAt)
 	if err != nil {
 		return user, err
+	}
+	if slotAsked > 0 && len(decided.ds) > ownAt+1 { // the take: on a cluster a call of its own, after the ask
+		if err := held.answer(c, l.limiter, own, decided.ds[ownAt+1], nil, decided.took); err != nil {
+			return user, err
+		}
 	}
 	if !queued {
 		return user, nil

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -136,7 +137,11 @@ func (r limiter) answer(c echo.Context, report func(ratelimit.Decision) ratelimi
 			r.metrics.decided(decided, outcomeFailedOpen, took)
 			return ratelimit.Decision{}, nil
 		}
-		d = r.core.AllowFallback(c.Request().Context(), decided...) // enforce.FailFallback: decided here, reported and refused as any decision
+		// enforce.FailFallback: decided here, reported and refused as any decision; a queue's turn
+		// within what is left of the wait (throttle), as Redis would have given it.
+		fctx, cancel := context.WithTimeout(c.Request().Context(), cmp.Or(r.maxWait, defaultMaxWait)-took)
+		d = r.core.AllowFallback(fctx, decided...)
+		cancel()
 	}
 	shadow := cs[0].limit.Shadow // limits decided together share it (validateTogether)
 	switch {

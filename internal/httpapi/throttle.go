@@ -45,7 +45,8 @@ func (r limiter) wait(c echo.Context, ctx context.Context, cs []check, d ratelim
 		r.metrics.waitedOnly(checks(cs), waited)
 	}
 	switch {
-	case errors.Is(err, ratelimit.ErrTooManyWaiting):
+	case errors.Is(err, ratelimit.ErrTooManyWaiting),
+		err != nil && c.Request().Context().Err() == nil: // the wait's deadline, not the client, ended it
 		r.metrics.decided(decided, outcomeRefused, took)
 		return &Error{Code: CodeRateLimitExceeded, RetryAfter: d.Results[0].Policy.Pace()}
 	case err != nil:
@@ -63,12 +64,12 @@ func slotOf(limit enforce.RouteLimit, account, idem string) *slot {
 	if limit.Policy.Limit < 1 {
 		return nil
 	}
-	return &slot{check: check{limit, account}, name: idem}
+	return &slot{check: check{limit, account}, name: ratelimit.Holder(idem)}
 }
 
 type slot struct {
 	check check
-	name  string
+	name  string // this request's hold (ratelimit.Holder): a replay shares the slot, never the hold
 }
 
 // full is the 429 of a PIX whose account has every slot in use: Retry-After 1 (a slot frees when

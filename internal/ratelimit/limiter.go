@@ -660,14 +660,16 @@ func (l *Limiter) decisionOf(r reply, checks []Check, keys []string, c call) Dec
 	return d
 }
 
-// queueOp is a queue's decision op: a place whose turn comes within ctx's deadline, if it has one.
+// queueOp is a queue's decision op: a place whose turn comes within ctx's deadline, if it has one,
+// less the decision's own budget: the script reads its clock after the call's way there, and the
+// waiter starts its timer after the way back.
 func (l *Limiter) queueOp(ctx context.Context, o op) op {
 	if o.kind != opDecide {
 		return o
 	}
 	o = op{kind: opQueue, within: -1}
 	if dl, ok := ctx.Deadline(); ok {
-		o.within = max(0, time.Until(dl).Microseconds())
+		o.within = max(0, (time.Until(dl) - l.timeout).Microseconds())
 	}
 	return o
 }

@@ -18,7 +18,7 @@ type Step struct {
 	op      op
 	voucher bool   // a voucher's step (Redeem, Grant), not an algorithm's
 	tokens  bool   // a charge or a refund: token_bucket policies only
-	slot    string // an in-flight slot's step (Hold, Release): the slot's name
+	slot    string // an in-flight slot's step (Hold, Release): the holder (Holder)
 }
 
 // AllowStep is AllowAll(checks...) as a step.
@@ -43,21 +43,21 @@ func RedeemStep(c Check) Step { return Step{checks: []Check{c}, op: op{kind: opD
 // GrantStep is Grant(c) as a step. It is never refused.
 func GrantStep(c Check) Step { return Step{checks: []Check{c}, op: op{kind: opGrant}, voucher: true} }
 
-// HoldStep is Hold(c, name) as a step.
-func HoldStep(c Check, name string) Step {
-	return Step{checks: []Check{c}, op: op{kind: opDecide}, slot: name}
+// HoldStep is Hold(c, holder) as a step.
+func HoldStep(c Check, holder string) Step {
+	return Step{checks: []Check{c}, op: op{kind: opDecide}, slot: holder}
 }
 
-// AskHoldStep asks whether Hold(c, name) would take its slot, taking nothing: a PIX asks before
+// AskHoldStep asks whether Hold(c, holder) would take its slot, taking nothing: a PIX asks before
 // its own limit decides and takes the slot after it, in one call, so that neither a refused
 // limit holds a slot nor a full slot records a PIX.
-func AskHoldStep(c Check, name string) Step {
-	return Step{checks: []Check{c}, op: op{kind: opAsk}, slot: name}
+func AskHoldStep(c Check, holder string) Step {
+	return Step{checks: []Check{c}, op: op{kind: opAsk}, slot: holder}
 }
 
-// ReleaseStep is Release(c, name) as a step. It is never refused.
-func ReleaseStep(c Check, name string) Step {
-	return Step{checks: []Check{c}, op: op{kind: opWithdraw}, slot: name}
+// ReleaseStep is Release(c, holder) as a step. It is never refused.
+func ReleaseStep(c Check, holder string) Step {
+	return Step{checks: []Check{c}, op: op{kind: opWithdraw}, slot: holder}
 }
 
 // validate checks what the step's lone call would check.

@@ -14,25 +14,30 @@ var slotsLua string
 // slotScript runs slots.lua as scripts run an algorithm's body.
 var slotScript = redis.NewScript(preludeLua + argsLua + slotsLua)
 
+// Holder names one request's hold on the slot called name (a PIX's Idempotency-Key, of
+// [A-Za-z0-9_-]): requests of one name share one slot, each with a hold of its own, so that each
+// gives back only its own.
+func Holder(name string) string { return name + ":" + requestID() }
+
 // Hold takes one of c's in-flight slots (c.Policy.Limit of them, each a lease of
-// c.Policy.Window), named name, for a request about to start: refused (Allowed false) while
-// every slot is held by other requests. A request already holding the slot of that name (a
-// replay of a request still in progress) shares it, never refused. The caller gives it back
-// with Release when the request ends; a slot whose replica died is free when its lease ends.
-// Slots bypass the deny cache: they free when requests end, which no Reset foretells. The error
-// wraps ErrUnavailable.
-func (l *Limiter) Hold(ctx context.Context, c Check, name string) (Decision, error) {
-	return l.slotCall(ctx, c, name, op{kind: opDecide})
+// c.Policy.Window) for a request about to start, as holder (Holder): refused (Allowed false)
+// while every slot is held by other requests. A request whose slot's name is already held (a
+// replay of a request still in progress) shares it, never refused. The caller gives its hold
+// back with Release when the request ends; the slot is free once every hold on it is given back
+// or has outlived its lease (its replica died). Slots bypass the deny cache: they free when
+// requests end, which no Reset foretells. The error wraps ErrUnavailable.
+func (l *Limiter) Hold(ctx context.Context, c Check, holder string) (Decision, error) {
+	return l.slotCall(ctx, c, holder, op{kind: opDecide})
 }
 
-// Release gives back the slot name of c's key (Hold). The error wraps ErrUnavailable: the slot
-// is then free when its lease ends.
-func (l *Limiter) Release(ctx context.Context, c Check, name string) error {
-	_, err := l.slotCall(ctx, c, name, op{kind: opWithdraw})
+// Release gives back holder's hold of c's key (Hold). The error wraps ErrUnavailable: the hold
+// then ends with its lease.
+func (l *Limiter) Release(ctx context.Context, c Check, holder string) error {
+	_, err := l.slotCall(ctx, c, holder, op{kind: opWithdraw})
 	return err
 }
 
-// slotCall runs slotScript's operation o on c's slot name, within the budget.
+// slotCall runs slotScript's operation o on c's key for holder, within the budget.
 func (l *Limiter) slotCall(ctx context.Context, c Check, name string, o op) (Decision, error) {
 	if err := c.Policy.Validate(); err != nil {
 		return Decision{}, err

@@ -4,26 +4,47 @@
 -- PIX asks and takes its slot in the same call as its limit, and gives it back in the same call
 -- as its look-up's refund (sequence.lua).
 --
--- keys[i]      the slots: a sorted set of members named by their request (a PIX's
---              Idempotency-Key), scored by when their lease ends, in µs
--- limits[i]    the slots
+-- keys[i]      the holders: a sorted set of members "<name>:<holder>", scored by when their lease
+--              ends, in µs. A slot is a name (a PIX's Idempotency-Key): requests of one name share
+--              it, each holding it under a member of its own
+-- id           "<name>:<holder>", this request's (Limiter.Holder)
+-- limits[i]    the slots: distinct names
 -- windows[i]   the lease, in µs: a slot whose replica died holding it is free again after it
--- cost         1 (decide) takes a slot named id, or shares the one already named id (a replay of
---              a request still in progress is never refused: it waits for its original's answer);
+-- cost         1 (decide) takes a slot, or shares the one already of its name (a replay of a
+--              request still in progress is never refused: it waits for its original's answer);
 --              0 (ask) says whether it would
--- undo_at      set (the operation 'w'): gives the slot named id back; always admitted
+-- undo_at      set (the operation 'w'): gives this request's hold back; always admitted
 --
 -- remaining_i is the free slots after the operation; reset_i the time until the first lease
 -- ends (a slot frees sooner when its request ends, which nobody can tell in advance).
 
+-- name is a holder's slot: what comes before its last ':'.
+local function name(member)
+  return string.match(member, '^(.*):[^:]*$') or member
+end
+
+-- held counts keys[i]'s slots in use, and says whether one is named mine.
+local function held(i, mine)
+  local names, count, taken = {}, 0, false
+  for _, m in ipairs(redis.call('ZRANGE', keys[i], 0, -1)) do
+    local x = name(m)
+    if not names[x] then
+      names[x], count = true, count + 1
+    end
+    taken = taken or x == mine
+  end
+  return count, taken
+end
+
 ---- each decision: what follows runs once per request (what precedes it, once per call)
-local allowed = true
+local allowed, mine = true, name(id)
 for i = 1, n do
   redis.call('ZREMRANGEBYSCORE', keys[i], '-inf', now)            -- leases ended: their replicas stopped answering
   if undo_at then
     redis.call('ZREM', keys[i], id)
-  elseif not redis.call('ZSCORE', keys[i], id) and redis.call('ZCARD', keys[i]) >= limits[i] then
-    allowed = false                                                -- every slot held by another request
+  else
+    local count, shared = held(i, mine)
+    if not shared and count >= limits[i] then allowed = false end  -- every slot held by other requests
   end
 end
 local remaining, reset = {}, {}
@@ -32,7 +53,7 @@ for i = 1, n do
     redis.call('ZADD', keys[i], now + windows[i], id)
     redis.call('PEXPIRE', keys[i], ceil(windows[i] / 1000))
   end
-  remaining[i], reset[i] = max(0, limits[i] - redis.call('ZCARD', keys[i])), 0
+  remaining[i], reset[i] = max(0, limits[i] - held(i, mine)), 0
   local first = redis.call('ZRANGE', keys[i], 0, 0, 'WITHSCORES')[2]
   if first then reset[i] = ceil(tonumber(first) - now) end
 end

@@ -19,19 +19,20 @@ func TestSlotsHoldExactlyAcrossReplicas(t *testing.T) {
 	ls := replicas(t, srv, 3, generous)
 	p := Policy{Name: "inflight", Limit: 2, Window: 10 * time.Second}
 	c := Check{p, "company"}
-	var held sync.Map
+	var held sync.Map // holder by name
 	var n atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 30 {
 		wg.Go(func() {
 			name := fmt.Sprint("pix-", i)
-			d, err := ls[i%3].Hold(context.Background(), c, name)
+			holder := Holder(name)
+			d, err := ls[i%3].Hold(context.Background(), c, holder)
 			if err != nil {
 				t.Error(err)
 			}
 			if d.Allowed {
 				n.Add(1)
-				held.Store(name, i%3)
+				held.Store(name, holder)
 			}
 		})
 	}
@@ -39,23 +40,35 @@ func TestSlotsHoldExactlyAcrossReplicas(t *testing.T) {
 	if got := n.Load(); got != 2 {
 		t.Fatalf("%d of 30 concurrent requests hold a slot, want exactly 2", got)
 	}
+	var replays []string
 	held.Range(func(k, _ any) bool {
-		if d, err := ls[2].Hold(context.Background(), c, k.(string)); err != nil || !d.Allowed {
+		replay := Holder(k.(string))
+		if d, err := ls[2].Hold(context.Background(), c, replay); err != nil || !d.Allowed {
 			t.Errorf("a replay of %s, in progress: %+v, %v; want it to share its original's slot", k, d, err)
 		}
+		replays = append(replays, replay)
 		return true
 	})
-	if d, _ := ls[0].Hold(context.Background(), c, "another"); d.Allowed || d.Worst.RetryAfter <= 0 {
+	if d, _ := ls[0].Hold(context.Background(), c, Holder("another")); d.Allowed || d.Worst.RetryAfter <= 0 {
 		t.Errorf("a third request while two are in progress: %+v, want refused", d)
 	}
-	held.Range(func(k, _ any) bool {
-		if err := ls[1].Release(context.Background(), c, k.(string)); err != nil {
+	// A replay that ends first gives back its own hold, never its original's slot.
+	for _, r := range replays {
+		if err := ls[1].Release(context.Background(), c, r); err != nil {
+			t.Error(err)
+		}
+	}
+	if d, _ := ls[0].Hold(context.Background(), c, Holder("another")); d.Allowed {
+		t.Errorf("the replays ended, the originals run: a third request was admitted")
+	}
+	held.Range(func(_, h any) bool {
+		if err := ls[1].Release(context.Background(), c, h.(string)); err != nil {
 			t.Error(err)
 		}
 		return true
 	})
 	for _, name := range []string{"a", "b"} {
-		if d, _ := ls[0].Hold(context.Background(), c, name); !d.Allowed {
+		if d, _ := ls[0].Hold(context.Background(), c, Holder(name)); !d.Allowed {
 			t.Errorf("after both were given back, %s was refused", name)
 		}
 	}
@@ -68,15 +81,15 @@ func TestASlotOfADeadReplicaFreesAtItsLease(t *testing.T) {
 	clk := withClock(l)
 	p := Policy{Name: "lease", Limit: 1, Window: 10 * time.Second}
 	c := Check{p, "company"}
-	if d, _ := l.Hold(context.Background(), c, "dies"); !d.Allowed {
+	if d, _ := l.Hold(context.Background(), c, Holder("dies")); !d.Allowed {
 		t.Fatal("the first request was refused")
 	}
 	clk.Add(10*time.Second - time.Millisecond)
-	if d, _ := l.Hold(context.Background(), c, "next"); d.Allowed {
+	if d, _ := l.Hold(context.Background(), c, Holder("next")); d.Allowed {
 		t.Fatal("admitted before the dead request's lease ended")
 	}
 	clk.Add(time.Millisecond)
-	if d, _ := l.Hold(context.Background(), c, "next"); !d.Allowed {
+	if d, _ := l.Hold(context.Background(), c, Holder("next")); !d.Allowed {
 		t.Fatal("refused once the dead request's lease ended")
 	}
 }
@@ -88,8 +101,10 @@ func TestASlotIsAskedBeforeTheLimitAndTakenAfter(t *testing.T) {
 	slots := Check{Policy{Name: "inflight", Limit: 1, Window: 10 * time.Second}, "co"}
 	limit := Check{Policy{Name: "pix", Limit: 1, Window: time.Minute}, "co"}
 	ctx := context.Background()
+	holders := map[string]string{}
 	pix := func(name string) []Decision {
-		ds, err := l.Sequence(ctx, AskHoldStep(slots, name), AllowStep(limit), HoldStep(slots, name))
+		holders[name] = Holder(name)
+		ds, err := l.Sequence(ctx, AskHoldStep(slots, holders[name]), AllowStep(limit), HoldStep(slots, holders[name]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,13 +119,13 @@ func TestASlotIsAskedBeforeTheLimitAndTakenAfter(t *testing.T) {
 	if d, _ := l.Inspect(ctx, limit); d.Worst.Remaining != 0 {
 		t.Fatalf("the limit has %d left, want 0 (the first PIX only)", d.Worst.Remaining)
 	}
-	if _, err := l.Sequence(ctx, ReleaseStep(slots, "one")); err != nil {
+	if _, err := l.Sequence(ctx, ReleaseStep(slots, holders["one"])); err != nil {
 		t.Fatal(err)
 	}
 	if ds := pix("three"); len(ds) != 2 || ds[1].Allowed {
 		t.Fatalf("a PIX over its limit: %d steps ran, want its limit refused", len(ds))
 	}
-	if d, _ := l.Hold(ctx, slots, "four"); !d.Allowed {
+	if d, _ := l.Hold(ctx, slots, Holder("four")); !d.Allowed {
 		t.Error("a PIX refused by its limit kept a slot")
 	}
 }
