@@ -119,6 +119,7 @@ type environment struct {
 	ThrottleMaxWaiting   int            `env:"THROTTLE_MAX_WAITING" envDefault:"1000"`
 	PIXConcurrency       int            `env:"PIX_CONCURRENCY" envDefault:"2"`
 	ConcurrencyLease     time.Duration  `env:"CONCURRENCY_LEASE" envDefault:"10s"`
+	leaseSet             bool           // CONCURRENCY_LEASE was set: never lengthened to the longest PIX
 	DemoAccountsSet      *bool          `env:"DEMO_ACCOUNTS"` // nil when unset
 	LogLevel             slog.Level     `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat            string         `env:"LOG_FORMAT" envDefault:"text"`
@@ -222,6 +223,20 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 			p.add(r.prefix+"BURST", "%d: want at least 1", r.burst)
 		}
 	}
+	for _, r := range []struct {
+		prefix string
+		queue  int
+	}{{"PIX_", cfg.PIX.Queue}, {"STATEMENT_", cfg.Statement.Queue}} {
+		if getenv(r.prefix+"QUEUE") != "" && r.queue < 1 { // zero means "the turns of 5s" only when unset
+			p.add(r.prefix+"QUEUE", "%d: want 1 to 100000", r.queue)
+		}
+	}
+	for _, name := range []string{"LOGIN_QUEUE", "SETTINGS_QUEUE"} {
+		if getenv(name) != "" {
+			p.add(name, "only the PIX and the statement take a queue (leaky_bucket): a waiting login or setting would hold a connection for an attacker")
+		}
+	}
+	cfg.leaseSet = getenv("CONCURRENCY_LEASE") != ""
 	if v, set := lookup("METRICS_ADDR"); set && v == "" {
 		cfg.MetricsAddr = "" // set empty: no metrics listener
 	}
@@ -349,6 +364,14 @@ func (cfg *environment) check(p *problems) Config {
 	}
 	out.Limits = cfg.checkRouteLimits(p)
 	out.Limits.PIXConcurrency = cfg.checkConcurrency(p)
+	if !cfg.leaseSet && out.Limits.PIXConcurrency.Policy.Window < out.LongestRequest() {
+		// The default lease outlasts the longest PIX: a slow one never loses its slot mid-request.
+		out.Limits.PIXConcurrency.Policy.Window = (out.LongestRequest() + time.Second - 1).Truncate(time.Second)
+	}
+	if cfg.leaseSet && out.Limits.PIXConcurrency.Policy.Limit > 0 && cfg.ConcurrencyLease < out.LongestRequest() {
+		p.add("CONCURRENCY_LEASE", "%v: shorter than the longest PIX (%v): a slow PIX would lose its slot while in progress",
+			cfg.ConcurrencyLease, out.LongestRequest())
+	}
 	if longest := out.LongestRequest(); longest > WriteTimeout-writeMargin {
 		p.add("DB_TIMEOUT", "%v with REDIS_TIMEOUT %v: a PIX could take %v (%d limiter decisions, its statements and "+
 			"its COMMIT %v each, up to %v to learn an unknown outcome), past the %v within which every answer is "+
@@ -376,6 +399,9 @@ func (cfg *environment) checkQueues(p *problems, out *Config) {
 		pol := &r.limit.Policy
 		if pol.Algorithm != ratelimit.LeakyBucket || pol.Limit < 1 {
 			continue
+		}
+		if r.route.Queue == 0 && time.Duration(pol.Queue)*pol.Pace() > out.Limits.MaxWait { // the default: what fits
+			pol.Queue = max(1, int(out.Limits.MaxWait/pol.Pace()))
 		}
 		if r.route.Queue < 0 || r.route.Queue > 100_000 {
 			p.add(r.prefix+"QUEUE", "%d: want 1 to 100000 (or unset: the turns of 5s)", r.route.Queue)
@@ -582,8 +608,8 @@ func (cfg Config) limiterCalls() int {
 		return clusterDecisionsPerRequest + 3 // the slot asked, taken and given back
 	case len(cfg.Redis.Cluster) > 0:
 		return clusterDecisionsPerRequest
-	case slot && cfg.Limits.PIX.Policy.Algorithm == ratelimit.LeakyBucket:
-		return decisionsPerRequest + 1 // the slot taken at the turn
+	case slot:
+		return decisionsPerRequest + 1 // a queued PIX (its route's algorithm, or its tier's) takes its slot at its turn
 	}
 	return decisionsPerRequest
 }

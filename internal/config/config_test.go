@@ -446,6 +446,9 @@ func TestThrottleSettings(t *testing.T) {
 		{map[string]string{"THROTTLE_MAX_WAITING": "0"}, "THROTTLE_MAX_WAITING"},
 		{map[string]string{"PIX_CONCURRENCY": "-1"}, "PIX_CONCURRENCY"},
 		{map[string]string{"CONCURRENCY_LEASE": "0s"}, "CONCURRENCY_LEASE"},
+		{map[string]string{"CONCURRENCY_LEASE": "3s"}, "CONCURRENCY_LEASE"}, // shorter than the longest PIX, 5.3s
+		{map[string]string{"PIX_ALGORITHM": "leaky_bucket", "PIX_QUEUE": "0"}, "PIX_QUEUE"},
+		{map[string]string{"LOGIN_QUEUE": "5"}, "LOGIN_QUEUE"},
 	} {
 		_, err := load(tt.env)
 		if err == nil || !strings.Contains(err.Error(), tt.name+":") {
@@ -454,5 +457,14 @@ func TestThrottleSettings(t *testing.T) {
 	}
 	if cfg, err := load(map[string]string{"PIX_CONCURRENCY": "0"}); err != nil || cfg.Limits.PIXConcurrency.Policy.Limit != 0 {
 		t.Errorf("PIX_CONCURRENCY=0: %v, %v; want no in-flight limit", cfg.Limits.PIXConcurrency, err)
+	}
+	// Unset, the lease outlasts the longest PIX (13.3s with DB_TIMEOUT=6s), whole seconds up.
+	if cfg, err := load(map[string]string{"DB_TIMEOUT": "6s"}); err != nil || cfg.Limits.PIXConcurrency.Policy.Window != 14*time.Second {
+		t.Errorf("DB_TIMEOUT=6s: lease %v, %v; want 14s", cfg.Limits.PIXConcurrency.Policy.Window, err)
+	}
+	// Unset, a queue holds what fits in the wait: DB_TIMEOUT=5s leaves 14 − 11.3 = 2.7s, one
+	// statement's turn of 2s (5s would hold two).
+	if cfg, err := load(map[string]string{"DB_TIMEOUT": "5s", "STATEMENT_ALGORITHM": "leaky_bucket"}); err != nil || cfg.Limits.Statement.Policy.Queue != 1 {
+		t.Errorf("DB_TIMEOUT=5s: statement queue %d, %v; want 1", cfg.Limits.Statement.Policy.Queue, err)
 	}
 }
