@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,12 +121,14 @@ func TestTheDesksReadTellsTheTierAndChangesNothing(t *testing.T) {
 
 // TestAPayrollTierQueuesItsPIX: the desk moves the bakery to the payroll tier (a PIX queue of 30
 // places at 60 PIX a window), read from PostgreSQL; its payroll of 40 PIX at once then goes
-// through at the tier's pace, 31 served (one at once, 30 at their turns) and 9 refused at once.
+// through at the tier's pace, 31 served (one at once, 30 at their turns; one more per turn that
+// passed while the 40 arrived, on a busy machine) and the rest refused. (No in-flight limit: its
+// own test is beside; here transfers slowed by a busy machine would meet it at their turns.)
 func TestAPayrollTierQueuesItsPIX(t *testing.T) {
 	t.Parallel()
 	token := rand.Text() + rand.Text()
 	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "DEMO_ACCOUNTS": "true", "ADMIN_ADDR": apitest.FreeAddr(t), "ADMIN_TOKEN": token,
-		"PIX_WINDOW": "6s"} // 60 a window: a turn every 100 ms
+		"PIX_WINDOW": "6s", "PIX_CONCURRENCY": "0"} // 60 a window: a turn every 100 ms
 	a := startAPI(t, redistest.Start(t), env)
 	desk := &apitest.Client{T: t, Base: "http://" + env["ADMIN_ADDR"]}
 	if r := desk.Do(http.MethodPut, "/admin/v1/accounts/acct-padaria/tier", map[string]any{"tier": "payroll"}, "Authorization", "Bearer "+token); r.Status != http.StatusOK {
@@ -137,14 +140,23 @@ func TestAPayrollTierQueuesItsPIX(t *testing.T) {
 	}
 	bakery := a.Token(demo[4].Document, demo[4].Password)
 	start := time.Now()
+	var mu sync.Mutex
+	var lastRefusal time.Duration
 	statuses := apitest.Burst([]*apitest.Client{a.Client}, 40, func(c *apitest.Client, i int) apitest.Response {
-		return c.PIX(bakery, "bruno@example.com", 1)
+		r := c.PIX(bakery, "bruno@example.com", 1)
+		if r.Status == http.StatusTooManyRequests {
+			mu.Lock()
+			lastRefusal = max(lastRefusal, time.Since(start))
+			mu.Unlock()
+		}
+		return r
 	})
 	took := time.Since(start)
-	if statuses[201] != 31 || statuses[429] != 9 {
-		t.Fatalf("a payroll of 40 PIX at once: %v, want 31 × 201 and 9 × 429", statuses)
+	passed := int(lastRefusal / (100 * time.Millisecond))
+	if statuses[201] < 31 || statuses[201] > 32+passed || statuses[201]+statuses[429] != 40 {
+		t.Fatalf("a payroll of 40 PIX at once: %v (%d turns passed while they arrived), want 31 × 201 and the rest 429", statuses, passed)
 	}
 	if took < 2700*time.Millisecond {
-		t.Errorf("31 PIX served in %v: a queue at 100 ms a turn takes 3s", took)
+		t.Errorf("%d PIX served in %v: a queue at 100 ms a turn takes 3s", statuses[201], took)
 	}
 }

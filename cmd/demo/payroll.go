@@ -16,7 +16,7 @@ var bakery = demoAccount(4)
 // payroll: payroll day. The desk puts the bakery on the payroll tier, whose PIX wait their turns
 // on a queue (leaky_bucket) instead of being refused past the limit; its 40 PIX at once go
 // through one every window / limit, those past the queue's places are refused at once, and Ana's
-// PIX, sent meanwhile, is answered as fast as before: her key is her own.
+// PIX, sent meanwhile, waits no turn: her key is her own.
 func payroll(ctx context.Context, d *demo) error {
 	if d.desk == "" {
 		d.out.say("Skipped against -target: the tier is set on the deployment's support desk (ADMIN_ADDR), not the demo's.")
@@ -45,7 +45,7 @@ func payroll(ctx context.Context, d *demo) error {
 	}
 
 	const n = 40
-	d.out.say("The bakery sends its payroll: %d PIX of R$ 1,00 at once. Meanwhile Ana sends one of her own.", n)
+	d.out.say("The bakery sends its payroll: %d PIX of R$ 1,00 at once. Meanwhile Ana sends one of her own (%v alone, before).", n, before.Round(time.Millisecond))
 	d.out.say("Each answer is printed as it comes: the refusals at once, then the queue draining, one turn at a time.")
 	start := time.Now()
 	type answer struct {
@@ -69,12 +69,13 @@ func payroll(ctx context.Context, d *demo) error {
 		answers <- answer{r: r, took: time.Since(sent), hers: true}
 	}()
 	var during time.Duration
+	var hers reply
 	replies, at, took := make([]reply, 0, n), make([]time.Duration, 0, n), make([]time.Duration, 0, n)
 	for range n + 1 {
 		a := <-answers // printed here, one at a time, as they come
 		d.show(a.r)
 		if a.hers {
-			during = a.took
+			during, hers = a.took, a.r
 			continue
 		}
 		replies, at, took = append(replies, a.r), append(at, a.at), append(took, a.took)
@@ -125,8 +126,12 @@ func payroll(ctx context.Context, d *demo) error {
 	}
 	d.expect("each PIX that waited its turn says so: Server-Timing throttle;dur=ms", waited >= len(served)-1,
 		fmt.Sprintf("%d of %d", waited, len(served)))
-	d.expect("Ana's PIX, sent meanwhile, is answered as fast as before: her key is her own",
-		during < before+250*time.Millisecond, fmt.Sprintf("%v before, %v during the payroll", before.Round(time.Millisecond), during.Round(time.Millisecond)))
+	// Her key is her own: she waits no turn. (On a busy machine every answer is slower, hers too;
+	// what the queue must not do is make her wait for the bakery's turns.)
+	d.expect("Ana's PIX, sent meanwhile, waits no turn: her key is her own",
+		hers.status == http.StatusCreated && hers.header.Get("Server-Timing") == "" && during < longestWait/2,
+		fmt.Sprintf("%s in %v (%v before the payroll), while the bakery's last waited %v", hers.summary(),
+			during.Round(time.Millisecond), before.Round(time.Millisecond), longestWait.Round(time.Millisecond)))
 	return nil
 }
 
