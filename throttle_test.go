@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,8 +105,8 @@ func (g gated) Transfer(ctx context.Context, r pix.TransferRequest) (pix.Receipt
 
 // TestAnAccountHasTwoPIXInProgress: with two PIX of Ana in progress (on two replicas), a third is
 // refused at once, 429 with Retry-After 1 and the draft's concurrent-requests quota; a replay of
-// one in progress is not refused, and gets its original's answer; a slot whose request never
-// ends (its replica died with it) is free again when its lease ends.
+// one in progress is not refused, and gets its original's answer. (A replica killed holding
+// slots: cmd/api's TestAKilledReplicasSlotsFreeAtTheirLease.)
 func TestAnAccountHasTwoPIXInProgress(t *testing.T) {
 	t.Parallel()
 	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
@@ -116,7 +115,7 @@ func TestAnAccountHasTwoPIXInProgress(t *testing.T) {
 	}
 	ledger := gated{Ledger: inner, entered: make(chan struct{}, 16), gate: make(chan struct{})}
 	replicas, _ := fleet(t, redistest.Start(t), ledger, 3, map[string]string{"REDIS_TIMEOUT": "1s",
-		"DB_TIMEOUT": "100ms", "CONCURRENCY_LEASE": "1s"})
+		"DB_TIMEOUT": "100ms"})
 	ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
 	keys := []string{apitest.NewIdempotencyKey(), apitest.NewIdempotencyKey()}
 	var wg sync.WaitGroup
@@ -144,58 +143,5 @@ func TestAnAccountHasTwoPIXInProgress(t *testing.T) {
 	}
 	if r := replicas[1].PIX(ana, "bruno@example.com", 100); r.Status != http.StatusCreated {
 		t.Errorf("after both ended, a PIX answered %d: their slots were not given back", r.Status)
-	}
-}
-
-// stuck is a ledger whose first transfers never end while the test runs: the PIX of a replica
-// that died in the middle of them, whose slots nobody gives back.
-type stuck struct {
-	pix.Ledger
-	left    *atomic.Int64
-	entered chan struct{}
-	done    <-chan struct{}
-}
-
-func (s stuck) Transfer(ctx context.Context, r pix.TransferRequest) (pix.Receipt, error) {
-	if s.left.Add(-1) >= 0 {
-		s.entered <- struct{}{}
-		<-s.done
-		return pix.Receipt{}, context.Canceled
-	}
-	return s.Ledger.Transfer(ctx, r)
-}
-
-// TestTheSlotsOfADeadReplicaFreeAtTheirLease: two PIX whose replica never answers for them hold
-// both slots; a PIX elsewhere is refused until their lease (CONCURRENCY_LEASE, 1s) ends, and
-// served after it, within a second more.
-func TestTheSlotsOfADeadReplicaFreeAtTheirLease(t *testing.T) {
-	t.Parallel()
-	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left atomic.Int64
-	left.Store(2)
-	ledger := stuck{Ledger: inner, left: &left, entered: make(chan struct{}, 2), done: t.Context().Done()}
-	replicas, _ := fleet(t, redistest.Start(t), ledger, 2, map[string]string{"REDIS_TIMEOUT": "1s",
-		"DB_TIMEOUT": "100ms", "CONCURRENCY_LEASE": "1s"})
-	ana := replicas[1].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
-	for range 2 {
-		go replicas[0].PIX(ana, "bruno@example.com", 100)
-		<-ledger.entered
-	}
-	held := time.Now()
-	if r := replicas[1].PIX(ana, "bruno@example.com", 100); r.Status != http.StatusTooManyRequests {
-		t.Fatalf("a PIX while two hold the slots: %d, want 429", r.Status)
-	}
-	var r apitest.Response
-	for r = replicas[1].PIX(ana, "bruno@example.com", 100); r.Status == http.StatusTooManyRequests; r = replicas[1].PIX(ana, "bruno@example.com", 100) {
-		if time.Since(held) > 2*time.Second {
-			t.Fatalf("still refused %v after the slots were taken, with a lease of 1s", time.Since(held))
-		}
-		time.Sleep(50 * time.Millisecond) // a client retrying
-	}
-	if r.Status != http.StatusCreated || time.Since(held) < 900*time.Millisecond {
-		t.Errorf("a PIX answered %d after %v: want 201, once the 1s lease ended", r.Status, time.Since(held))
 	}
 }

@@ -45,19 +45,24 @@ func setHeaders(h http.Header, d ratelimit.Decision) {
 		if i > 0 {
 			p.WriteString(", ")
 		}
-		p.WriteString(`"` + r.Policy.Name + `";q=` + strconv.Itoa(r.Policy.Limit) +
-			";w=" + strconv.FormatInt(seconds(r.Policy.Window), 10))
-		switch {
-		case r.Policy.Algorithm.Bursty():
-			// q and w stay the sustained rate; the burst is an implementation parameter, which
-			// draft-12 asks to be vendor-prefixed.
-			p.WriteString(";pixlimit-burst=" + strconv.Itoa(r.Capacity))
-		case r.Policy.Algorithm == ratelimit.LeakyBucket:
-			p.WriteString(";pixlimit-queue=" + strconv.Itoa(r.Policy.Queue))
-		}
+		p.WriteString(policyItem(r.Policy))
 	}
 	h["Ratelimit-Policy"] = []string{p.String()}
 	h["Ratelimit"] = []string{`"` + w.Policy.Name + `";r=` + strconv.Itoa(w.Remaining) + ";t=" + strconv.FormatInt(seconds(w.Reset), 10)}
+}
+
+// policyItem is p as one item of RateLimit-Policy: "pix";q=10;w=60. q and w stay the sustained
+// rate; a bucket's burst and a queue's places are implementation parameters, which draft-12 asks
+// to be vendor-prefixed.
+func policyItem(p ratelimit.Policy) string {
+	item := `"` + p.Name + `";q=` + strconv.Itoa(p.Limit) + ";w=" + strconv.FormatInt(seconds(p.Window), 10)
+	switch {
+	case p.Algorithm.Bursty():
+		item += ";pixlimit-burst=" + strconv.Itoa(p.Capacity())
+	case p.Algorithm == ratelimit.LeakyBucket:
+		item += ";pixlimit-queue=" + strconv.Itoa(p.Queue)
+	}
+	return item
 }
 
 // seconds rounds d up to whole seconds.

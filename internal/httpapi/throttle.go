@@ -81,9 +81,7 @@ func (s *slot) full(c echo.Context, own check) error {
 	h["Ratelimit-Limit"] = []string{q}
 	h["Ratelimit-Remaining"] = []string{"0"}
 	h["Ratelimit-Reset"] = []string{"1"}
-	h["Ratelimit-Policy"] = []string{`"` + own.limit.Policy.Name + `";q=` + strconv.Itoa(own.limit.Policy.Limit) +
-		";w=" + strconv.FormatInt(seconds(own.limit.Policy.Window), 10) +
-		`, "` + s.check.limit.Policy.Name + `";q=` + q + `;qu="concurrent-requests"`}
+	h["Ratelimit-Policy"] = []string{policyItem(own.limit.Policy) + `, "` + s.check.limit.Policy.Name + `";q=` + q + `;qu="concurrent-requests"`}
 	h["Ratelimit"] = []string{`"` + s.check.limit.Policy.Name + `";r=0;t=1`}
 	return &Error{Code: CodeRateLimitExceeded, RetryAfter: time.Second}
 }

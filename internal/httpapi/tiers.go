@@ -147,12 +147,13 @@ func (t *Tiers) limitOf(l enforce.RouteLimit, s auth.Subject, statement bool) en
 		}
 	}
 	if q := t.pixQueue(s); q > 0 && !statement {
-		l.Policy.Algorithm, l.Policy.Burst, l.Policy.Queue = ratelimit.LeakyBucket, 0, q
-		if pace := l.Policy.Pace(); t.MaxWait > 0 && pace > 0 && time.Duration(q)*pace > t.MaxWait {
-			l.Policy.Queue = max(1, int(t.MaxWait/pace))
-		}
-		if l.Policy.Pace() < time.Millisecond { // a limit too high to pace: the route's own algorithm
-			l.Policy.Algorithm, l.Policy.Queue = ratelimit.SlidingLog, 0
+		queued := l
+		queued.Policy.Algorithm, queued.Policy.Burst, queued.Policy.Queue = ratelimit.LeakyBucket, 0, q
+		if pace := queued.Policy.Pace(); pace >= time.Millisecond { // a limit too high to pace keeps the route's own algorithm
+			if t.MaxWait > 0 && time.Duration(q)*pace > t.MaxWait {
+				queued.Policy.Queue = max(1, int(t.MaxWait/pace))
+			}
+			l = queued
 		}
 	}
 	return l
