@@ -286,11 +286,12 @@ func TestAReplicaHoldsAtMostMaxWaiting(t *testing.T) {
 }
 
 // TestATurnPastTheDeadlineIsRefusedAtOnce: a request whose turn would come after its context's
-// deadline is refused at once, with the time until its turn would fit.
+// deadline, less the decision's own budget, is refused at once, with the time until its turn
+// would fit.
 func TestATurnPastTheDeadlineIsRefusedAtOnce(t *testing.T) {
 	l, _, _ := newTestLimiter(t)
 	p := Policy{Name: "deadline", Limit: 10, Window: time.Second, Algorithm: LeakyBucket, Queue: 10}
-	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout+250*time.Millisecond)
 	defer cancel()
 	var got []Decision
 	for range 4 {
