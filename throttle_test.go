@@ -145,3 +145,37 @@ func TestAnAccountHasTwoPIXInProgress(t *testing.T) {
 		t.Errorf("after both ended, a PIX answered %d: their slots were not given back", r.Status)
 	}
 }
+
+// TestAReplicaHoldsAtMostThrottleMaxWaiting: with THROTTLE_MAX_WAITING=1, of 4 statements at once
+// on a queue with room for more, one is served at once, one waits its turn, and the other two
+// are refused at once: 429 with Retry-After and no place left, as any refusal.
+func TestAReplicaHoldsAtMostThrottleMaxWaiting(t *testing.T) {
+	t.Parallel()
+	ledger, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas, _ := fleet(t, redistest.Start(t), ledger, 1, map[string]string{"REDIS_TIMEOUT": "1s", "THROTTLE_MAX_WAITING": "1",
+		"STATEMENT_ALGORITHM": "leaky_bucket", "STATEMENT_LIMIT": "2", "STATEMENT_WINDOW": "1s"}) // a turn every 500 ms, 8 places
+	ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+	var mu sync.Mutex
+	var refused []apitest.Response
+	got := apitest.Burst(replicas, 4, func(c *apitest.Client, _ int) apitest.Response {
+		r := c.Statement(ana)
+		if r.Status == http.StatusTooManyRequests {
+			mu.Lock()
+			refused = append(refused, r)
+			mu.Unlock()
+		}
+		return r
+	})
+	if got[200] != 2 || got[429] != 2 {
+		t.Fatalf("4 statements at once, one waiter allowed: %v, want 2 × 200 and 2 × 429", got)
+	}
+	for _, r := range refused {
+		if r.Header.Get("Retry-After") == "" || r.Header.Get("RateLimit-Remaining") != "0" {
+			t.Errorf("a refusal past THROTTLE_MAX_WAITING: Retry-After %q, RateLimit-Remaining %q; want a retry and no place",
+				r.Header.Get("Retry-After"), r.Header.Get("RateLimit-Remaining"))
+		}
+	}
+}

@@ -18,18 +18,19 @@ import (
 // TestAKilledReplicasSlotsFreeAtTheirLease: a replica process holding both of Ana's in-flight
 // slots (two PIX waiting on her account's row, which the test has locked) is killed with
 // SIGKILL: nobody gives the slots back. Another replica refuses her PIX (pix-concurrency) until
-// the slots' lease ends (CONCURRENCY_LEASE, 9s: it must outlast the longest PIX, 8s with the
-// tests' REDIS_TIMEOUT of 1s), and serves it after, without a restart.
+// the slots' lease ends (CONCURRENCY_LEASE, 12s: it must outlast the longest PIX, 12s with the
+// tests' REDIS_TIMEOUT of 1s and a DB_TIMEOUT of 4s, long enough for both PIX to be waiting on a
+// busy machine), and serves it after, without a restart.
 func TestAKilledReplicasSlotsFreeAtTheirLease(t *testing.T) {
 	t.Parallel()
 	srv, db := redistest.Start(t), pgtest.URL(t)
-	env := map[string]string{"DATABASE_URL": db, "DEMO_ACCOUNTS": "true", "CONCURRENCY_LEASE": "9s"}
+	env := map[string]string{"DATABASE_URL": db, "DEMO_ACCOUNTS": "true", "CONCURRENCY_LEASE": "12s", "DB_TIMEOUT": "4s"}
 	survivor := startAPI(t, srv, env)
 
 	addr := apitest.FreeAddr(t)
 	victim := exec.Command(os.Args[0], "-test.run=^$")
 	victim.Env = append(os.Environ(), "PIXLIMIT_RUN_MAIN=1", "HTTP_ADDR="+addr, "METRICS_ADDR=", "REDIS_URL=redis://"+srv.Addr(),
-		"AUTH_SECRET="+testSecret, "DATABASE_URL="+db, "DEMO_ACCOUNTS=true", "CONCURRENCY_LEASE=9s",
+		"AUTH_SECRET="+testSecret, "DATABASE_URL="+db, "DEMO_ACCOUNTS=true", "CONCURRENCY_LEASE=12s", "DB_TIMEOUT=4s",
 		"NIGHT_LIMIT_CENTS=0", "DAY_LIMIT_CENTS=0", "NEW_DEVICE_TRANSFER_LIMIT_CENTS=0", "NEW_DEVICE_DAY_LIMIT_CENTS=0")
 	if err := victim.Start(); err != nil {
 		t.Fatal(err)
@@ -94,8 +95,8 @@ func TestAKilledReplicasSlotsFreeAtTheirLease(t *testing.T) {
 	}
 	var r apitest.Response
 	for r = survivor.PIX(ana, "bruno@example.com", 100); r.Status == http.StatusTooManyRequests; r = survivor.PIX(ana, "bruno@example.com", 100) {
-		if time.Since(killed) > 11*time.Second {
-			t.Fatalf("still refused %v after the replica died, with a lease of 9s: %v", time.Since(killed), r)
+		if time.Since(killed) > 14*time.Second {
+			t.Fatalf("still refused %v after the replica died, with a lease of 12s: %v", time.Since(killed), r)
 		}
 		time.Sleep(100 * time.Millisecond) // a client retrying
 	}

@@ -48,7 +48,11 @@ func (r limiter) wait(c echo.Context, ctx context.Context, cs []check, d ratelim
 	case errors.Is(err, ratelimit.ErrTooManyWaiting),
 		err != nil && c.Request().Context().Err() == nil: // the wait's deadline, not the client, ended it
 		r.metrics.decided(decided, outcomeRefused, took)
-		return &Error{Code: CodeRateLimitExceeded, RetryAfter: d.Results[0].Policy.Pace()}
+		// Refused after all: the headers say so, as a refusal's would (no place, retry in a pace).
+		refused := d.Worst
+		refused.Remaining, refused.Reset, refused.RetryAfter = 0, refused.Policy.Pace(), refused.Policy.Pace()
+		setHeaders(c.Response().Header(), ratelimit.Decision{Worst: refused, Results: []ratelimit.Result{refused}})
+		return &Error{Code: CodeRateLimitExceeded, RetryAfter: refused.RetryAfter}
 	case err != nil:
 		r.metrics.waited(decided, outcomeAbandoned, took, waited)
 		return err
