@@ -84,8 +84,8 @@ func payroll(ctx context.Context, d *demo) error {
 	counts, seen := count(replies)
 	limit, window, queue := declaredQueue(replies)
 	var served []time.Duration
-	var slowestRefusal, longestWait time.Duration // each request's own time, from its sending to its answer
-	waited, unsaid, fullRefusals := 0, 0, 0       // unsaid: a wait misreported
+	var slowestRefusal, longestWait time.Duration         // each request's own time, from its sending to its answer
+	waited, unsaid, fullRefusals, undecided := 0, 0, 0, 0 // unsaid: a wait misreported
 	for i, r := range replies {
 		switch r.status {
 		case http.StatusCreated:
@@ -98,19 +98,28 @@ func payroll(ctx context.Context, d *demo) error {
 				}
 			}
 		case http.StatusTooManyRequests:
+			if r.code() == "rate_limiter_unavailable" { // not decided in time: the fail mode's answer, not the queue's
+				undecided++
+				continue
+			}
 			slowestRefusal = max(slowestRefusal, took[i])
 			if r.code() == "rate_limit_exceeded" && r.header.Get("RateLimit-Remaining") == "0" {
 				fullRefusals++
 			}
 		}
 	}
+	if undecided > 0 {
+		d.out.say("%d could not be decided within REDIS_TIMEOUT (the embedded Redis, on a busy machine): the PIX's fail mode\n"+
+			"refused them, 429 rate_limiter_unavailable. The queue's own answers are the others.", undecided)
+	}
 	slices.Sort(served)
-	refused := counts[http.StatusTooManyRequests]
+	refused := counts[http.StatusTooManyRequests] - undecided
 	// The 40 leave together, but a busy machine delivers them over a turn or more, and a turn that
 	// passes frees a place: more than Q + 1 may be served then, never fewer, and never one refused
 	// while the queue had room.
 	d.expect(fmt.Sprintf("none is refused until the queue's %d places are taken: at least %d served, every 429 a full queue", queue, queue+1),
-		queue > 0 && counts[http.StatusCreated] >= min(n, queue+1) && counts[http.StatusCreated]+refused == n && fullRefusals == refused, seen)
+		queue > 0 && counts[http.StatusCreated] >= min(n-undecided, queue+1) && counts[http.StatusCreated]+refused+undecided == n &&
+			fullRefusals == refused, seen)
 	if len(served) > 2 && limit > 0 {
 		pace, want := (served[len(served)-1]-served[0])/time.Duration(len(served)-1), time.Duration(window)*time.Second/time.Duration(limit)
 		d.out.say("Served one every %v on average (the tier's pace: %ds over %d), the last after %v; each of the %d\n"+
