@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
@@ -203,5 +205,45 @@ func TestTheDashboardQueriesWhatTheAPIExports(t *testing.T) {
 		if !strings.Contains(string(scrape), target) {
 			t.Errorf("deploy/prometheus.yml does not scrape %s (METRICS_ADDR's default port)", target)
 		}
+	}
+}
+
+// TestMetricsCountTheQueue: on a statement queue of a turn every 200 ms, three statements at once
+// are one allowed and two throttled (served after their waits, both measured), and a fourth whose
+// client hangs up while it waits is abandoned, its wait measured too.
+func TestMetricsCountTheQueue(t *testing.T) {
+	t.Parallel()
+	metrics := apitest.FreeAddr(t)
+	a := startAPI(t, redistest.Start(t), map[string]string{"METRICS_ADDR": metrics,
+		"STATEMENT_ALGORITHM": "leaky_bucket", "STATEMENT_LIMIT": "5", "STATEMENT_WINDOW": "1s"})
+	diego := a.Token(demo[3].Document, demo[3].Password)
+	statuses := apitest.Burst([]*apitest.Client{a.Client}, 3, func(c *apitest.Client, _ int) apitest.Response {
+		return c.Statement(diego)
+	})
+	if statuses[200] != 3 {
+		t.Fatalf("3 statements at once on a queue of 5 places: %v, want 3 × 200", statuses)
+	}
+	// A client that gives up after 100 ms, while its turn is about 200 ms away.
+	req, _ := http.NewRequest(http.MethodGet, a.Base+"/v1/statement", nil)
+	req.Header.Set("Authorization", "Bearer "+diego)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if resp, err := http.DefaultClient.Do(req.WithContext(ctx)); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a statement 2 turns away answered %d within 100 ms", resp.StatusCode)
+	}
+	var m map[string]float64
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m = scrape(t, metrics); decisions(m, "statement", "abandoned") == 1 {
+			break
+		}
+	}
+	for outcome, want := range map[string]float64{"allowed": 1, "throttled": 2, "abandoned": 1} {
+		if got := decisions(m, "statement", outcome); got != want {
+			t.Errorf("statement %s = %v, want %v", outcome, got, want)
+		}
+	}
+	if got := m[`pixlimit_ratelimit_wait_seconds_count{policy="statement"}`]; got != 3 {
+		t.Errorf("waits measured: %v, want 3 (two served, one abandoned)", got)
 	}
 }
