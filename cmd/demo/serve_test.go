@@ -110,7 +110,9 @@ func TestLivePicture(t *testing.T) {
 		t.Errorf("at the burst's verdict the diagram shows %d × 201 and %d × 429 PIX answers, want 10 and 5", ok201, refused429)
 	}
 	if failed != 0 || held != verdicts || verdicts < 10 {
-		t.Errorf("expectations on the page: %d ✔ and %d ✘ of %d, want every one ✔", held, failed, verdicts)
+		which, _ := chromedp.Run(tctx, chromedp.Evaluate[string](
+			`[...document.querySelectorAll('#story-list .verdict.no')].map(e => e.textContent).join(" | ")`))
+		t.Errorf("expectations on the page: %d ✔ and %d ✘ of %d, want every one ✔: %s\n%s", held, failed, verdicts, which, out.String())
 	}
 	if fromMemory == 0 || fromMemory > loginRefusals {
 		t.Errorf("the login attack drew %d decisions from the replicas' memory among %d refusals, want some and no more", fromMemory, loginRefusals)
