@@ -103,14 +103,16 @@ func payroll(ctx context.Context, d *demo) error {
 				continue
 			}
 			slowestRefusal = max(slowestRefusal, took[i])
-			if r.code() == "rate_limit_exceeded" && r.header.Get("RateLimit-Remaining") == "0" {
+			if r.code() == "rate_limit_exceeded" && r.header.Get("RateLimit-Remaining") == "0" &&
+				strings.HasPrefix(r.header.Get("RateLimit"), `"pix";`) { // the queue's, not the in-flight limit's
 				fullRefusals++
 			}
 		}
 	}
 	if undecided > 0 {
 		d.out.say("%d could not be decided within REDIS_TIMEOUT (the embedded Redis, on a busy machine): the PIX's fail mode\n"+
-			"refused them, 429 rate_limiter_unavailable. The queue's own answers are the others.", undecided)
+			"refused them, 429 rate_limiter_unavailable (each may still have taken a place nobody waits for). The\n"+
+			"queue's own answers are the others; past a quarter undecided, the story proves nothing.", undecided)
 	}
 	slices.Sort(served)
 	refused := counts[http.StatusTooManyRequests] - undecided
@@ -118,8 +120,8 @@ func payroll(ctx context.Context, d *demo) error {
 	// passes frees a place: more than Q + 1 may be served then, never fewer, and never one refused
 	// while the queue had room.
 	d.expect(fmt.Sprintf("none is refused until the queue's %d places are taken: at least %d served, every 429 a full queue", queue, queue+1),
-		queue > 0 && counts[http.StatusCreated] >= min(n-undecided, queue+1) && counts[http.StatusCreated]+refused+undecided == n &&
-			fullRefusals == refused, seen)
+		queue > 0 && counts[http.StatusCreated] >= min(n, queue+1)-undecided && counts[http.StatusCreated]+refused+undecided == n &&
+			fullRefusals == refused && undecided <= n/4, seen)
 	if len(served) > 2 && limit > 0 {
 		pace, want := (served[len(served)-1]-served[0])/time.Duration(len(served)-1), time.Duration(window)*time.Second/time.Duration(limit)
 		d.out.say("Served one every %v on average (the tier's pace: %ds over %d), the last after %v; each of the %d\n"+
@@ -128,7 +130,7 @@ func payroll(ctx context.Context, d *demo) error {
 			refused, slowestRefusal.Round(time.Millisecond))
 		// Never faster than the pace; as fast as it while the queue stays full (refusals say it was).
 		d.expect("the queue drains at the tier's pace (within a quarter), and each refusal comes at once",
-			pace > want*3/4 && (refused == 0 || pace < want*5/4 && slowestRefusal < longestWait/4),
+			pace > want*3/4 && (refused == 0 || pace < want*5/4 && slowestRefusal < longestWait/2),
 			fmt.Sprintf("pace %v of %v, slowest refusal %v, longest wait %v", pace.Round(time.Millisecond), want.Round(time.Millisecond),
 				slowestRefusal.Round(time.Millisecond), longestWait.Round(time.Millisecond)))
 	}
@@ -137,7 +139,7 @@ func payroll(ctx context.Context, d *demo) error {
 	// Her key is her own: she waits no turn. (On a busy machine every answer is slower, hers too;
 	// what the queue must not do is make her wait for the bakery's turns.)
 	d.expect("Ana's PIX, sent meanwhile, waits no turn: her key is her own",
-		hers.status == http.StatusCreated && hers.header.Get("Server-Timing") == "" && during < longestWait/2,
+		(hers.status == http.StatusCreated || hers.code() == "rate_limiter_unavailable") && hers.header.Get("Server-Timing") == "" && during < longestWait/2,
 		fmt.Sprintf("%s in %v (%v before the payroll), while the bakery's last waited %v", hers.summary(),
 			during.Round(time.Millisecond), before.Round(time.Millisecond), longestWait.Round(time.Millisecond)))
 	return nil

@@ -220,34 +220,50 @@ func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, o
 	queued := own.limit.Policy.Algorithm == ratelimit.LeakyBucket
 	ctx, cancel := l.throttle(c) // a queue's turn comes within it
 	defer cancel()
-	steps, slotAsked, ownAt := []ratelimit.Step{ratelimit.AskStep(checks([]check{user, bank})...)}, -1, 1
-	if held != nil && !queued {
-		slotAsked, ownAt = 1, 2
-		steps = append(steps, ratelimit.AskHoldStep(checks([]check{held.check})[0], held.name))
-	}
-	steps = append(steps, ratelimit.AllowStep(checks([]check{own})...))
-	if held != nil && !queued {
+	// The steps: the buckets asked; then the slot asked, the limit, the slot taken. A limit in
+	// shadow mode never refuses, so its slot is taken before it (a shadow refusal ends the
+	// sequence). A queued PIX takes its slot at its turn.
+	steps, slotAsked, ownAt, takeAt := []ratelimit.Step{ratelimit.AskStep(checks([]check{user, bank})...)}, -1, 1, -1
+	switch {
+	case held != nil && !queued && own.limit.Shadow:
+		takeAt, ownAt = 1, 2
 		steps = append(steps, ratelimit.HoldStep(checks([]check{held.check})[0], held.name))
+		steps = append(steps, ratelimit.AllowStep(checks([]check{own})...))
+	case held != nil && !queued:
+		slotAsked, ownAt, takeAt = 1, 2, 3
+		steps = append(steps, ratelimit.AskHoldStep(checks([]check{held.check})[0], held.name))
+		steps = append(steps, ratelimit.AllowStep(checks([]check{own})...))
+		steps = append(steps, ratelimit.HoldStep(checks([]check{held.check})[0], held.name))
+	default:
+		steps = append(steps, ratelimit.AllowStep(checks([]check{own})...))
 	}
-	decided := l.sequenceOf(ctx, steps...)
+	// A client that hangs up does not cut the call short: a slot it took is then given back here.
+	deadline, _ := ctx.Deadline()
+	callCtx, cancelCall := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	decided := l.sequenceOf(callCtx, steps...)
+	cancelCall()
+	taken := takeAt > 0 && len(decided.ds) > takeAt && decided.ds[takeAt].Allowed
+	giveBack := func(err error) error {
+		if err != nil && taken {
+			l.release(c, held)
+		}
+		return err
+	}
 	asked := user
 	asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
 	if err := l.answerAsk(c, asked, bank, true, decided); err != nil {
-		return user, err
+		return user, giveBack(err)
 	}
-	if slotAsked > 0 && len(decided.ds) == slotAsked+1 {
-		if err := held.answer(c, l.limiter, own, decided.ds[slotAsked], nil, decided.took); err != nil {
-			return user, err
+	for _, at := range []int{slotAsked, takeAt} { // the slot asked, or taken (on a cluster the take is a call of its own)
+		if at > 0 && len(decided.ds) > at {
+			if err := held.answer(c, l.limiter, own, decided.ds[at], nil, decided.took); err != nil {
+				return user, giveBack(err)
+			}
 		}
 	}
 	d, err := l.answerStep(c, nil, []check{own}, decided, ownAt)
 	if err != nil {
-		return user, err
-	}
-	if slotAsked > 0 && len(decided.ds) > ownAt+1 { // the take: on a cluster a call of its own, after the ask
-		if err := held.answer(c, l.limiter, own, decided.ds[ownAt+1], nil, decided.took); err != nil {
-			return user, err
-		}
+		return user, giveBack(err)
 	}
 	if !queued {
 		return user, nil
@@ -279,12 +295,18 @@ func (l lookupLimiter) afterPIX(c echo.Context, s auth.Subject, user check, key 
 	case err == nil && !r.Replayed:
 		l.refund(ctx, s, user, key, held.release()...)
 	case held != nil:
-		if _, relErr := l.core.Sequence(ctx, held.release()...); relErr != nil {
-			l.events.log("release:"+held.check.limit.Policy.Name, slog.LevelWarn, "an in-flight slot not given back: it frees at its lease",
-				"policy", held.check.limit.Policy.Name, "cause", relErr.Error())
-		}
+		l.release(c, held)
 	}
 	return err
+}
+
+// release gives held back alone, on a context the client cannot cancel; a release Redis does not
+// answer is logged, and the slot frees at its lease.
+func (l lookupLimiter) release(c echo.Context, held *slot) {
+	if _, err := l.core.Sequence(context.WithoutCancel(c.Request().Context()), held.release()...); err != nil {
+		l.events.log("release:"+held.check.limit.Policy.Name, slog.LevelWarn, "an in-flight slot not given back: it frees at its lease",
+			"policy", held.check.limit.Policy.Name, "cause", err.Error())
+	}
 }
 
 // handleLookup shows the payer who owns a PIX key before paying: a person's name abbreviated

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -144,7 +143,7 @@ func (r limiter) answer(c echo.Context, report func(ratelimit.Decision) ratelimi
 		}
 		// enforce.FailFallback: decided here, reported and refused as any decision; a queue's turn
 		// within what is left of the wait (throttle), as Redis would have given it.
-		fctx, cancel := context.WithTimeout(c.Request().Context(), cmp.Or(r.maxWait, defaultMaxWait)-took)
+		fctx, cancel := context.WithTimeout(c.Request().Context(), r.throttleBudget()-took)
 		d = r.core.AllowFallback(fctx, decided...)
 		cancel()
 	}

@@ -22,9 +22,15 @@ import (
 const defaultMaxWait = 5 * time.Second
 
 // throttle is the context a queued request decides and waits under: the request's, with the
-// deadline of the longest wait.
+// deadline of the longest wait and the decision's own budget (the limiter takes that budget off
+// the wait it offers, for the call's way there and back).
 func (r limiter) throttle(c echo.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(c.Request().Context(), cmp.Or(r.maxWait, defaultMaxWait))
+	return context.WithTimeout(c.Request().Context(), r.throttleBudget())
+}
+
+// throttleBudget is the longest wait and the decision's own budget.
+func (r limiter) throttleBudget() time.Duration {
+	return cmp.Or(r.maxWait, defaultMaxWait) + r.core.Timeout()
 }
 
 // wait holds the request of c, admitted by d over cs in took, until its turn, and counts how it

@@ -607,6 +607,9 @@ type Stats struct {
 
 type stats struct{ redis, denyCached, shortCircuited, withdrawalsLost atomic.Int64 }
 
+// Timeout is the budget of one decision (Options.Timeout).
+func (l *Limiter) Timeout() time.Duration { return l.timeout }
+
 // RedisUp reports whether the last decision that asked Redis got an answer (true before any).
 func (l *Limiter) RedisUp() bool { return !l.down.Load() }
 

@@ -43,8 +43,9 @@ type place struct {
 
 // waiter is a request held until its turn.
 type waiter struct {
-	turn    int64     // its turn in Redis µs: moves name the turns after a leaver's
-	decided int64     // when its turn was given, Redis µs
+	turn    int64     // its turn in Redis µs (the replica's, local): moves name the turns after a leaver's
+	decided int64     // when its turn was given, on the same clock
+	local   bool      // its place is in the fallback's memory queue: only that queue's moves move it
 	due     time.Time // its turn on this replica's clock
 	moved   chan struct{}
 }
@@ -56,10 +57,24 @@ type waiters struct {
 
 	mu    sync.Mutex
 	byKey map[string]map[*waiter]struct{}
+	// moves are the recent moves by key, for a waiter decided before one and registered after it
+	// (its decision's reply was on its way back): add applies them. Kept a minute, longer than
+	// any wait.
+	moves map[string][]queueMove
 }
 
+// queueMove is one leave's move: the turns after `after`, given before `at`, up by `by` µs.
+type queueMove struct {
+	after, by, at int64
+	local         bool
+	seen          time.Time
+}
+
+// keepMoves is how long a move is kept for the waiters still to register.
+const keepMoves = time.Minute
+
 func newWaiters(max int) *waiters {
-	return &waiters{max: int64(max), byKey: map[string]map[*waiter]struct{}{}}
+	return &waiters{max: int64(max), byKey: map[string]map[*waiter]struct{}{}, moves: map[string][]queueMove{}}
 }
 
 // full reports whether the replica holds as many waiters as it may.
@@ -96,7 +111,22 @@ func (ws *waiters) add(key string, w *waiter) bool {
 		ws.byKey[key] = map[*waiter]struct{}{}
 	}
 	ws.byKey[key][w] = struct{}{}
+	for _, m := range ws.moves[key] { // in the order they were made
+		m.apply(w)
+	}
 	return true
+}
+
+// apply moves w as m says, if m moves it.
+func (m queueMove) apply(w *waiter) {
+	if w.local == m.local && w.turn > m.after && w.decided < m.at {
+		w.turn -= m.by
+		w.due = w.due.Add(-time.Duration(m.by) * time.Microsecond)
+		select {
+		case w.moved <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (ws *waiters) remove(key string, w *waiter) {
@@ -109,22 +139,32 @@ func (ws *waiters) remove(key string, w *waiter) {
 	ws.count.Add(-1)
 }
 
-// move moves the waiters on key whose turn is after `after` (Redis µs), given before the leave
-// made at `at`, up by `by` µs. A turn given at or after the leave was counted from the moved queue
-// already (in the same microsecond: not moved, so never early).
-func (ws *waiters) move(key string, after, by, at int64) {
+// move moves the waiters on key whose turn is after `after`, given before the leave made at `at`,
+// up by `by` µs: those of the Redis queue, or with local those of the fallback's (their times are
+// on the replica's clock). A turn given at or after the leave was counted from the moved queue
+// already (in the same microsecond: not moved, so never early). The move is kept for the waiters
+// decided before it that have yet to register.
+func (ws *waiters) move(key string, after, by, at int64, local bool) {
 	if by <= 0 {
 		return
 	}
+	m := queueMove{after: after, by: by, at: at, local: local, seen: time.Now()}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for w := range ws.byKey[key] {
-		if w.turn > after && w.decided < at {
-			w.turn -= by
-			w.due = w.due.Add(-time.Duration(by) * time.Microsecond)
-			select {
-			case w.moved <- struct{}{}:
-			default:
+		m.apply(w)
+	}
+	kept := ws.moves[key][:0]
+	for _, old := range ws.moves[key] {
+		if time.Since(old.seen) < keepMoves {
+			kept = append(kept, old)
+		}
+	}
+	ws.moves[key] = append(kept, m)
+	if len(ws.moves) > 1000 { // many keys: drop those with no recent move
+		for k, ms := range ws.moves {
+			if time.Since(ms[len(ms)-1].seen) >= keepMoves {
+				delete(ws.moves, k)
 			}
 		}
 	}
@@ -152,7 +192,7 @@ func (l *Limiter) Wait(ctx context.Context, d Decision) error {
 		return nil
 	}
 	start := time.Now() // the timer runs on the real clock, whatever the Limiter decides with
-	w := &waiter{turn: p.turn, decided: p.decided, due: start.Add(d.Wait), moved: make(chan struct{}, 1)}
+	w := &waiter{turn: p.turn, decided: p.decided, local: p.local, due: start.Add(d.Wait), moved: make(chan struct{}, 1)}
 	if !l.waiters.add(p.key, w) {
 		l.leave(p)
 		return ErrTooManyWaiting
@@ -184,7 +224,7 @@ func (l *Limiter) leave(p *place) {
 	if p.local {
 		now := l.clock().UnixMicro()
 		turn, moved := l.fallback.leave(p.key, p.id, now, paceOf(p.policy))
-		l.waiters.move(p.key, turn, moved, now)
+		l.waiters.move(p.key, turn, moved, now, true)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
@@ -199,7 +239,7 @@ func (l *Limiter) leave(p *place) {
 	if vals[0] == 0 || moved <= 0 {
 		return
 	}
-	l.waiters.move(p.key, turn, moved, at)
+	l.waiters.move(p.key, turn, moved, at, false)
 	// The others' waiters; this replica skips its own message (its waiters have moved).
 	msg := strings.Join([]string{p.key, strconv.FormatInt(turn, 10), strconv.FormatInt(moved, 10), strconv.FormatInt(at, 10), l.id}, " ")
 	_ = publishScript.Run(ctx, l.rdb, []string{l.QueueChannel()}, msg).Err() // unheard: see the top of this file
@@ -224,7 +264,7 @@ func (l *Limiter) Moved(msg string) {
 	by, err2 := strconv.ParseInt(f[2], 10, 64)
 	at, err3 := strconv.ParseInt(f[3], 10, 64)
 	if err1 == nil && err2 == nil && err3 == nil {
-		l.waiters.move(f[0], after, by, at)
+		l.waiters.move(f[0], after, by, at, false)
 	}
 }
 

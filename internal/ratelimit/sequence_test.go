@@ -115,6 +115,7 @@ func sequencesDecideAsOneByOne(t *testing.T, split bool) {
 		var want []Decision
 		for _, s := range steps {
 			d, err := lone(s)
+			alone.withdrawals.Wait() // as for the sequence: a split call's withdrawals land after it
 			if err != nil {
 				t.Fatalf("sequence %d, one by one: %v", i, err)
 			}
