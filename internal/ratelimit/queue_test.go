@@ -334,3 +334,33 @@ func TestTheFallbackQueuesAtItsShare(t *testing.T) {
 		t.Errorf("waits %v, want %v", waits, want)
 	}
 }
+
+// TestAMoveReachesAWaiterThatRegistersAfterIt: a waiter decided before a leave, whose decision's
+// reply was still on its way when the move came, is moved when it registers; one decided after
+// the leave is not (its turn already counts from the moved queue); and a move of the Redis queue
+// never moves a waiter of the fallback's memory queue.
+func TestAMoveReachesAWaiterThatRegistersAfterIt(t *testing.T) {
+	ws := newWaiters(10)
+	now := time.Now()
+	ws.move("k", 1_000, 200, 5_000, false) // the turns after 1,000 given before 5,000 move up by 200 µs
+	for _, tt := range []struct {
+		name     string
+		w        waiter
+		wantTurn int64
+	}{
+		{"decided before, registered after", waiter{turn: 1_200, decided: 4_000}, 1_000},
+		{"decided after the leave", waiter{turn: 1_200, decided: 6_000}, 1_200},
+		{"a turn before the leaver's", waiter{turn: 900, decided: 4_000}, 900},
+		{"the fallback's", waiter{turn: 1_200, decided: 4_000, local: true}, 1_200},
+	} {
+		w := tt.w
+		w.due, w.moved = now, make(chan struct{}, 1)
+		if !ws.add("k", &w) {
+			t.Fatal("add refused")
+		}
+		if w.turn != tt.wantTurn || w.due != now.Add(time.Duration(w.turn-tt.w.turn)*time.Microsecond) {
+			t.Errorf("%s: turn %d, want %d", tt.name, w.turn, tt.wantTurn)
+		}
+		ws.remove("k", &w)
+	}
+}
