@@ -329,7 +329,7 @@ func otherSecretDevice(t *testing.T, document string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := other.Issue(doc, "")
+	tok, err := other.Issue(doc, "", time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,6 +137,12 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		}
 		ledger = metrics.Instrument(r.Ledger)
 	}
+	// The customers' routes call the ledger in their account's share of it; the desk and the
+	// tier poller call it as it is.
+	share, err := pix.NewShare(cfg.LedgerAccountShare, cfg.DBTimeout)
+	if err != nil {
+		return err
+	}
 	tiers := httpapi.NewTiers(ctx, ledger, logger, tierPoll)
 	tiers.MaxWait = cfg.Limits.MaxWait // before any request reads it
 	r.closers = append(r.closers, tiers.Close)
@@ -145,7 +151,8 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		Logger:                  logger,
 		Limiter:                 r.Limiter,
 		Limits:                  cfg.Limits,
-		Ledger:                  ledger,
+		Ledger:                  pix.Shared(ledger, share),
+		Share:                   share,
 		Tiers:                   tiers,
 		LedgerRetryAfter:        cfg.DBTimeout,
 		Tokens:                  r.Tokens,

@@ -36,6 +36,8 @@ type deviceClaims struct {
 	jwt.RegisteredClaims
 	// Document is HMAC-SHA256(binding key, document), base64url: the document it logs into.
 	Document string `json:"doc"`
+	// IssuedMs is the issue time in Unix milliseconds, as an access token's (claims.IssuedMs).
+	IssuedMs int64 `json:"iat_ms,omitempty"`
 }
 
 // NewDevices returns Devices deriving its keys from secret (at least 32 bytes), with tokens
@@ -52,13 +54,17 @@ func NewDevices(secret []byte, ttl time.Duration) (*Devices, error) {
 func (d *Devices) TTL() time.Duration { return d.ttl }
 
 // Issue returns a device token for document: for device when it is not empty (a known device
-// logging in again keeps its id and gets a fresh lifetime), else for a new random device.
-func (d *Devices) Issue(document, device string) (string, error) {
+// logging in again keeps its id and gets a fresh lifetime), else for a new random device. at is
+// its issue time (zero: now), read by the login from the ledger's clock, as the access token's.
+func (d *Devices) Issue(document, device string, at time.Time) (string, error) {
 	if device == "" {
 		device = rand.Text()
 	}
-	now := d.now()
-	claims := deviceClaims{
+	now := at
+	if now.IsZero() {
+		now = d.now()
+	}
+	claims := deviceClaims{IssuedMs: now.UnixMilli(),
 		RegisteredClaims: jwt.RegisteredClaims{ID: device, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(d.ttl))},
 		Document:         d.bind(document),
 	}
@@ -71,7 +77,7 @@ func (d *Devices) Issue(document, device string) (string, error) {
 
 // Verify returns the device id of a valid token for document, or ErrNoDevice for anything else:
 // a token issued before since (when support revoked the devices of the document's holder; zero:
-// never) is no device either (see revokedBy for the second it came in).
+// never) is no device either (revokedBy).
 func (d *Devices) Verify(token, document string, since time.Time) (string, error) {
 	if token == "" || len(token) > 1024 {
 		return "", ErrNoDevice
@@ -83,7 +89,7 @@ func (d *Devices) Verify(token, document string, since time.Time) (string, error
 		jwt.WithTimeFunc(d.now),
 	)
 	if err != nil || claims.ID == "" || !hmac.Equal([]byte(claims.Document), []byte(d.bind(document))) ||
-		claims.IssuedAt == nil || revokedBy(claims.IssuedAt.Time, since) {
+		claims.IssuedAt == nil || revokedBy(issuedAt(claims.IssuedAt, claims.IssuedMs), since) {
 		return "", ErrNoDevice
 	}
 	return claims.ID, nil

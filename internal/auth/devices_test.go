@@ -19,7 +19,7 @@ func TestDevices(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	devices.now = func() time.Time { return now }
 	const carla, ana = "11144477735", "52998224725"
-	tok, err := devices.Issue(carla, "")
+	tok, err := devices.Issue(carla, "", time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,12 +30,12 @@ func TestDevices(t *testing.T) {
 	if strings.Contains(tok, carla) {
 		t.Error("the token carries the CPF in clear")
 	}
-	again, _ := devices.Issue(carla, device)
+	again, _ := devices.Issue(carla, device, time.Time{})
 	if d, err := devices.Verify(again, carla, time.Time{}); err != nil || d != device {
 		t.Errorf("a re-issued token names device %q, %v; want the same %q", d, err, device)
 	}
 	other, _ := NewDevices([]byte("another-secret-another-secret-xx"), time.Hour)
-	fromOther, _ := other.Issue(carla, "")
+	fromOther, _ := other.Issue(carla, "", time.Time{})
 	tokens, _ := NewTokens(secret, time.Hour)
 	access, _ := tokens.Issue(Subject{Account: "acct-carla", Payer: "payer-carla", Person: "PF"})
 	unsigned, _ := jwt.NewWithClaims(jwt.SigningMethodNone, deviceClaims{RegisteredClaims: jwt.RegisteredClaims{ID: device,
@@ -70,7 +70,7 @@ func FuzzDeviceToken(f *testing.F) {
 		f.Fatal(err)
 	}
 	const want = "the-one-device" // fixed: the fuzzing workers each run this function
-	good, _ := devices.Issue("11144477735", want)
+	good, _ := devices.Issue("11144477735", want, time.Time{})
 	for _, s := range []string{good, "", "a.b.c", good + "x", strings.ToUpper(good), "eyJhbGciOiJub25lIn0.e30."} {
 		f.Add(s, "11144477735")
 	}
@@ -83,8 +83,9 @@ func FuzzDeviceToken(f *testing.F) {
 	})
 }
 
-// TestRevocations: a revocation refuses the device and access tokens issued before it, and in
-// its own second (iat counts whole seconds), and honours those issued after.
+// TestRevocations: a revocation refuses the device and access tokens issued before it or in its
+// own millisecond, and honours those issued after it, later in its own second included (a login
+// answered 200 just after a support desk's revocation gets tokens that work).
 func TestRevocations(t *testing.T) {
 	devices, _ := NewDevices(secret, time.Hour)
 	tokens, _ := NewTokens(secret, time.Hour)
@@ -97,13 +98,14 @@ func TestRevocations(t *testing.T) {
 	}{
 		{"a second before", revokedAt.Add(-time.Second), false},
 		{"earlier in its second", revokedAt.Add(-500 * time.Millisecond), false},
-		{"later in its second", revokedAt.Add(200 * time.Millisecond), false},
+		{"a millisecond before", revokedAt.Add(-time.Millisecond), false},
+		{"in its millisecond", revokedAt.Add(400 * time.Microsecond), false},
+		{"a millisecond after", revokedAt.Add(time.Millisecond), true},
+		{"later in its second", revokedAt.Add(200 * time.Millisecond), true},
 		{"the next second", revokedAt.Add(300 * time.Millisecond), true},
 	} {
-		devices.now = func() time.Time { return tt.issued }
-		tokens.now = devices.now
-		dt, _ := devices.Issue(carla, "phone")
-		at, _ := tokens.Issue(Subject{Account: "acct-carla", Payer: "payer-carla", Person: "PF"})
+		dt, _ := devices.Issue(carla, "phone", tt.issued) // stamped by the ledger's clock, as the login does
+		at, _ := tokens.Issue(Subject{Account: "acct-carla", Payer: "payer-carla", Person: "PF", IssuedAt: tt.issued})
 		devices.now = func() time.Time { return revokedAt.Add(time.Minute) }
 		tokens.now = devices.now
 		if _, err := devices.Verify(dt, carla, revokedAt); (err == nil) != tt.ok {
@@ -117,6 +119,36 @@ func TestRevocations(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+at)
 		if err := h(echo.New().NewContext(req, httptest.NewRecorder())); (err == nil) != tt.ok {
 			t.Errorf("access token issued %s the revocation: err %v, want honoured %v", tt.name, err, tt.ok)
+		}
+	}
+}
+
+// TestTokensInWholeSeconds: a token from before iat_ms (iat alone) counts from the start of its
+// second, the strict side: refused by a revocation later in that second.
+func TestTokensInWholeSeconds(t *testing.T) {
+	tokens, _ := NewTokens(secret, time.Hour)
+	revokedAt := time.Date(2026, 11, 30, 12, 0, 0, 700_000_000, time.UTC)
+	for _, tt := range []struct {
+		issued time.Time
+		ok     bool
+	}{
+		{revokedAt.Add(200 * time.Millisecond), false}, // its iat is 12:00:00, before the revocation
+		{revokedAt.Add(300 * time.Millisecond), true},
+	} {
+		tokens.now = func() time.Time { return tt.issued }
+		c := claims{RegisteredClaims: jwt.RegisteredClaims{Subject: "acct-carla", ID: "x",
+			IssuedAt: jwt.NewNumericDate(tt.issued), ExpiresAt: jwt.NewNumericDate(tt.issued.Add(time.Hour))},
+			Payer: "p", Person: "PF"}
+		raw, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(tokens.secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := tokens.Verify(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := !revokedBy(s.IssuedAt, revokedAt); got != tt.ok {
+			t.Errorf("a whole-second token issued at %s: honoured %v, want %v", tt.issued.Format(time.StampMilli), got, tt.ok)
 		}
 	}
 }

@@ -42,8 +42,9 @@ type Subject struct {
 	// Device is the id of the device the login came from (its device token's), a fresh one for
 	// a new device: what the new-device money caps and registration key on.
 	Device string
-	// IssuedAt is when the token was issued, in whole seconds (Verify's; Issue ignores it): a
-	// revocation of the account's devices (Revocations) refuses the tokens issued before it.
+	// IssuedAt is when the token was issued, to the millisecond: Issue stamps it (zero: now),
+	// read from the ledger's clock by the login, so that a revocation of the account's devices
+	// (Revocations), stamped by the same clock, refuses exactly the tokens issued before it.
 	IssuedAt time.Time
 }
 
@@ -53,6 +54,9 @@ type claims struct {
 	Payer  string `json:"pyr"`
 	Person string `json:"per"`
 	Device string `json:"dev"`
+	// IssuedMs is the issue time in Unix milliseconds: a JWT's iat counts whole seconds, and a
+	// login answered in a revocation's own second must be told apart from one before it.
+	IssuedMs int64 `json:"iat_ms,omitempty"`
 }
 
 // NewTokens returns Tokens signing with a key derived from secret (at least 32 bytes) for access
@@ -81,8 +85,11 @@ func (t *Tokens) Issue(s Subject) (string, error) {
 	if s.Account == "" || s.Payer == "" || (s.Person != "PF" && s.Person != "PJ") {
 		return "", fmt.Errorf("auth: a token for %q needs its account, payer and person", s.Account)
 	}
-	now := t.now()
-	c := claims{RegisteredClaims: jwt.RegisteredClaims{
+	now := s.IssuedAt
+	if now.IsZero() {
+		now = t.now()
+	}
+	c := claims{IssuedMs: now.UnixMilli(), RegisteredClaims: jwt.RegisteredClaims{
 		Subject:   s.Account,
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(t.ttl)),
@@ -108,17 +115,26 @@ func (t *Tokens) Verify(token string) (Subject, error) {
 	if err != nil || c.Subject == "" || c.Payer == "" || (c.Person != "PF" && c.Person != "PJ") || c.IssuedAt == nil {
 		return Subject{}, ErrUnauthorized
 	}
-	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person, Device: c.Device, ID: c.ID, IssuedAt: c.IssuedAt.UTC()}, nil
+	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person, Device: c.Device, ID: c.ID, IssuedAt: issuedAt(c.IssuedAt, c.IssuedMs)}, nil
+}
+
+// issuedAt is a token's issue time: its milliseconds when it carries them and they agree with
+// its iat, else iat's whole second (a token issued before iat_ms was added, or a mismatch), which
+// revokedBy treats on the strict side.
+func issuedAt(iat *jwt.NumericDate, ms int64) time.Time {
+	sec := iat.UTC().Truncate(time.Second)
+	if at := time.UnixMilli(ms).UTC(); ms > 0 && at.Truncate(time.Second).Equal(sec) {
+		return at
+	}
+	return sec
 }
 
 // revokedBy reports whether a token issued at iat falls under a revocation made at since (zero:
-// none). A JWT's iat counts whole seconds, so a token issued in the revocation's own second
-// cannot be told apart from one issued just before it: both are refused, the strict side (a
-// customer who logs in again within that second is asked to once more), since honouring both
-// would let a thief who logs in again and again keep the token of the second the revocation
-// came in.
+// none): a token issued before the revocation, or in its own millisecond, is refused; one issued
+// after it is honoured. Both times come from the ledger's clock. A token stamped in whole seconds
+// (from before iat_ms) counts from the start of its second: the strict side.
 func revokedBy(iat, since time.Time) bool {
-	return !since.IsZero() && !iat.After(since.Truncate(time.Second))
+	return !since.IsZero() && !iat.After(since)
 }
 
 // checkIssuer checks what makes a token issuer (what names it): a secret of at least 32 bytes and

@@ -44,6 +44,9 @@ type Config struct {
 	DatabaseURL string
 	// DBTimeout is the deadline of one ledger call up to COMMIT, and COMMIT's own.
 	DBTimeout time.Duration
+	// LedgerAccountShare is how many of the replica's ledger calls one account may have in
+	// progress at once (pix.Share), below the pool's size; a call past it waits at most DBTimeout.
+	LedgerAccountShare int
 	// AuthSecret keys every token and rate-limit hash; empty: random (embedded Redis only).
 	AuthSecret          string
 	TokenTTL, DeviceTTL time.Duration
@@ -90,6 +93,7 @@ type environment struct {
 	RedisTimeout         time.Duration  `env:"REDIS_TIMEOUT" envDefault:"100ms"`
 	DatabaseURL          string         `env:"DATABASE_URL"`
 	DBTimeout            time.Duration  `env:"DB_TIMEOUT" envDefault:"2s"`
+	LedgerAccountShare   int            `env:"LEDGER_ACCOUNT_SHARE" envDefault:"2"`
 	AuthSecret           string         `env:"AUTH_SECRET"`
 	TokenTTL             time.Duration  `env:"TOKEN_TTL" envDefault:"15m"`
 	DeviceTTL            time.Duration  `env:"DEVICE_TTL" envDefault:"720h"`
@@ -324,7 +328,7 @@ func parsePrefixes(list string) (any, error) {
 // check validates what parsed and makes the Config of it.
 func (cfg *environment) check(p *problems) Config {
 	out := Config{HTTPAddr: cfg.HTTPAddr, MetricsAddr: cfg.MetricsAddr, RedisTimeout: cfg.RedisTimeout,
-		DatabaseURL: cfg.DatabaseURL, DBTimeout: cfg.DBTimeout, AuthSecret: cfg.AuthSecret, TokenTTL: cfg.TokenTTL,
+		DatabaseURL: cfg.DatabaseURL, DBTimeout: cfg.DBTimeout, LedgerAccountShare: cfg.LedgerAccountShare, AuthSecret: cfg.AuthSecret, TokenTTL: cfg.TokenTTL,
 		DeviceTTL: cfg.DeviceTTL, DeviceRegistrationDelay: cfg.DeviceRegistration, TrustedProxies: cfg.TrustedProxies,
 		LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat}
 	if !listenAddr(cfg.HTTPAddr) {
@@ -337,11 +341,19 @@ func (cfg *environment) check(p *problems) Config {
 	}
 	checkProxies(p, cfg.TrustedProxies)
 	out.Redis = cfg.checkRedis(p)
+	pool := int32(pix.MemoryCalls) // the in-memory ledger's places
 	if cfg.DatabaseURL != "" {
 		scheme, _, _ := strings.Cut(cfg.DatabaseURL, "://")
-		if _, err := pgxpool.ParseConfig(cfg.DatabaseURL); err != nil || (scheme != "postgres" && scheme != "postgresql") {
+		pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+		if err != nil || (scheme != "postgres" && scheme != "postgresql") {
 			p.add("DATABASE_URL", "not a postgres:// URL")
+		} else {
+			pool = pc.MaxConns // pool_max_conns, else pgxpool's default: max(4, the CPUs)
 		}
+	}
+	if cfg.LedgerAccountShare < 1 || int32(cfg.LedgerAccountShare) >= pool {
+		p.add("LEDGER_ACCOUNT_SHARE", "%d: want from 1 to %d, below the ledger's %d connections, so that one account "+
+			"never holds them all", cfg.LedgerAccountShare, pool-1, pool)
 	}
 	between(p, "REDIS_TIMEOUT", cfg.RedisTimeout, time.Millisecond, time.Minute)
 	between(p, "DB_TIMEOUT", cfg.DBTimeout, 10*time.Millisecond, time.Minute)

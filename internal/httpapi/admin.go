@@ -86,6 +86,7 @@ func NewAdmin(d AdminDeps) (http.Handler, error) {
 	e.PUT("/admin/v1/accounts/:account_id/tier", desk.putTier)
 	e.GET("/admin/v1/tiers", desk.getTiers)
 	e.DELETE("/admin/v1/accounts/:account_id/devices", desk.revokeDevices)
+	e.POST("/admin/v1/accounts/:account_id/devices/:device_id/approve", desk.approveDevice)
 	return e, nil
 }
 
@@ -551,4 +552,37 @@ func (d *desk) revokeDevices(c echo.Context) error {
 		d.Logger.Warn("support desk: table not refreshed after a revocation; the poller will", "err", err)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"account_id": id, "revoked_at": r.At, "unregistered_devices": r.Unregistered})
+}
+
+// approveDevice registers an account's pending device at once (pix.Ledger.DeskApproveDevice):
+// after a revocation the account has no registered device to approve its owner's new phone, and
+// only the desk, having checked who calls, can spare her DEVICE_REGISTRATION_DELAY. 404 when the
+// account does not exist or the device never asked to register.
+func (d *desk) approveDevice(c echo.Context) error {
+	id, device := c.Param("account_id"), c.Param("device_id")
+	fields := map[string]string{}
+	if !accountID.MatchString(id) {
+		fields["account_id"] = "an account id (acct-ana)"
+	}
+	if !deviceID.MatchString(device) {
+		fields["device_id"] = "1 to 64 letters and digits"
+	}
+	if len(fields) > 0 {
+		return invalid("invalid device", fields)
+	}
+	a := audited{policy: "devices", key: d.name("account", id), before: `{"registered":false}`}
+	if err := d.begin(c, a); err != nil {
+		return err
+	}
+	switch err := d.Ledger.DeskApproveDevice(c.Request().Context(), id, device); {
+	case errors.Is(err, pix.ErrAccountNotFound):
+		return &Error{Code: CodeNotFound, Message: "no such account"}
+	case errors.Is(err, pix.ErrDeviceNotFound):
+		return &Error{Code: CodeNotFound, Message: "no such device: it never asked to register"}
+	case err != nil:
+		return err
+	}
+	a.after = `{"registered":true,"device":"` + d.name("device", device) + `"}`
+	c.Set(auditKey, a)
+	return c.JSON(http.StatusOK, map[string]any{"account_id": id, "device_id": device, "registered": true})
 }

@@ -74,7 +74,7 @@ var codes = map[Code]struct {
 	CodeClientClosedRequest:    {499, "the client closed the request"}, // nginx's: logged as what it is rather than as a 500
 	CodeInternal:               {http.StatusInternalServerError, "internal error"},
 	CodeLedgerUnavailable:      {http.StatusServiceUnavailable, "the ledger did not answer in time; nothing was changed, try again later"},
-	CodeLedgerBusy:             {http.StatusServiceUnavailable, "the ledger is busy with payments; try again later"},
+	CodeLedgerBusy:             {http.StatusServiceUnavailable, "the ledger is busy (with payments, or with this account's other requests); nothing was changed, try again later"},
 	CodeLookupCapacityExhausted: {http.StatusServiceUnavailable, "the bank's key look-up quota at the central bank's DICT is spent for now; " +
 		"this is not your doing, try again after the time given"},
 	CodeTransferOutcomeUnknown: {http.StatusServiceUnavailable, "the ledger did not confirm this transfer in time: it may have been made. " +
@@ -152,6 +152,7 @@ var domainErrors = []struct {
 	{pix.ErrDeviceNotRegistered, CodeDeviceNotRegistered, false},
 	{pix.ErrDeviceNotFound, CodeNotFound, true},
 	{pix.ErrUnavailable, CodeLedgerUnavailable, false},
+	{pix.ErrLedgerBusy, CodeLedgerBusy, false},
 	{pix.ErrOutcomeUnknown, CodeTransferOutcomeUnknown, false},
 	{context.Canceled, CodeClientClosedRequest, false},
 }
@@ -185,8 +186,11 @@ func toError(err error, ledgerRetryAfter time.Duration) *Error {
 				v := left.Remaining()
 				e.RemainingCents = &v
 			}
-			if d.code == CodeLedgerUnavailable || d.code == CodeTransferOutcomeUnknown {
+			switch d.code {
+			case CodeLedgerUnavailable, CodeTransferOutcomeUnknown:
 				e.RetryAfter = ledgerRetryAfter
+			case CodeLedgerBusy:
+				e.RetryAfter = time.Second // a place frees as soon as one of the account's calls ends
 			}
 			return e
 		}

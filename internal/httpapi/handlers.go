@@ -89,6 +89,12 @@ func handleReadyz(probes []Probe, limiter *ratelimit.Limiter, logger *slog.Logge
 	}
 }
 
+// loginLedger is what a login needs of the ledger: the accounts, and its clock.
+type loginLedger interface {
+	auth.AccountFinder
+	pix.Clock
+}
+
 // deviceCookie carries a browser's device token: __Host- pins it to this host, over HTTPS, on
 // every path; HttpOnly keeps scripts away from it; SameSite=Strict keeps other sites from
 // sending it.
@@ -101,7 +107,7 @@ const deviceCookie = "__Host-pixlimit-device"
 // the document's: a botnet filling a customer's document key does not lock her out on a device
 // she used before. Any other token (expired, forged, for another document, malformed) counts as
 // none, and the answer does not say why.
-func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts auth.AccountFinder, passwords *auth.Passwords, tokens *auth.Tokens, devices *auth.Devices, tiers *Tiers) echo.HandlerFunc {
+func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedger, passwords *auth.Passwords, tokens *auth.Tokens, devices *auth.Devices, tiers *Tiers) echo.HandlerFunc {
 	type request struct {
 		Document string `json:"document"`
 		Password string `json:"password"`
@@ -151,11 +157,17 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts auth.Acco
 		if device == "" {
 			device = rand.Text() // a new device: the access token and the device token name it
 		}
-		token, err := tokens.Issue(auth.Subject{Account: acct.ID, Payer: tokens.PayerID(document), Person: string(person), Device: device})
+		// Stamped by the ledger's clock, after the password was checked: a revocation (stamped by
+		// the same clock) refuses the tokens issued before it and honours this one if it came after.
+		at, err := accounts.Now(c.Request().Context())
 		if err != nil {
 			return err
 		}
-		deviceToken, err := devices.Issue(document, device) // a known device keeps its id
+		token, err := tokens.Issue(auth.Subject{Account: acct.ID, Payer: tokens.PayerID(document), Person: string(person), Device: device, IssuedAt: at})
+		if err != nil {
+			return err
+		}
+		deviceToken, err := devices.Issue(document, device, at) // a known device keeps its id
 		if err != nil {
 			return err
 		}
@@ -233,7 +245,7 @@ const maxDescription = 140
 // slot is taken (a queued PIX waits for its turn first, and takes its slot then); the ledger
 // moves the money; and the look-up buckets are settled by the ledger's answer as the slot is
 // given back (lookupLimiter.admitPIX and afterPIX).
-func handlePIX(ledger pix.Payments, limit, inflight enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
+func handlePIX(ledger pix.Payments, share *pix.Share, limit, inflight enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
 	type payee struct {
 		Key  string `json:"key"`
 		Name string `json:"name"`
@@ -255,6 +267,18 @@ func handlePIX(ledger pix.Payments, limit, inflight enforce.RouteLimit, lookups 
 			return err
 		}
 		own, held := check{lookups.tiers.limitOf(limit, s, false), s.Account}, slotOf(inflight, s.Account, req.IdempotencyKey)
+		if share != nil && own.limit.Policy.Algorithm != ratelimit.LeakyBucket {
+			// One of the account's places of the ledger, held from before its admission: a PIX
+			// answered ledger_busy was decided by nothing, so it spent no quota and holds no slot.
+			// (A queued PIX takes its place at its turn, in the transfer's call: it would hold
+			// one through its whole wait otherwise.)
+			ctx, release, err := share.Hold(c.Request().Context(), s.Account)
+			if err != nil {
+				return err
+			}
+			defer release()
+			c.SetRequest(c.Request().WithContext(ctx))
+		}
 		user, err := lookups.admitPIX(c, s, req.keyType, own, held)
 		if err != nil {
 			return err

@@ -313,7 +313,7 @@ func (l lookupLimiter) release(c echo.Context, held *slot) {
 // as banks show it and the document masked, a company's name and CNPJ in full (both are public
 // in the Receita Federal's register), or 404. It is limited by the anti-scan buckets. The key is
 // percent-decoded once, then validated: bruno%40example.com is bruno@example.com.
-func handleLookup(ledger pix.Payments, lookups lookupLimiter) echo.HandlerFunc {
+func handleLookup(ledger pix.Payments, share *pix.Share, lookups lookupLimiter) echo.HandlerFunc {
 	type response struct {
 		Key         string `json:"key"`
 		Name        string `json:"name"`
@@ -339,7 +339,7 @@ func handleLookup(ledger pix.Payments, lookups lookupLimiter) echo.HandlerFunc {
 		if err := lookups.answerAsk(c, user, bank, false, lookups.askAll(c.Request().Context(), user, bank)); err != nil {
 			return err
 		}
-		p, err := ledger.LookupKey(c.Request().Context(), key)
+		p, err := lookupKey(c.Request().Context(), ledger, share, s.Account, key)
 		switch {
 		case errors.Is(err, pix.ErrKeyNotFound):
 			if err := lookups.charge(c, user, false, false, nil); err != nil {
@@ -361,6 +361,20 @@ func handleLookup(ledger pix.Payments, lookups lookupLimiter) echo.HandlerFunc {
 		return c.JSON(http.StatusOK, response{Key: p.Key, Name: name, Document: document,
 			Institution: "pixlimit (ISPB " + pix.ISPB + ")"})
 	}
+}
+
+// lookupKey looks key up in one of account's places of share (nil: none): the key names no
+// account for the ledger to count it against.
+func lookupKey(ctx context.Context, ledger pix.Payments, share *pix.Share, account, key string) (pix.Payee, error) {
+	if share != nil {
+		held, release, err := share.Hold(ctx, account)
+		if err != nil {
+			return pix.Payee{}, err
+		}
+		defer release()
+		ctx = held
+	}
+	return ledger.LookupKey(ctx, key)
 }
 
 // handleLookupLimits shows the payer its own look-up buckets and the bank's DICT category, as

@@ -238,6 +238,15 @@ func (l instrumented) ApproveDevice(ctx context.Context, accountID, approver, de
 	return err
 }
 
+func (l instrumented) DeskApproveDevice(ctx context.Context, accountID, device string) error {
+	_, err := timed(l, "approve_device", func() (struct{}, error) { return done(l.ledger.DeskApproveDevice(ctx, accountID, device)) })
+	return err
+}
+
+func (l instrumented) Now(ctx context.Context) (time.Time, error) {
+	return timed(l, "clock", func() (time.Time, error) { return l.ledger.Now(ctx) })
+}
+
 func (l instrumented) RemoveDevice(ctx context.Context, accountID, actor, device string) error {
 	_, err := timed(l, "remove_device", func() (struct{}, error) { return done(l.ledger.RemoveDevice(ctx, accountID, actor, device)) })
 	return err

@@ -32,6 +32,9 @@ type Deps struct {
 	// Ledger is the replica's ledger; its calls are timed when it comes wrapped in
 	// Metrics.Instrument, as the composition root (internal/app) passes it to every part alike.
 	Ledger pix.Ledger
+	// Share is the accounts' share of the ledger (pix.Shared wraps Ledger in it), which a PIX
+	// holds from before its admission to its transfer's answer; nil: none.
+	Share *pix.Share
 	// Tiers, when set, holds each account to its tier's limits; nil: the Limits for everyone.
 	Tiers *Tiers
 	// LedgerRetryAfter is the Retry-After of a 503 ledger_unavailable: as long as a ledger call

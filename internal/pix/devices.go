@@ -67,10 +67,10 @@ func (l *MemoryLedger) RegisterDevice(_ context.Context, accountID, device strin
 		return registration(device, until, now), nil
 	}
 	until := time.Time{}
-	if delay > 0 && slices.ContainsFunc(mapKeys(a.devices), func(d string) bool { return a.registered(d, now) }) {
+	if delay > 0 && a.hadDevice {
 		until = now.Add(delay)
 	}
-	a.devices[device] = until
+	a.devices[device], a.hadDevice = until, true
 	return registration(device, until, now), nil
 }
 
@@ -95,6 +95,15 @@ func (l *MemoryLedger) ApproveDevice(_ context.Context, accountID, approver, dev
 	return l.onDevice(accountID, approver, device, false, func(a *memAccount, _ time.Time) { a.devices[device] = time.Time{} })
 }
 
+// DeskApproveDevice implements Ledger.
+func (l *MemoryLedger) DeskApproveDevice(_ context.Context, accountID, device string) error {
+	return l.onDevice(accountID, deskActor, device, false, func(a *memAccount, _ time.Time) { a.devices[device] = time.Time{} })
+}
+
+// deskActor stands for the support desk in onDevice: never a device id (those are random
+// text), so no token can name it.
+const deskActor = "\x00desk"
+
 // RemoveDevice implements Ledger.
 func (l *MemoryLedger) RemoveDevice(_ context.Context, accountID, actor, device string) error {
 	return l.onDevice(accountID, actor, device, true, func(a *memAccount, now time.Time) {
@@ -114,7 +123,7 @@ func (l *MemoryLedger) onDevice(accountID, actor, device string, self bool, do f
 		return ErrAccountNotFound
 	}
 	now := l.now()
-	if !(self && actor == device) && !a.registered(actor, now) {
+	if actor != deskActor && !(self && actor == device) && !a.registered(actor, now) {
 		return ErrDeviceNotRegistered
 	}
 	if _, ok := a.devices[device]; !ok {
@@ -144,12 +153,16 @@ func (l *PostgresLedger) RegisterDevice(ctx context.Context, accountID, device s
 	defer cancel()
 	var out DeviceRegistration
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		if err := lockAccount(ctx, tx, accountID); err != nil {
+		var had bool
+		err := tx.QueryRow(ctx, "SELECT had_registered_device FROM accounts WHERE id = $1 FOR UPDATE", accountID).Scan(&had)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrAccountNotFound
+		} else if err != nil {
 			return err
 		}
 		now := l.now().UTC()
 		var until *time.Time
-		err := tx.QueryRow(ctx, "SELECT pending_until FROM devices WHERE account_id = $1 AND device_id = $2", accountID, device).Scan(&until)
+		err = tx.QueryRow(ctx, "SELECT pending_until FROM devices WHERE account_id = $1 AND device_id = $2", accountID, device).Scan(&until)
 		if err == nil {
 			out = registration(device, deref(until), now)
 			return nil
@@ -157,19 +170,19 @@ func (l *PostgresLedger) RegisterDevice(ctx context.Context, accountID, device s
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		var others bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM devices WHERE account_id = $1
-			AND (pending_until IS NULL OR pending_until <= $2))`, accountID, now).Scan(&others); err != nil {
-			return err
-		}
 		var pending *time.Time
-		if others && delay > 0 {
+		if had && delay > 0 {
 			at := now.Add(delay)
 			pending = &at
 		}
 		if _, err := tx.Exec(ctx, "INSERT INTO devices (account_id, device_id, registered_at, pending_until) VALUES ($1, $2, $3, $4)",
 			accountID, device, now, pending); err != nil {
 			return err
+		}
+		if !had {
+			if _, err := tx.Exec(ctx, "UPDATE accounts SET had_registered_device = true WHERE id = $1", accountID); err != nil {
+				return err
+			}
 		}
 		out = registration(device, deref(pending), now)
 		return nil
@@ -206,14 +219,26 @@ func (l *PostgresLedger) Devices(ctx context.Context, accountID string) ([]Devic
 
 // ApproveDevice implements Ledger.
 func (l *PostgresLedger) ApproveDevice(ctx context.Context, accountID, approver, device string) error {
+	return l.approveDevice(ctx, accountID, approver, device)
+}
+
+// DeskApproveDevice implements Ledger.
+func (l *PostgresLedger) DeskApproveDevice(ctx context.Context, accountID, device string) error {
+	return l.approveDevice(ctx, accountID, deskActor, device)
+}
+
+// approveDevice registers device at once, approved by approver (deskActor: the support desk).
+func (l *PostgresLedger) approveDevice(ctx context.Context, accountID, approver, device string) error {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if err := lockAccount(ctx, tx, accountID); err != nil {
 			return err
 		}
-		if ok, err := registeredDevice(ctx, tx, accountID, approver, l.now().UTC()); err != nil || !ok {
-			return cmpErr(err, ErrDeviceNotRegistered)
+		if approver != deskActor { // the desk may approve any device the account asked to register
+			if ok, err := registeredDevice(ctx, tx, accountID, approver, l.now().UTC()); err != nil || !ok {
+				return cmpErr(err, ErrDeviceNotRegistered)
+			}
 		}
 		tag, err := tx.Exec(ctx, "UPDATE devices SET pending_until = NULL WHERE account_id = $1 AND device_id = $2", accountID, device)
 		if err == nil && tag.RowsAffected() == 0 {
@@ -247,7 +272,10 @@ func (l *PostgresLedger) RemoveDevice(ctx context.Context, accountID, actor, dev
 		if err := lockAccount(ctx, tx, accountID); err != nil {
 			return err
 		}
-		now := l.now().UTC()
+		now, err := l.clock(ctx, tx) // the clock the logins' tokens are stamped with
+		if err != nil {
+			return err
+		}
 		if actor != device {
 			if ok, err := registeredDevice(ctx, tx, accountID, actor, now); err != nil || !ok {
 				return cmpErr(err, ErrDeviceNotRegistered)

@@ -55,6 +55,14 @@ type Ledger interface {
 	DeviceStore
 	TierStore
 	AuditLog
+	Clock
+}
+
+// Clock is the ledger's clock, the one every replica reads the same: an access token's issue
+// time and a revocation's are both read from it, so that a revocation refuses exactly the
+// tokens issued before it, whichever replica issued them and whichever revoked.
+type Clock interface {
+	Now(ctx context.Context) (time.Time, error)
 }
 
 // Payments are the accounts, their PIX keys, and the money between them.
@@ -93,8 +101,8 @@ type MoneyLimitStore interface {
 // DeviceStore keeps the devices each account registered for PIX.
 type DeviceStore interface {
 	// RegisterDevice asks to register a device of the account for PIX, so that its transfers
-	// are no longer capped as a new device's: at once when the account has no registered device,
-	// else after delay (it then registers by itself), unless a registered device approves it
+	// are no longer capped as a new device's: at once only as the account's first registered
+	// device ever, else (including after every device was revoked or removed) after delay (it then registers by itself), unless a registered device approves it
 	// first (ApproveDevice) or it is removed (RemoveDevice). Asking again changes nothing.
 	RegisterDevice(ctx context.Context, accountID, device string, delay time.Duration) (DeviceRegistration, error)
 	// Devices lists the account's registered and pending devices.
@@ -103,6 +111,8 @@ type DeviceStore interface {
 	// (ErrDeviceNotRegistered when approver is not; ErrDeviceNotFound when device is not pending
 	// or registered).
 	ApproveDevice(ctx context.Context, accountID, approver, device string) error
+	// DeskApproveDevice is ApproveDevice by the support desk, which needs no registered device.
+	DeskApproveDevice(ctx context.Context, accountID, device string) error
 	// RemoveDevice cancels a pending registration or unregisters a device, and refuses its
 	// access tokens issued until now (TierTable.RemovedDevices). A device not registered may
 	// remove only itself (ErrDeviceNotRegistered); ErrDeviceNotFound when device is neither

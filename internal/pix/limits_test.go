@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
 )
@@ -493,5 +497,120 @@ func TestANewDeviceWaitsOrIsApproved(t *testing.T) {
 				t.Errorf("a device removing itself: %v", err)
 			}
 		})
+	}
+}
+
+// TestAPhishedPasswordNeverRegistersAPhone: once an account has had a registered device, no
+// registration is at once again, not after the support desk revoked every device nor after the
+// owner removed her last one: the phisher's phone waits, sends under the new-device cap, and
+// registers at once only when the desk (or a registered device) approves it.
+func TestAPhishedPasswordNeverRegistersAPhone(t *testing.T) {
+	t.Parallel()
+	r := defaultRules(t)
+	r.DayLimitCents, r.Night.LimitCents = 0, 0
+	clock := &testClock{}
+	for name, l := range rulesBackends(t, r, clock.Now) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			clock.Set(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+			register := func(account, device string) DeviceRegistration {
+				t.Helper()
+				reg, err := l.RegisterDevice(ctx, account, device, 24*time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return reg
+			}
+			// Carla: her phone registered, then the desk revokes every device.
+			if reg := register("acct-carla", "phone"); !reg.Registered {
+				t.Fatalf("Carla's first device ever: %+v, want registered at once", reg)
+			}
+			if _, err := l.RevokeDevices(ctx, "acct-carla"); err != nil {
+				t.Fatal(err)
+			}
+			if reg := register("acct-carla", "phisher"); reg.Registered {
+				t.Fatalf("a device after the desk's revocation: %+v, want pending", reg)
+			}
+			if err := pay(l, "acct-carla", "bruno@example.com", "phisher", 150_000); !errors.Is(err, ErrDeviceLimitExceeded) {
+				t.Errorf("R$ 1.500,00 from the phisher's pending phone: %v, want the new-device cap", err)
+			}
+			if reg := register("acct-carla", "owner"); reg.Registered {
+				t.Errorf("the owner's own new phone: %+v, want pending too (the password proves nothing)", reg)
+			}
+			if err := l.RemoveDevice(ctx, "acct-carla", "phisher", "owner"); !errors.Is(err, ErrDeviceNotRegistered) {
+				t.Errorf("the pending phisher removing the owner's pending phone: %v, want ErrDeviceNotRegistered", err)
+			}
+			if err := l.ApproveDevice(ctx, "acct-carla", "phisher", "phisher"); !errors.Is(err, ErrDeviceNotRegistered) {
+				t.Errorf("a pending device approving itself: %v, want ErrDeviceNotRegistered", err)
+			}
+			if err := l.DeskApproveDevice(ctx, "acct-carla", "owner"); err != nil {
+				t.Fatalf("the desk approving the owner's phone: %v", err)
+			}
+			if err := pay(l, "acct-carla", "bruno@example.com", "owner", 150_000); err != nil {
+				t.Errorf("R$ 1.500,00 from the phone the desk approved: %v, want no new-device cap", err)
+			}
+			if err := l.DeskApproveDevice(ctx, "acct-carla", "nobody"); !errors.Is(err, ErrDeviceNotFound) {
+				t.Errorf("the desk approving a device that never asked: %v, want ErrDeviceNotFound", err)
+			}
+			// Bruno: his only device removes itself; the next one waits.
+			register("acct-bruno", "old")
+			if err := l.RemoveDevice(ctx, "acct-bruno", "old", "old"); err != nil {
+				t.Fatal(err)
+			}
+			if reg := register("acct-bruno", "new"); reg.Registered {
+				t.Errorf("a device after the account's last was removed: %+v, want pending", reg)
+			}
+		})
+	}
+}
+
+// TestTheMigrationRemembersRegisteredDevices: migration 011 backfills, on the strict side, that
+// an account has had a registered device from its device rows, its revocations and its removed
+// devices; an account with none of them registers its first device at once.
+func TestTheMigrationRemembersRegisteredDevices(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	files, _ := fs.Glob(migrations, "migrations/*.sql")
+	for _, f := range files { // the schema as it stood before 011
+		if strings.HasPrefix(f, "migrations/011") {
+			break
+		}
+		sql, _ := migrations.ReadFile(f)
+		if _, err := conn.Exec(ctx, string(sql)); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	for i, a := range []string{"acct-a", "acct-b", "acct-c", "acct-d"} {
+		if _, err := conn.Exec(ctx, "INSERT INTO accounts (id, document, name, password_hash, balance_cents) VALUES ($1, $2, $1, '', 0)", a, fmt.Sprintf("%011d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []string{
+		"INSERT INTO devices (account_id, device_id, registered_at, pending_until) VALUES ('acct-a', 'p', now(), now() + interval '1 day')",
+		"INSERT INTO device_revocations (account_id, revoked_at) VALUES ('acct-b', now())",
+		"INSERT INTO removed_devices (account_id, device_id, removed_at) VALUES ('acct-c', 'x', now())",
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	sql, _ := migrations.ReadFile("migrations/011_device_history.sql")
+	if _, err := conn.Exec(ctx, string(sql)); err != nil {
+		t.Fatal(err)
+	}
+	for account, want := range map[string]bool{"acct-a": true, "acct-b": true, "acct-c": true, "acct-d": false} {
+		var got bool
+		if err := conn.QueryRow(ctx, "SELECT had_registered_device FROM accounts WHERE id = $1", account).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%s: had_registered_device %v, want %v", account, got, want)
+		}
 	}
 }

@@ -23,16 +23,16 @@ type MemoryLedger struct {
 	audit    auditLog
 	tiers    tierStore
 	// calls bounds the transfers and statements in progress, as a database's connection pool
-	// does (memoryCalls of them): Busy reports it full.
+	// does (MemoryCalls of them): Busy reports it full.
 	calls chan struct{}
 }
 
-// memoryCalls is how many transfers and statements a MemoryLedger serves at once, as a pool
+// MemoryCalls is how many transfers and statements a MemoryLedger serves at once, as a pool
 // of connections would, so that reads give way to payments here too. It is wider than a
 // database's pool (pgxpool's is 4 on two cores): a call here holds its place for microseconds,
 // not a round trip, and at 4 a burst of statements that merely overlapped was shed (a stress
 // run: 3 of 45 concurrent statements over three replicas answered ledger_busy).
-const memoryCalls = 64
+const MemoryCalls = 64
 
 // call takes a place among the calls in progress, waiting for one up to ctx, and returns its
 // release.
@@ -55,6 +55,9 @@ type memAccount struct {
 	sent    []memSent // the transfers it sent, oldest first
 	limits  accountLimits
 	devices map[string]time.Time // asked to register for PIX: pending until then, zero when approved (devices.go)
+	// hadDevice: the account has had a registered device (every device asked registers, at once
+	// or by itself): later ones wait, even after all were revoked or removed.
+	hadDevice bool
 }
 
 // memSent is one transfer an account sent, as its money limits count it.
@@ -84,7 +87,7 @@ func NewMemoryLedger(accounts []Account, opts ...Option) (*MemoryLedger, error) 
 		ids:      map[string]bool{},
 		replays:  map[idemKey]idemRecord{},
 		tiers:    newTierStore(),
-		calls:    make(chan struct{}, memoryCalls),
+		calls:    make(chan struct{}, MemoryCalls),
 	}
 	for _, a := range accounts {
 		if _, dup := l.accounts[a.ID]; dup {
@@ -104,6 +107,9 @@ func NewMemoryLedger(accounts []Account, opts ...Option) (*MemoryLedger, error) 
 	}
 	return l, nil
 }
+
+// Now implements Ledger: the ledger's clock.
+func (l *MemoryLedger) Now(context.Context) (time.Time, error) { return l.now().UTC(), nil }
 
 // AccountByDocument implements Ledger.
 func (l *MemoryLedger) AccountByDocument(_ context.Context, document string) (Account, error) {

@@ -100,6 +100,9 @@ type Option func(*options)
 type options struct {
 	rules Rules
 	now   func() time.Time
+	// clockSet: WithClock replaced time.Now, and the PostgreSQL ledger reads its clock from
+	// now rather than from the database's (PostgresLedger.Now).
+	clockSet bool
 }
 
 // WithNightCap enforces n in every transfer (between persons): Rules with this night cap and
@@ -111,7 +114,9 @@ func WithRules(r Rules) Option { return func(o *options) { o.rules = r } }
 
 // WithClock replaces time.Now: the one clock the ledger stamps and caps transfers with (tests
 // set the hour they need).
-func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+func WithClock(now func() time.Time) Option {
+	return func(o *options) { o.now, o.clockSet = now, true }
+}
 
 func newOptions(opts []Option) options {
 	o := options{now: time.Now}

@@ -768,7 +768,7 @@ func TestBusyWhenEveryConnectionIsInUse(t *testing.T) {
 	}
 }
 
-// TestTheMemoryLedgerBoundsItsCalls: the in-memory ledger serves memoryCalls transfers and
+// TestTheMemoryLedgerBoundsItsCalls: the in-memory ledger serves MemoryCalls transfers and
 // statements at once, as a pool would: busy when all are taken, and a call past them waits for a
 // place, up to its deadline.
 func TestTheMemoryLedgerBoundsItsCalls(t *testing.T) {
@@ -778,7 +778,7 @@ func TestTheMemoryLedgerBoundsItsCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	var releases []func()
-	for range memoryCalls {
+	for range MemoryCalls {
 		release, err := l.call(context.Background())
 		if err != nil {
 			t.Fatal(err)

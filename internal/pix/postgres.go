@@ -35,6 +35,9 @@ type PostgresLedger struct {
 	timeout time.Duration
 	now     func() time.Time
 	rules   Rules
+	// dbClock: Now reads the database's clock (clock_timestamp()), every replica's one clock;
+	// false when a test set the clock (WithClock).
+	dbClock bool
 }
 
 // DefaultTimeout is the deadline of one ledger call when OpenPostgres is given none.
@@ -92,7 +95,31 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, accoun
 	if err != nil {
 		return nil, fmt.Errorf("pix: postgres: %w", err)
 	}
-	return &PostgresLedger{pool: pool, timeout: timeout, now: o.now, rules: o.rules}, nil
+	return &PostgresLedger{pool: pool, timeout: timeout, now: o.now, rules: o.rules, dbClock: !o.clockSet}, nil
+}
+
+// Now implements Ledger: the database's clock, which every replica shares (a replica's own
+// clock may be off by more than the time between a revocation and a login).
+func (l *PostgresLedger) Now(ctx context.Context) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	t, err := l.clock(ctx, l.pool)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("pix: clock: %w", unavailable(err))
+	}
+	return t, nil
+}
+
+// clock reads the ledger's clock through q (the pool, or a transaction).
+func (l *PostgresLedger) clock(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (time.Time, error) {
+	if !l.dbClock {
+		return l.now().UTC(), nil
+	}
+	var t time.Time
+	err := q.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&t)
+	return t.UTC(), err
 }
 
 // startupConnect bounds the dial of the connection that migrates, when DATABASE_URL sets no

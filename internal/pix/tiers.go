@@ -152,6 +152,7 @@ func (l *MemoryLedger) RevokeDevices(_ context.Context, accountID string) (Revoc
 	}
 	r := Revocation{At: l.now().UTC(), Unregistered: len(a.devices), Before: l.tiers.table.Revoked[accountID]}
 	clear(a.devices)
+	a.hadDevice = true // strict, as the migration's backfill: a revoked account registers no device at once
 	l.tiers.table.Revoked[accountID] = r.At
 	l.tiers.table.RevokedDocuments[a.Document] = r.At
 	l.tiers.table.Version++
@@ -316,8 +317,13 @@ func (l *PostgresLedger) SetTier(ctx context.Context, accountID string, a TierOf
 func (l *PostgresLedger) RevokeDevices(ctx context.Context, accountID string) (Revocation, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	r := Revocation{At: l.now().UTC()}
+	var r Revocation
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		at, err := l.clock(ctx, tx) // the clock the logins' tokens are stamped with
+		if err != nil {
+			return err
+		}
+		r = Revocation{At: at}
 		var exists bool
 		var before *time.Time
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1),
@@ -335,6 +341,10 @@ func (l *PostgresLedger) RevokeDevices(ctx context.Context, accountID string) (R
 			return err
 		}
 		r.Unregistered = int(tag.RowsAffected())
+		// Strict, as the migration's backfill: a revoked account registers no device at once.
+		if _, err := tx.Exec(ctx, "UPDATE accounts SET had_registered_device = true WHERE id = $1", accountID); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO device_revocations (account_id, revoked_at) VALUES ($1, $2)
 			ON CONFLICT (account_id) DO UPDATE SET revoked_at = $2`, accountID, r.At); err != nil {
 			return err
