@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -20,8 +21,9 @@ import (
 // so Diego's PIX keeps its median within 2× of quiet, timed in the same run; "quiet" for the
 // ledger, since the flood's HTTP work takes the same two cores: beside a control flood of as many
 // calls that the API refuses before the ledger, each PIX timed less the stalls of the process (a
-// busy machine's, or the flood's own CPU), so what differs is what the PIX waited for. Meanwhile the owner's other device is not refused (a bucket per device), and a
-// lowering of a limit is never refused, not even from the flooding device.
+// busy machine's, or the flood's own CPU), so what differs is what the PIX waited for. Meanwhile
+// the owner's other device is not refused (a bucket per device): a lowering from it goes through,
+// while one from the flooding device is refused like any settings call past its bucket.
 func TestASettingsFloodDoesNotStarveTheLedger(t *testing.T) {
 	t.Parallel()
 	env := moneyEnv(t, pgtest.URL(t), false)
@@ -93,7 +95,7 @@ func TestASettingsFloodDoesNotStarveTheLedger(t *testing.T) {
 	}
 	var beside, during []time.Duration
 	var sent, refused int64
-	var lowered, ownRead apitest.Response
+	var lowered, floodLowered, ownRead apitest.Response
 	for round := range 3 {
 		stop := flood(statements)
 		beside = append(beside, pix(7)...)
@@ -101,7 +103,8 @@ func TestASettingsFloodDoesNotStarveTheLedger(t *testing.T) {
 		stop = flood(settings)
 		during = append(during, pix(7)...)
 		if round == 2 {
-			lowered = a.Do(http.MethodPut, "/v1/limits", map[string]any{"night_limit_cents": 50_000}, "Authorization", "Bearer "+phisher)
+			floodLowered = a.Do(http.MethodPut, "/v1/limits", map[string]any{"night_limit_cents": 40_000}, "Authorization", "Bearer "+phisher)
+			lowered = a.Do(http.MethodPut, "/v1/limits", map[string]any{"night_limit_cents": 50_000}, "Authorization", "Bearer "+owner)
 			ownRead = a.Do(http.MethodGet, "/v1/limits", nil, "Authorization", "Bearer "+owner)
 		}
 		n, no := stop()
@@ -118,9 +121,78 @@ func TestASettingsFloodDoesNotStarveTheLedger(t *testing.T) {
 		t.Errorf("%d of the flooding device's settings calls were served, want at most account-settings' 20", n)
 	}
 	if lowered.Status != http.StatusOK {
-		t.Errorf("a lowering from the flooding device: %v, want 200: never refused", lowered)
+		t.Errorf("a lowering from the owner's own device during the flood: %v, want 200", lowered)
+	}
+	if floodLowered.Status != http.StatusTooManyRequests {
+		t.Errorf("a lowering from the flooding device past its bucket: %v, want 429 like every settings call", floodLowered)
 	}
 	if ownRead.Status != http.StatusOK {
 		t.Errorf("the owner's other device during the flood: %v, want 200", ownRead)
+	}
+}
+
+// TestNoAccountStarvesTheLedger: Ana floods, with clients that wait a second after a 429 or 503
+// as clients do, a fixed amount of work: 100 clients lowering her day limit (account-settings
+// raised to 100,000 so that the limiter lets them all through: what is left to protect the
+// ledger is LEDGER_ACCOUNT_SHARE), then 200 clients removing a device she does not have. Diego's
+// PIX, sent during each flood, are every one 201: none ledger_busy, none ledger_unavailable.
+func TestNoAccountStarvesTheLedger(t *testing.T) {
+	t.Parallel()
+	env := moneyEnv(t, pgtest.URL(t), false)
+	env["PIX_LIMIT"], env["SETTINGS_LIMIT"], env["SETTINGS_WINDOW"] = "1000", "100000", "1h"
+	env["DB_TIMEOUT"] = "300ms" // a PIX that waits its turn behind the flood for longer is 503
+	a := startAPI(t, redistest.Start(t), env)
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	diego := a.Token(demo[3].Document, demo[3].Password)
+	median := func(took []time.Duration) time.Duration { slices.Sort(took); return took[len(took)/2] }
+	var quiet []time.Duration
+	for range 10 {
+		if r := a.PIX(diego, "bruno@example.com", 1); r.Status == http.StatusCreated {
+			quiet = append(quiet, r.Took)
+		}
+	}
+	for _, flood := range []struct {
+		name    string
+		clients int
+		send    func(i int) apitest.Response
+	}{
+		{"lowering the day limit", 100, func(i int) apitest.Response {
+			return a.Do(http.MethodPut, "/v1/limits", map[string]any{"day_limit_cents": 900_000 - i}, "Authorization", "Bearer "+ana)
+		}},
+		{"removing a device she does not have", 200, func(int) apitest.Response {
+			return a.Do(http.MethodDelete, "/v1/devices/NOPE", nil, "Authorization", "Bearer "+ana)
+		}},
+	} {
+		var wg sync.WaitGroup
+		var busy, served atomic.Int64
+		for g := range flood.clients {
+			wg.Go(func() {
+				for i := range 12 {
+					r := flood.send(g*100 + i)
+					switch r.Status {
+					case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+						busy.Add(1)
+						time.Sleep(time.Second) // a client that waits after a 429 or 503, as clients do
+					default:
+						served.Add(1)
+					}
+				}
+			})
+		}
+		var outcomes []string
+		var took []time.Duration
+		for range 10 {
+			r := a.PIX(diego, "bruno@example.com", 1)
+			took = append(took, r.Took)
+			if r.Status != http.StatusCreated {
+				outcomes = append(outcomes, fmt.Sprint(r))
+			}
+		}
+		wg.Wait()
+		t.Logf("%s: %d calls served, %d answered 429 or 503; Diego's PIX median %v, quiet %v (%.1f×)", flood.name,
+			served.Load(), busy.Load(), median(took), median(quiet), float64(median(took))/float64(median(quiet)))
+		if len(outcomes) > 0 {
+			t.Errorf("Diego's PIX during Ana's flood of %s: %d of 10 not 201: %v", flood.name, len(outcomes), outcomes)
+		}
 	}
 }

@@ -468,3 +468,30 @@ func TestThrottleSettings(t *testing.T) {
 		t.Errorf("DB_TIMEOUT=5s: statement queue %d, %v; want 1", cfg.Limits.Statement.Policy.Queue, err)
 	}
 }
+
+// TestLedgerAccountShare: LEDGER_ACCOUNT_SHARE is 2 unless set, and must be from 1 to below the
+// ledger's connections (pool_max_conns, or pgxpool's default of at least 4; the in-memory
+// ledger's 64), so that one account never holds them all.
+func TestLedgerAccountShare(t *testing.T) {
+	const db = "postgres://u@localhost/pixlimit?pool_max_conns=4"
+	for _, tt := range []struct {
+		env  map[string]string
+		want int // 0: a configuration error naming the variable
+	}{
+		{map[string]string{}, 2},
+		{map[string]string{"DATABASE_URL": db}, 2},
+		{map[string]string{"DATABASE_URL": db, "LEDGER_ACCOUNT_SHARE": "3"}, 3},
+		{map[string]string{"DATABASE_URL": db, "LEDGER_ACCOUNT_SHARE": "4"}, 0},
+		{map[string]string{"LEDGER_ACCOUNT_SHARE": "0"}, 0},
+		{map[string]string{"LEDGER_ACCOUNT_SHARE": "63"}, 63},
+		{map[string]string{"LEDGER_ACCOUNT_SHARE": "64"}, 0},
+	} {
+		cfg, err := load(tt.env)
+		switch {
+		case tt.want == 0 && (err == nil || !strings.Contains(err.Error(), "LEDGER_ACCOUNT_SHARE")):
+			t.Errorf("%v: error %v, want one naming LEDGER_ACCOUNT_SHARE", tt.env, err)
+		case tt.want != 0 && (err != nil || cfg.LedgerAccountShare != tt.want):
+			t.Errorf("%v: %d, %v; want %d", tt.env, cfg.LedgerAccountShare, err, tt.want)
+		}
+	}
+}

@@ -153,8 +153,9 @@ func handleApproveDevice(ledger pix.DeviceStore) echo.HandlerFunc {
 
 // handleRemoveDevice cancels a pending registration or unregisters a device; its access tokens
 // are then refused (401) on every replica within the tier table's polling interval. A device
-// not registered may remove only itself (403 device_not_registered). Never refused by
-// account-settings: an owner can always cancel.
+// not registered may remove only itself (403 device_not_registered). It counts against
+// account-settings, per account and device: a flood from another device never uses up the
+// owner's, and the desk can always revoke.
 func handleRemoveDevice(ledger pix.DeviceStore, tiers *Tiers) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		s, device, err := deviceCall(c)

@@ -39,8 +39,8 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	e.POST("/v1/pix", handlePIX(d.Ledger, d.Share, d.Limits.PIX, d.Limits.PIXConcurrency, lookups), requireAccount)
 	e.GET("/v1/pix/keys/:key", handleLookup(d.Ledger, d.Share, lookups), requireAccount)
 	e.GET("/v1/statement", handleStatement(d.Ledger, decide, d.Limits.Statement, d.Tiers), requireAccount)
-	e.PUT("/v1/limits", handlePutLimits(d.Ledger, decide, d.Limits.Settings), requireAccount) // limited in the handler: a lowering never is
-	e.DELETE("/v1/devices/:device_id", handleRemoveDevice(d.Ledger, d.Tiers), requireAccount) // never refused: an owner can always cancel
+	e.PUT("/v1/limits", handlePutLimits(d.Ledger, decide, d.Limits.Settings), requireAccount) // limited in the handler, once the body is valid
+	e.DELETE("/v1/devices/:device_id", handleRemoveDevice(d.Ledger, d.Tiers), requireAccount, limitSettings)
 
 	e.GET("/v1/pix/keys/limits", handleLookupLimits(lookups), requireAccount, limitSettings)
 	e.GET("/v1/limits", handleGetLimits(d.Ledger), requireAccount, limitSettings)
