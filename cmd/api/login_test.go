@@ -367,3 +367,37 @@ func TestOneIPv6SiteCannotMintLoginKeys(t *testing.T) {
 		t.Errorf("%d login keys in Redis after 5 admitted and 1 refused logins, want 11: %v", len(keys), keys)
 	}
 }
+
+// TestASiteFloodDoesNotLockOutItsTrustedDevices: an attacker fills a /48's login-net key from its
+// /64s; Carla, on that site, with the device token of an earlier login, still logs in (neither
+// counted nor refused by login-net, as by login-account), while a login without one is refused.
+// A refusal of her trusted login (its own /64's key full) lists login-net in RateLimit-Policy
+// as any refused login from the site does: the headers never tell a valid token apart.
+func TestASiteFloodDoesNotLockOutItsTrustedDevices(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a := startAPI(t, srv, map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "LOGIN_NET_LIMIT": "5", "LOGIN_IP_LIMIT": "3"})
+	carla := demo[2]
+	first := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "198.51.100.30")
+	device := first.JSON(t)["device_token"].(string)
+	for i := range 6 { // the flood: the sixth is refused by the site's key
+		a.Login(apitest.CPF(400+i), "guess", "X-Forwarded-For", fmt.Sprintf("2001:db8:9:%x::1", i+1))
+	}
+	if r := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "2001:db8:9:ff::1"); r.Status != http.StatusTooManyRequests {
+		t.Fatalf("a login without a device token from the flooded site: %v, want 429", r)
+	}
+	if r := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "2001:db8:9:fe::1", "Device-Token", device); r.Status != http.StatusOK {
+		t.Fatalf("Carla's trusted device on the flooded site: %v, want 200", r)
+	}
+	var trusted, untrusted apitest.Response
+	for range 4 { // her /64's own key (3) fills: the fourth is a refusal of a trusted login
+		trusted = a.Login(carla.Document, "wrong", "X-Forwarded-For", "2001:db8:9:fd::1", "Device-Token", device)
+	}
+	for range 4 {
+		untrusted = a.Login(carla.Document, "wrong", "X-Forwarded-For", "2001:db8:9:fc::1", "Device-Token", "forged")
+	}
+	tp, up := trusted.Header.Get("RateLimit-Policy"), untrusted.Header.Get("RateLimit-Policy")
+	if trusted.Status != http.StatusTooManyRequests || !strings.Contains(tp, `"login-net";q=5;w=600`) || tp != up {
+		t.Errorf("a refused trusted login's RateLimit-Policy %q (%v), want login-net listed, as a refused untrusted one's %q", tp, trusted, up)
+	}
+}

@@ -126,21 +126,25 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		if err != nil {
 			return err
 		}
-		checks := []check{{limits.LoginIP, ratelimit.IPIdentity(addr)}}
-		if net, ok := ratelimit.NetIdentity(addr); ok { // IPv6: its /48 too
-			checks = append(checks, check{limits.LoginNet, net})
-		}
 		document, person, docErr := pix.ParseDocument(req.Document)
 		device := ""
 		if decodeErr == nil && docErr == nil {
 			device, _ = devices.Verify(presentedDevice(c), document, tiers.documentRevokedSince(document))
-			if device != "" {
-				checks = append(checks, check{limits.LoginDevice, device})
-			} else {
-				checks = append(checks, check{limits.LoginAccount, document})
-			}
 		}
-		if err := limiter.enforce(c, loginReport(limits), checks...); err != nil {
+		// A trusted device's login counts against neither the document nor the /48: a botnet
+		// filling either (a site's flood included) does not lock her out on a device she used.
+		checks := []check{{limits.LoginIP, ratelimit.IPIdentity(addr)}}
+		net, v6 := ratelimit.NetIdentity(addr) // IPv6: its /48 too
+		if v6 && device == "" {
+			checks = append(checks, check{limits.LoginNet, net})
+		}
+		switch {
+		case device != "":
+			checks = append(checks, check{limits.LoginDevice, device})
+		case decodeErr == nil && docErr == nil:
+			checks = append(checks, check{limits.LoginAccount, document})
+		}
+		if err := limiter.enforce(c, loginReport(limits, v6 && device != ""), checks...); err != nil {
 			return err
 		}
 		if decodeErr != nil {
@@ -180,9 +184,10 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 // loginReport is what a login's RateLimit headers say. Unless refused, the IP key only: the
 // document key would tell anyone how many attempts were made on someone else's CPF, and when. A
 // refusal reports every key decided, but a trusted device's key under the document key's policy
-// (login-account, its limit and window): otherwise a refusal, which costs nothing, would say
-// whether a device token is valid for a CPF, and a stolen token would find its owner.
-func loginReport(limits enforce.RouteLimits) func(ratelimit.Decision) ratelimit.Decision {
+// (login-account, its limit and window), and, when the /48 was not decided for a trusted device
+// (netSkipped), login-net listed where it would be: otherwise a refusal, which costs nothing,
+// would say whether a device token is valid for a CPF, and a stolen token would find its owner.
+func loginReport(limits enforce.RouteLimits, netSkipped bool) func(ratelimit.Decision) ratelimit.Decision {
 	asAccount := func(r ratelimit.Result) ratelimit.Result {
 		if r.Policy.Name == limits.LoginDevice.Policy.Name {
 			r.Policy, r.Capacity = limits.LoginAccount.Policy, limits.LoginAccount.Policy.Capacity()
@@ -194,9 +199,13 @@ func loginReport(limits enforce.RouteLimits) func(ratelimit.Decision) ratelimit.
 		if d.Allowed {
 			return d.Only(0)
 		}
-		results := make([]ratelimit.Result, len(d.Results))
+		results := make([]ratelimit.Result, 0, len(d.Results)+1)
 		for i, r := range d.Results {
-			results[i] = asAccount(r)
+			if i == 1 && netSkipped { // after the IP, as decided for any other login
+				p := limits.LoginNet.Policy
+				results = append(results, ratelimit.Result{Policy: p, Capacity: p.Capacity(), Remaining: p.Capacity()})
+			}
+			results = append(results, asAccount(r))
 		}
 		d.Results, d.Worst = results, asAccount(d.Worst)
 		return d
