@@ -160,3 +160,47 @@ func TestAPayrollTierQueuesItsPIX(t *testing.T) {
 		t.Errorf("%d PIX served in %v: a queue at 100 ms a turn takes 3s", statuses[201], took)
 	}
 }
+
+// TestARaisedTierNoLongerRefuses: Bruno at 10 of 10 PIX, refused on both replicas (each holds
+// his key as full in its deny cache), is moved by the desk to premium (30): once the tier is in
+// force on a replica (its q in RateLimit-Policy), that replica admits his next PIX, rather than
+// refusing it from its memory of the full key with Retry-After up to a minute.
+func TestARaisedTierNoLongerRefuses(t *testing.T) {
+	t.Parallel()
+	srv, db := redistest.Start(t), pgtest.URL(t)
+	token := rand.Text() + rand.Text()
+	envA := map[string]string{"DATABASE_URL": db, "DEMO_ACCOUNTS": "true", "ADMIN_ADDR": apitest.FreeAddr(t), "ADMIN_TOKEN": token, "PIX_CONCURRENCY": "0"}
+	a, b := startAPI(t, srv, envA), startAPI(t, srv, map[string]string{"DATABASE_URL": db, "DEMO_ACCOUNTS": "true", "PIX_CONCURRENCY": "0"})
+	desk := &apitest.Client{T: t, Base: "http://" + envA["ADMIN_ADDR"]}
+	bruno := a.Token(demo[1].Document, demo[1].Password)
+	for i := range 10 {
+		if r := []*api{a, b}[i%2].PIX(bruno, "ana@example.com", 1); r.Status != http.StatusCreated {
+			t.Fatalf("PIX %d: %v", i+1, r)
+		}
+	}
+	for _, c := range []*api{a, b} {
+		if r := c.PIX(bruno, "ana@example.com", 1); r.Status != http.StatusTooManyRequests {
+			t.Fatalf("the 11th PIX: %v, want 429", r)
+		}
+	}
+	if r := desk.Do(http.MethodPut, "/admin/v1/accounts/acct-bruno/tier", map[string]any{"tier": "premium"}, "Authorization", "Bearer "+token); r.Status != http.StatusOK {
+		t.Fatalf("moving Bruno to premium: %v", r)
+	}
+	if r := a.PIX(bruno, "ana@example.com", 1); r.Status != http.StatusCreated || r.Header.Get("RateLimit-Policy") != `"pix";q=30;w=60` {
+		t.Errorf("on the desk's replica, at once: %v %v, want 201 under q=30", r, r.Header)
+	}
+	start := time.Now()
+	for {
+		r := b.PIX(bruno, "ana@example.com", 1)
+		if r.Header.Get("RateLimit-Policy") == `"pix";q=30;w=60` { // the tier in force on b
+			if r.Status != http.StatusCreated {
+				t.Errorf("on the other replica, its tier in force: %v %v, want 201", r, r.Header)
+			}
+			break
+		}
+		if time.Since(start) > 3*time.Second {
+			t.Fatal("the other replica did not apply the new tier within 3 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

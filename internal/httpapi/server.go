@@ -88,6 +88,19 @@ func NewServer(d Deps) (http.Handler, error) {
 	if d.Limits.LookupMissCost < 1 || d.Limits.LookupParticipantMissCost < 1 {
 		return nil, errors.New("httpapi: the key look-up needs miss costs of at least 1")
 	}
+	if d.Tiers != nil {
+		// A tier change in force: the account's keys leave this replica's deny cache, under the
+		// route's algorithm and a tier's queue's alike (the key names the algorithm, not the limit).
+		d.Tiers.OnChange(func(account string) {
+			for _, l := range []enforce.RouteLimit{d.Limits.PIX, d.Limits.Statement} {
+				for _, a := range []ratelimit.Algorithm{l.Policy.Algorithm, ratelimit.LeakyBucket} {
+					p := l.Policy
+					p.Algorithm = a
+					d.Limiter.Forgotten(d.Limiter.Key(ratelimit.Check{Policy: p, Identity: account}))
+				}
+			}
+		})
+	}
 	if d.LedgerRetryAfter <= 0 {
 		d.LedgerRetryAfter = time.Second
 	}

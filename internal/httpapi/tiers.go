@@ -30,6 +30,9 @@ type Tiers struct {
 	// a tier's queue holds no more places than come within it. Zero: no queue is shortened.
 	MaxWait time.Duration
 
+	// forget, once set (OnChange), is told each account whose assignment a reload changed.
+	forget atomic.Pointer[func(account string)]
+
 	failing bool // the last poll failed (the poller's own)
 	stop    chan struct{}
 	done    sync.WaitGroup
@@ -55,8 +58,35 @@ func (t *Tiers) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t.table.Store(&table)
+	old := t.table.Swap(&table)
+	if forget := t.forget.Load(); forget != nil {
+		for id := range changed(old.Accounts, table.Accounts) {
+			(*forget)(id)
+		}
+	}
 	return nil
+}
+
+// OnChange has forget told each account whose tier or figures a later reload changes, once the
+// new table is in force: the server drops the account's keys from its deny cache, which would
+// otherwise refuse it from its memory of a key full under the old limit (a raised tier's
+// customer, told Retry-After 59 while 20 remain).
+func (t *Tiers) OnChange(forget func(account string)) { t.forget.Store(&forget) }
+
+// changed are the accounts whose assignment differs between two tables.
+func changed(old, new map[string]pix.TierOf) map[string]bool {
+	out := map[string]bool{}
+	for id, a := range new {
+		if b, ok := old[id]; !ok || b != a {
+			out[id] = true
+		}
+	}
+	for id := range old {
+		if _, ok := new[id]; !ok {
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // Table is the table in force on this replica.
