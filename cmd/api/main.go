@@ -20,7 +20,7 @@ func main() {
 	// (each failed dial, during an outage) go to slog's default logger at debug level, since the
 	// limiter reports outages itself, throttled, at error level.
 	redis.SetLogger(goRedisLogger{})
-	if err := run(ctx, os.Args, os.LookupEnv, os.Stdout, os.Stderr); err != nil {
+	if err := run(ctx, os.Args, os.Environ(), os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)
 		os.Exit(1)
 	}

@@ -96,7 +96,7 @@ func launchAt(t *testing.T, ctx context.Context, srv *redistest.Server, env map[
 	logs := &apitest.Logs{}
 	done := make(chan error, 1)
 	go func() {
-		done <- runReplica(ctx, []string{"api"}, config.Map(vars), io.Discard, logs, passwordCost)
+		done <- runReplica(ctx, []string{"api"}, config.Pairs(vars), io.Discard, logs, passwordCost)
 	}()
 	a := &api{Client: &apitest.Client{T: t, Base: "http://" + addr}, logs: logs}
 	// A bound, not a figure: a replica starts in a fraction of a second, but at a real
@@ -126,11 +126,11 @@ func launchAt(t *testing.T, ctx context.Context, srv *redistest.Server, env map[
 func TestHealthcheckCommand(t *testing.T) {
 	t.Parallel()
 	a := startAPI(t, nil, nil) // embedded Redis: the command needs only /healthz
-	serving := config.Map(map[string]string{"HTTP_ADDR": strings.TrimPrefix(a.Base, "http://")})
+	serving := config.Pairs(map[string]string{"HTTP_ADDR": strings.TrimPrefix(a.Base, "http://")})
 	if err := run(t.Context(), []string{"api", "healthcheck"}, serving, io.Discard, io.Discard); err != nil {
 		t.Errorf("healthcheck against a serving API: %v", err)
 	}
-	nothing := config.Map(map[string]string{"HTTP_ADDR": apitest.FreeAddr(t)})
+	nothing := config.Pairs(map[string]string{"HTTP_ADDR": apitest.FreeAddr(t)})
 	if err := run(t.Context(), []string{"api", "healthcheck"}, nothing, io.Discard, io.Discard); err == nil {
 		t.Error("healthcheck with nothing listening: nil, want an error")
 	}
@@ -160,7 +160,7 @@ func TestConfigErrorsStopTheProgram(t *testing.T) {
 		for k, v := range tt.env {
 			env[k] = v
 		}
-		err := run(t.Context(), []string{"api"}, config.Map(env), io.Discard, io.Discard)
+		err := run(t.Context(), []string{"api"}, config.Pairs(env), io.Discard, io.Discard)
 		if err == nil {
 			t.Fatalf("%v: run returned nil", tt.env)
 		}
@@ -198,5 +198,15 @@ func TestServesItsContract(t *testing.T) {
 	}
 	if again := a.Do(http.MethodGet, "/openapi.yaml", nil, "If-None-Match", r.Header.Get("ETag")); again.Status != http.StatusNotModified || len(again.Body) != 0 {
 		t.Errorf("revalidated with its ETag: %d, %d bytes; want 304 and none", again.Status, len(again.Body))
+	}
+}
+
+// TestAMisspelledVariableIsNamedAtStart: PIX_LIMIT_TYPO is not silently ignored: the replica
+// warns at start, naming it, and serves with PIX_LIMIT's default.
+func TestAMisspelledVariableIsNamedAtStart(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, nil, map[string]string{"PIX_LIMIT_TYPO": "5"})
+	if logs := a.logs.String(); !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "variable=PIX_LIMIT_TYPO") {
+		t.Errorf("the start's logs do not name PIX_LIMIT_TYPO in a warning:\n%s", logs)
 	}
 }

@@ -23,25 +23,26 @@ import (
 // Docker's stop timeout (10 s), so a drain ends before the SIGKILL, not by it.
 const shutdownGrace = 8 * time.Second
 
-// run is the API program: it loads the configuration through lookupEnv (os.LookupEnv), connects to Redis (or
+// run is the API program: it loads the configuration from environ (os.Environ), warns of any
+// variable with one of its prefixes that it does not know, connects to Redis (or
 // starts an embedded one) and the ledger, serves until ctx is done, then drains in-flight
 // requests and returns nil. A configuration error names every offending variable and returns
 // before anything listens. Logs go to stderr.
 //
 // "api healthcheck" instead asks the local server's /healthz and returns an error unless it
 // answers 200: a container HEALTHCHECK for images without curl.
-func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
-	return runReplica(ctx, args, lookupEnv, stdout, stderr, auth.DefaultPasswordCost)
+func run(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) error {
+	return runReplica(ctx, args, environ, stdout, stderr, auth.DefaultPasswordCost)
 }
 
 // runReplica is run with the passwords hashed at passwordCost (app.Deps.PasswordCost): the
 // program's is a real deployment's, and the tests' is bcrypt's least.
-func runReplica(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer, passwordCost int) error {
+func runReplica(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer, passwordCost int) error {
 	healthcheck := len(args) == 2 && args[1] == "healthcheck"
 	if len(args) > 1 && !healthcheck {
 		return fmt.Errorf("unexpected arguments %q: the API is configured through its environment", args[1:])
 	}
-	cfg, err := config.Load(lookupEnv)
+	cfg, err := config.Load(config.Environ(environ))
 	if err != nil {
 		return err
 	}
@@ -49,6 +50,9 @@ func runReplica(ctx context.Context, args []string, lookupEnv func(string) (stri
 		return checkHealth(ctx, cfg.HTTPAddr)
 	}
 	logger := newLogger(cfg, stderr)
+	for _, name := range config.Unknown(environ) {
+		logger.Warn("a variable with a prefix of the configuration's is not one of its variables: misspelled? it is ignored", "variable", name)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -201,7 +201,7 @@ func defaults() environment {
 	}
 }
 
-// Load reads the configuration through lookup (os.LookupEnv in production; Map in tests, so
+// Load reads the configuration through lookup (Environ(os.Environ()) in production; Map in tests, so
 // they can run in parallel). A variable set empty means its default, but for METRICS_ADDR, where
 // empty disables the metrics. Its error, an *Error, lists every invalid variable, each as
 // "NAME: why".
@@ -254,6 +254,60 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 // Map is a lookup over m, for tests and for programs that build their own environment.
 func Map(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// Environ is the lookup of an environment given as os.Environ lists it ("KEY=value"), the
+// last of a repeated key winning, as in os/exec.
+func Environ(environ []string) func(string) (string, bool) {
+	m := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return Map(m)
+}
+
+// Pairs is m as os.Environ lists an environment (for Environ and Unknown), sorted.
+func Pairs(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// prefixes are the contract's: a variable that begins with one of them is the configuration's,
+// and one it does not know is most likely misspelled (PIX_LIMT=5 would leave PIX_LIMIT at 10).
+var prefixes = []string{"PIX_", "LOGIN_", "STATEMENT_", "LOOKUP_", "SETTINGS_", "REDIS_", "RATELIMIT_", "DB_",
+	"DEVICE_", "ADMIN_", "METRICS_", "NIGHT_", "DAY_", "NEW_DEVICE_", "THROTTLE_", "CONCURRENCY_", "LEDGER_"}
+
+// Unknown lists, sorted, the variables of environ (as os.Environ lists it) that begin with one
+// of the contract's prefixes but that the configuration does not read: each is worth a warning
+// at start, since a misspelled limit is otherwise silently left at its default.
+func Unknown(environ []string) []string {
+	known := map[string]bool{}
+	cfg := defaults()
+	for _, part := range []struct {
+		prefix string
+		target any
+	}{{"", &cfg}, {"PIX_", &cfg.PIX}, {"STATEMENT_", &cfg.Statement}, {"LOGIN_", &cfg.Login}, {"SETTINGS_", &cfg.Settings}} {
+		params, _ := env.GetFieldParamsWithOptions(part.target, env.Options{Prefix: part.prefix})
+		for _, f := range params {
+			known[f.Key] = true
+		}
+	}
+	known["LOGIN_QUEUE"], known["SETTINGS_QUEUE"] = true, true // read, to be refused by name
+	var out []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if !known[k] && slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) }) && !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // problems collects "NAME: why", at most one per variable: a variable that failed to parse is

@@ -2,6 +2,7 @@ package config
 
 import (
 	"crypto/rand"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -493,5 +494,25 @@ func TestLedgerAccountShare(t *testing.T) {
 		case tt.want != 0 && (err != nil || cfg.LedgerAccountShare != tt.want):
 			t.Errorf("%v: %d, %v; want %d", tt.env, cfg.LedgerAccountShare, err, tt.want)
 		}
+	}
+}
+
+// TestUnknownVariablesAreNamed: a variable with one of the contract's prefixes that the
+// configuration does not read (a misspelling) is named, once; known ones and other prefixes are not.
+func TestUnknownVariablesAreNamed(t *testing.T) {
+	got := Unknown([]string{"PIX_LIMIT_TYPO=5", "PIX_LIMIT=5", "LEDGER_ACCOUNT_SHARE=2", "LOGIN_QUEUE=3",
+		"RATELIMIT_FLEET_SIZE=2", "REDIS_URLS=x", "HOME=/root", "PATH=/bin", "NEW_DEVICE_LIMIT=1", "PIX_LIMIT_TYPO=6"})
+	want := []string{"NEW_DEVICE_LIMIT", "PIX_LIMIT_TYPO", "REDIS_URLS"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Unknown: %v, want %v", got, want)
+	}
+	var all []string
+	for _, name := range []string{"PIX_LIMIT", "PIX_WINDOW", "PIX_BURST", "PIX_QUEUE", "LOGIN_IP_LIMIT", "LOGIN_NET_LIMIT",
+		"SETTINGS_LIMIT", "STATEMENT_FAIL_MODE", "DB_TIMEOUT", "DEVICE_TTL", "ADMIN_TOKEN", "METRICS_ADDR", "NIGHT_START",
+		"DAY_LIMIT_CENTS", "NEW_DEVICE_TRANSFER_LIMIT_CENTS", "THROTTLE_MAX_WAITING", "CONCURRENCY_LEASE", "LOOKUP_CAPACITY"} {
+		all = append(all, name+"=1")
+	}
+	if got := Unknown(all); len(got) != 0 {
+		t.Errorf("Unknown of the contract's own variables: %v, want none", got)
 	}
 }
