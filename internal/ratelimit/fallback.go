@@ -132,12 +132,12 @@ func (l *Limiter) AllowFallback(ctx context.Context, checks ...Check) Decision {
 func (l *Limiter) queueFallback(ctx context.Context, c Check, n int, now time.Time) Decision {
 	q := c.Policy
 	q.Limit, q.Queue = (q.Limit+n-1)/n, (q.Queue+n-1)/n
-	if l.waiters.full() {
+	key, id := l.keys.key(c.Policy, c.Identity), requestID()
+	if l.waiters.full(key) {
 		d := l.tooManyWaiting([]Check{{Policy: q, Identity: c.Identity}})
 		d.Fallback = true
 		return d
 	}
-	key, id := l.keys.key(c.Policy, c.Identity), requestID()
 	o := l.queueOp(ctx, op{kind: opDecide})
 	allowed, remaining, reset, wait := l.fallback.queue(now, key, q, o.within, id)
 	d := newDecision(allowed, []int64{remaining, reset}, []Check{{Policy: q, Identity: c.Identity}})

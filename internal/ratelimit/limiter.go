@@ -120,7 +120,8 @@ type Options struct {
 	// alone. A cluster Limiter never batches: a script touches one slot.
 	BatchMax int
 	// MaxWaiting is the most requests this Limiter holds until their turns at once (Wait), over
-	// every queue (LeakyBucket): past it, a queue's request is refused at once. Default 1000.
+	// every queue (LeakyBucket), one key (an account's queue) at most half of them (at least 1):
+	// past it, a queue's request is refused at once. Default 1000.
 	MaxWaiting int
 }
 
@@ -462,7 +463,7 @@ func (l *Limiter) do(ctx context.Context, o op, checks []Check) (Decision, error
 		return d, nil
 	}
 	if queued(checks) {
-		if o.kind == opDecide && l.waiters.full() {
+		if o.kind == opDecide && l.waiters.full(keys[0]) {
 			return l.tooManyWaiting(checks), nil // no place taken: the replica cannot hold one more
 		}
 		o = l.queueOp(ctx, o)

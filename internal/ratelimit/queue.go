@@ -77,8 +77,18 @@ func newWaiters(max int) *waiters {
 	return &waiters{max: int64(max), byKey: map[string]map[*waiter]struct{}{}, moves: map[string][]queueMove{}}
 }
 
-// full reports whether the replica holds as many waiters as it may.
-func (ws *waiters) full() bool { return ws.count.Load() >= ws.max }
+// full reports whether the replica holds as many waiters as it may, in all or on key.
+func (ws *waiters) full(key string) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.fullLocked(key)
+}
+
+// fullLocked is full with ws.mu held: every place taken, or half of them (at least 1) by key,
+// one account's queue, so that one payroll never takes every place.
+func (ws *waiters) fullLocked(key string) bool {
+	return ws.count.Load() >= ws.max || int64(len(ws.byKey[key])) >= max(1, ws.max/2)
+}
 
 // soonest is the time until the first of this replica's waiters is served: when a waiter's room
 // frees here. A pace when none waits (a race: the waiters left meanwhile).
@@ -94,19 +104,15 @@ func (ws *waiters) soonest(now time.Time, pace time.Duration) time.Duration {
 	return soonest
 }
 
-// add registers w on key, unless the replica holds its maximum.
+// add registers w on key, unless the replica holds its maximum, or key (one account's queue)
+// holds half of it already (at least 1): one account's payroll never takes every place.
 func (ws *waiters) add(key string, w *waiter) bool {
-	for {
-		n := ws.count.Load()
-		if n >= ws.max {
-			return false
-		}
-		if ws.count.CompareAndSwap(n, n+1) {
-			break
-		}
-	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	if ws.fullLocked(key) {
+		return false
+	}
+	ws.count.Add(1)
 	if ws.byKey[key] == nil {
 		ws.byKey[key] = map[*waiter]struct{}{}
 	}
@@ -135,8 +141,8 @@ func (ws *waiters) remove(key string, w *waiter) {
 	if len(ws.byKey[key]) == 0 {
 		delete(ws.byKey, key)
 	}
-	ws.mu.Unlock()
 	ws.count.Add(-1)
+	ws.mu.Unlock()
 }
 
 // move moves the waiters on key whose turn is after `after`, given before the leave made at `at`,
@@ -183,8 +189,8 @@ func (l *Limiter) Waiting() int { return int(l.waiters.count.Load()) }
 // Wait holds an admitted decision until its turn: at once for every decision but a queue's
 // (LeakyBucket) whose Wait is above zero. It returns nil at the turn; when ctx ends first, it
 // gives the place back (the turns after it move up) and returns ctx's error. With
-// Options.MaxWaiting requests already waiting here, it gives the place back and returns
-// ErrTooManyWaiting at once. A caller that takes a queue's place and then does not want it
+// Options.MaxWaiting requests already waiting here, or half of them (at least 1) on d's key (one
+// account's queue), it gives the place back and returns ErrTooManyWaiting at once. A caller that takes a queue's place and then does not want it
 // (a shadow policy serves at once) need not call Wait: the place is served at its turn anyway.
 func (l *Limiter) Wait(ctx context.Context, d Decision) error {
 	p := d.place

@@ -249,8 +249,8 @@ func TestALeaverGivesItsPlaceBack(t *testing.T) {
 	}
 }
 
-// TestAReplicaHoldsAtMostMaxWaiting: past Options.MaxWaiting, a queue's request is refused at
-// once, taking no place.
+// TestAReplicaHoldsAtMostMaxWaiting: past Options.MaxWaiting, or past half of it on one key, a
+// queue's request is refused at once, taking no place.
 func TestAReplicaHoldsAtMostMaxWaiting(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(nil)
@@ -263,23 +263,26 @@ func TestAReplicaHoldsAtMostMaxWaiting(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
-	for range 3 { // one served at once, two waiting
-		d := mustAllow(t, l, Check{p, "co"})
+	for _, id := range []string{"co", "co", "other", "other"} { // on each key one served at once, one waiting
+		d := mustAllow(t, l, Check{p, id})
 		wg.Go(func() { _ = l.Wait(ctx, d) })
 	}
 	for l.Waiting() != 2 {
 		time.Sleep(time.Millisecond)
 	}
+	if d, err := l.AllowAll(context.Background(), Check{p, "third"}); err != nil || d.Allowed {
+		t.Errorf("a waiter on a third key of a replica that holds 2: allowed=%v (%v), want refused", d.Allowed, err)
+	}
 	d := mustAllow(t, l, Check{p, "co"})
 	if d.Allowed || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > p.Pace()*2 {
-		t.Errorf("a third waiter on a replica that holds 2: allowed=%v retry %v, want refused until its first waiter is served", d.Allowed, d.Worst.RetryAfter)
+		t.Errorf("a second waiter on a key that holds half the replica's 2: allowed=%v retry %v, want refused until a waiter is served", d.Allowed, d.Worst.RetryAfter)
 	}
 	asked, err := l.Inspect(context.Background(), Check{p, "co"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if asked.Worst.Remaining != 8 {
-		t.Errorf("the queue has %d free places, want 8: the refusal took none", asked.Worst.Remaining)
+	if asked.Worst.Remaining != 9 {
+		t.Errorf("the queue has %d free places, want 9: the refusal took none", asked.Worst.Remaining)
 	}
 	cancel()
 	wg.Wait()
@@ -362,5 +365,23 @@ func TestAMoveReachesAWaiterThatRegistersAfterIt(t *testing.T) {
 			t.Errorf("%s: turn %d, want %d", tt.name, w.turn, tt.wantTurn)
 		}
 		ws.remove("k", &w)
+	}
+}
+
+// TestOneQueueHoldsAtMostHalfTheWaiters: of a replica's 5 waiting places, one key (an account's
+// queue) holds at most 2, so a payroll account never takes every place; with 1 place, that one.
+func TestOneQueueHoldsAtMostHalfTheWaiters(t *testing.T) {
+	ws := newWaiters(5)
+	for _, tt := range []struct {
+		key  string
+		want bool
+	}{{"payroll", true}, {"payroll", true}, {"payroll", false}, {"ana", true}, {"ana", true}, {"bruno", true}, {"bruno", false}} {
+		if got := ws.add(tt.key, &waiter{moved: make(chan struct{}, 1)}); got != tt.want {
+			t.Errorf("a waiter on %s with %d waiting: added %v, want %v", tt.key, ws.count.Load(), got, tt.want)
+		}
+	}
+	one := newWaiters(1)
+	if !one.add("payroll", &waiter{moved: make(chan struct{}, 1)}) {
+		t.Error("the only place of a replica of THROTTLE_MAX_WAITING 1: refused, want it given")
 	}
 }
