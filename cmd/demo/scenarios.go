@@ -94,8 +94,8 @@ func burst(ctx context.Context, d *demo) error {
 	counts, seen := count(replies)
 	d.expect(fmt.Sprintf("%d PIX: %d × 201, 5 × 429", n+1, limit),
 		counts[http.StatusCreated] == limit && counts[http.StatusTooManyRequests] == 5, seen)
-	wait, honest := retryAfter(replies)
-	d.expect("every 429 says rate_limit_exceeded and carries Retry-After", honest, fmt.Sprintf("Retry-After up to %ds", wait))
+	wait, honest, codes := retryAfter(replies)
+	d.expect("every 429 says rate_limit_exceeded and carries Retry-After", honest, fmt.Sprintf("%s; Retry-After up to %ds", codes, wait))
 	for _, r := range replies {
 		if r.status == http.StatusTooManyRequests {
 			d.out.say("One of the refusals, as it came:\n%s", r.exchange())
@@ -131,18 +131,29 @@ func burst(ctx context.Context, d *demo) error {
 
 // retryAfter is the longest Retry-After among the 429s of replies, in seconds, and whether
 // there were some and each said rate_limit_exceeded with a Retry-After of at least 1.
-func retryAfter(replies []reply) (wait int, honest bool) {
+func retryAfter(replies []reply) (wait int, honest bool, seen string) {
 	refused, honest := 0, true
+	codes := map[string]int{}
 	for _, r := range replies {
 		if r.status != http.StatusTooManyRequests {
 			continue
 		}
 		refused++
 		s, err := strconv.Atoi(r.header.Get("Retry-After"))
-		honest = honest && err == nil && s >= 1 && r.code() == "rate_limit_exceeded"
+		ok := err == nil && s >= 1 && r.code() == "rate_limit_exceeded"
+		honest = honest && ok
 		wait = max(wait, s)
+		what := r.code()
+		if err != nil || s < 1 {
+			what += " without Retry-After"
+		}
+		codes[what]++
 	}
-	return wait, honest && refused > 0
+	var parts []string
+	for _, code := range slices.Sorted(maps.Keys(codes)) {
+		parts = append(parts, fmt.Sprintf("%d × %s", codes[code], code))
+	}
+	return wait, honest && refused > 0, strings.Join(parts, ", ")
 }
 
 // declaredLimit reads policy's capacity from a RateLimit-Policy header such as
@@ -303,7 +314,7 @@ func outage(ctx context.Context, d *demo) (err error) {
 		local = append(local, d.call(ctx, ip, "GET", "/v1/statement?limit=1", token, nil))
 	}
 	counts, seen := count(local)
-	_, honest := retryAfter(local)
+	_, honest, _ := retryAfter(local)
 	d.expect(fmt.Sprintf("past the shares the fleet refuses, 429 rate_limit_exceeded with Retry-After: at most %d × %d admitted", share, fleet),
 		counts[http.StatusTooManyRequests] > 0 && honest && counts[http.StatusOK] <= share*fleet, seen)
 
