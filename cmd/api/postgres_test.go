@@ -433,17 +433,17 @@ func TestASlowCommitOnARealServer(t *testing.T) {
 	}
 }
 
-// TestReadsGiveWayToPayments: Ana's six PIX hold every connection of the replica's pool (the
-// first's COMMIT held at the gate, the others behind her row's lock or waiting for a
-// connection). Meanwhile Diego's statement is answered at once 503 ledger_busy with Retry-After
-// 1, and spends no quota; once the COMMIT is let through, every PIX is 201: the payments kept
-// the database.
+// TestReadsGiveWayToPayments: Ana's and Carla's PIX, two each (LEDGER_ACCOUNT_SHARE: no one
+// account may hold more), hold every connection of the replica's pool of four (the first's
+// COMMIT held at the gate, the others behind the rows it locked). Meanwhile Diego's statement is
+// answered at once 503 ledger_busy with Retry-After 1, and spends no quota; once the COMMIT is
+// let through, every PIX is 201: the payments kept the database.
 func TestReadsGiveWayToPayments(t *testing.T) {
 	t.Parallel()
 	gate := pgtest.NewGate(t, pgtest.URL(t))
-	a := startAPI(t, redistest.Start(t), map[string]string{"DATABASE_URL": gate.URL, "DEMO_ACCOUNTS": "true",
+	a := startAPI(t, redistest.Start(t), map[string]string{"DATABASE_URL": gate.URL + "&pool_max_conns=4", "DEMO_ACCOUNTS": "true",
 		"DB_TIMEOUT": "5s", "PIX_LIMIT": "100", "STATEMENT_LIMIT": "100", "PIX_CONCURRENCY": "0"})
-	ana, diego := a.Token(demo[0].Document, demo[0].Password), a.Token(demo[3].Document, demo[3].Password)
+	ana, carla, diego := a.Token(demo[0].Document, demo[0].Password), a.Token(demo[2].Document, demo[2].Password), a.Token(demo[3].Document, demo[3].Password)
 	meter := stalls.Watch(t)
 	gate.HoldCommits()
 	released := false
@@ -452,12 +452,12 @@ func TestReadsGiveWayToPayments(t *testing.T) {
 			gate.ReleaseCommits()
 		}
 	}()
-	pix := make(chan apitest.Response, 6)
-	for range 6 {
-		go func() { pix <- a.PIX(ana, "bruno@example.com", 100) }()
+	pix := make(chan apitest.Response, 4)
+	for _, payer := range []string{ana, ana, carla, carla} {
+		go func() { pix <- a.PIX(payer, "bruno@example.com", 100) }()
 	}
 	for deadline := time.Now().Add(10 * time.Second); gate.Held() < 1 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-	} // the first PIX holds its COMMIT, and its row: the five after it fill the pool at once
+	} // the first PIX holds its COMMIT, and Bruno's row: the three after it fill the pool at once
 	served := 0 // statements decided before the pool filled (answered, or timed out waiting): each spent a unit of quota
 	var shed apitest.Response
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); served++ {
@@ -475,7 +475,7 @@ func TestReadsGiveWayToPayments(t *testing.T) {
 	}
 	gate.ReleaseCommits()
 	released = true
-	for range 6 {
+	for range 4 {
 		if r := <-pix; r.Status != http.StatusCreated {
 			t.Errorf("a PIX while statements were shed: %v, want 201", r)
 		}
