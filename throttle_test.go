@@ -191,3 +191,88 @@ func TestAReplicaHoldsAtMostThrottleMaxWaiting(t *testing.T) {
 		}
 	}
 }
+
+// TestAKeyInProgressMakesNoOtherLedgerCall: 16 PIX of Ana at once on one replica, one
+// Idempotency-Key and 16 bodies, while the original is held in the ledger: no other reaches the
+// ledger until it has answered; then each is answered in turn from the ledger's record, 409 for
+// another body. With and without the in-flight limit.
+func TestAKeyInProgressMakesNoOtherLedgerCall(t *testing.T) {
+	t.Parallel()
+	for _, concurrency := range []string{"0", "2"} {
+		t.Run("PIX_CONCURRENCY="+concurrency, func(t *testing.T) {
+			t.Parallel()
+			inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ledger := gated{Ledger: inner, entered: make(chan struct{}, 16), gate: make(chan struct{})}
+			replicas, _ := fleet(t, redistest.Start(t), ledger, 1, map[string]string{"REDIS_TIMEOUT": "1s",
+				"PIX_LIMIT": "100", "PIX_CONCURRENCY": concurrency})
+			ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+			key := apitest.NewIdempotencyKey()
+			var mu sync.Mutex
+			statuses := map[int]int{}
+			var wg sync.WaitGroup
+			for i := range 16 {
+				wg.Go(func() {
+					r := replicas[0].PIX(ana, "bruno@example.com", int64(100+i), "Idempotency-Key", key)
+					mu.Lock()
+					statuses[r.Status]++
+					mu.Unlock()
+				})
+			}
+			<-ledger.entered // the original, held at the gate
+			select {
+			case <-ledger.entered:
+				t.Fatal("a second PIX of the key reached the ledger while its original was in progress")
+			case <-time.After(300 * time.Millisecond): // bounded: the others would have arrived by now
+			}
+			close(ledger.gate)
+			wg.Wait()
+			if statuses[http.StatusCreated] != 1 || statuses[http.StatusConflict] != 15 {
+				t.Errorf("16 PIX of one key and 16 bodies: %v, want 1 × 201 and 15 × 409", statuses)
+			}
+		})
+	}
+}
+
+// TestALedgerBusyPIXSpendsNothing: with LEDGER_ACCOUNT_SHARE 1, a second PIX of Ana while her
+// first is in the ledger waits its turn (DB_TIMEOUT), then is 503 ledger_busy with Retry-After 1,
+// having asked neither the limiter nor the ledger: of PIX_LIMIT 2, the quota it did not spend
+// admits her next PIX, and of PIX_CONCURRENCY 1, the slot it never took is free for it.
+func TestALedgerBusyPIXSpendsNothing(t *testing.T) {
+	t.Parallel()
+	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := gated{Ledger: inner, entered: make(chan struct{}, 16), gate: make(chan struct{})}
+	replicas, _ := fleet(t, redistest.Start(t), ledger, 1, map[string]string{"REDIS_TIMEOUT": "1s",
+		"DB_TIMEOUT": "200ms", "LEDGER_ACCOUNT_SHARE": "1", "PIX_LIMIT": "2", "PIX_CONCURRENCY": "1"})
+	a := replicas[0]
+	ana := a.Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+	first := make(chan apitest.Response)
+	go func() { first <- a.PIX(ana, "bruno@example.com", 100) }()
+	<-ledger.entered // Ana's first PIX holds her one place, in the ledger
+	busy := a.PIX(ana, "bruno@example.com", 200)
+	if busy.Status != http.StatusServiceUnavailable || busy.JSON(t)["error"] != "ledger_busy" || busy.Header.Get("Retry-After") != "1" {
+		t.Errorf("Ana's second PIX while her share is held: %v, want 503 ledger_busy, Retry-After 1", busy)
+	}
+	close(ledger.gate)
+	if r := <-first; r.Status != http.StatusCreated {
+		t.Fatalf("Ana's first PIX: %v", r)
+	}
+	if r := a.PIX(ana, "bruno@example.com", 300); r.Status != http.StatusCreated {
+		t.Errorf("Ana's PIX after the busy one: %v, want 201: the busy one spent no quota and took no slot", r)
+	}
+	if r := a.PIX(ana, "bruno@example.com", 400); r.Status != http.StatusTooManyRequests {
+		t.Errorf("Ana's third admitted PIX: %v, want 429: exactly two were counted", r)
+	}
+	st, err := inner.Statement(t.Context(), "acct-ana", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(st.Entries); n != 2 {
+		t.Errorf("Ana's statement holds %d transfers, want 2: the busy PIX moved nothing", n)
+	}
+}

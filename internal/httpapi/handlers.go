@@ -254,7 +254,7 @@ const maxDescription = 140
 // slot is taken (a queued PIX waits for its turn first, and takes its slot then); the ledger
 // moves the money; and the look-up buckets are settled by the ledger's answer as the slot is
 // given back (lookupLimiter.admitPIX and afterPIX).
-func handlePIX(ledger pix.Payments, share *pix.Share, limit, inflight enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
+func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxWait time.Duration, limit, inflight enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
 	type payee struct {
 		Key  string `json:"key"`
 		Name string `json:"name"`
@@ -275,13 +275,18 @@ func handlePIX(ledger pix.Payments, share *pix.Share, limit, inflight enforce.Ro
 		if err != nil {
 			return err
 		}
+		// A PIX's waits before its admission (its key's original, its place of the ledger) end
+		// together by maxWait: what the write timeout leaves after the longest PIX.
+		waitUntil := time.Now().Add(maxWait)
+		// One PIX of this key in progress on this replica: the others wait for its answer.
+		defer originals.enter(c.Request().Context(), s.Account+"\x00"+req.IdempotencyKey, waitUntil)()
 		own, held := check{lookups.tiers.limitOf(limit, s, false), s.Account}, slotOf(inflight, s.Account, req.IdempotencyKey)
 		if share != nil && own.limit.Policy.Algorithm != ratelimit.LeakyBucket {
 			// One of the account's places of the ledger, held from before its admission: a PIX
 			// answered ledger_busy was decided by nothing, so it spent no quota and holds no slot.
 			// (A queued PIX takes its place at its turn, in the transfer's call: it would hold
 			// one through its whole wait otherwise.)
-			ctx, release, err := share.Hold(c.Request().Context(), s.Account)
+			ctx, release, err := share.Hold(c.Request().Context(), s.Account, time.Until(waitUntil))
 			if err != nil {
 				return err
 			}

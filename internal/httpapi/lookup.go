@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -367,7 +368,7 @@ func handleLookup(ledger pix.Payments, share *pix.Share, lookups lookupLimiter) 
 // account for the ledger to count it against.
 func lookupKey(ctx context.Context, ledger pix.Payments, share *pix.Share, account, key string) (pix.Payee, error) {
 	if share != nil {
-		held, release, err := share.Hold(ctx, account)
+		held, release, err := share.Hold(ctx, account, math.MaxInt64) // the share's own wait bounds it
 		if err != nil {
 			return pix.Payee{}, err
 		}

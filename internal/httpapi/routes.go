@@ -1,11 +1,13 @@
 package httpapi
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/pix"
 )
 
 // addRoutes lists every route of the API. Echo takes a route's middleware after its handler,
@@ -36,7 +38,11 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	e.GET("/readyz", handleReadyz(d.Probes, d.Limiter, d.Logger))
 	e.POST("/v1/login", handleLogin(decide, d.Limits, d.Ledger, d.Passwords, d.Tokens, d.Devices, d.Tiers))
 
-	e.POST("/v1/pix", handlePIX(d.Ledger, d.Share, d.Limits.PIX, d.Limits.PIXConcurrency, lookups), requireAccount)
+	// A PIX waits for its key's original at most the longest transfer (LedgerRetryAfter is the
+	// ledger's deadline), within what the write timeout leaves.
+	maxWait := cmp.Or(d.Limits.MaxWait, defaultMaxWait)
+	originals := newOriginals(min(maxWait, pix.LongestTransfer(d.LedgerRetryAfter)))
+	e.POST("/v1/pix", handlePIX(d.Ledger, d.Share, originals, maxWait, d.Limits.PIX, d.Limits.PIXConcurrency, lookups), requireAccount)
 	e.GET("/v1/pix/keys/:key", handleLookup(d.Ledger, d.Share, lookups), requireAccount)
 	e.GET("/v1/statement", handleStatement(d.Ledger, decide, d.Limits.Statement, d.Tiers), requireAccount)
 	e.PUT("/v1/limits", handlePutLimits(d.Ledger, decide, d.Limits.Settings), requireAccount) // limited in the handler, once the body is valid

@@ -47,21 +47,23 @@ func NewShare(per int, wait time.Duration) (*Share, error) {
 type holding struct{}
 
 // Hold takes one of account's places for a sequence of calls (a PIX: its admission and its
-// transfer), waiting its turn at most the share's wait or until ctx ends (ErrLedgerBusy). The
-// calls made with the context it returns take no place of their own; release gives it back.
-func (s *Share) Hold(ctx context.Context, account string) (context.Context, func(), error) {
+// transfer), waiting its turn at most the share's wait and within (what the caller's deadline
+// leaves), else ErrLedgerBusy; a ctx that ends first returns its error (the client left: nothing
+// was decided). The calls made with the context it returns take no place of their own; release
+// gives it back.
+func (s *Share) Hold(ctx context.Context, account string, within time.Duration) (context.Context, func(), error) {
 	if held, _ := ctx.Value(holding{}).(string); held == account {
 		return ctx, func() {}, nil
 	}
-	release, err := s.take(ctx, account)
+	release, err := s.take(ctx, account, min(s.wait, within))
 	if err != nil {
 		return ctx, nil, err
 	}
 	return context.WithValue(ctx, holding{}, account), release, nil
 }
 
-// take waits for one of account's places.
-func (s *Share) take(ctx context.Context, account string) (func(), error) {
+// take waits for one of account's places, at most wait.
+func (s *Share) take(ctx context.Context, account string, wait time.Duration) (func(), error) {
 	s.mu.Lock()
 	p := s.held[account]
 	if p == nil {
@@ -80,7 +82,7 @@ func (s *Share) take(ctx context.Context, account string) (func(), error) {
 	select {
 	case p.tokens <- struct{}{}:
 	default:
-		t := time.NewTimer(s.wait)
+		t := time.NewTimer(wait)
 		defer t.Stop()
 		select {
 		case p.tokens <- struct{}{}:
@@ -89,7 +91,7 @@ func (s *Share) take(ctx context.Context, account string) (func(), error) {
 			return nil, ErrLedgerBusy
 		case <-ctx.Done():
 			leave()
-			return nil, fmt.Errorf("%w: %w", ErrLedgerBusy, ctx.Err())
+			return nil, ctx.Err()
 		}
 	}
 	return func() { <-p.tokens; leave() }, nil
@@ -100,7 +102,7 @@ func call[T any](s *Share, ctx context.Context, account string, f func() (T, err
 	if held, _ := ctx.Value(holding{}).(string); held == account || account == "" {
 		return f()
 	}
-	release, err := s.take(ctx, account)
+	release, err := s.take(ctx, account, s.wait)
 	if err != nil {
 		var zero T
 		return zero, err

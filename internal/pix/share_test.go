@@ -16,30 +16,38 @@ func TestShareHoldsAnAccountToItsPlaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	_, first, err := s.Hold(ctx, "acct-ana")
+	_, first, err := s.Hold(ctx, "acct-ana", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, second, err := s.Hold(ctx, "acct-ana")
+	held, second, err := s.Hold(ctx, "acct-ana", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Hold(ctx, "acct-ana"); !errors.Is(err, ErrLedgerBusy) {
+	if _, _, err := s.Hold(ctx, "acct-ana", time.Hour); !errors.Is(err, ErrLedgerBusy) {
 		t.Fatalf("Ana's third call while two are in progress: %v, want ErrLedgerBusy after the wait", err)
 	}
-	if _, release, err := s.Hold(ctx, "acct-diego"); err != nil {
+	if _, _, err := s.Hold(ctx, "acct-ana", 0); !errors.Is(err, ErrLedgerBusy) {
+		t.Fatalf("Ana's third call with nothing left of its deadline: %v, want ErrLedgerBusy at once", err)
+	}
+	left, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := s.Hold(left, "acct-ana", time.Hour); !errors.Is(err, context.Canceled) || errors.Is(err, ErrLedgerBusy) {
+		t.Fatalf("Ana's third call from a client that left: %v, want context.Canceled (499), not ledger_busy", err)
+	}
+	if _, release, err := s.Hold(ctx, "acct-diego", time.Hour); err != nil {
 		t.Fatalf("Diego's call while Ana holds her share: %v", err)
 	} else {
 		release()
 	}
-	if again, release, err := s.Hold(held, "acct-ana"); err != nil || again != held {
+	if again, release, err := s.Hold(held, "acct-ana", time.Hour); err != nil || again != held {
 		t.Fatalf("a call under Ana's hold: %v, want it to take no place of its own", err)
 	} else {
 		release()
 	}
 	got := make(chan error)
 	go func() {
-		_, release, err := s.Hold(ctx, "acct-ana")
+		_, release, err := s.Hold(ctx, "acct-ana", time.Hour)
 		if err == nil {
 			release()
 		}
@@ -66,7 +74,7 @@ func TestSharedCountsTheCustomersCallsOnly(t *testing.T) {
 	l := Shared(mem, s)
 	ctx := context.Background()
 	for range 2 {
-		if _, _, err := s.Hold(ctx, "acct-ana"); err != nil {
+		if _, _, err := s.Hold(ctx, "acct-ana", time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}
