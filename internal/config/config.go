@@ -405,7 +405,7 @@ func (cfg *environment) check(p *problems) Config {
 			pool = pc.MaxConns // pool_max_conns, else pgxpool's default: max(4, the CPUs)
 		}
 	}
-	if cfg.LedgerAccountShare < 1 || int32(cfg.LedgerAccountShare) >= pool {
+	if cfg.LedgerAccountShare < 1 || int64(cfg.LedgerAccountShare) >= int64(pool) {
 		p.add("LEDGER_ACCOUNT_SHARE", "%d: want from 1 to %d, below the ledger's %d connections, so that one account "+
 			"never holds them all", cfg.LedgerAccountShare, pool-1, pool)
 	}

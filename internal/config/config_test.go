@@ -486,6 +486,7 @@ func TestLedgerAccountShare(t *testing.T) {
 		{map[string]string{"LEDGER_ACCOUNT_SHARE": "0"}, 0},
 		{map[string]string{"LEDGER_ACCOUNT_SHARE": "63"}, 63},
 		{map[string]string{"LEDGER_ACCOUNT_SHARE": "64"}, 0},
+		{map[string]string{"LEDGER_ACCOUNT_SHARE": "4294967297"}, 0}, // 2³²+1: would wrap to 1 in 32 bits
 	} {
 		cfg, err := load(tt.env)
 		switch {

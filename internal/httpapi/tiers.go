@@ -58,7 +58,21 @@ func (t *Tiers) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	old := t.table.Swap(&table)
+	// Two refreshes may overlap (the poller's and a handler's): the older table never replaces
+	// a newer one.
+	var old *pix.TierTable
+	for {
+		old = t.table.Load()
+		if old != nil && old.Version > table.Version {
+			return nil
+		}
+		if t.table.CompareAndSwap(old, &table) {
+			break
+		}
+	}
+	if old == nil {
+		return nil
+	}
 	if forget := t.forget.Load(); forget != nil {
 		for id := range changed(old.Accounts, table.Accounts) {
 			(*forget)(id)
