@@ -72,7 +72,7 @@ func runFlood(b *testing.B, srv *redistest.Server, on bool) floodResult {
 	ledger, users := floodLedger(b)
 	env := map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "REDIS_TIMEOUT": "100ms", "LOG_LEVEL": "error"}
 	if !on {
-		env["RATELIMIT_LOCAL_CACHE_SIZE"], env["RATELIMIT_BREAKER_FAILURES"] = "0", "0"
+		env["RATELIMIT_DENY_CACHE_SIZE"], env["RATELIMIT_BREAKER_FAILURES"] = "0", "0"
 	}
 	replicas, tokens := fleet(b, srv, ledger, 2, env)
 	bases := []string{replicas[0].Base, replicas[1].Base}

@@ -201,12 +201,27 @@ func TestServesItsContract(t *testing.T) {
 	}
 }
 
-// TestAMisspelledVariableIsNamedAtStart: PIX_LIMIT_TYPO is not silently ignored: the replica
-// warns at start, naming it, and serves with PIX_LIMIT's default.
-func TestAMisspelledVariableIsNamedAtStart(t *testing.T) {
+// TestMisspelledAndDeprecatedVariablesAreNamedAtStart: PIX_LIMIT_TYPO is not silently ignored:
+// the replica warns at start, naming it, and serves with PIX_LIMIT's default.
+// RATELIMIT_LOCAL_CACHE_SIZE, the deny cache's size under its name before wave 5, is read, with
+// a warning naming it as deprecated.
+func TestMisspelledAndDeprecatedVariablesAreNamedAtStart(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t, nil, map[string]string{"PIX_LIMIT_TYPO": "5"})
-	if logs := a.logs.String(); !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "variable=PIX_LIMIT_TYPO") {
-		t.Errorf("the start's logs do not name PIX_LIMIT_TYPO in a warning:\n%s", logs)
+	a := startAPI(t, nil, map[string]string{"PIX_LIMIT_TYPO": "5", "RATELIMIT_LOCAL_CACHE_SIZE": "1000"})
+	logs := a.logs.String()
+	warnings := map[string]bool{}
+	for _, line := range strings.Split(logs, "\n") {
+		for _, name := range []string{"PIX_LIMIT_TYPO", "RATELIMIT_LOCAL_CACHE_SIZE"} {
+			if strings.Contains(line, "level=WARN") && strings.Contains(line, "variable="+name) {
+				warnings[name] = strings.Contains(line, "deprecated")
+			}
+		}
+	}
+	if deprecated, ok := warnings["PIX_LIMIT_TYPO"]; !ok || deprecated {
+		t.Errorf("the start's logs do not name PIX_LIMIT_TYPO in a warning of an unknown variable:\n%s", logs)
+	}
+	if deprecated := warnings["RATELIMIT_LOCAL_CACHE_SIZE"]; !deprecated ||
+		!strings.Contains(logs, "use=RATELIMIT_DENY_CACHE_SIZE") {
+		t.Errorf("the start's logs do not name RATELIMIT_LOCAL_CACHE_SIZE as deprecated, for RATELIMIT_DENY_CACHE_SIZE:\n%s", logs)
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // TestAFloodOfIdentitiesNeverMakesRedisForgetAFullKey: compose's Redis, its maxmemory policy as
-// docker-compose.yml sets it, scaled down to 2 MB. Carla's document key is full; then 12,000
+// docker-compose.yml sets it, scaled down to 3 MB. Carla's document key is full; then 12,000
 // logins from 12,000 IPv6 /64s, each a key of its own, fill the memory. Under an evicting policy
 // (volatile-ttl, which compose had) Redis drops the keys nearest their expiry, Carla's first,
 // and her next guesses are checked; under noeviction it refuses writes instead, so decisions
@@ -27,10 +27,10 @@ func TestAFloodOfIdentitiesNeverMakesRedisForgetAFullKey(t *testing.T) {
 		t.Fatalf("compose's redis command %q sets no --maxmemory-policy", command)
 	}
 	policy := command[i+1]
-	srv := redistest.StartWith(t, "--maxmemory", "2mb", "--maxmemory-policy", policy)
+	srv := redistest.StartWith(t, "--maxmemory", "3mb", "--maxmemory-policy", policy) // the scripts take about 0.3 MB of it
 	// No deny cache: it would answer Carla's refusals for its hold (5 s) without asking Redis,
 	// and hide what Redis kept; an attack lasts longer than that.
-	a := startAPI(t, srv, map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "LOG_LEVEL": "warn", "RATELIMIT_LOCAL_CACHE_SIZE": "0"})
+	a := startAPI(t, srv, map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "LOG_LEVEL": "warn", "RATELIMIT_DENY_CACHE_SIZE": "0"})
 	carla := demo[2]
 	for i := range 5 {
 		if r := a.Login(carla.Document, "guess", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i+1)); r.Status != http.StatusUnauthorized {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,8 +65,8 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	if got := decisions(m, "pix", "allowed"); got != 10 {
 		t.Errorf("pix allowed = %v, want 10", got)
 	}
-	if got := decisions(m, "pix", "refused") + decisions(m, "pix", "refused_local"); got != 5 {
-		t.Errorf("pix refused + refused_local = %v, want 5", got)
+	if got := decisions(m, "pix", "refused") + decisions(m, "pix", "refused_cached"); got != 5 {
+		t.Errorf("pix refused + refused_cached = %v, want 5", got)
 	}
 	for key, want := range map[string]float64{
 		`pixlimit_http_requests_total{method="POST",route="/v1/pix",status="201"}`:     10,
@@ -145,7 +146,9 @@ func TestShadowMode(t *testing.T) {
 }
 
 // TestTheDashboardQueriesWhatTheAPIExports parses the Grafana dashboard and checks that every
-// pixlimit metric its panels query is one a live API exports, so the two cannot drift apart.
+// pixlimit metric its panels query is one a live API exports, and every decision outcome they
+// select is one its help lists (refused_cached since wave 5, no longer refused_local), so the two
+// cannot drift apart.
 // The observability compose file must scrape the metrics port the API listens on by default.
 func TestTheDashboardQueriesWhatTheAPIExports(t *testing.T) {
 	t.Parallel()
@@ -176,11 +179,18 @@ func TestTheDashboardQueriesWhatTheAPIExports(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	exported := map[string]bool{}
+	var outcomes []string
 	for _, line := range strings.Split(string(body), "\n") {
 		if f := strings.Fields(line); len(f) == 4 && f[1] == "TYPE" {
 			exported[f[2]] = true
 		}
+		if help, ok := strings.CutPrefix(line, "# HELP pixlimit_ratelimit_decisions_total "); ok {
+			_, list, _ := strings.Cut(help, "(")
+			list, _, _ = strings.Cut(list, ")")
+			outcomes = strings.Split(list, ", ")
+		}
 	}
+	selected := regexp.MustCompile(`outcome=~?"([^"]+)"`)
 	name := regexp.MustCompile(`pixlimit_[a-z_]+`)
 	queried := 0
 	for _, p := range dash.Panels {
@@ -190,6 +200,14 @@ func TestTheDashboardQueriesWhatTheAPIExports(t *testing.T) {
 				family := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_count"), "_sum")
 				if !exported[family] {
 					t.Errorf("panel %q queries %s, which the API does not export", p.Title, m)
+				}
+			}
+			for _, sel := range selected.FindAllStringSubmatch(target.Expr, -1) {
+				for _, alt := range strings.Split(sel[1], "|") {
+					re := regexp.MustCompile("^(?:" + alt + ")$")
+					if !slices.ContainsFunc(outcomes, re.MatchString) {
+						t.Errorf("panel %q selects the outcome %q, which is none of the API's %v", p.Title, alt, outcomes)
+					}
 				}
 			}
 		}

@@ -24,10 +24,10 @@ import (
 const shutdownGrace = 8 * time.Second
 
 // run is the API program: it loads the configuration from environ (os.Environ), warns of any
-// variable with one of its prefixes that it does not know, connects to Redis (or
-// starts an embedded one) and the ledger, serves until ctx is done, then drains in-flight
-// requests and returns nil. A configuration error names every offending variable and returns
-// before anything listens. Logs go to stderr.
+// variable with one of its prefixes that it does not know and of any set under a deprecated
+// name, connects to Redis (or starts an embedded one) and the ledger, serves until ctx is done,
+// then drains in-flight requests and returns nil. A configuration error names every offending
+// variable and returns before anything listens. Logs go to stderr.
 //
 // "api healthcheck" instead asks the local server's /healthz and returns an error unless it
 // answers 200: a container HEALTHCHECK for images without curl.
@@ -52,6 +52,13 @@ func runReplica(ctx context.Context, args []string, environ []string, stdout, st
 	logger := newLogger(cfg, stderr)
 	for _, name := range config.Unknown(environ) {
 		logger.Warn("a variable with a prefix of the configuration's is not one of its variables: misspelled? it is ignored", "variable", name)
+	}
+	for _, d := range cfg.Deprecated {
+		msg := "a variable is set under its deprecated name, read while the new one is unset: rename it"
+		if d.Ignored {
+			msg = "a variable is set under its deprecated name and its new one: the new one wins; remove the deprecated one"
+		}
+		logger.Warn(msg, "variable", d.Old, "use", d.New)
 	}
 
 	reg := prometheus.NewRegistry()

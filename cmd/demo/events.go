@@ -48,7 +48,7 @@ type event struct {
 
 	// stats: the in-process limiters' counters.
 	RedisCalls  int64 `json:"redis_calls,omitempty"`
-	DenyCached  int64 `json:"local_refusals,omitempty"`
+	DenyCached  int64 `json:"cached_refusals,omitempty"` // refused by a deny cache, no Redis call
 	BreakerOpen bool  `json:"breaker_open,omitempty"`
 }
 

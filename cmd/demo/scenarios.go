@@ -232,7 +232,7 @@ func loginAttack(ctx context.Context, d *demo) error {
 		fmt.Sprintf("%s vs %s", byDoc.summary(), byIP.summary()))
 
 	if inside {
-		d.reportLocalRefusals(before, append(append(bots, sweep...), r))
+		d.reportCachedRefusals(before, append(append(bots, sweep...), r))
 	}
 	d.out.say("The document key is what stops a botnet that never reuses an IP; alone, it would let that botnet lock\n" +
 		"the owner out. Device tokens (OWASP's device cookies) give each device she used before a key of its\n" +
@@ -240,9 +240,9 @@ func loginAttack(ctx context.Context, d *demo) error {
 	return nil
 }
 
-// reportLocalRefusals says how many of the refusals among replies the in-process replicas
-// answered from memory since before.
-func (d *demo) reportLocalRefusals(before ratelimit.Stats, replies []reply) {
+// reportCachedRefusals says how many of the refusals among replies the in-process replicas'
+// deny caches answered since before.
+func (d *demo) reportCachedRefusals(before ratelimit.Stats, replies []reply) {
 	after, _ := d.stats()
 	refused := 0
 	for _, r := range replies {
@@ -250,12 +250,12 @@ func (d *demo) reportLocalRefusals(before ratelimit.Stats, replies []reply) {
 			refused++
 		}
 	}
-	local := int(after.DenyCached - before.DenyCached)
+	cached := int(after.DenyCached - before.DenyCached)
 	d.out.say("Inside the replicas: %d of the %d refusals were answered from the replica's own memory of a full key,\n"+
 		"with no Redis call; %d decisions reached Redis. A replica asks Redis to learn that a key is full,\n"+
-		"then again at most every 5 s while it stays full.", local, refused, after.Redis-before.Redis)
+		"then again at most every 5 s while it stays full.", cached, refused, after.Redis-before.Redis)
 	d.expect("most refusals cost no Redis call: the replicas remember full keys",
-		2*local > refused, fmt.Sprintf("%d of %d refusals answered locally", local, refused))
+		2*cached > refused, fmt.Sprintf("%d of %d refusals answered by the deny cache", cached, refused))
 }
 
 // sweepCPF is the i-th document of the one-IP sweep: valid CPFs that no demo account has.

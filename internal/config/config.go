@@ -68,6 +68,16 @@ type Config struct {
 	DemoAccounts bool
 	LogLevel     slog.Level
 	LogFormat    string // text or json
+	// Deprecated are the variables set under a former name: each is worth a warning at start,
+	// though the configuration is valid all the same.
+	Deprecated []Deprecation
+}
+
+// Deprecation is a variable set under its former name, Old, that the contract renamed New. The
+// value is read from Old while New is unset; when both are set, New wins and Old is Ignored.
+type Deprecation struct {
+	Old, New string
+	Ignored  bool
 }
 
 // Redis is the Redis mode: at most one of URL, Cluster and Sentinel is set; none means the
@@ -115,7 +125,9 @@ type environment struct {
 	ParticipantRefill    int            `env:"LOOKUP_PARTICIPANT_REFILL_PER_MINUTE"` // 0: the category's
 	TrustedProxies       []netip.Prefix `env:"TRUSTED_PROXIES"`
 	FailClosedRetryAfter time.Duration  `env:"FAIL_CLOSED_RETRY_AFTER" envDefault:"5s"`
-	DenyCacheSize        int            `env:"RATELIMIT_LOCAL_CACHE_SIZE" envDefault:"100000"`
+	DenyCacheSize        int            `env:"RATELIMIT_DENY_CACHE_SIZE" envDefault:"100000"`
+	DenyCacheSizeFormer  *int           `env:"RATELIMIT_LOCAL_CACHE_SIZE"` // the former name (deprecated); nil when unset
+	denyCacheName        string         // the variable DenyCacheSize was read from, to name it in a problem
 	BreakerFailures      int            `env:"RATELIMIT_BREAKER_FAILURES" envDefault:"5"`
 	BreakerCooldown      time.Duration  `env:"RATELIMIT_BREAKER_COOLDOWN" envDefault:"1s"`
 	BatchMax             int            `env:"RATELIMIT_BATCH_MAX" envDefault:"32"`
@@ -124,6 +136,7 @@ type environment struct {
 	PIXConcurrency       int            `env:"PIX_CONCURRENCY" envDefault:"2"`
 	ConcurrencyLease     time.Duration  `env:"CONCURRENCY_LEASE" envDefault:"10s"`
 	leaseSet             bool           // CONCURRENCY_LEASE was set: never lengthened to the longest PIX
+	deprecated           []Deprecation  // the variables set under a former name (Config.Deprecated)
 	DemoAccountsSet      *bool          `env:"DEMO_ACCOUNTS"` // nil when unset
 	LogLevel             slog.Level     `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat            string         `env:"LOG_FORMAT" envDefault:"text"`
@@ -241,6 +254,16 @@ func Load(lookup func(string) (string, bool)) (Config, error) {
 		}
 	}
 	cfg.leaseSet = getenv("CONCURRENCY_LEASE") != ""
+	// The deny cache's size was RATELIMIT_LOCAL_CACHE_SIZE before wave 5: read while the new name
+	// is unset, reported either way.
+	cfg.denyCacheName = "RATELIMIT_DENY_CACHE_SIZE"
+	if cfg.DenyCacheSizeFormer != nil {
+		d := Deprecation{Old: "RATELIMIT_LOCAL_CACHE_SIZE", New: cfg.denyCacheName, Ignored: getenv(cfg.denyCacheName) != ""}
+		if !d.Ignored {
+			cfg.DenyCacheSize, cfg.denyCacheName = *cfg.DenyCacheSizeFormer, d.Old
+		}
+		cfg.deprecated = append(cfg.deprecated, d)
+	}
 	if v, set := lookup("METRICS_ADDR"); set && v == "" {
 		cfg.MetricsAddr = "" // set empty: no metrics listener
 	}
@@ -384,7 +407,7 @@ func (cfg *environment) check(p *problems) Config {
 	out := Config{HTTPAddr: cfg.HTTPAddr, MetricsAddr: cfg.MetricsAddr, RedisTimeout: cfg.RedisTimeout,
 		DatabaseURL: cfg.DatabaseURL, DBTimeout: cfg.DBTimeout, LedgerAccountShare: cfg.LedgerAccountShare, AuthSecret: cfg.AuthSecret, TokenTTL: cfg.TokenTTL,
 		DeviceTTL: cfg.DeviceTTL, DeviceRegistrationDelay: cfg.DeviceRegistration, TrustedProxies: cfg.TrustedProxies,
-		LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat}
+		LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat, Deprecated: cfg.deprecated}
 	if !listenAddr(cfg.HTTPAddr) {
 		p.add("HTTP_ADDR", "%q is not host:port with a port from 0 to 65535", cfg.HTTPAddr)
 	}
@@ -509,7 +532,7 @@ func (cfg *environment) checkLimiter(p *problems) {
 	}
 	between(p, "FAIL_CLOSED_RETRY_AFTER", cfg.FailClosedRetryAfter, time.Second, time.Hour)
 	if cfg.DenyCacheSize < 0 || cfg.DenyCacheSize > 10_000_000 {
-		p.add("RATELIMIT_LOCAL_CACHE_SIZE", "%d: want 0 (off) to 10000000", cfg.DenyCacheSize)
+		p.add(cfg.denyCacheName, "%d: want 0 (off) to 10000000", cfg.DenyCacheSize)
 	}
 	if cfg.BreakerFailures < 0 {
 		p.add("RATELIMIT_BREAKER_FAILURES", "%d: want 0 (off) or more", cfg.BreakerFailures)

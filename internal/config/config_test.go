@@ -216,6 +216,7 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 		"SETTINGS_LIMIT":                       "0",
 		"LOOKUP_PARTICIPANT_CAPACITY":          "-5",
 		"LOOKUP_PARTICIPANT_REFILL_PER_MINUTE": "-1",
+		"RATELIMIT_DENY_CACHE_SIZE":            "-1",
 	}
 	for name, value := range bad {
 		if value == "" {
@@ -498,6 +499,48 @@ func TestLedgerAccountShare(t *testing.T) {
 	}
 }
 
+// TestTheDenyCacheSizeAndItsFormerName: RATELIMIT_DENY_CACHE_SIZE sizes the deny cache (0: off);
+// RATELIMIT_LOCAL_CACHE_SIZE, its name before wave 5, is still read while it is unset, and is
+// reported as deprecated either way; when both are set, the new one wins. A problem names the
+// variable the size was read from.
+func TestTheDenyCacheSizeAndItsFormerName(t *testing.T) {
+	t.Parallel()
+	const former, name = "RATELIMIT_LOCAL_CACHE_SIZE", "RATELIMIT_DENY_CACHE_SIZE"
+	read := []Deprecation{{Old: former, New: name}}
+	ignored := []Deprecation{{Old: former, New: name, Ignored: true}}
+	for _, tt := range []struct {
+		env        map[string]string
+		size       int // ratelimit.Options.DenyCacheSize: -1 is off
+		deprecated []Deprecation
+		problem    string // the variable an error names; empty: no error
+	}{
+		{nil, 100_000, nil, ""},
+		{map[string]string{name: "500"}, 500, nil, ""},
+		{map[string]string{name: "0"}, -1, nil, ""},
+		{map[string]string{former: "700"}, 700, read, ""},
+		{map[string]string{former: "0"}, -1, read, ""},
+		{map[string]string{name: "", former: "700"}, 700, read, ""}, // set empty is unset
+		{map[string]string{name: "500", former: "700"}, 500, ignored, ""},
+		{map[string]string{name: "500", former: "-1"}, 500, ignored, ""},
+		{map[string]string{name: "-1"}, 0, nil, name},
+		{map[string]string{former: "-1"}, 0, nil, former},
+		{map[string]string{former: "many"}, 0, nil, former},
+		{map[string]string{name: "-1", former: "700"}, 0, nil, name},
+	} {
+		cfg, err := load(tt.env)
+		switch {
+		case tt.problem != "":
+			if err == nil || !strings.Contains(err.Error(), tt.problem+":") || strings.Count(err.Error(), "\n") != 1 {
+				t.Errorf("%v: error %v, want one problem, naming %s", tt.env, err, tt.problem)
+			}
+		case err != nil:
+			t.Errorf("%v: %v", tt.env, err)
+		case cfg.Limiter.DenyCacheSize != tt.size || !slices.Equal(cfg.Deprecated, tt.deprecated):
+			t.Errorf("%v: size %d, deprecated %+v; want %d, %+v", tt.env, cfg.Limiter.DenyCacheSize, cfg.Deprecated, tt.size, tt.deprecated)
+		}
+	}
+}
+
 // TestUnknownVariablesAreNamed: a variable with one of the contract's prefixes that the
 // configuration does not read (a misspelling) is named, once; known ones and other prefixes are not.
 func TestUnknownVariablesAreNamed(t *testing.T) {
@@ -510,7 +553,8 @@ func TestUnknownVariablesAreNamed(t *testing.T) {
 	var all []string
 	for _, name := range []string{"PIX_LIMIT", "PIX_WINDOW", "PIX_BURST", "PIX_QUEUE", "LOGIN_IP_LIMIT", "LOGIN_NET_LIMIT",
 		"SETTINGS_LIMIT", "STATEMENT_FAIL_MODE", "DB_TIMEOUT", "DEVICE_TTL", "ADMIN_TOKEN", "METRICS_ADDR", "NIGHT_START",
-		"DAY_LIMIT_CENTS", "NEW_DEVICE_TRANSFER_LIMIT_CENTS", "THROTTLE_MAX_WAITING", "CONCURRENCY_LEASE", "LOOKUP_CAPACITY"} {
+		"DAY_LIMIT_CENTS", "NEW_DEVICE_TRANSFER_LIMIT_CENTS", "THROTTLE_MAX_WAITING", "CONCURRENCY_LEASE", "LOOKUP_CAPACITY",
+		"RATELIMIT_DENY_CACHE_SIZE", "RATELIMIT_LOCAL_CACHE_SIZE"} { // the deprecated name is known: a warning of its own
 		all = append(all, name+"=1")
 	}
 	if got := Unknown(all); len(got) != 0 {

@@ -26,11 +26,11 @@ type Metrics struct {
 
 // The outcomes of a rate-limit decision, as pixlimit_ratelimit_decisions_total counts them.
 const (
-	// The values are the contract's since wave 1: refused_local and decided_local name the deny
-	// cache and the fallback, whose Go names changed in wave 4.
+	// The values are the contract's: refused_cached (since wave 5; refused_local before) names
+	// the deny cache, and "local" names the outage fallback alone (decided_local).
 	outcomeAllowed       = "allowed"        // admitted by Redis
 	outcomeRefused       = "refused"        // refused by Redis
-	outcomeDenyCached    = "refused_local"  // refused by the replica's deny cache, no Redis call
+	outcomeDenyCached    = "refused_cached" // refused by the replica's deny cache, no Redis call
 	outcomeFailedOpen    = "failed_open"    // Redis could not decide; served unlimited
 	outcomeFailedClosed  = "failed_closed"  // Redis could not decide; refused
 	outcomeShadowRefused = "shadow_refused" // refused by a policy in shadow mode; served anyway
@@ -53,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer, limiter LimiterGauges) (*Metrics, err
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pixlimit_ratelimit_decisions_total",
-			Help: "Rate-limit decisions by policy and outcome (allowed, refused, refused_local, failed_open, failed_closed, shadow_refused, decided_local, throttled, abandoned, shed).",
+			Help: "Rate-limit decisions by policy and outcome (allowed, refused, refused_cached, failed_open, failed_closed, shadow_refused, decided_local, throttled, abandoned, shed).",
 		}, []string{"policy", "outcome"}),
 		decisionSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pixlimit_ratelimit_decision_seconds",

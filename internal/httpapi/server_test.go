@@ -267,7 +267,7 @@ func TestMadeUpMethodsMintNoSeries(t *testing.T) {
 
 // BenchmarkRefusal measures what a refused login costs this process, in CPU time per request
 // (getrusage: user + system, the replica alone, whatever Redis does), next to the floor: an Echo
-// handler that only writes the same 429 body. "local" is refused by the deny cache, "redis" asks
+// handler that only writes the same 429 body. "cached" is refused by the deny cache, "redis" asks
 // Redis for every refusal (deny cache off). Sequential requests through the handler, no network.
 //
 //	go test -run '^$' -bench Refusal -benchtime 20000x ./internal/httpapi
@@ -296,7 +296,7 @@ func BenchmarkRefusal(b *testing.B) {
 		h     func() http.Handler
 	}{
 		{"floor", 0, func() http.Handler { return floor }},
-		{"local", 0, nil},
+		{"cached", 0, nil},
 		{"redis", -1, nil},
 	} {
 		b.Run(tc.name, func(b *testing.B) {

@@ -41,7 +41,7 @@ func world(t *testing.T, newClient func() redis.Scripter, prefix string, replica
 // replicas over one real Redis, one with the deny cache and one without, for every algorithm:
 // many identities, one- and two-key decisions, injected time with jumps short and long. Every
 // decision must be the same: the verdict always, and the key reported with its Remaining, Reset
-// and Retry-After whenever the cached fleet asked Redis; when it refused locally, every key it
+// and Retry-After whenever the cached fleet asked Redis; when its deny cache refused, every key it
 // reports blocked must be full in the uncached fleet with the same Retry-After. The cache must
 // also have answered a good share of the refusals, or the test proves nothing.
 func TestTheDenyCacheDecidesAsRedisDoes(t *testing.T) {
@@ -58,7 +58,7 @@ func TestTheDenyCacheDecidesAsRedisDoes(t *testing.T) {
 				pa.Burst = 6
 			}
 			rng := rand.New(rand.NewPCG(13, uint64(len(a))))
-			local, refused := 0, 0
+			cachedRefusals, refused := 0, 0
 			for step := range 4000 {
 				randomStep(clk, rng, 300*time.Millisecond, 12*time.Second)
 				x, y := fmt.Sprint(rng.IntN(3)), fmt.Sprint(rng.IntN(3))
@@ -75,7 +75,7 @@ func TestTheDenyCacheDecidesAsRedisDoes(t *testing.T) {
 				want := mustAllow(t, plain[replica], checks...)
 				got := mustAllow(t, cached[replica], checks...)
 				if got.Allowed != want.Allowed {
-					t.Fatalf("step %d %v: cached allowed=%v (local=%v), Redis alone %v", step, checks, got.Allowed, got.DenyCached, want.Allowed)
+					t.Fatalf("step %d %v: cached allowed=%v (deny-cached=%v), Redis alone %v", step, checks, got.Allowed, got.DenyCached, want.Allowed)
 				}
 				if !want.Allowed {
 					refused++
@@ -86,20 +86,20 @@ func TestTheDenyCacheDecidesAsRedisDoes(t *testing.T) {
 					}
 					continue
 				}
-				local++
+				cachedRefusals++
 				for i, r := range got.Results {
 					if r.RetryAfter == 0 {
 						continue // not known to be full: nothing was asked of it
 					}
 					if w := want.Results[i]; w.Remaining != 0 || !sameWait(r.RetryAfter, w.RetryAfter) {
-						t.Fatalf("step %d key %d: refused locally for %v, Redis alone says remaining %d, retry after %v",
+						t.Fatalf("step %d key %d: refused by the deny cache for %v, Redis alone says remaining %d, retry after %v",
 							step, i, r.RetryAfter, w.Remaining, w.RetryAfter)
 					}
 				}
 			}
-			t.Logf("%d decisions, %d refused, %d of them by the deny cache", 4000, refused, local)
-			if refused < 800 || local < refused/4 {
-				t.Errorf("%d refused, %d locally: the trace did not exercise the cache", refused, local)
+			t.Logf("%d decisions, %d refused, %d of them by the deny cache", 4000, refused, cachedRefusals)
+			if refused < 800 || cachedRefusals < refused/4 {
+				t.Errorf("%d refused, %d by the deny cache: the trace did not exercise the cache", refused, cachedRefusals)
 			}
 		})
 	}
@@ -113,10 +113,10 @@ func sameResult(a, b Result) bool {
 	return a.Policy == b.Policy && a.Remaining == b.Remaining && sameWait(a.Reset, b.Reset) && sameWait(a.RetryAfter, b.RetryAfter)
 }
 
-// TestALocallyBlockedKeyIsRefusedWhileRedisIsDown: a key this replica knows to be full is
-// refused as rate_limit_exceeded, with its wait counting down, with no Redis at all; another key
-// gets ErrUnavailable.
-func TestALocallyBlockedKeyIsRefusedWhileRedisIsDown(t *testing.T) {
+// TestADenyCachedKeyIsRefusedWhileRedisIsDown: a key this replica's deny cache knows to be full
+// is refused as rate_limit_exceeded, with its wait counting down, with no Redis at all; another
+// key gets ErrUnavailable.
+func TestADenyCachedKeyIsRefusedWhileRedisIsDown(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	l := replicas(t, srv, 1, generous)[0] // a killed Redis refuses at once: no budget to wait out
@@ -126,16 +126,16 @@ func TestALocallyBlockedKeyIsRefusedWhileRedisIsDown(t *testing.T) {
 	}
 	first := mustAllow(t, l, Check{p, "ana"})
 	if first.Allowed || first.DenyCached {
-		t.Fatalf("3rd request: allowed=%v local=%v, want refused by Redis", first.Allowed, first.DenyCached)
+		t.Fatalf("3rd request: allowed=%v deny-cached=%v, want refused by Redis", first.Allowed, first.DenyCached)
 	}
 	srv.Kill()
 	before := l.Stats()
 	d, err := l.AllowAll(context.Background(), Check{p, "ana"})
 	if err != nil || d.Allowed || !d.DenyCached || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > first.Worst.RetryAfter {
-		t.Fatalf("with Redis down: %+v, %v; want refused locally, waiting at most %v", d, err, first.Worst.RetryAfter)
+		t.Fatalf("with Redis down: %+v, %v; want refused by the deny cache, waiting at most %v", d, err, first.Worst.RetryAfter)
 	}
 	if after := l.Stats(); after.Redis != before.Redis || after.DenyCached != before.DenyCached+1 {
-		t.Errorf("stats %+v after %+v: want one local refusal and no Redis call", after, before)
+		t.Errorf("stats %+v after %+v: want one deny-cache refusal and no Redis call", after, before)
 	}
 	if _, err := l.AllowAll(context.Background(), Check{p, "bruno"}); err == nil {
 		t.Error("another key with Redis down: no error, want ErrUnavailable")

@@ -246,7 +246,7 @@ func TestScriptsMatchModels(t *testing.T) {
 				}
 				for i, r := range d.Results {
 					if d.DenyCached && r.RetryAfter == 0 {
-						continue // a local refusal asked nothing of the keys it does not know to be full
+						continue // a deny-cache refusal asked nothing of the keys it does not know to be full
 					}
 					if int64(r.Remaining) != rem[i] {
 						t.Fatalf("step %d key %s: script remaining %d, model %d", step, keys[i], r.Remaining, rem[i])

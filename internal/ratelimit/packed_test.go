@@ -45,7 +45,7 @@ func sameLogTrace(t *testing.T, newClient func() redis.Scripter, seed uint64, st
 			refused++
 		}
 		if got.Allowed != want.Allowed || got.DenyCached != want.DenyCached || len(got.Results) != len(want.Results) {
-			t.Fatalf("step %d %v: packed allowed=%v local=%v, sorted set %v %v", step, checks, got.Allowed, got.DenyCached, want.Allowed, want.DenyCached)
+			t.Fatalf("step %d %v: packed allowed=%v deny-cached=%v, sorted set %v %v", step, checks, got.Allowed, got.DenyCached, want.Allowed, want.DenyCached)
 		}
 		for i := range want.Results {
 			g, w := got.Results[i], want.Results[i]

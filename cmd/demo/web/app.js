@@ -273,13 +273,13 @@ function drawCosts(sc) {
   box.textContent = "";
   const stats = shown().filter((e) => e.kind === "stats");
   if (stats.length === 0) { html("div", { class: "what" }, box, "(in-process replicas only)"); return; }
-  const before = [...stats].reverse().find((e) => e.scenario !== sc) || { redis_calls: 0, local_refusals: 0 };
+  const before = [...stats].reverse().find((e) => e.scenario !== sc) || { redis_calls: 0, cached_refusals: 0 };
   const mine = stats.filter((e) => e.scenario === sc);
   const last = mine.length ? mine[mine.length - 1] : before;
   const redis = (last.redis_calls || 0) - (before.redis_calls || 0);
-  const local = (last.local_refusals || 0) - (before.local_refusals || 0);
-  html("div", { class: "cost", "data-local": local, "data-redis": redis }, box,
-    `In this story: ${local} refusals answered from memory, ${redis} decisions that asked Redis.`);
+  const cached = (last.cached_refusals || 0) - (before.cached_refusals || 0);
+  html("div", { class: "cost", "data-cached": cached, "data-redis": redis }, box,
+    `In this story: ${cached} refusals answered from memory, ${redis} decisions that asked Redis.`);
   const line = html("div", { class: "breakers" }, box, "Breaker, at each expectation: ");
   for (const s of mine) html("span", { class: "breaker" + (s.breaker_open ? " open" : ""), title: s.breaker_open ? "open" : "closed" }, line);
 }
