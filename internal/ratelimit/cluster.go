@@ -85,15 +85,17 @@ func (l *Limiter) refreshTopology() {
 // Warm readies the Limiter for its first burst, to be called once before its replica listens:
 // the first decisions of a cold replica otherwise pay, inside their budget, for dialing Redis,
 // for a cluster's slot map and for NOSCRIPT, the script sent in full after its hash was refused.
-// Warm loads every script (each algorithm's, alone and batched, the sequence's, the voucher's
-// and the readiness probe) into
-// Redis, on every node
-// of a cluster; it learns the slot map; and it opens conns connections to each master, so that a
-// burst finds them dialed. The error says what could not be readied; a replica may still start,
+// Warm loads every script that decides (each algorithm's, alone and batched, the sequences',
+// the voucher's, the slots' and the readiness probe) into Redis, on every node of a cluster; it
+// learns the slot map; and it opens conns connections to each master, so that a burst finds
+// them dialed. The error says what could not be readied; a replica may still start,
 // its decisions then follow the fail modes until Redis answers.
 func (l *Limiter) Warm(ctx context.Context, conns int) error {
 	all := append(slices.Collect(maps.Values(scripts)), slices.Collect(maps.Values(batchScripts))...)
-	for _, s := range append(all, probeScript, voucherScript, sequenceScript) {
+	for _, s := range sequenceScripts {
+		all = append(all, s.script)
+	}
+	for _, s := range append(all, probeScript, voucherScript, slotScript) {
 		if err := s.Load(ctx, l.rdb).Err(); err != nil {
 			return fmt.Errorf("ratelimit: warm: load scripts: %w", err)
 		}

@@ -40,10 +40,13 @@
 // The time is read inside the script from Redis TIME, never from the replica: replicas' clocks
 // drift, and a replica running 2 seconds fast would otherwise expire other replicas' entries
 // early. (Tests inject time through an unexported hook so they step through windows without
-// sleeping.) What every script shares, the clock, one decision's arguments and its reply, is
-// prelude.lua, which Go puts before each; each algorithm's body holds its stored format once,
-// for deciding and for withdrawing alike, and runs unchanged alone (args.lua reads a call's
-// arguments) or as one member of a batch (batch.lua reads each member's).
+// sleeping.) Every script Redis runs is a .lua file of this directory, byte for byte
+// (scripts.go). An algorithm is written once, in lua/: what every script shares (the clock, one
+// decision's arguments, its reply) is lua/prelude.lua; each algorithm's body holds its stored
+// format once, for deciding and for withdrawing alike. Its scripts are generated from those
+// parts and committed: alone (sliding_log.lua: lua/args.lua reads a call's arguments, the same a
+// person gives redis-cli --eval), batched (batch/: lua/batch.lua reads each member's) and in
+// sequences (sequence/).
 //
 // # Refused requests are not recorded
 //

@@ -3,53 +3,16 @@ package ratelimit
 import (
 	"context"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The fleet's insurance while Redis cannot decide: a replica may decide in its own memory, with
 // an exact sliding-window log per key, at its share of each limit, ⌈Limit / N⌉ for a fleet of N
 // replicas, so the fleet as a whole admits at most about the limit (⌈Limit/N⌉ × N). N is the
 // number of replicas the heartbeat last counted while Redis answered, and never fewer than
-// Options.FleetSize (the floor, all there is before Redis ever answered). Replicas added during an outage are not counted, and each admits its share
-// on top: with M more, the fleet admits up to ⌈Limit/N⌉ × (N + M). The fallback log starts empty
-// and is forgotten when Redis answers again (Redis kept its own state; what was admitted
-// locally meanwhile is on top of it).
-
-// heartbeatScript keeps the fleet's roster: each replica's id scored by when it last beat;
-// those older than the TTL are dropped, and the count of the rest is the fleet's size. No
-// identity is in it.
-//
-// The same call reads the fleet's forget list (KEYS[2], Limiter.Forget): the keys forgotten
-// since ARGV[3] (ms of the Redis clock; 0 the first time), which every replica drops from its
-// deny cache. It returns {fleet size, now, forgotten keys...}.
-var heartbeatScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local out = {redis.call('ZCARD', KEYS[1]), now}
-if tonumber(ARGV[3]) > 0 then
-  for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[3], '+inf')) do out[#out + 1] = k end
-end
-return out`)
-
-// forgetScript deletes a key; forgottenScript lists it in the fleet's forget list (KEYS[1]) for
-// ARGV[2] ms, the longest a deny-cache entry lives, and publishes it on the channel of the same
-// name (ForgetChannel), for the replicas that subscribe to hear of it at once. Two calls, not one: on a cluster the key and
-// the list live in different slots.
-var (
-	forgetScript    = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
-	forgottenScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PUBLISH', KEYS[1], ARGV[1])
-return now`)
-)
+// Options.FleetSize (the floor, all there is before Redis ever answered). Replicas added during
+// an outage are not counted, and each admits its share on top: with M more, the fleet admits up
+// to ⌈Limit/N⌉ × (N + M). The fallback log starts empty and is forgotten when Redis answers
+// again (Redis kept its own state; what was admitted locally meanwhile is on top of it).
 
 // Heartbeat timing: every replica beats each second, and one silent for five is no longer
 // counted (a new replica is counted within a second, a gone one within five).

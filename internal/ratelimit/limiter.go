@@ -125,15 +125,10 @@ type Options struct {
 	MaxWaiting int
 }
 
-// probeScript is what Ready and the breaker ask of Redis: what a decision needs, a script that
-// writes a key with a TTL. A Redis that answers PING but refuses writes (a read-only replica,
-// one out of memory under noeviction) fails it, as it fails every decision.
-var probeScript = redis.NewScript("redis.call('SET', KEYS[1], '1', 'PX', 1000) return 1")
-
 // Option defaults that are not zero.
 const (
 	defaultDenyCacheSize   = 100_000
-	defaultLocalCacheHold  = 5 * time.Second
+	defaultDenyCacheHold   = 5 * time.Second
 	defaultBreakerFailures = 5
 	defaultBreakerCooldown = time.Second
 	defaultBatchMax        = 32
@@ -232,7 +227,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	l.outages = newOutageLog(opts.Logger, opts.OutageLogEvery, l.clock)
 	if opts.DenyCacheSize >= 0 {
 		l.deny = newDenyCache(cmp.Or(opts.DenyCacheSize, defaultDenyCacheSize))
-		l.hold = cmp.Or(opts.DenyCacheHold, defaultLocalCacheHold)
+		l.hold = cmp.Or(opts.DenyCacheHold, defaultDenyCacheHold)
 	}
 	if !l.cluster {
 		l.batch = newBatchers(l, cmp.Or(opts.BatchMax, defaultBatchMax))
@@ -321,7 +316,7 @@ func (l *Limiter) Allow(ctx context.Context, p Policy, identity string) (Decisio
 // A request on a key this Limiter knows to be full is refused without asking Redis
 // (Decision.DenyCached), exactly as the script would refuse it, recording nothing; this holds while
 // Redis is down too. A block is kept until the key can have room again, or for DenyCacheHold,
-// whichever is sooner; the RetryAfter of a local refusal is the key's own, which can be
+// whichever is sooner; the RetryAfter of a deny-cache refusal is the key's own, which can be
 // longer. A refusal teaches the cache (see learn), unless its keys may see withdrawals that
 // free room early: a split decision on a cluster, whose sibling admissions are withdrawn, is
 // never cached. (A late decision's withdrawal, after a timeout, can still free room in a key another
@@ -458,7 +453,7 @@ func (l *Limiter) do(ctx context.Context, o op, checks []Check) (Decision, error
 	}
 	sent := l.clock() // before asking Redis, which decides later: deadlines from here are never late
 	keys := l.keysOf(checks)
-	if d, ok := l.refuseLocally(keys, checks, sent); ok {
+	if d, ok := l.refuseCached(keys, checks, sent); ok {
 		l.stats.denyCached.Add(1)
 		return d, nil
 	}
@@ -553,10 +548,10 @@ func (l *Limiter) learn(d Decision, keys []string, checks []Check, sent time.Tim
 	}
 }
 
-// refuseLocally refuses the request if any of its keys is known to be full at now, as the script
+// refuseCached refuses the request if any of its keys is known to be full at now, as the script
 // would: recording nothing, reporting the blocked key with the longest wait. Keys not known to be
 // full are reported with their Capacity as Remaining, since nothing was asked of them.
-func (l *Limiter) refuseLocally(keys []string, checks []Check, now time.Time) (Decision, bool) {
+func (l *Limiter) refuseCached(keys []string, checks []Check, now time.Time) (Decision, bool) {
 	if l.deny == nil {
 		return Decision{}, false
 	}
@@ -678,7 +673,7 @@ func (l *Limiter) queueOp(ctx context.Context, o op) op {
 	return o
 }
 
-// policyArgs are a policy's three script arguments (limit, window in µs, capacity), boxed once
+// policyArgs are a policy's three script arguments (limit, window in ms, capacity), boxed once
 // per policy: boxing an int above 255 allocates, and a decision would otherwise pay three.
 func (l *Limiter) policyArgs(p Policy) [3]any {
 	l.argsMu.RLock()
@@ -687,7 +682,7 @@ func (l *Limiter) policyArgs(p Policy) [3]any {
 	if ok {
 		return args
 	}
-	args = [3]any{p.Limit, p.Window.Microseconds(), p.Capacity()}
+	args = [3]any{p.Limit, p.Window.Milliseconds(), p.Capacity()}
 	l.argsMu.Lock()
 	if len(l.args) < 1024 { // policies are few; a caller minting new ones forever is not cached
 		l.args[p] = args

@@ -9,15 +9,19 @@ import (
 )
 
 // call is one decision's script arguments as args.lua reads them (batch.lua reads the same,
-// laid out per member: batchArgs), the one place the Go side of that protocol is written:
+// laid out per member: batchArgs; sequence.lua per step), the one place the Go side of that
+// protocol is written. A lone call's arguments begin with what a person types to run the
+// algorithm's script alone, and add the rest after them:
 //
-//	ARGV[1]      id: the request's id (the sorted-set log records it; "" for the others)
-//	ARGV[2]      now in µs, or "" for the Redis clock (tests inject time; never production)
-//	ARGV[3]      the operation (op.arg; prelude.lua's operation decodes it)
-//	ARGV[3i+1..] per key: limit, window in µs, capacity
+//	ARGV[1], [2]  the first key's limit and window in ms
+//	ARGV[3]       id: the request's id (the sorted sets record it; "" for the others)
+//	ARGV[4]       the first key's capacity
+//	ARGV[5]       now in µs, or "" for the Redis clock (tests inject time; never production)
+//	ARGV[6]       the operation (op.arg; prelude.lua's operation decodes it)
+//	ARGV[3i+1..]  per key from the second: limit, window in ms, capacity
 //
-// A decision replies {allowed, remaining_1, reset_1, ..., now} (decoded by parseReply), and a
-// queue's (LeakyBucket) one more value, its wait; a withdrawal, how many keys it took something
+// A decision replies {allowed, remaining_1, reset_ms_1, ..., now, reset_µs_1, ...} (decoded by
+// parseReply), and a queue's (LeakyBucket) one more value, its wait; a withdrawal, how many keys it took something
 // back from (a queue's: leave).
 type call struct {
 	id, now any
@@ -96,9 +100,10 @@ func (c call) withdrawal(at int64, now any) call {
 
 // args flattens the call for redis.Script.Run.
 func (c call) args() []any {
+	first := c.keys[0]
 	args := make([]any, 0, 3+3*len(c.keys))
-	args = append(args, c.id, c.now, c.op.arg())
-	for _, k := range c.keys {
+	args = append(args, first[0], first[1], c.id, first[2], c.now, c.op.arg())
+	for _, k := range c.keys[1:] {
 		args = append(args, k[0], k[1], k[2])
 	}
 	return args
@@ -117,8 +122,8 @@ func run(ctx context.Context, rdb redis.Scripter, a Algorithm, keys []string, c 
 	return runScript(ctx, rdb, scripts[a], a == LeakyBucket, keys, c)
 }
 
-// runScript runs script, a body over prelude.lua and args.lua, to decide c over keys, and
-// decodes its reply.
+// runScript runs script, which takes args.lua's arguments, to decide c over keys, and decodes its
+// reply.
 func runScript(ctx context.Context, rdb redis.Scripter, script *redis.Script, queued bool, keys []string, c call) (reply, error) {
 	vals, err := script.Run(ctx, rdb, keys, c.args()...).Int64Slice()
 	if err != nil {
@@ -130,20 +135,23 @@ func runScript(ctx context.Context, rdb redis.Scripter, script *redis.Script, qu
 // replySize is the length of a decision's reply over n keys; queued: a queue's, with its wait.
 func replySize(n int, queued bool) int {
 	if queued {
-		return 3 + 2*n
+		return 3 + 3*n
 	}
-	return 2 + 2*n
+	return 2 + 3*n
 }
 
-// parseReply decodes {allowed, remaining_1, reset_1, ..., now} for n keys, and a queue's wait
-// after it.
+// parseReply decodes {allowed, remaining_1, reset_ms_1, ..., now, reset_µs_1, ...} for n keys,
+// and a queue's wait after it. The exact resets take the rounded ones' places in vals.
 func parseReply(vals []int64, n int, queued bool) (reply, error) {
 	if len(vals) != replySize(n, queued) {
 		return reply{}, fmt.Errorf("%w: script returned %d values for %d keys", ErrUnavailable, len(vals), n)
 	}
+	for i := range n {
+		vals[2+2*i] = vals[2+2*n+i]
+	}
 	r := reply{allowed: vals[0] == 1, pairs: vals[1 : 1+2*n], now: vals[1+2*n]}
 	if queued {
-		r.wait = vals[2+2*n]
+		r.wait = vals[2+3*n]
 	}
 	return r, nil
 }

@@ -15,7 +15,7 @@ import (
 func TestOperationsDecodeAsEncoded(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t).Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	decode := redis.NewScript(preludeLua + `
+	decode := redis.NewScript(part(t, "prelude") + `
 local undo_at, cost = operation(ARGV[1])
 return {undo_at or -1, cost}`)
 	tests := []struct {

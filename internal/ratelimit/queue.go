@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The leaky bucket as a queue (LeakyBucket, leaky_bucket.lua): a decision that finds a place
@@ -250,9 +248,6 @@ func (l *Limiter) leave(p *place) {
 	msg := strings.Join([]string{p.key, strconv.FormatInt(turn, 10), strconv.FormatInt(moved, 10), strconv.FormatInt(at, 10), l.id}, " ")
 	_ = publishScript.Run(ctx, l.rdb, []string{l.QueueChannel()}, msg).Err() // unheard: see the top of this file
 }
-
-// publishScript publishes ARGV[1] on the channel KEYS[1] (a key, so that a cluster routes it).
-var publishScript = redis.NewScript(`return redis.call('PUBLISH', KEYS[1], ARGV[1])`)
 
 // QueueChannel is the Redis channel on which a replica announces the turns that moved up when
 // one of its waiters left. A replica whose client can subscribe passes each message to Moved.

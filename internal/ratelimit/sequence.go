@@ -2,13 +2,9 @@ package ratelimit
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // A Step is one decision of a Sequence: what AllowAll, AskAll, AllowN, Refund, Redeem or Grant
@@ -88,41 +84,18 @@ func (s Step) validate() error {
 // and AllowN: a voucher with no grant is no full key, and a refund is never refused.
 func (s Step) cached() bool { return !s.voucher && s.slot == "" && s.op.kind != opRefund }
 
-// body is the number of the step's body in sequenceScript (sequence.lua calls decisions[body]).
+// body is the number of the step's body in a sequence's script (sequence.lua calls
+// decisions[body]): an algorithm's place in Algorithms(), from 1, then the voucher's and the
+// slots'.
 func (s Step) body() int {
 	switch {
 	case s.voucher:
-		return len(Algorithms()) + 1
+		return voucherBody
 	case s.slot != "":
-		return len(Algorithms()) + 2
+		return slotBody
 	}
-	for i, a := range Algorithms() {
-		if a == s.checks[0].Policy.algorithm() {
-			return i + 1
-		}
-	}
-	panic("ratelimit: no body for " + string(s.checks[0].Policy.algorithm()))
+	return bodyOf(s.checks[0].Policy.algorithm())
 }
-
-//go:embed sequence.lua
-var sequenceLua string
-
-// sequenceScript holds every body, the algorithms' in the order of Algorithms() then the
-// voucher's, each decision wrapped in a function of decisions, then sequence.lua's loop.
-var sequenceScript = func() *redis.Script {
-	var b strings.Builder
-	b.WriteString(preludeLua + "local decisions = {}\n")
-	for i, a := range Algorithms() {
-		functions, decision := split(string(a), bodies[a])
-		fmt.Fprintf(&b, "%sdecisions[%d] = function()\n%s\nend\n", functions, i+1, decision)
-	}
-	functions, decision := split("voucher", voucherLua)
-	fmt.Fprintf(&b, "%sdecisions[%d] = function()\n%s\nend\n", functions, len(Algorithms())+1, decision)
-	functions, decision = split("slots", slotsLua)
-	fmt.Fprintf(&b, "%sdecisions[%d] = function()\n%s\nend\n", functions, len(Algorithms())+2, decision)
-	b.WriteString(sequenceLua)
-	return redis.NewScript(b.String())
-}()
 
 // Sequence decides steps one after another, as the same calls made one by one in that order
 // would (AllowAll, AskAll, AllowN, Refund, Redeem, Grant), and stops at the first that refuses.
@@ -172,7 +145,7 @@ func (l *Limiter) Sequence(ctx context.Context, steps ...Step) ([]Decision, erro
 		}
 	}
 	if steps[0].cached() {
-		if d, ok := l.refuseLocally(keys[0], steps[0].checks, sent); ok {
+		if d, ok := l.refuseCached(keys[0], steps[0].checks, sent); ok {
 			l.stats.denyCached.Add(1)
 			return []Decision{d}, nil
 		}
@@ -192,7 +165,7 @@ func (l *Limiter) Sequence(ctx context.Context, steps ...Step) ([]Decision, erro
 }
 
 // unasked are the decisions of steps that were not asked, each admitted with its keys' capacity
-// as Remaining (as refuseLocally reports the keys it did not ask), then last, the refusal.
+// as Remaining (as refuseCached reports the keys it did not ask), then last, the refusal.
 func (l *Limiter) unasked(steps []Step, last Decision) []Decision {
 	ds := make([]Decision, 0, len(steps)+1)
 	for _, s := range steps {
@@ -212,7 +185,7 @@ func (l *Limiter) unasked(steps []Step, last Decision) []Decision {
 // ok, what the sequence would end with: its asks take nothing, so not asking them changes
 // nothing.
 func (l *Limiter) KnownFull(checks ...Check) (Decision, bool) {
-	d, ok := l.refuseLocally(l.keysOf(checks), checks, l.clock())
+	d, ok := l.refuseCached(l.keysOf(checks), checks, l.clock())
 	if ok {
 		l.stats.denyCached.Add(1)
 	}
@@ -242,7 +215,7 @@ func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	vals, err := sequenceScript.Run(ctx, l.rdb, flat, args...).Int64Slice()
+	vals, err := sequenceScriptFor(steps).Run(ctx, l.rdb, flat, args...).Int64Slice()
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		for i, s := range steps {

@@ -2,17 +2,8 @@ package ratelimit
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
-
-	"github.com/redis/go-redis/v9"
 )
-
-//go:embed slots.lua
-var slotsLua string
-
-// slotScript runs slots.lua as scripts run an algorithm's body.
-var slotScript = redis.NewScript(preludeLua + argsLua + slotsLua)
 
 // Holder names one request's hold on the slot called name (a PIX's Idempotency-Key, of
 // [A-Za-z0-9_-]): requests of one name share one slot, each with a hold of its own, so that each

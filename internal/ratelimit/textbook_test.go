@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,7 +14,7 @@ import (
 // TestTheTextbookScriptRunsAlone: sliding_log.lua, run by itself with redis-cli --eval as its
 // header (and the contract) says, admits 3 of 4 requests on a key with limit 3: remaining 2, 1,
 // 0, then a refusal whose reset_ms is within the window; a refusal recorded nothing; and two keys
-// decide together. The same file's decision is what the replicas run (every other test here).
+// decide together. The same file is what the replicas run (TestRedisRunsOnlyTheRepositorysScripts).
 func TestTheTextbookScriptRunsAlone(t *testing.T) {
 	t.Parallel()
 	cli, err := exec.LookPath("redis-cli")
@@ -22,11 +23,12 @@ func TestTheTextbookScriptRunsAlone(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	host, port, _ := strings.Cut(srv.Addr(), ":")
+	file := "sliding_log.lua"
 	eval := func(args ...string) []int64 {
 		t.Helper()
-		out, err := exec.Command(cli, append([]string{"-h", host, "-p", port, "--eval", "sliding_log.lua"}, args...)...).CombinedOutput()
+		out, err := exec.Command(cli, append([]string{"-h", host, "-p", port, "--eval", file}, args...)...).CombinedOutput()
 		if err != nil {
-			t.Fatalf("redis-cli --eval sliding_log.lua %s: %v\n%s", strings.Join(args, " "), err, out)
+			t.Fatalf("redis-cli --eval %s %s: %v\n%s", file, strings.Join(args, " "), err, out)
 		}
 		var reply []int64
 		for _, f := range strings.Fields(string(out)) {
@@ -42,7 +44,7 @@ func TestTheTextbookScriptRunsAlone(t *testing.T) {
 		allowed, remaining int64
 	}{{1, 2}, {1, 1}, {1, 0}, {0, 0}, {0, 0}} {
 		got := eval("textbook", ",", "3", "60000")
-		if len(got) != 3 || got[0] != want.allowed || got[1] != want.remaining {
+		if len(got) < 3 || got[0] != want.allowed || got[1] != want.remaining {
 			t.Fatalf("request %d: %v, want allowed %d and remaining %d", i+1, got, want.allowed, want.remaining)
 		}
 		if reset := time.Duration(got[2]) * time.Millisecond; reset <= 0 || reset > time.Minute {
@@ -52,7 +54,29 @@ func TestTheTextbookScriptRunsAlone(t *testing.T) {
 	if n := srv.Client(nil).ZCard(t.Context(), "textbook").Val(); n != 3 {
 		t.Errorf("the key holds %d entries after 3 admissions and 2 refusals, want 3", n)
 	}
-	if got := eval("one", "textbook", ",", "3", "60000"); len(got) != 5 || got[0] != 0 || got[1] != 3 || got[3] != 0 {
+	if got := eval("one", "textbook", ",", "3", "60000"); len(got) < 5 || got[0] != 0 || got[1] != 3 || got[3] != 0 {
 		t.Errorf("a fresh key with a full one: %v, want refused, the fresh key untouched (3 left)", got)
+	}
+
+	// Every algorithm's script runs alone the same way: LIMIT 3 admits 3 at once (a burst of 3,
+	// by default the limit), then refuses; the queue gives the first its turn now, and refuses once
+	// its 3 places are taken.
+	for _, a := range Algorithms() {
+		file = string(a) + ".lua"
+		var allowed []int64
+		for range 5 {
+			got := eval("alone:"+string(a), ",", "3", "60000")
+			if len(got) < 4 {
+				t.Fatalf("%s: reply %v, want allowed, remaining, reset_ms, now and more", file, got)
+			}
+			allowed = append(allowed, got[0])
+		}
+		want := []int64{1, 1, 1, 0, 0}
+		if a == LeakyBucket {
+			want = []int64{1, 1, 1, 1, 0} // served now, then 3 waiting in their places
+		}
+		if !slices.Equal(allowed, want) {
+			t.Errorf("redis-cli --eval %s alone:%s , 3 60000, 5 times: allowed %v, want %v", file, a, allowed, want)
+		}
 	}
 }

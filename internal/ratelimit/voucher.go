@@ -2,18 +2,8 @@ package ratelimit
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
-
-	"github.com/redis/go-redis/v9"
 )
-
-//go:embed voucher.lua
-var voucherLua string
-
-// voucherScript runs voucher.lua as scripts run an algorithm's body: the prelude, one call's
-// arguments (args.lua), the body.
-var voucherScript = redis.NewScript(preludeLua + argsLua + voucherLua)
 
 // Grant records, for c's key, something a later request may redeem once within c.Policy.Window:
 // a look-up that a payment will turn into a refund. The key holds at most c.Policy.Limit

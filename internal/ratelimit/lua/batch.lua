@@ -1,8 +1,8 @@
 -- batch.lua: several decisions in one call, decided one after another, in the order given, as
--- the same decisions sent one by one in that order would be. Go puts the algorithm's functions
--- after prelude.lua, wraps its decision in the function `decide`, and appends this loop
--- (algorithm.go): each member runs the very decision a lone call runs, on its own locals, and
--- its reply joins the batch's.
+-- the same decisions sent one by one in that order would be. A batch's script is prelude.lua,
+-- the algorithm's functions, its decision wrapped in the function `decide`, and this loop: each
+-- member runs the very decision a lone call runs, on its own locals, and its reply joins the
+-- batch's.
 --
 -- ARGV[1]            how many decisions
 -- ARGV[2]            how many key settings
@@ -10,7 +10,7 @@
 --                    and per key the index of its setting (a batch's keys mostly share a
 --                    policy, so each policy's three numbers travel and are parsed once)
 --                    (a withdrawal is never batched: its reply is a number, not a list)
--- last, each setting: limit, window in µs, burst
+-- last, each setting: limit, window in ms, burst
 -- KEYS               every decision's keys, in order
 --
 -- Members that read the Redis clock read it once for the batch: they decide at one instant, as
@@ -23,7 +23,7 @@ local limit_of, window_of, burst_of = {}, {}, {}
 local first = #ARGV - 3 * settings                                 -- the settings come last
 for j = 1, settings do
   local a = first + 3 * j
-  limit_of[j], window_of[j], burst_of[j] = tonumber(ARGV[a - 2]), tonumber(ARGV[a - 1]), tonumber(ARGV[a])
+  limit_of[j], window_of[j], burst_of[j] = tonumber(ARGV[a - 2]), tonumber(ARGV[a - 1]) * 1000, tonumber(ARGV[a])
 end
 local single = {}                                                  -- one-key tables by setting: the bodies only read them
 local one = {}                                                     -- a one-key member's keys, reused: the bodies read keys[1..n]

@@ -1,30 +1,34 @@
--- prelude.lua: what every algorithm's script shares, whether it decides one request (args.lua
--- reads its arguments) or a batch of them (batch.lua reads each member's). Go puts it first
--- (algorithm.go), so the algorithm's body below finds one decision's state in these locals and
--- its reply in hand. protocol.go is the Go side: one encoder (call) and one decoder (parseReply).
+-- prelude.lua: what every script that decides shares, whether it decides one request (args.lua
+-- reads its arguments: an algorithm's script) or several (batch.lua reads each member's, and
+-- sequence.lua each step's). The algorithm's code below finds one decision's state in these
+-- locals and its reply in hand. protocol.go is the Go side: one encoder (call) and one decoder
+-- (parseReply).
 --
 -- keys[i]      the state of each identity, in the algorithm's own format
--- id           the request's id: unique per request (the sorted-set log records it; the others ignore it)
+-- id           the request's id: unique per request (the sorted sets record it; the others ignore it)
 -- now          the time decided, in microseconds
 -- undo_at      nil to decide; or the time (µs, the `now` its decision returned) of the admission
---              to withdraw: the body then undoes it and returns how many keys it took from
+--              to withdraw: the algorithm then undoes it and returns how many keys it took from
 -- cost         what the request takes (token_bucket; 0 only asks, below 0 gives back; 1 for the others)
 -- max_wait     the longest a request may wait for its turn (leaky_bucket), µs; nil: as long as the queue
 --              (undo_at, cost and max_wait are the call's operation, decoded by operation below)
 -- n            how many keys
 -- limits[i]    requests per window of keys[i], at least 1
--- windows[i]   window of keys[i] in microseconds (a whole number of milliseconds)
--- bursts[i]    requests at once (the capacity of token_bucket and gcra; the limit for the others)
+-- windows[i]   window of keys[i] in microseconds (a whole number of milliseconds on the wire)
+-- bursts[i]    requests at once (the capacity of token_bucket and gcra; a queue's places; the limit for the others)
 --
--- A decision returns reply(allowed, remaining, reset) = {allowed, remaining_1, reset_1, ..., now}:
--- allowed is 1 or 0 for the whole request; remaining_i how many more keys[i] admits now; reset_i
--- the microseconds until it admits one more than that (0 when it holds nothing); now the time
--- decided; the leaky bucket's (a queue's) adds wait, the µs until the request's turn. A withdrawal
--- returns how many keys it took something back from (a queue's, the turns it moved: leaky_bucket.lua).
+-- A decision returns reply(allowed, remaining, reset) = {allowed, remaining_1, reset_ms_1, ...,
+-- now, reset_us_1, ...}: allowed is 1 or 0 for the whole request; remaining_i how many more
+-- keys[i] admits now; reset_ms_i the milliseconds, rounded up, until it admits one more than that
+-- (0 when it holds nothing), for a person, and reset_us_i the same to the microsecond, for the
+-- replicas (a deny cache must not refuse a microsecond too long); now the time decided, µs; the
+-- leaky bucket's (a queue's) adds wait, the µs until the request's turn. A withdrawal returns how many keys it took something back from (a queue's, the
+-- turns it moved: leaky_bucket.lua).
 --
--- An algorithm's body has two parts (algorithm.go splits them at the line "---- each decision"):
--- its functions, made once per script call, and the decision, run once per request: in a batch,
--- once per member, with these locals set to that member's.
+-- An algorithm has two parts, split at the line "---- each decision": its functions, made once
+-- per script call, and its decision, run once per request: in a batch or a sequence, once per
+-- member, with these locals set to that member's. (The scripts are files made from these parts
+-- by scripts_test.go: see lua/README.md.)
 
 local id, now, undo_at, cost, max_wait, n, keys, limits, windows, bursts
 
@@ -76,10 +80,11 @@ local out, o = {}, 0
 local function reply(allowed, remaining, reset, wait)
   out[o + 1] = allowed and 1 or 0
   for i = 1, n do
-    out[o + 2 * i], out[o + 2 * i + 1] = remaining[i], reset[i]
+    out[o + 2 * i], out[o + 2 * i + 1] = remaining[i], ceil(reset[i] / 1000)
+    out[o + 2 * n + 2 + i] = reset[i]                              -- exact, for the replicas: after now
   end
   out[o + 2 * n + 2] = now                                         -- the time decided: a withdrawal names it
-  o = o + 2 * n + 2
+  o = o + 3 * n + 2
   if wait then                                                     -- a queue's: the wait for the turn
     out[o + 1] = wait
     o = o + 1

@@ -1,14 +1,15 @@
 -- sequence.lua: steps of different kinds decided one after another in one call, stopping after
 -- the first that refuses: a PIX asks its look-up buckets (token_bucket), then decides its own
--- limit (sliding_log, say), and a payment redeems a voucher, then refunds. Go puts every body's
--- functions after prelude.lua, each decision wrapped in a function of its own, numbered as
--- sequenceScript lists them (sequence.go), then this loop: each step runs the very decision a
--- lone call of its kind runs, on its own locals, and its reply joins the sequence's.
+-- limit (sliding_log, say), and a payment redeems a voucher, then refunds. A sequence's script is
+-- prelude.lua, then each algorithm it may run, its functions and its decision wrapped in a
+-- function of decisions, numbered as Step.body numbers them (sequence.go), then this loop: each
+-- step runs the very decision a lone call of its kind runs, on its own locals, and its reply
+-- joins the sequence's.
 --
 -- ARGV[1]            how many steps
 -- then, per step: its body's number, its number of keys, its id, its now ('' for the Redis
 --                    clock), its operation (prelude.lua's operation: a withdrawal only of a slot, whose reply is a decision's), and
---                    per key: limit, window in µs, burst
+--                    per key: limit, window in ms, burst
 -- KEYS               every step's keys, in order
 --
 -- Steps that read the Redis clock read it once: they decide at one instant. Returns the replies
@@ -25,7 +26,7 @@ for _ = 1, count do
   keys, limits, windows, bursts = {}, {}, {}, {}
   for i = 1, n do
     local a = pos + 2 + 3 * i
-    keys[i], limits[i], windows[i], bursts[i] = KEYS[k + i], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+    keys[i], limits[i], windows[i], bursts[i] = KEYS[k + i], tonumber(ARGV[a]), tonumber(ARGV[a + 1]) * 1000, tonumber(ARGV[a + 2])
   end
   k, pos = k + n, pos + 5 + 3 * n
   local before = o

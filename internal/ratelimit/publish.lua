@@ -1,0 +1,9 @@
+-- publish.lua: publishes ARGV[1] on the channel KEYS[1], named as a key so that a cluster routes
+-- it: the turns of a queue that moved up when a waiter left (queue.go).
+--
+-- KEYS[1]  the channel (Limiter.QueueChannel)
+-- ARGV[1]  the message: "<key> <turn µs> <moved µs> <at µs> <replica id>"
+-- reply    how many subscribers received it
+--
+--   redis-cli --eval internal/ratelimit/publish.lua pixlimit:queue , 'k 1 2 3 replica-1'
+return redis.call('PUBLISH', KEYS[1], ARGV[1])
