@@ -16,7 +16,8 @@ import (
 func TestOnRedisCluster(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3, 1)
-	env := map[string]string{"REDIS_CLUSTER_ADDRS": strings.Join(c.Addrs(), ","), "TRUSTED_PROXIES": "127.0.0.1/32"}
+	env := map[string]string{"REDIS_CLUSTER_ADDRS": strings.Join(c.Addrs(), ","), "TRUSTED_PROXIES": "127.0.0.1/32",
+		"REDIS_TIMEOUT": "800ms"} // a PIX's 10 calls on a cluster and its ledger fit the write timeout
 	replicas := []*api{startAPI(t, nil, env), startAPI(t, nil, env)}
 	for i := range 8 { // a botnet on Carla's document: 5 guesses, then the document key refuses
 		r := replicas[i%2].Login(demo[2].Document, "guess", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i+1))

@@ -673,11 +673,13 @@ const writeMargin = time.Second
 // PIX decides its look-up buckets, its own limit and its in-flight slot in one call
 // (ratelimit.Limiter.Sequence), then settles the buckets and gives the slot back in a second (a
 // miss charged, or a look-up redeemed and refunded). On a Redis Cluster each of those steps is
-// a call of its own: the buckets asked, the limit, then a redemption and two refunds (a company
-// payer's buckets apart), 5 in all, and the slot's (limiterCalls).
+// a call of its own: the buckets asked, the limit, the PIX's mark as its key's original taken,
+// then a redemption and two refunds (a company payer's buckets apart) and the mark dropped, 7 in
+// all, and the slot's (limiterCalls). (A PIX that waits for its key's original asks for its mark
+// again within its wait, which MaxWait bounds.)
 const (
 	decisionsPerRequest        = 2
-	clusterDecisionsPerRequest = 5
+	clusterDecisionsPerRequest = 7
 )
 
 // LongestRequest is the longest a request may take before its answer is written: a PIX, with its

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -255,6 +256,7 @@ const maxDescription = 140
 // moves the money; and the look-up buckets are settled by the ledger's answer as the slot is
 // given back (lookupLimiter.admitPIX and afterPIX).
 func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxWait time.Duration, limit, inflight enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
+	lease := cmp.Or(inflight.Policy.Window, 15*time.Second) // a mark outlasts the longest PIX, as a slot does (its lease)
 	type payee struct {
 		Key  string `json:"key"`
 		Name string `json:"name"`
@@ -293,12 +295,13 @@ func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxW
 			defer release()
 			c.SetRequest(c.Request().WithContext(ctx))
 		}
-		user, err := lookups.admitPIX(c, s, req.keyType, own, held)
+		orig := markOf(lease, s.Account, req.IdempotencyKey)
+		user, err := lookups.admitPIX(c, s, req.keyType, own, held, orig, waitUntil)
 		if err != nil {
 			return err
 		}
 		r, err := ledger.Transfer(c.Request().Context(), req.TransferRequest)
-		if err := lookups.afterPIX(c, s, user, req.ToKey, held, r, err); err != nil {
+		if err := lookups.afterPIX(c, s, user, req.ToKey, held, orig, r, err); err != nil {
 			return err
 		}
 		return c.JSON(http.StatusCreated, response{r.EndToEndID, r.AmountCents, r.BalanceCents,

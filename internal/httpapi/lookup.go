@@ -212,7 +212,10 @@ func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, k
 // own limit decides as any route's. A queued PIX (leaky_bucket) waits for its turn, then takes its
 // slot in a call of its own: it holds none while it waits. It returns the payer's bucket, for
 // afterPIX.
-func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, own check, held *slot) (check, error) {
+//
+// The last step takes the PIX's mark as its key's original (orig): one refused it waits for the
+// original to answer, at most until waitUntil (mark.wait).
+func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, own check, held *slot, orig *mark, waitUntil time.Time) (check, error) {
 	user, bank := l.bucket(s, t), l.bank()
 	if d, full := l.core.KnownFull(checks([]check{own})...); full { // refused from memory: asking the buckets would change nothing
 		_, err := l.answer(c, nil, []check{own}, d, nil, 0)
@@ -238,6 +241,10 @@ func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, o
 	default:
 		steps = append(steps, ratelimit.AllowStep(checks([]check{own})...))
 	}
+	markAt := -1
+	if !queued {
+		markAt, steps = len(steps), append(steps, orig.take())
+	}
 	// A client that hangs up does not cut the call short: a slot it took is then given back here.
 	deadline, _ := ctx.Deadline()
 	callCtx, cancelCall := context.WithDeadline(context.WithoutCancel(ctx), deadline)
@@ -246,7 +253,7 @@ func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, o
 	taken := takeAt > 0 && len(decided.ds) > takeAt && decided.ds[takeAt].Allowed
 	giveBack := func(err error) error {
 		if err != nil && taken {
-			l.release(c, held)
+			l.release(c, held.release()...)
 		}
 		return err
 	}
@@ -267,6 +274,9 @@ func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, o
 		return user, giveBack(err)
 	}
 	if !queued {
+		if len(decided.ds) > markAt && !decided.ds[markAt].Allowed { // another replica's original is in progress
+			orig.wait(ctx, l.core, waitUntil, false)
+		}
 		return user, nil
 	}
 	if err := l.wait(c, ctx, []check{own}, d, decided.took); err != nil {
@@ -275,8 +285,11 @@ func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, o
 	if held != nil {
 		start := time.Now()
 		hd, err := l.core.Hold(context.WithoutCancel(ctx), checks([]check{held.check})[0], held.name)
-		return user, held.answer(c, l.limiter, own, hd, err, time.Since(start))
+		if err := held.answer(c, l.limiter, own, hd, err, time.Since(start)); err != nil {
+			return user, err
+		}
 	}
+	orig.wait(ctx, l.core, waitUntil, true) // at its turn: a queued PIX takes its mark as it takes its slot
 	return user, nil
 }
 
@@ -286,27 +299,31 @@ func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, o
 // 429 instead); a payment to a found key costs nothing, and its 201 gives back the tokens of the
 // look-up that led to it, if there was one (refund; a replayed 201, which moved nothing, gives
 // none). The slot goes back even when the client has left.
-func (l lookupLimiter) afterPIX(c echo.Context, s auth.Subject, user check, key string, held *slot, r pix.Receipt, err error) error {
+func (l lookupLimiter) afterPIX(c echo.Context, s auth.Subject, user check, key string, held *slot, orig *mark, r pix.Receipt, err error) error {
 	ctx := context.WithoutCancel(c.Request().Context())
+	release := append(held.release(), orig.release()...)
 	switch {
 	case errors.Is(err, pix.ErrKeyNotFound):
-		if payErr := l.charge(c, user, false, true, nil, held.release()...); payErr != nil {
+		if payErr := l.charge(c, user, false, true, nil, release...); payErr != nil {
 			return payErr
 		}
 	case err == nil && !r.Replayed:
-		l.refund(ctx, s, user, key, held.release()...)
-	case held != nil:
-		l.release(c, held)
+		l.refund(ctx, s, user, key, release...)
+	default:
+		l.release(c, release...)
 	}
 	return err
 }
 
-// release gives held back alone, on a context the client cannot cancel; a release Redis does not
-// answer is logged, and the slot frees at its lease.
-func (l lookupLimiter) release(c echo.Context, held *slot) {
-	if _, err := l.core.Sequence(context.WithoutCancel(c.Request().Context()), held.release()...); err != nil {
-		l.events.log("release:"+held.check.limit.Policy.Name, slog.LevelWarn, "an in-flight slot not given back: it frees at its lease",
-			"policy", held.check.limit.Policy.Name, "cause", err.Error())
+// release gives a PIX's slot and mark back alone, on a context the client cannot cancel; a
+// release Redis does not answer is logged, and the slot or mark frees at its lease.
+func (l lookupLimiter) release(c echo.Context, steps ...ratelimit.Step) {
+	if len(steps) == 0 {
+		return
+	}
+	if _, err := l.core.Sequence(context.WithoutCancel(c.Request().Context()), steps...); err != nil {
+		l.events.log("release:pix-slots", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: it frees at its lease",
+			"cause", err.Error())
 	}
 }
 
