@@ -319,11 +319,6 @@ func (l *PostgresLedger) RevokeDevices(ctx context.Context, accountID string) (R
 	defer cancel()
 	var r Revocation
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		at, err := l.clock(ctx, tx) // the clock the logins' tokens are stamped with
-		if err != nil {
-			return err
-		}
-		r = Revocation{At: at}
 		var exists bool
 		var before *time.Time
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1),
@@ -343,6 +338,11 @@ func (l *PostgresLedger) RevokeDevices(ctx context.Context, accountID string) (R
 		r.Unregistered = int(tag.RowsAffected())
 		// Strict, as the migration's backfill: a revoked account registers no device at once.
 		if _, err := tx.Exec(ctx, "UPDATE accounts SET had_registered_device = true WHERE id = $1", accountID); err != nil {
+			return err
+		}
+		// The clock the logins' tokens are stamped with, read last before the COMMIT: a token
+		// issued while the revocation was on its way is refused with those before it.
+		if r.At, err = l.clock(ctx, tx); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO device_revocations (account_id, revoked_at) VALUES ($1, $2)

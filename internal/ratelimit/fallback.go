@@ -96,7 +96,7 @@ func (l *Limiter) queueFallback(ctx context.Context, c Check, n int, now time.Ti
 	q := c.Policy
 	q.Limit, q.Queue = (q.Limit+n-1)/n, (q.Queue+n-1)/n
 	key, id := l.keys.key(c.Policy, c.Identity), requestID()
-	if l.waiters.full(key) {
+	if l.waiters.full(c.Identity) {
 		d := l.tooManyWaiting([]Check{{Policy: q, Identity: c.Identity}})
 		d.Fallback = true
 		return d
@@ -107,7 +107,7 @@ func (l *Limiter) queueFallback(ctx context.Context, c Check, n int, now time.Ti
 	d.Fallback = true
 	if allowed && wait > 0 {
 		d.Wait = time.Duration(wait) * time.Microsecond
-		d.place = &place{key: key, id: id, turn: now.UnixMicro() + wait, decided: now.UnixMicro(), policy: q, local: true}
+		d.place = &place{key: key, owner: c.Identity, id: id, turn: now.UnixMicro() + wait, decided: now.UnixMicro(), policy: q, local: true}
 	}
 	return d
 }

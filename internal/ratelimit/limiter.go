@@ -458,7 +458,7 @@ func (l *Limiter) do(ctx context.Context, o op, checks []Check) (Decision, error
 		return d, nil
 	}
 	if queued(checks) {
-		if o.kind == opDecide && l.waiters.full(keys[0]) {
+		if o.kind == opDecide && l.waiters.full(checks[0].Identity) {
 			return l.tooManyWaiting(checks), nil // no place taken: the replica cannot hold one more
 		}
 		o = l.queueOp(ctx, o)
@@ -653,7 +653,7 @@ func (l *Limiter) decisionOf(r reply, checks []Check, keys []string, c call) Dec
 	if queued(checks) && r.wait > 0 {
 		d.Wait = time.Duration(r.wait) * time.Microsecond
 		if r.allowed && c.op.takes() {
-			d.place = &place{key: keys[0], id: c.id.(string), turn: r.now + r.wait, decided: r.now, policy: checks[0].Policy}
+			d.place = &place{key: keys[0], owner: checks[0].Identity, id: c.id.(string), turn: r.now + r.wait, decided: r.now, policy: checks[0].Policy}
 		}
 	}
 	return d

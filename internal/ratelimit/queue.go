@@ -32,6 +32,7 @@ var ErrTooManyWaiting = errors.New("too many requests waiting in this replica")
 // place is an admitted queue decision's place, for Wait.
 type place struct {
 	key     string
+	owner   string // its identity (an account): whose share of the waiting places it takes
 	id      string
 	turn    int64 // Redis µs
 	decided int64 // when its turn was given, Redis µs: a move made after it is already counted in it
@@ -55,6 +56,9 @@ type waiters struct {
 
 	mu    sync.Mutex
 	byKey map[string]map[*waiter]struct{}
+	// byOwner counts the waiters of each identity (an account), whatever its keys: a PIX queue
+	// and a statement queue of one account share its half.
+	byOwner map[string]int64
 	// moves are the recent moves by key, for a waiter decided before one and registered after it
 	// (its decision's reply was on its way back): add applies them. Kept a minute, longer than
 	// any wait.
@@ -72,20 +76,21 @@ type queueMove struct {
 const keepMoves = time.Minute
 
 func newWaiters(max int) *waiters {
-	return &waiters{max: int64(max), byKey: map[string]map[*waiter]struct{}{}, moves: map[string][]queueMove{}}
+	return &waiters{max: int64(max), byKey: map[string]map[*waiter]struct{}{}, byOwner: map[string]int64{},
+		moves: map[string][]queueMove{}}
 }
 
-// full reports whether the replica holds as many waiters as it may, in all or on key.
-func (ws *waiters) full(key string) bool {
+// full reports whether the replica holds as many waiters as it may, in all or of owner.
+func (ws *waiters) full(owner string) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	return ws.fullLocked(key)
+	return ws.fullLocked(owner)
 }
 
-// fullLocked is full with ws.mu held: every place taken, or half of them (at least 1) by key,
-// one account's queue, so that one payroll never takes every place.
-func (ws *waiters) fullLocked(key string) bool {
-	return ws.count.Load() >= ws.max || int64(len(ws.byKey[key])) >= max(1, ws.max/2)
+// fullLocked is full with ws.mu held: every place taken, or half of them (at least 1) by owner,
+// one account whatever its queues, so that one payroll never takes every place.
+func (ws *waiters) fullLocked(owner string) bool {
+	return ws.count.Load() >= ws.max || ws.byOwner[owner] >= max(1, ws.max/2)
 }
 
 // soonest is the time until the first of this replica's waiters is served: when a waiter's room
@@ -102,15 +107,16 @@ func (ws *waiters) soonest(now time.Time, pace time.Duration) time.Duration {
 	return soonest
 }
 
-// add registers w on key, unless the replica holds its maximum, or key (one account's queue)
+// add registers w on key for owner, unless the replica holds its maximum, or owner (one account)
 // holds half of it already (at least 1): one account's payroll never takes every place.
-func (ws *waiters) add(key string, w *waiter) bool {
+func (ws *waiters) add(key, owner string, w *waiter) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	if ws.fullLocked(key) {
+	if ws.fullLocked(owner) {
 		return false
 	}
 	ws.count.Add(1)
+	ws.byOwner[owner]++
 	if ws.byKey[key] == nil {
 		ws.byKey[key] = map[*waiter]struct{}{}
 	}
@@ -133,11 +139,14 @@ func (m queueMove) apply(w *waiter) {
 	}
 }
 
-func (ws *waiters) remove(key string, w *waiter) {
+func (ws *waiters) remove(key, owner string, w *waiter) {
 	ws.mu.Lock()
 	delete(ws.byKey[key], w)
 	if len(ws.byKey[key]) == 0 {
 		delete(ws.byKey, key)
+	}
+	if ws.byOwner[owner]--; ws.byOwner[owner] <= 0 {
+		delete(ws.byOwner, owner)
 	}
 	ws.count.Add(-1)
 	ws.mu.Unlock()
@@ -187,8 +196,8 @@ func (l *Limiter) Waiting() int { return int(l.waiters.count.Load()) }
 // Wait holds an admitted decision until its turn: at once for every decision but a queue's
 // (LeakyBucket) whose Wait is above zero. It returns nil at the turn; when ctx ends first, it
 // gives the place back (the turns after it move up) and returns ctx's error. With
-// Options.MaxWaiting requests already waiting here, or half of them (at least 1) on d's key (one
-// account's queue), it gives the place back and returns ErrTooManyWaiting at once. A caller that takes a queue's place and then does not want it
+// Options.MaxWaiting requests already waiting here, or half of them (at least 1) of d's identity
+// (one account, whatever its queues), it gives the place back and returns ErrTooManyWaiting at once. A caller that takes a queue's place and then does not want it
 // (a shadow policy serves at once) need not call Wait: the place is served at its turn anyway.
 func (l *Limiter) Wait(ctx context.Context, d Decision) error {
 	p := d.place
@@ -197,11 +206,11 @@ func (l *Limiter) Wait(ctx context.Context, d Decision) error {
 	}
 	start := time.Now() // the timer runs on the real clock, whatever the Limiter decides with
 	w := &waiter{turn: p.turn, decided: p.decided, local: p.local, due: start.Add(d.Wait), moved: make(chan struct{}, 1)}
-	if !l.waiters.add(p.key, w) {
+	if !l.waiters.add(p.key, p.owner, w) {
 		l.leave(p)
 		return ErrTooManyWaiting
 	}
-	defer l.waiters.remove(p.key, w)
+	defer l.waiters.remove(p.key, p.owner, w)
 	for {
 		wait := time.Until(l.waiters.dueOf(w))
 		if wait <= 0 {

@@ -358,30 +358,35 @@ func TestAMoveReachesAWaiterThatRegistersAfterIt(t *testing.T) {
 	} {
 		w := tt.w
 		w.due, w.moved = now, make(chan struct{}, 1)
-		if !ws.add("k", &w) {
+		if !ws.add("k", "ana", &w) {
 			t.Fatal("add refused")
 		}
 		if w.turn != tt.wantTurn || w.due != now.Add(time.Duration(w.turn-tt.w.turn)*time.Microsecond) {
 			t.Errorf("%s: turn %d, want %d", tt.name, w.turn, tt.wantTurn)
 		}
-		ws.remove("k", &w)
+		ws.remove("k", "ana", &w)
 	}
 }
 
-// TestOneQueueHoldsAtMostHalfTheWaiters: of a replica's 5 waiting places, one key (an account's
-// queue) holds at most 2, so a payroll account never takes every place; with 1 place, that one.
-func TestOneQueueHoldsAtMostHalfTheWaiters(t *testing.T) {
+// TestOneAccountHoldsAtMostHalfTheWaiters: of a replica's 5 waiting places, one account holds at
+// most 2, whatever its queues (its PIX and its statements), so a payroll account never takes
+// every place; with 1 place, that one.
+func TestOneAccountHoldsAtMostHalfTheWaiters(t *testing.T) {
 	ws := newWaiters(5)
 	for _, tt := range []struct {
-		key  string
-		want bool
-	}{{"payroll", true}, {"payroll", true}, {"payroll", false}, {"ana", true}, {"ana", true}, {"bruno", true}, {"bruno", false}} {
-		if got := ws.add(tt.key, &waiter{moved: make(chan struct{}, 1)}); got != tt.want {
+		key, owner string
+		want       bool
+	}{
+		{"pix:payroll", "payroll", true}, {"statement:payroll", "payroll", true}, {"pix:payroll", "payroll", false},
+		{"statement:payroll", "payroll", false}, {"pix:ana", "ana", true}, {"pix:ana", "ana", true}, {"pix:bruno", "bruno", true},
+		{"pix:bruno", "bruno", false},
+	} {
+		if got := ws.add(tt.key, tt.owner, &waiter{moved: make(chan struct{}, 1)}); got != tt.want {
 			t.Errorf("a waiter on %s with %d waiting: added %v, want %v", tt.key, ws.count.Load(), got, tt.want)
 		}
 	}
 	one := newWaiters(1)
-	if !one.add("payroll", &waiter{moved: make(chan struct{}, 1)}) {
+	if !one.add("pix:payroll", "payroll", &waiter{moved: make(chan struct{}, 1)}) {
 		t.Error("the only place of a replica of THROTTLE_MAX_WAITING 1: refused, want it given")
 	}
 }

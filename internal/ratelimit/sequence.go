@@ -127,7 +127,7 @@ func (l *Limiter) Sequence(ctx context.Context, steps ...Step) ([]Decision, erro
 		}
 		all = append(all, s.checks...)
 		if !s.voucher && s.slot == "" && queued(s.checks) && s.op.kind == opDecide {
-			if l.waiters.full(l.keys.key(s.checks[0].Policy, s.checks[0].Identity)) { // no place taken: the replica cannot hold one more
+			if l.waiters.full(s.checks[0].Identity) { // no place taken: the replica cannot hold one more
 				return l.unasked(steps[:i], l.tooManyWaiting(s.checks)), nil
 			}
 			steps[i].op = l.queueOp(ctx, s.op)

@@ -1,0 +1,267 @@
+package pixlimit_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// A README sentence is a claim, and so is a link: these tests hold the docs to the code.
+
+var (
+	// mdLink is a Markdown link to a line of a file: [text](path#L<n>).
+	mdLink = regexp.MustCompile(`\[([^\]]*)\]\(([^)#\s]+)#L(\d+)\)`)
+	// backQuoted is a back-quoted token of a link's text.
+	backQuoted = regexp.MustCompile("`([^`]+)`")
+	// identifier is a back-quoted token that names something in code (a file name does not).
+	identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+)
+
+// docs are the Markdown files a reader follows: the README and docs/ (the history excepted: it
+// records what was true then).
+func docs(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []string{"README.md"}
+	for _, f := range files {
+		if !strings.HasSuffix(f, "-history.md") {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// linkedName is the first back-quoted identifier of a link's text, its last part for a qualified
+// one (`limiter.apply` is apply), or "" when the text names none. A token that is a file name
+// (`sliding_log.lua`, `errors.go`) names the file, not a line.
+func linkedName(text string) string {
+	for _, m := range backQuoted.FindAllStringSubmatch(text, -1) {
+		tok := m[1]
+		if !identifier.MatchString(tok) || regexp.MustCompile(`\.(go|lua|md|ya?ml|json|sql|sh|js|html)$`).MatchString(tok) {
+			continue
+		}
+		return tok[strings.LastIndex(tok, ".")+1:]
+	}
+	return ""
+}
+
+// span is where a Go declaration is: from its doc comment (or its first line) to its last line.
+type span struct{ doc, name, end int }
+
+// goDecls lists, by name, every declaration of a Go file: funcs and methods, types (their span
+// reaching to the end of the methods that follow them), vars, consts and struct fields.
+func goDecls(t *testing.T, path string) map[string][]span {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func(p token.Pos) int { return fset.Position(p).Line }
+	start := func(doc *ast.CommentGroup, at token.Pos) int {
+		if doc != nil {
+			return line(doc.Pos())
+		}
+		return line(at)
+	}
+	decls := map[string][]span{}
+	add := func(name string, s span) { decls[name] = append(decls[name], s) }
+	receiverEnd := map[string]int{} // a type's last method's end
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			add(d.Name.Name, span{start(d.Doc, d.Pos()), line(d.Name.Pos()), line(d.End())})
+			if d.Recv != nil && len(d.Recv.List) == 1 {
+				typ := d.Recv.List[0].Type
+				if star, ok := typ.(*ast.StarExpr); ok {
+					typ = star.X
+				}
+				if id, ok := typ.(*ast.Ident); ok {
+					receiverEnd[id.Name] = max(receiverEnd[id.Name], line(d.End()))
+				}
+			}
+		case *ast.GenDecl:
+			for _, s := range d.Specs {
+				doc := d.Doc
+				switch s := s.(type) {
+				case *ast.TypeSpec:
+					if s.Doc != nil {
+						doc = s.Doc
+					}
+					add(s.Name.Name, span{start(doc, d.Pos()), line(s.Name.Pos()), line(s.End())})
+					if st, ok := s.Type.(*ast.StructType); ok {
+						for _, fl := range st.Fields.List {
+							for _, n := range fl.Names {
+								add(n.Name, span{start(fl.Doc, fl.Pos()), line(n.Pos()), line(fl.End())})
+							}
+						}
+					}
+				case *ast.ValueSpec:
+					if s.Doc != nil {
+						doc = s.Doc
+					}
+					for _, n := range s.Names {
+						add(n.Name, span{start(doc, s.Pos()), line(n.Pos()), line(s.End())})
+					}
+				}
+			}
+		}
+	}
+	for name, end := range receiverEnd {
+		for i := range decls[name] {
+			decls[name][i].end = max(decls[name][i].end, end)
+		}
+	}
+	return decls
+}
+
+// TestDocsLinksLandOnWhatTheyName: every link of README.md and docs/ to a line (path#L<n>) whose
+// text holds a back-quoted identifier lands on it, within 2 lines: in a Go file on its definition
+// (func, type, var, const, field) or the start of the doc comment right above it; in another file
+// on a line holding it.
+func TestDocsLinksLandOnWhatTheyName(t *testing.T) {
+	t.Parallel()
+	checked := 0
+	for _, doc := range docs(t) {
+		src, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(string(src), -1) {
+			name := linkedName(m[1])
+			if name == "" || strings.HasPrefix(m[2], "http") {
+				continue
+			}
+			path := filepath.Join(filepath.Dir(doc), m[2])
+			n, _ := strconv.Atoi(m[3])
+			if landsOn(t, path, name, n) {
+				checked++
+				continue
+			}
+			t.Errorf("%s: [%s](%s#L%s) does not land on `%s`", doc, m[1], m[2], m[3], name)
+		}
+	}
+	if checked == 0 {
+		t.Error("no link to a line of code was checked")
+	}
+}
+
+// landsOn reports whether line n of path is, within 2 lines, where name is defined (Go) or
+// written (any other file).
+func landsOn(t *testing.T, path, name string, n int) bool {
+	t.Helper()
+	near := func(l int) bool { return l >= n-2 && l <= n+2 }
+	if strings.HasSuffix(path, ".go") {
+		for _, s := range goDecls(t, path)[name] {
+			if near(s.doc) || near(s.name) {
+				return true
+			}
+		}
+		return false
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	word := regexp.MustCompile(`\b` + regexp.QuoteMeta(name) + `\b`)
+	for i, l := range strings.Split(string(src), "\n") {
+		if near(i+1) && word.MatchString(l) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestTheReadingTableCountsItsLines: each row of the README's "Read it in this order" gives the
+// lines a reader reads, within 10%: a whole file; one declaration (a type with its methods);
+// "`A` to `B`", from A's first line to B's last; "`A` and `B`", both; "(to `B`)" in its last
+// column, the file from its top to B's last line.
+func TestTheReadingTableCountsItsLines(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(src), "## Read it in this order")
+	if !ok {
+		t.Fatal("README.md has no section \"Read it in this order\"")
+	}
+	rows := 0
+	inTable := false
+	for _, row := range strings.Split(table, "\n") {
+		if inTable && !strings.HasPrefix(row, "|") {
+			break // the table ended
+		}
+		inTable = strings.HasPrefix(row, "|")
+		cells := strings.Split(row, "|")
+		if len(cells) < 5 || !regexp.MustCompile(`^\s*\d+\s*$`).MatchString(cells[1]) {
+			continue
+		}
+		rows++
+		link := regexp.MustCompile(`\[([^\]]*)\]\(([^)#]+)`).FindStringSubmatch(cells[2])
+		stated, err := strconv.Atoi(strings.TrimSpace(cells[3]))
+		if link == nil || err != nil {
+			t.Errorf("README reading table row %q: want a link and a line count", row)
+			continue
+		}
+		got := readLines(t, link[2], link[1], cells[4])
+		if math.Abs(float64(got-stated)) > 0.1*float64(got) {
+			t.Errorf("README reading table: %s says %d lines, the code has %d", strings.TrimSpace(cells[2]), stated, got)
+		}
+	}
+	if rows == 0 {
+		t.Error("the reading table has no rows")
+	}
+}
+
+// readLines counts what a row of the reading table asks to read (TestTheReadingTableCountsItsLines).
+func readLines(t *testing.T, path, text, note string) int {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := strings.Count(string(src), "\n")
+	var names []string
+	for _, m := range backQuoted.FindAllStringSubmatch(text, -1) {
+		if n := linkedName("`" + m[1] + "`"); n != "" {
+			names = append(names, n)
+		}
+	}
+	until := regexp.MustCompile("\\(to `([A-Za-z_][A-Za-z0-9_]*)`\\)").FindStringSubmatch(note)
+	if !strings.HasSuffix(path, ".go") || len(names) == 0 && until == nil {
+		return total
+	}
+	decls := goDecls(t, path)
+	one := func(name string) span {
+		if len(decls[name]) == 0 {
+			t.Fatalf("%s: no declaration of %s", path, name)
+		}
+		return decls[name][0]
+	}
+	switch {
+	case until != nil:
+		return one(until[1]).end
+	case len(names) == 1:
+		s := one(names[0])
+		return s.end - s.doc + 1
+	case strings.Contains(text, "` to `"):
+		return one(names[len(names)-1]).end - one(names[0]).doc + 1
+	}
+	sum := 0
+	for _, n := range names {
+		s := one(n)
+		sum += s.end - s.doc + 1
+	}
+	return sum
+}
