@@ -183,8 +183,8 @@ func replicaSecret(cfg config.Config, logger *slog.Logger) []byte {
 	return secret
 }
 
-// startLimiter makes the replica's Limiter over rdb, subscribes it to the support desk's
-// forgotten keys and warms it.
+// startLimiter makes the replica's Limiter over rdb (it subscribes itself to the fleet's
+// channels) and warms it.
 func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, secret []byte, logger *slog.Logger) error {
 	opts := cfg.Limiter
 	opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
@@ -193,19 +193,6 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 		return err
 	}
 	r.closers = append(r.closers, func() { _ = r.Limiter.Close() }) // waits for withdrawals, before Redis closes
-	// The support desk's forgotten keys, heard at once (the heartbeat is the backstop), and the
-	// turns of a queue that moved up when a waiter on another replica left.
-	sub := rdb.Subscribe(context.WithoutCancel(ctx), r.Limiter.ForgetChannel(), r.Limiter.QueueChannel())
-	go func() {
-		for msg := range sub.Channel() {
-			if msg.Channel == r.Limiter.QueueChannel() {
-				r.Limiter.Moved(msg.Payload)
-				continue
-			}
-			r.Limiter.Forgotten(msg.Payload)
-		}
-	}()
-	r.closers = append(r.closers, func() { _ = sub.Close() })
 	// Before serving: the scripts loaded on every master, the slot map known, connections
 	// dialed, so the first burst's decisions pay for none of it inside their budget.
 	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)

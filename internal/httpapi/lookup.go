@@ -58,16 +58,17 @@ func (l lookupLimiter) bank() check {
 // sequence is what a ratelimit.Limiter.Sequence returned (the decisions of the steps that ran,
 // its error) and how long the call took, for limiter.answer to answer each step.
 type sequence struct {
-	ds   []ratelimit.Decision
+	ds   ratelimit.Decisions
 	err  error
 	took time.Duration
+	lone *ratelimit.Decision // askAll's: one lone call's decision, whatever the step
 }
 
 // sequenceOf runs steps as one Sequence.
 func (l lookupLimiter) sequenceOf(ctx context.Context, steps ...ratelimit.Step) sequence {
 	start := time.Now()
 	ds, err := l.core.Sequence(ctx, steps...)
-	return sequence{ds, err, time.Since(start)}
+	return sequence{ds: ds, err: err, took: time.Since(start)}
 }
 
 // askAll is AskAll over cs as a one-step sequence, for answerAsk: a look-up's ask takes the
@@ -77,36 +78,58 @@ func (l lookupLimiter) askAll(ctx context.Context, cs ...check) sequence {
 	d, err := l.core.AskAll(ctx, checks(cs)...)
 	s := sequence{err: err, took: time.Since(start)}
 	if err == nil {
-		s.ds = []ratelimit.Decision{d}
+		s.lone = &d
 	}
 	return s
 }
 
-// step is the i-th step's decision: the decision made, if the step ran (on a cluster, steps can
-// run before one fails); else the sequence's error; else, the sequence having stopped at an
-// earlier refusal that its route let through (a shadow limit), an ErrUnavailable, so that the
-// step's fail mode answers.
-func (s sequence) step(i int) (ratelimit.Decision, error) {
-	switch {
-	case i < len(s.ds):
-		return s.ds[i], nil
-	case s.err != nil:
-		return ratelimit.Decision{}, s.err
+// of is step's decision: the decision made, if the step ran (on a cluster, steps can run before
+// one fails); else the sequence's error; else, the sequence having stopped at an earlier refusal
+// that its route let through (a shadow limit), an ErrUnavailable, so that the step's fail mode
+// answers.
+func (s sequence) of(step ratelimit.Step) (ratelimit.Decision, error) {
+	if s.lone != nil {
+		return *s.lone, nil
 	}
-	return ratelimit.Decision{}, fmt.Errorf("%w: step %d of a sequence that stopped after %d", ratelimit.ErrUnavailable, i+1, len(s.ds))
+	d, ran := s.ds.Of(step)
+	return whatRan(d, ran, s.err, s.ds.Ran())
 }
 
-// answerStep is limiter.answer for step i of s.
-func (l lookupLimiter) answerStep(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs []check, s sequence, i int) (ratelimit.Decision, error) {
-	d, err := s.step(i)
+// whatRan is a step's answer (sequence.of): its decision d if it ran, else the sequence's error,
+// else (the sequence stopped after `stopped` steps) an ErrUnavailable.
+func whatRan(d ratelimit.Decision, ran bool, err error, stopped int) (ratelimit.Decision, error) {
+	switch {
+	case ran:
+		return d, nil
+	case err != nil:
+		return ratelimit.Decision{}, err
+	}
+	return ratelimit.Decision{}, fmt.Errorf("%w: a step of a sequence that stopped after %d", ratelimit.ErrUnavailable, stopped)
+}
+
+// admitted says whether step ran and was admitted.
+func (s sequence) admitted(step ratelimit.Step) bool {
+	d, ran := s.ds.Of(step)
+	return ran && d.Allowed
+}
+
+// refused says whether step ran and was refused.
+func (s sequence) refused(step ratelimit.Step) bool {
+	d, ran := s.ds.Of(step)
+	return ran && !d.Allowed
+}
+
+// answerStep is limiter.answer for step of s.
+func (l lookupLimiter) answerStep(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs []check, s sequence, step ratelimit.Step) (ratelimit.Decision, error) {
+	d, err := s.of(step)
 	return l.answer(c, report, cs, d, err, s.took)
 }
 
-// answerAsk answers the ask of the payer's bucket (user) and the bank's (bank) made by decide,
-// taking nothing: an empty payer's bucket is a 429 reporting it, else an empty bank's bucket is
-// a 503 lookup_capacity_exhausted without RateLimit headers; the fail mode is the payer
-// bucket's. With quiet, an admission sets no RateLimit headers.
-func (l lookupLimiter) answerAsk(c echo.Context, user, bank check, quiet bool, asked sequence) error {
+// answerAsk answers the ask of the payer's bucket (user) and the bank's (bank), step of asked
+// (nil for askAll's), taking nothing: an empty payer's bucket is a 429 reporting it, else an
+// empty bank's bucket is a 503 lookup_capacity_exhausted without RateLimit headers; the fail mode
+// is the payer bucket's. With quiet, an admission sets no RateLimit headers.
+func (l lookupLimiter) answerAsk(c echo.Context, user, bank check, quiet bool, asked sequence, step ratelimit.Step) error {
 	bank.limit.FailMode = user.limit.FailMode
 	payerEmpty := func(d ratelimit.Decision) bool { return !d.Allowed && d.Results[0].RetryAfter > 0 }
 	report := func(d ratelimit.Decision) ratelimit.Decision {
@@ -120,7 +143,7 @@ func (l lookupLimiter) answerAsk(c echo.Context, user, bank check, quiet bool, a
 		}
 		return d.Only(0)
 	}
-	d, err := l.answerStep(c, report, []check{user, bank}, asked, 0)
+	d, err := l.answerStep(c, report, []check{user, bank}, asked, step)
 	var e *Error
 	if errors.As(err, &e) && e.Code == CodeRateLimitExceeded && !payerEmpty(d) {
 		return l.exhausted(bank.limit, e.RetryAfter)
@@ -145,34 +168,34 @@ func (l lookupLimiter) exhausted(bank enforce.RouteLimit, retryAfter time.Durati
 func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, grant *ratelimit.Check, first ...ratelimit.Step) error {
 	userCost, bankCost := l.rules.Price(found)
 	bank := l.bank()
-	steps := []ratelimit.Step{ratelimit.ChargeStep(checks([]check{user})[0], userCost), ratelimit.ChargeStep(checks([]check{bank})[0], bankCost)}
+	payUser, payBank := ratelimit.ChargeStep(checks([]check{user})[0], userCost), ratelimit.ChargeStep(checks([]check{bank})[0], bankCost)
+	steps := append(first, payUser, payBank)
+	var granted ratelimit.Step
 	if grant != nil {
-		steps = append(steps, ratelimit.GrantStep(*grant))
+		granted = ratelimit.GrantStep(*grant)
+		steps = append(steps, granted)
 	}
 	// On a context the client cannot cancel: a scanner that hangs up once the ledger has answered
 	// still pays its miss, and a PIX's slot goes back.
-	paid := l.sequenceOf(context.WithoutCancel(c.Request().Context()), append(first, steps...)...)
-	if len(first) > 0 { // steps never refused (a slot given back), before the charges
-		paid.ds = paid.ds[min(len(first), len(paid.ds)):]
-	}
+	paid := l.sequenceOf(context.WithoutCancel(c.Request().Context()), steps...)
 	report := func(d ratelimit.Decision) ratelimit.Decision {
 		if quiet && d.Allowed {
 			return ratelimit.Decision{Allowed: true}
 		}
 		return d
 	}
-	if _, err := l.answerStep(c, report, []check{user}, paid, 0); err != nil {
+	if _, err := l.answerStep(c, report, []check{user}, paid, payUser); err != nil {
 		return err
 	}
 	bankReport := func(d ratelimit.Decision) ratelimit.Decision {
 		return ratelimit.Decision{Allowed: d.Allowed, Worst: d.Worst}
 	}
-	_, payErr := l.answerStep(c, bankReport, []check{bank}, paid, 1)
+	_, payErr := l.answerStep(c, bankReport, []check{bank}, paid, payBank)
 	var e *Error
 	if errors.As(payErr, &e) && e.Code == CodeRateLimitExceeded {
 		return l.exhausted(bank.limit, e.RetryAfter)
 	}
-	if payErr == nil && grant != nil && len(paid.ds) < 3 {
+	if payErr == nil && granted != nil && !paid.admitted(granted) {
 		l.events.log("grant:"+dict.VoucherPolicy.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
 			"policy", dict.VoucherPolicy.Name)
 	}
@@ -227,54 +250,61 @@ func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, o
 	// The steps: the buckets asked; then the slot asked, the limit, the slot taken. A limit in
 	// shadow mode never refuses, so its slot is taken before it (a shadow refusal ends the
 	// sequence). A queued PIX takes its slot at its turn.
-	steps, slotAsked, ownAt, takeAt := []ratelimit.Step{ratelimit.AskStep(checks([]check{user, bank})...)}, -1, 1, -1
+	ask, limit := ratelimit.AskStep(checks([]check{user, bank})...), ratelimit.AllowStep(checks([]check{own})...)
+	var askSlot, takeSlot, takeMark ratelimit.Step
+	steps := []ratelimit.Step{ask}
 	switch {
 	case held != nil && !queued && own.limit.Shadow:
-		takeAt, ownAt = 1, 2
-		steps = append(steps, ratelimit.HoldStep(checks([]check{held.check})[0], held.name))
-		steps = append(steps, ratelimit.AllowStep(checks([]check{own})...))
+		takeSlot = ratelimit.HoldStep(checks([]check{held.check})[0], held.name)
+		steps = append(steps, takeSlot, limit)
 	case held != nil && !queued:
-		slotAsked, ownAt, takeAt = 1, 2, 3
-		steps = append(steps, ratelimit.AskHoldStep(checks([]check{held.check})[0], held.name))
-		steps = append(steps, ratelimit.AllowStep(checks([]check{own})...))
-		steps = append(steps, ratelimit.HoldStep(checks([]check{held.check})[0], held.name))
+		askSlot = ratelimit.AskHoldStep(checks([]check{held.check})[0], held.name)
+		takeSlot = ratelimit.HoldStep(checks([]check{held.check})[0], held.name)
+		steps = append(steps, askSlot, limit, takeSlot)
 	default:
-		steps = append(steps, ratelimit.AllowStep(checks([]check{own})...))
+		steps = append(steps, limit)
 	}
-	markAt := -1
 	if !queued {
-		markAt, steps = len(steps), append(steps, orig.take())
+		takeMark = orig.take()
+		steps = append(steps, takeMark)
 	}
 	// A client that hangs up does not cut the call short: a slot it took is then given back here.
 	deadline, _ := ctx.Deadline()
 	callCtx, cancelCall := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	decided := l.sequenceOf(callCtx, steps...)
 	cancelCall()
-	taken := takeAt > 0 && len(decided.ds) > takeAt && decided.ds[takeAt].Allowed
 	giveBack := func(err error) error {
-		if err != nil && taken {
-			l.release(c, held.release()...)
+		if err == nil {
+			return nil
 		}
+		var release []ratelimit.Step
+		if decided.admitted(takeSlot) {
+			release = held.release()
+		}
+		if decided.admitted(takeMark) {
+			release = append(release, orig.release()...)
+		}
+		l.release(c, release...)
 		return err
 	}
 	asked := user
 	asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
-	if err := l.answerAsk(c, asked, bank, true, decided); err != nil {
+	if err := l.answerAsk(c, asked, bank, true, decided, ask); err != nil {
 		return user, giveBack(err)
 	}
-	for _, at := range []int{slotAsked, takeAt} { // the slot asked, or taken (on a cluster the take is a call of its own)
-		if at > 0 && len(decided.ds) > at {
-			if err := held.answer(c, l.limiter, own, decided.ds[at], nil, decided.took); err != nil {
+	for _, slot := range []ratelimit.Step{askSlot, takeSlot} { // the slot asked, or taken (on a cluster the take is a call of its own)
+		if d, ran := decided.ds.Of(slot); ran {
+			if err := held.answer(c, l.limiter, own, d, nil, decided.took); err != nil {
 				return user, giveBack(err)
 			}
 		}
 	}
-	d, err := l.answerStep(c, nil, []check{own}, decided, ownAt)
+	d, err := l.answerStep(c, nil, []check{own}, decided, limit)
 	if err != nil {
 		return user, giveBack(err)
 	}
 	if !queued {
-		if len(decided.ds) > markAt && !decided.ds[markAt].Allowed { // another replica's original is in progress
+		if decided.refused(takeMark) { // another replica's original is in progress
 			orig.wait(ctx, l.core, waitUntil, false)
 		}
 		return user, nil
@@ -354,7 +384,7 @@ func handleLookup(ledger pix.Payments, share *pix.Share, lookups lookupLimiter) 
 			return invalid("invalid PIX key", map[string]string{"key": err.Error()})
 		}
 		user, bank := lookups.bucket(s, keyType), lookups.bank()
-		if err := lookups.answerAsk(c, user, bank, false, lookups.askAll(c.Request().Context(), user, bank)); err != nil {
+		if err := lookups.answerAsk(c, user, bank, false, lookups.askAll(c.Request().Context(), user, bank), nil); err != nil {
 			return err
 		}
 		p, err := lookupKey(c.Request().Context(), ledger, share, s.Account, key)

@@ -15,19 +15,19 @@ func TestASequenceStepIsWhatRan(t *testing.T) {
 	t.Parallel()
 	down := errors.New("the third node did not answer")
 	ran := ratelimit.Decision{Allowed: true}
-	refused := ratelimit.Decision{}
 	for _, tt := range []struct {
 		name    string
-		s       sequence
-		i       int
+		d       ratelimit.Decision
+		ran     bool
+		err     error
 		want    ratelimit.Decision
 		wantErr error
 	}{
-		{"ran, then a later step failed", sequence{ds: []ratelimit.Decision{ran}, err: down}, 0, ran, nil},
-		{"failed", sequence{ds: []ratelimit.Decision{ran}, err: down}, 1, ratelimit.Decision{}, down},
-		{"after a refusal", sequence{ds: []ratelimit.Decision{refused}}, 1, ratelimit.Decision{}, ratelimit.ErrUnavailable},
+		{"ran, then a later step failed", ran, true, down, ran, nil},
+		{"failed", ratelimit.Decision{}, false, down, ratelimit.Decision{}, down},
+		{"after a refusal", ratelimit.Decision{}, false, nil, ratelimit.Decision{}, ratelimit.ErrUnavailable},
 	} {
-		got, err := tt.s.step(tt.i)
+		got, err := whatRan(tt.d, tt.ran, tt.err, 1)
 		if got.Allowed != tt.want.Allowed || !errors.Is(err, tt.wantErr) || (tt.wantErr == nil) != (err == nil) {
 			t.Errorf("%s: %+v, %v; want %+v, %v", tt.name, got, err, tt.want, tt.wantErr)
 		}

@@ -178,7 +178,7 @@ func batchArgs(batch []*pending) (keys []string, args []any) {
 	settings := seen[:0]
 	for _, p := range batch {
 		keys = append(keys, p.keys...)
-		args = append(args, len(p.keys), p.c.id, p.c.now, p.c.op.arg())
+		args = append(args, len(p.keys), p.c.id, p.c.nowArg(), p.c.op.arg())
 		for _, k := range p.c.keys {
 			j := slices.Index(settings, k)
 			if j < 0 {

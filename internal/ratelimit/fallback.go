@@ -25,7 +25,7 @@ const (
 func (l *Limiter) heartbeat() {
 	defer l.withdrawals.Done()
 	id := l.id
-	keys := []string{l.keys.prefix + ":{fleet}", l.ForgetChannel()} // the roster and the forget list
+	keys := []string{l.keys.prefix + ":{fleet}", l.forgetChannel()} // the roster and the forget list
 	tick := time.NewTicker(heartbeatEvery)
 	defer tick.Stop()
 	var seen int64 // the Redis clock of the last beat, in ms: forgotten keys after it are news

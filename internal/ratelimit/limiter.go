@@ -178,6 +178,11 @@ type Limiter struct {
 	closing   chan struct{}
 	closeOnce sync.Once
 
+	// sub is the subscription listen reads, when the client can subscribe; Close ends it, and
+	// waits for listening.
+	sub       *redis.PubSub
+	listening sync.WaitGroup
+
 	// now, when set (tests only), replaces the Redis clock.
 	now func() time.Time
 	// withdrawn, when set (tests only), learns how long each withdrawn admission was held.
@@ -246,7 +251,35 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		probe := l.probe
 		l.breaker = newBreaker(failures, cooldown, opts.Timeout, probe, l.clock, opts.Logger)
 	}
+	if s, ok := rdb.(subscriber); ok {
+		l.listen(s)
+	}
 	return l, nil
+}
+
+// subscriber is a Redis client that can subscribe to channels (go-redis's Client and
+// ClusterClient).
+type subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// listen hears the fleet's news until Close: the keys another replica forgot (forgetChannel),
+// dropped from the deny cache at once, and the turns of a queue that moved up when a waiter on
+// another replica left (queueChannel). go-redis resubscribes after a lost connection; a
+// message sent meanwhile is missed (the heartbeat re-reads the forgotten keys).
+func (l *Limiter) listen(s subscriber) {
+	l.sub = s.Subscribe(context.Background(), l.forgetChannel(), l.queueChannel())
+	l.listening.Add(1) // Close waits for it
+	go func() {
+		defer l.listening.Done()
+		for msg := range l.sub.Channel() {
+			if msg.Channel == l.queueChannel() {
+				l.moved(msg.Payload)
+				continue
+			}
+			l.Forgotten(msg.Payload)
+		}
+	}()
 }
 
 // ClientOptions tunes Redis client options for a decision budget: every dial, read, write and
@@ -393,19 +426,21 @@ func (l *Limiter) Forget(ctx context.Context, c Check) error {
 		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
 	}
 	// The fleet's forget list and the channel it is published on share one name.
-	if _, err := forgottenScript.Run(ctx, l.rdb, []string{l.ForgetChannel()}, key, l.hold.Milliseconds()).Result(); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := forgottenScript.Run(ctx, l.rdb, []string{l.forgetChannel()}, key, l.hold.Milliseconds()).Result(); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
 	}
 	l.Forgotten(key)
 	return nil
 }
 
-// ForgetChannel is the Redis channel Forget publishes each forgotten key on. A replica whose
-// client can subscribe (the API's does) passes each message to Forgotten, and learns of a forget
-// within a round trip; the heartbeat is the backstop for a message missed.
-func (l *Limiter) ForgetChannel() string { return l.keys.prefix + ":{fleet}:forget" }
+// forgetChannel is the Redis channel Forget publishes each forgotten key on. A Limiter whose
+// client can subscribe hears it (listen) and learns of a forget within a round trip; the
+// heartbeat is the backstop for a message missed.
+func (l *Limiter) forgetChannel() string { return l.keys.prefix + ":{fleet}:forget" }
 
-// Forgotten drops key (as Forget names it, on ForgetChannel) from this replica's deny cache.
+// Forgotten drops key (as Key names it) from this replica's deny cache: what a Limiter does
+// when it hears of a Forget on another replica, and what a caller does that knows a key's limit
+// changed (a re-tiered account).
 func (l *Limiter) Forgotten(key string) {
 	if l.deny != nil {
 		l.deny.forget(key)
@@ -653,7 +688,7 @@ func (l *Limiter) decisionOf(r reply, checks []Check, keys []string, c call) Dec
 	if queued(checks) && r.wait > 0 {
 		d.Wait = time.Duration(r.wait) * time.Microsecond
 		if r.allowed && c.op.takes() {
-			d.place = &place{key: keys[0], owner: checks[0].Identity, id: c.id.(string), turn: r.now + r.wait, decided: r.now, policy: checks[0].Policy}
+			d.place = &place{key: keys[0], owner: checks[0].Identity, id: c.id, turn: r.now + r.wait, decided: r.now, policy: checks[0].Policy}
 		}
 	}
 	return d

@@ -24,9 +24,18 @@ import (
 // parseReply), and a queue's (LeakyBucket) one more value, its wait; a withdrawal, how many keys it took something
 // back from (a queue's: leave).
 type call struct {
-	id, now any
-	op      op
-	keys    [][3]any // per key, boxed once per policy (Limiter.policyArgs)
+	id   string   // the request's id ("" for the algorithms that record no request)
+	now  int64    // the injected time in µs (tests only); 0: the Redis clock
+	op   op       // what the call does
+	keys [][3]any // per key, boxed once per policy (Limiter.policyArgs)
+}
+
+// nowArg is the call's now as a script reads it: "" for the Redis clock.
+func (c call) nowArg() any {
+	if c.now == 0 {
+		return ""
+	}
+	return c.now
 }
 
 // op is what a script call does with its keys.
@@ -94,7 +103,7 @@ func (c call) only(i int) call {
 
 // withdrawal is the call that withdraws c's request, admitted at `at` (µs, the now its decision
 // returned; 0 when unknown, for the sorted-set log that finds it by its id), at now.
-func (c call) withdrawal(at int64, now any) call {
+func (c call) withdrawal(at, now int64) call {
 	return call{id: c.id, now: now, op: op{kind: opWithdraw, at: at}, keys: c.keys}
 }
 
@@ -102,7 +111,7 @@ func (c call) withdrawal(at int64, now any) call {
 func (c call) args() []any {
 	first := c.keys[0]
 	args := make([]any, 0, 3+3*len(c.keys))
-	args = append(args, first[0], first[1], c.id, first[2], c.now, c.op.arg())
+	args = append(args, first[0], first[1], c.id, first[2], c.nowArg(), c.op.arg())
 	for _, k := range c.keys[1:] {
 		args = append(args, k[0], k[1], k[2])
 	}
@@ -164,12 +173,12 @@ func (l *Limiter) runWithdrawal(a Algorithm, key string, w call) (int64, error) 
 	return scripts[a].Run(ctx, l.rdb, []string{key}, w.args()...).Int64()
 }
 
-// clockArg is now for a script: the injected clock's time in µs, or "" for Redis's own.
-func (l *Limiter) clockArg() any {
+// clockArg is now for a call: the injected clock's time in µs, or 0 for Redis's own.
+func (l *Limiter) clockArg() int64 {
 	if l.now != nil {
 		return l.now().UnixMicro()
 	}
-	return ""
+	return 0
 }
 
 // newCall is the call of op over checks.

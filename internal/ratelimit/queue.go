@@ -255,17 +255,17 @@ func (l *Limiter) leave(p *place) {
 	l.waiters.move(p.key, turn, moved, at, false)
 	// The others' waiters; this replica skips its own message (its waiters have moved).
 	msg := strings.Join([]string{p.key, strconv.FormatInt(turn, 10), strconv.FormatInt(moved, 10), strconv.FormatInt(at, 10), l.id}, " ")
-	_ = publishScript.Run(ctx, l.rdb, []string{l.QueueChannel()}, msg).Err() // unheard: see the top of this file
+	_ = publishScript.Run(ctx, l.rdb, []string{l.queueChannel()}, msg).Err() // unheard: see the top of this file
 }
 
-// QueueChannel is the Redis channel on which a replica announces the turns that moved up when
-// one of its waiters left. A replica whose client can subscribe passes each message to Moved.
-func (l *Limiter) QueueChannel() string { return l.keys.prefix + ":{fleet}:queue" }
+// queueChannel is the Redis channel on which a replica announces the turns that moved up when
+// one of its waiters left; every Limiter whose client can subscribe hears it (listen).
+func (l *Limiter) queueChannel() string { return l.keys.prefix + ":{fleet}:queue" }
 
-// Moved moves this replica's waiters as a message on QueueChannel says: "key after by at sender",
+// moved moves this replica's waiters as a message on queueChannel says: "key after by at sender",
 // the turns of key after `after` given before `at` (Redis µs) move up by `by` µs. A replica's own
 // messages are skipped: it moved its waiters when it sent them.
-func (l *Limiter) Moved(msg string) {
+func (l *Limiter) moved(msg string) {
 	f := strings.Fields(msg)
 	if len(f) != 5 || f[4] == l.id {
 		return

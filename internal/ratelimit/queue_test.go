@@ -69,14 +69,14 @@ func TestQueueScriptMatchesItsModel(t *testing.T) {
 		if c.op.kind == opAsk {
 			within = -1
 		}
-		admitted, remaining, reset, wait := m.take(now, paceOf(p), p.Queue, within, c.id.(string), c.op.kind != opAsk)
+		admitted, remaining, reset, wait := m.take(now, paceOf(p), p.Queue, within, c.id, c.op.kind != opAsk)
 		want := reply{allowed: admitted, pairs: []int64{remaining, reset}, now: now, wait: wait}
 		if got.allowed != want.allowed || !slices.Equal(got.pairs, want.pairs) || got.wait != want.wait {
 			t.Fatalf("step %d (op %q): script %+v, model %+v", step, c.op.arg(), got, want)
 		}
 		switch {
 		case admitted && c.op.kind != opAsk:
-			held = append(held, c.id.(string))
+			held = append(held, c.id)
 			seen["admitted"]++
 			if wait > 0 {
 				seen["waits"]++
@@ -92,21 +92,20 @@ func TestQueueScriptMatchesItsModel(t *testing.T) {
 	}
 }
 
-// subscribed makes ls hear each other's moved turns, as the API's replicas do.
+// subscribed waits until each of ls hears the others' moved turns (each Limiter subscribes
+// itself: listen), so that no test sends a move before a subscription is in place.
 func subscribed(t *testing.T, srv *redistest.Server, ls ...*Limiter) {
 	t.Helper()
-	for _, l := range ls {
-		c := srv.Client(nil)
-		sub := c.Subscribe(context.Background(), l.QueueChannel())
-		if _, err := sub.Receive(context.Background()); err != nil { // the subscription is confirmed
-			t.Fatal(err)
+	c := srv.Client(nil)
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		n, err := c.PubSubNumSub(context.Background(), ls[0].queueChannel()).Result()
+		if err == nil && n[ls[0].queueChannel()] >= int64(len(ls)) {
+			return
 		}
-		go func() {
-			for msg := range sub.Channel() {
-				l.Moved(msg.Payload)
-			}
-		}()
-		t.Cleanup(func() { sub.Close(); c.Close() })
+		if time.Now().After(deadline) {
+			t.Fatalf("%v of %d limiters subscribed to %s", n, len(ls), ls[0].queueChannel())
+		}
 	}
 }
 

@@ -102,7 +102,7 @@ func TestASlotIsAskedBeforeTheLimitAndTakenAfter(t *testing.T) {
 	limit := Check{Policy{Name: "pix", Limit: 1, Window: time.Minute}, "co"}
 	ctx := context.Background()
 	holders := map[string]string{}
-	pix := func(name string) []Decision {
+	pix := func(name string) Decisions {
 		holders[name] = Holder(name)
 		ds, err := l.Sequence(ctx, AskHoldStep(slots, holders[name]), AllowStep(limit), HoldStep(slots, holders[name]))
 		if err != nil {
@@ -110,11 +110,11 @@ func TestASlotIsAskedBeforeTheLimitAndTakenAfter(t *testing.T) {
 		}
 		return ds
 	}
-	if ds := pix("one"); len(ds) != 3 || !ds[2].Allowed {
-		t.Fatalf("the first PIX: %d steps ran, want 3 admitted", len(ds))
+	if ds := pix("one"); ds.Ran() != 3 || !ds.Last().Allowed {
+		t.Fatalf("the first PIX: %d steps ran, want 3 admitted", ds.Ran())
 	}
-	if ds := pix("two"); len(ds) != 1 || ds[0].Allowed {
-		t.Fatalf("a second PIX while the first holds the slot: %d steps ran, want the ask refused alone", len(ds))
+	if ds := pix("two"); ds.Ran() != 1 || ds.Last().Allowed {
+		t.Fatalf("a second PIX while the first holds the slot: %d steps ran, want the ask refused alone", ds.Ran())
 	}
 	if d, _ := l.Inspect(ctx, limit); d.Worst.Remaining != 0 {
 		t.Fatalf("the limit has %d left, want 0 (the first PIX only)", d.Worst.Remaining)
@@ -122,8 +122,8 @@ func TestASlotIsAskedBeforeTheLimitAndTakenAfter(t *testing.T) {
 	if _, err := l.Sequence(ctx, ReleaseStep(slots, holders["one"])); err != nil {
 		t.Fatal(err)
 	}
-	if ds := pix("three"); len(ds) != 2 || ds[1].Allowed {
-		t.Fatalf("a PIX over its limit: %d steps ran, want its limit refused", len(ds))
+	if ds := pix("three"); ds.Ran() != 2 || ds.Last().Allowed {
+		t.Fatalf("a PIX over its limit: %d steps ran, want its limit refused", ds.Ran())
 	}
 	if d, _ := l.Hold(ctx, slots, Holder("four")); !d.Allowed {
 		t.Error("a PIX refused by its limit kept a slot")

@@ -118,9 +118,7 @@ func (l *Limiter) withdrawLate(a Algorithm, keys []string, c call, checks []Chec
 // enqueue adds w to the queue, due now, and starts a worker if fewer than withdrawWorkers run.
 func (l *Limiter) enqueue(w *withdrawal) {
 	w.size = withdrawalOverhead + len(w.key)
-	if id, ok := w.c.id.(string); ok {
-		w.size += len(id)
-	}
+	w.size += len(w.c.id)
 	w.due = time.Now()
 	q := l.withdrawQ
 	l.withdrawals.Add(1)
@@ -323,8 +321,12 @@ func (l *Limiter) Close() error {
 		l.withdrawQ.closedAt = time.Now()
 		l.withdrawQ.mu.Unlock()
 		close(l.closing)
+		if l.sub != nil {
+			_ = l.sub.Close() // ends listen
+		}
 	})
 	l.withdrawals.Wait()
+	l.listening.Wait()
 	if l.breaker != nil {
 		l.breaker.stop()
 	}
