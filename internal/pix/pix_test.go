@@ -661,7 +661,7 @@ func answersWithin(t *testing.T, l *PostgresLedger, within time.Duration) {
 // dead connection, as it would one by one without the reset.
 func TestAFailedPingDropsTheDeadConnections(t *testing.T) {
 	t.Parallel()
-	const timeout = 300 * time.Millisecond
+	const timeout = time.Second // a fresh dial and its authentication fit in it beside four CPU burners (300 ms did not)
 	l, gate := gatedLedger(t, timeout)
 	idleConnections(t, l, 6)
 	if idle := l.pool.Stat().IdleConns(); idle < 4 {
