@@ -273,15 +273,21 @@ func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, o
 	callCtx, cancelCall := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	decided := l.sequenceOf(callCtx, steps...)
 	cancelCall()
+	// A hold the sequence may have taken goes back with a refusal: one it took, or, when Redis
+	// did not answer, one it may have taken (the script may have run; a hold's name is its own, so
+	// giving back one never taken changes nothing).
+	mayHold := func(s ratelimit.Step) bool {
+		return s != nil && (decided.admitted(s) || decided.err != nil && !decided.refused(s))
+	}
 	giveBack := func(err error) error {
 		if err == nil {
 			return nil
 		}
 		var release []ratelimit.Step
-		if decided.admitted(takeSlot) {
+		if mayHold(takeSlot) {
 			release = held.release()
 		}
-		if decided.admitted(takeMark) {
+		if mayHold(takeMark) {
 			release = append(release, orig.release()...)
 		}
 		l.release(c, release...)
@@ -304,8 +310,11 @@ func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, o
 		return user, giveBack(err)
 	}
 	if !queued {
-		if decided.refused(takeMark) { // another replica's original is in progress
+		switch {
+		case decided.refused(takeMark): // another replica's original is in progress
 			orig.wait(ctx, l.core, waitUntil, false)
+		case !decided.admitted(takeMark) && decided.err == nil: // a shadow refusal ended the sequence before it
+			orig.wait(ctx, l.core, waitUntil, true)
 		}
 		return user, nil
 	}
