@@ -301,3 +301,36 @@ func TestALedgerBusyPIXSpendsNothing(t *testing.T) {
 		t.Errorf("Ana's statement holds %d transfers, want 2: the busy PIX moved nothing", n)
 	}
 }
+
+// TestAShadowLimitStillWaitsForTheKeysOriginal: with the PIX limit in shadow mode (1 a minute),
+// Ana's original PIX of a key is held in the ledger on one replica; a second PIX of the key on the
+// other replica, over the shadow limit (its refusal ends the admission's call before the mark),
+// still makes no ledger call until the original has answered, and is then 409 for its other body.
+func TestAShadowLimitStillWaitsForTheKeysOriginal(t *testing.T) {
+	t.Parallel()
+	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := gated{Ledger: inner, entered: make(chan struct{}, 4), gate: make(chan struct{})}
+	replicas, _ := fleet(t, redistest.Start(t), ledger, 2, map[string]string{"REDIS_TIMEOUT": "1s",
+		"PIX_LIMIT": "1", "PIX_MODE": "shadow"})
+	ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+	key := apitest.NewIdempotencyKey()
+	first, second := make(chan apitest.Response, 1), make(chan apitest.Response, 1)
+	go func() { first <- replicas[0].PIX(ana, "bruno@example.com", 100, "Idempotency-Key", key) }()
+	<-ledger.entered // the original, held at the gate
+	go func() { second <- replicas[1].PIX(ana, "bruno@example.com", 200, "Idempotency-Key", key) }()
+	select {
+	case <-ledger.entered:
+		t.Error("a PIX over its shadow limit reached the ledger while its key's original was in progress")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(ledger.gate)
+	if r := <-first; r.Status != http.StatusCreated {
+		t.Errorf("the original: %v, want 201", r)
+	}
+	if r := <-second; r.Status != http.StatusConflict {
+		t.Errorf("the second PIX of the key, another body: %v, want 409", r)
+	}
+}
