@@ -24,6 +24,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/memredis"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/batch"
 )
 
 // Deps are what a replica may be handed instead of building it from the configuration. Every
@@ -188,6 +189,11 @@ func replicaSecret(cfg config.Config, logger *slog.Logger) []byte {
 func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, secret []byte, logger *slog.Logger) error {
 	opts := cfg.Limiter
 	opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
+	var batches *batch.Runner
+	if _, cluster := rdb.(*redis.ClusterClient); !cluster { // one script touches one slot: a cluster is never batched
+		opts.Runner = batch.New(rdb, ratelimit.Scripts(rdb), cfg.BatchMax)
+		batches, _ = opts.Runner.(*batch.Runner)
+	}
 	var err error
 	if r.Limiter, err = ratelimit.New(rdb, opts); err != nil {
 		return err
@@ -196,7 +202,11 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 	// Before serving: the scripts loaded on every master, the slot map known, connections
 	// dialed, so the first burst's decisions pay for none of it inside their budget.
 	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)
-	if err := r.Limiter.Warm(warmCtx, warmConns); err != nil {
+	err = r.Limiter.Warm(warmCtx, warmConns)
+	if batches != nil && err == nil {
+		err = batches.Load(warmCtx)
+	}
+	if err != nil {
 		logger.Warn("could not warm the rate limiter: its first decisions may fail by their fail modes", "err", err)
 	}
 	cancel()

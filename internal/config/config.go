@@ -63,6 +63,9 @@ type Config struct {
 	// means off, which ratelimit.Options says with a negative number); the caller adds KeySecret
 	// and Logger.
 	Limiter ratelimit.Options
+	// BatchMax is RATELIMIT_BATCH_MAX: the most decisions one call to Redis carries (package
+	// batch); 1 sends each alone. A Redis Cluster is never batched.
+	BatchMax int
 	// DemoAccounts says whether to seed the demo accounts: DEMO_ACCOUNTS when set, else only
 	// into the in-memory ledger (never, unasked, into a DATABASE_URL database).
 	DemoAccounts bool
@@ -445,6 +448,7 @@ func (cfg *environment) check(p *problems) Config {
 		out.DemoAccounts = *cfg.DemoAccountsSet
 	}
 	out.Limiter = cfg.limiterOptions()
+	out.BatchMax = cfg.BatchMax
 	if !slices.Contains([]slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}, cfg.LogLevel) {
 		p.add("LOG_LEVEL", "%v: want debug, info, warn or error", cfg.LogLevel)
 	}
@@ -579,7 +583,7 @@ func (cfg *environment) limiterOptions() ratelimit.Options {
 		return n
 	}
 	return ratelimit.Options{Timeout: cfg.RedisTimeout, DenyCacheSize: off(cfg.DenyCacheSize),
-		BreakerFailures: off(cfg.BreakerFailures), BreakerCooldown: cfg.BreakerCooldown, BatchMax: cfg.BatchMax,
+		BreakerFailures: off(cfg.BreakerFailures), BreakerCooldown: cfg.BreakerCooldown,
 		FleetSize: cfg.FleetSize, MaxWaiting: cfg.ThrottleMaxWaiting}
 }
 

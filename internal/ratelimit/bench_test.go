@@ -1,8 +1,9 @@
-package ratelimit
+package ratelimit_test
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,8 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
+	. "github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/batch"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
@@ -29,11 +32,11 @@ import (
 func BenchmarkDecision(b *testing.B) {
 	srv := redistest.Start(b)
 	rdb := srv.Client(func(o *redis.Options) { ClientOptions(o, time.Second); o.PoolSize = 32 })
-	l, err := New(rdb, Options{KeySecret: testSecret, Timeout: time.Second}) // batching on, as by default
+	l, err := New(rdb, Options{KeySecret: benchSecret, Timeout: time.Second, Runner: batch.New(rdb, Scripts(rdb), 32)}) // batching, as a replica does
 	if err != nil {
 		b.Fatal(err)
 	}
-	alone, err := New(rdb, Options{KeySecret: testSecret, Timeout: time.Second, BatchMax: 1})
+	alone, err := New(rdb, Options{KeySecret: benchSecret, Timeout: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -46,14 +49,16 @@ func BenchmarkDecision(b *testing.B) {
 	// Every invocation of a benchmark function starts on fresh keys, so keys hold about
 	// b.N/10,000 entries each, whatever the ramp-up and -count did before.
 	var round atomic.Int64
-	fresh := func(name string) Policy { return policy(fmt.Sprint(name, "-", round.Add(1)), 1000, time.Minute) }
+	fresh := func(name string) Policy {
+		return Policy{Name: fmt.Sprint(name, "-", round.Add(1)), Limit: 1000, Window: time.Minute}
+	}
 
 	for _, par := range []int{1, 16, 64} {
 		for _, row := range []struct {
 			name string
 			l    *Limiter
 			algs []Algorithm
-		}{{"one_key", l, meters()}, {"one_key_unbatched", alone, []Algorithm{SlidingLog, SlidingLogPacked}}} {
+		}{{"one_key", l, slices.DeleteFunc(Algorithms(), func(a Algorithm) bool { return a == LeakyBucket })}, {"one_key_unbatched", alone, []Algorithm{SlidingLog, SlidingLogPacked}}} {
 			for _, a := range row.algs {
 				b.Run(fmt.Sprintf("%s/%s/p=%d", a, row.name, par), func(b *testing.B) {
 					p := fresh("one")
@@ -169,40 +174,6 @@ func measure(b *testing.B, rdb *redis.Client, par int, fn func(i int) error) {
 	}
 }
 
-// TestMemoryPerKey measures, with MEMORY USAGE, what one key costs Redis for each algorithm
-// when it has admitted as many requests as it holds at once: limit (or burst) 10 and 1000.
-//
-//	go test -run TestMemoryPerKey -v ./internal/ratelimit
-func TestMemoryPerKey(t *testing.T) {
-	t.Parallel()
-	l, rdb, _ := newTestLimiter(t)
-	withClock(l)
-	ctx := context.Background()
-	for _, a := range meters() {
-		for _, limit := range []int{10, 1000} {
-			p := Policy{Name: fmt.Sprint("mem", limit), Limit: limit, Window: time.Minute, Algorithm: a}
-			for range limit {
-				if !mustAllow(t, l, Check{p, "k"}).Allowed {
-					t.Fatalf("%s: refused under the limit", a)
-				}
-			}
-			bytes, err := rdb.MemoryUsage(ctx, l.keys.key(p, "k")).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%-14s limit %4d: %6d bytes", a, limit, bytes)
-			switch {
-			case a == SlidingLog && limit == 10 && bytes >= 500:
-				t.Errorf("sliding log at limit 10: %d bytes, want well under 500", bytes)
-			case a == SlidingLogPacked && bytes > map[int]int64{10: 150, 1000: 9000}[limit]:
-				t.Errorf("packed log at limit %d: %d bytes, want at most %d", limit, bytes, map[int]int64{10: 150, 1000: 9000}[limit])
-			case a != SlidingLog && a != SlidingLogPacked && bytes > 160:
-				t.Errorf("%s at limit %d: %d bytes, want one short value", a, limit, bytes)
-			}
-		}
-	}
-}
-
 // BenchmarkCluster compares decisions on a 3-master Redis Cluster with decisions on one node,
 // in the same run: one key, and the login's two keys (one script on one node; on the cluster,
 // one script per slot, concurrently, with withdrawals when one refuses).
@@ -220,13 +191,15 @@ func BenchmarkCluster(b *testing.B) {
 	}
 	ctx := context.Background()
 	var round atomic.Int64
-	fresh := func(name string) Policy { return policy(fmt.Sprint(name, "-", round.Add(1)), 1000, time.Minute) }
+	fresh := func(name string) Policy {
+		return Policy{Name: fmt.Sprint(name, "-", round.Add(1)), Limit: 1000, Window: time.Minute}
+	}
 	for _, target := range []struct {
 		name  string
 		rdb   redis.Scripter
 		stats *redis.Client
 	}{{"single", single, single}, {"cluster", cluster, nil}} {
-		l, err := New(target.rdb, Options{KeySecret: testSecret, Timeout: time.Second})
+		l, err := New(target.rdb, Options{KeySecret: benchSecret, Timeout: time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -274,6 +247,9 @@ func redisCPUSeconds(b *testing.B, rdb *redis.Client) float64 {
 	}
 	return total
 }
+
+// benchSecret keys the benchmarks' Limiters.
+var benchSecret = []byte("0123456789abcdef-benchmarks")
 
 // returnOne is the cheapest script there is: the floor of any decision.
 var returnOne = redis.NewScript("return 1")

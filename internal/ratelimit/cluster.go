@@ -24,13 +24,13 @@ import (
 // a concurrent request on the same key can be refused that one script over all keys would have
 // admitted. The error is only ever on the strict side: the split never admits more than the
 // limit. A request that only asks (AskAll) took nothing, and nothing is withdrawn.
-func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, c call, checks []Check) (Decision, error) {
-	replies := make([]reply, len(keys))
+func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, c Call, checks []Check) (Decision, error) {
+	replies := make([]Reply, len(keys))
 	errs := make([]error, len(keys))
 	var wg sync.WaitGroup
 	for i := range keys {
 		wg.Go(func() {
-			replies[i], errs[i] = run(ctx, l.rdb, a, keys[i:i+1], c.only(i))
+			replies[i], errs[i] = run(ctx, l.rdb, a, keys[i:i+1], c.Only(i))
 		})
 	}
 	wg.Wait()
@@ -41,27 +41,27 @@ func (l *Limiter) decideApart(ctx context.Context, a Algorithm, keys []string, c
 		switch {
 		case errs[i] != nil:
 			failed = errs[i]
-		case !replies[i].allowed:
+		case !replies[i].Allowed:
 			allowed = false
 		}
 	}
 	pairs := make([]int64, 0, 2*len(keys))
 	for i := range keys {
-		if !c.op.takes() { // an ask or a refund took nothing: there is nothing to withdraw
+		if !c.Op.Takes() { // an ask or a refund took nothing: there is nothing to withdraw
 			if errs[i] == nil {
-				pairs = append(pairs, replies[i].pairs...)
+				pairs = append(pairs, replies[i].Pairs...)
 			}
 			continue
 		}
 		if errs[i] != nil {
-			l.withdrawLate(a, keys[i:i+1], c.only(i), checks[i:i+1], errs[i]) // it may still run late
+			l.withdrawLate(a, keys[i:i+1], c.Only(i), checks[i:i+1], errs[i]) // it may still run late
 		}
-		if errs[i] == nil && replies[i].allowed && (!allowed || failed != nil) {
-			l.withdraw(a, keys[i], c.only(i), replies[i].now, checks[i].Policy, decided)
-			replies[i].pairs[0]++ // the place it held is given back
+		if errs[i] == nil && replies[i].Allowed && (!allowed || failed != nil) {
+			l.withdraw(a, keys[i], c.Only(i), replies[i].Now, checks[i].Policy, decided)
+			replies[i].Pairs[0]++ // the place it held is given back
 		}
 		if errs[i] == nil {
-			pairs = append(pairs, replies[i].pairs...)
+			pairs = append(pairs, replies[i].Pairs...)
 		}
 	}
 	if failed != nil {
@@ -85,13 +85,13 @@ func (l *Limiter) refreshTopology() {
 // Warm readies the Limiter for its first burst, to be called once before its replica listens:
 // the first decisions of a cold replica otherwise pay, inside their budget, for dialing Redis,
 // for a cluster's slot map and for NOSCRIPT, the script sent in full after its hash was refused.
-// Warm loads every script that decides (each algorithm's, alone and batched, the sequences',
+// Warm loads every script that decides (each algorithm's, the sequences',
 // the voucher's, the slots' and the readiness probe) into Redis, on every node of a cluster; it
 // learns the slot map; and it opens conns connections to each master, so that a burst finds
 // them dialed. The error says what could not be readied; a replica may still start,
 // its decisions then follow the fail modes until Redis answers.
 func (l *Limiter) Warm(ctx context.Context, conns int) error {
-	all := append(slices.Collect(maps.Values(scripts)), slices.Collect(maps.Values(batchScripts))...)
+	all := slices.Collect(maps.Values(scripts))
 	for _, s := range sequenceScripts {
 		all = append(all, s.script)
 	}

@@ -101,7 +101,7 @@ func (l *Limiter) queueFallback(ctx context.Context, c Check, n int, now time.Ti
 		d.Fallback = true
 		return d
 	}
-	o := l.queueOp(ctx, op{kind: opDecide})
+	o := l.queueOp(ctx, Op{kind: opDecide})
 	allowed, remaining, reset, wait := l.fallback.queue(now, key, q, o.within, id)
 	d := newDecision(allowed, []int64{remaining, reset}, []Check{{Policy: q, Identity: c.Identity}})
 	d.Fallback = true

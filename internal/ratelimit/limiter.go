@@ -114,11 +114,9 @@ type Options struct {
 	FleetSize int
 	// FallbackLogSize bounds the keys AllowFallback remembers. Default 100,000.
 	FallbackLogSize int
-	// BatchMax is the most decisions one call to Redis carries: decisions that arrive while
-	// calls are on their way go together in the next one (see batcher), decided one after
-	// another as they would be one by one. Default 32; 1 (or negative) sends every decision
-	// alone. A cluster Limiter never batches: a script touches one slot.
-	BatchMax int
+	// Runner runs each decision's script: Scripts(rdb) by default, or a layer around it that
+	// batches (package batch). Every other call (a withdrawal, a probe) runs its script alone.
+	Runner Runner
 	// MaxWaiting is the most requests this Limiter holds until their turns at once (Wait), over
 	// every queue (LeakyBucket), one key (an account's queue) at most half of them (at least 1):
 	// past it, a queue's request is refused at once. Default 1000.
@@ -131,7 +129,6 @@ const (
 	defaultDenyCacheHold   = 5 * time.Second
 	defaultBreakerFailures = 5
 	defaultBreakerCooldown = time.Second
-	defaultBatchMax        = 32
 	defaultMaxWaiting      = 1000
 )
 
@@ -152,8 +149,8 @@ type Limiter struct {
 	hold time.Duration
 	// breaker fails decisions at once while Redis keeps failing (breaker.go); nil when disabled.
 	breaker *breaker
-	// batch sends each algorithm's decisions in batches under load (batch.go); nil when disabled.
-	batch map[Algorithm]*batcher
+	// runner runs the decisions' scripts (Options.Runner).
+	runner Runner
 	// fleet is the fleet's size as the heartbeat last counted it, at least fleetFloor (fallback.go).
 	fleet      atomic.Int64
 	fleetFloor int64
@@ -234,8 +231,8 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		l.deny = newDenyCache(cmp.Or(opts.DenyCacheSize, defaultDenyCacheSize))
 		l.hold = cmp.Or(opts.DenyCacheHold, defaultDenyCacheHold)
 	}
-	if !l.cluster {
-		l.batch = newBatchers(l, cmp.Or(opts.BatchMax, defaultBatchMax))
+	if l.runner = opts.Runner; l.runner == nil {
+		l.runner = Scripts(rdb)
 	}
 	l.fallback = newFallbackLog(cmp.Or(opts.FallbackLogSize, defaultDenyCacheSize))
 	l.fleetFloor = int64(max(1, opts.FleetSize))
@@ -358,7 +355,7 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	if len(checks) == 0 {
 		return Decision{}, errors.New("ratelimit: no checks")
 	}
-	return l.do(ctx, op{kind: opDecide}, checks)
+	return l.do(ctx, Op{kind: opDecide}, checks)
 }
 
 // AllowN decides one request of c that costs n tokens of a TokenBucket policy: it is admitted
@@ -389,7 +386,7 @@ func (l *Limiter) AskAll(ctx context.Context, checks ...Check) (Decision, error)
 	if len(checks) == 0 {
 		return Decision{}, errors.New("ratelimit: no checks")
 	}
-	return l.do(ctx, op{kind: opAsk}, checks)
+	return l.do(ctx, Op{kind: opAsk}, checks)
 }
 
 // Inspect reads c's key as a decision would find it, taking nothing, from Redis alone: unlike
@@ -404,11 +401,11 @@ func (l *Limiter) Inspect(ctx context.Context, c Check) (Decision, error) {
 	a := c.Policy.algorithm()
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	r, err := run(ctx, l.rdb, a, []string{l.keys.key(c.Policy, c.Identity)}, l.newCall(a, op{kind: opAsk}, []Check{c}))
+	r, err := run(ctx, l.rdb, a, []string{l.keys.key(c.Policy, c.Identity)}, l.newCall(a, Op{kind: opAsk}, []Check{c}))
 	if err != nil {
 		return Decision{}, err
 	}
-	return newDecision(r.allowed, r.pairs, []Check{c}), nil
+	return newDecision(r.Allowed, r.Pairs, []Check{c}), nil
 }
 
 // Forget clears c's key in Redis, on every replica at once: the identity starts afresh (a
@@ -467,7 +464,7 @@ func (l *Limiter) Refund(ctx context.Context, n int, checks ...Check) (Decision,
 		}
 	}
 	l.forgetBlocks(l.keysOf(checks))
-	return l.do(ctx, op{kind: opRefund, n: n}, checks)
+	return l.do(ctx, Op{kind: opRefund, n: n}, checks)
 }
 
 // forgetBlocks drops keys from this replica's deny cache: a refund is about to make room in them.
@@ -482,7 +479,7 @@ func (l *Limiter) forgetBlocks(keys []string) {
 // do is the one path of every call that asks Redis (AllowAll, AllowN): the deny cache, the
 // breaker, the outage log, the Redis-up flag and the counters apply to each alike. o is what the
 // script does.
-func (l *Limiter) do(ctx context.Context, o op, checks []Check) (Decision, error) {
+func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error) {
 	if err := oneQueue(checks); err != nil {
 		return Decision{}, err
 	}
@@ -658,7 +655,7 @@ func (l *Limiter) Stats() Stats {
 }
 
 // decide runs the checks' script for o over their keys.
-func (l *Limiter) decide(ctx context.Context, o op, checks []Check, keys []string) (Decision, error) {
+func (l *Limiter) decide(ctx context.Context, o Op, checks []Check, keys []string) (Decision, error) {
 	a := checks[0].Policy.algorithm()
 	c := l.newCall(a, o, checks)
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
@@ -666,13 +663,7 @@ func (l *Limiter) decide(ctx context.Context, o op, checks []Check, keys []strin
 	if l.cluster && len(checks) > 1 {
 		return l.decideApart(ctx, a, keys, c, checks)
 	}
-	var r reply
-	var err error
-	if b := l.batch[a]; b != nil {
-		r, err = b.decide(ctx, keys, c)
-	} else {
-		r, err = run(ctx, l.rdb, a, keys, c)
-	}
+	r, err := l.runner.Run(ctx, a, keys, c)
 	if err != nil {
 		l.refreshTopology()
 		l.withdrawLate(a, keys, c, checks, err)
@@ -683,12 +674,12 @@ func (l *Limiter) decide(ctx context.Context, o op, checks []Check, keys []strin
 
 // decisionOf is the Decision of the reply r to call c over checks and their keys: a queue's
 // admission also holds its place, for Wait.
-func (l *Limiter) decisionOf(r reply, checks []Check, keys []string, c call) Decision {
-	d := newDecision(r.allowed, r.pairs, checks)
-	if queued(checks) && r.wait > 0 {
-		d.Wait = time.Duration(r.wait) * time.Microsecond
-		if r.allowed && c.op.takes() {
-			d.place = &place{key: keys[0], owner: checks[0].Identity, id: c.id, turn: r.now + r.wait, decided: r.now, policy: checks[0].Policy}
+func (l *Limiter) decisionOf(r Reply, checks []Check, keys []string, c Call) Decision {
+	d := newDecision(r.Allowed, r.Pairs, checks)
+	if queued(checks) && r.Wait > 0 {
+		d.Wait = time.Duration(r.Wait) * time.Microsecond
+		if r.Allowed && c.Op.Takes() {
+			d.place = &place{key: keys[0], owner: checks[0].Identity, id: c.ID, turn: r.Now + r.Wait, decided: r.Now, policy: checks[0].Policy}
 		}
 	}
 	return d
@@ -697,11 +688,11 @@ func (l *Limiter) decisionOf(r reply, checks []Check, keys []string, c call) Dec
 // queueOp is a queue's decision op: a place whose turn comes within ctx's deadline, if it has one,
 // less the decision's own budget: the script reads its clock after the call's way there, and the
 // waiter starts its timer after the way back.
-func (l *Limiter) queueOp(ctx context.Context, o op) op {
+func (l *Limiter) queueOp(ctx context.Context, o Op) Op {
 	if o.kind != opDecide {
 		return o
 	}
-	o = op{kind: opQueue, within: -1}
+	o = Op{kind: opQueue, within: -1}
 	if dl, ok := ctx.Deadline(); ok {
 		o.within = max(0, (time.Until(dl) - l.timeout).Microseconds())
 	}

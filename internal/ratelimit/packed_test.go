@@ -143,12 +143,12 @@ func TestPackedLogSetsItsTTLOnceAQuarter(t *testing.T) {
 		t.Helper()
 		clk.Set(s.Add(at))
 		c := []Check{{p, "ana"}}
-		call := l.newCall(SlidingLogPacked, op{kind: opDecide}, c)
+		call := l.newCall(SlidingLogPacked, Op{kind: opDecide}, c)
 		r, err := run(context.Background(), l.rdb, SlidingLogPacked, []string{key}, call)
-		if err != nil || !r.allowed {
-			t.Fatalf("admission at +%v: %v %v", at, r.allowed, err)
+		if err != nil || !r.Allowed {
+			t.Fatalf("admission at +%v: %v %v", at, r.Allowed, err)
 		}
-		return r.now
+		return r.Now
 	}
 	first := admit(time.Second)
 	ttl("a new key at +1s", 24*time.Second) // until +5s (its quarter's end), then a window
@@ -158,8 +158,8 @@ func TestPackedLogSetsItsTTLOnceAQuarter(t *testing.T) {
 	ttl("+9s, the next quarter: the TTL set again", 21*time.Second) // until +10s, then a window
 	withdraw := func(at int64) {
 		t.Helper()
-		c := l.newCall(SlidingLogPacked, op{kind: opDecide}, []Check{{p, "ana"}})
-		n, err := l.runWithdrawal(SlidingLogPacked, key, c.withdrawal(at, l.clockArg()))
+		c := l.newCall(SlidingLogPacked, Op{kind: opDecide}, []Check{{p, "ana"}})
+		n, err := l.runWithdrawal(SlidingLogPacked, key, c.Withdrawal(at, l.clockArg()))
 		if err != nil || n != 1 {
 			t.Fatalf("withdrawal: %d %v", n, err)
 		}

@@ -8,9 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// call is one decision's script arguments as args.lua reads them (batch.lua reads the same,
+// Call is one decision's script arguments as args.lua reads them (batch.lua reads the same,
 // laid out per member: batchArgs; sequence.lua per step), the one place the Go side of that
-// protocol is written. A lone call's arguments begin with what a person types to run the
+// protocol is written. A lone Call's arguments begin with what a person types to run the
 // algorithm's script alone, and add the rest after them:
 //
 //	ARGV[1], [2]  the first key's limit and window in ms
@@ -23,23 +23,23 @@ import (
 // A decision replies {allowed, remaining_1, reset_ms_1, ..., now, reset_µs_1, ...} (decoded by
 // parseReply), and a queue's (LeakyBucket) one more value, its wait; a withdrawal, how many keys it took something
 // back from (a queue's: leave).
-type call struct {
-	id   string   // the request's id ("" for the algorithms that record no request)
-	now  int64    // the injected time in µs (tests only); 0: the Redis clock
-	op   op       // what the call does
-	keys [][3]any // per key, boxed once per policy (Limiter.policyArgs)
+type Call struct {
+	ID       string   // the request's id ("" for the algorithms that record no request)
+	Now      int64    // the injected time in µs (tests only); 0: the Redis clock
+	Op       Op       // what the call does
+	Settings [][3]any // per key, boxed once per policy (Limiter.policyArgs)
 }
 
-// nowArg is the call's now as a script reads it: "" for the Redis clock.
-func (c call) nowArg() any {
-	if c.now == 0 {
+// NowArg is the call's now as a script reads it: "" for the Redis clock.
+func (c Call) NowArg() any {
+	if c.Now == 0 {
 		return ""
 	}
-	return c.now
+	return c.Now
 }
 
-// op is what a script call does with its keys.
-type op struct {
+// Op is what a script call does with its keys.
+type Op struct {
 	kind opKind
 	n    int   // opCharge: the tokens taken; opRefund: the tokens given back
 	at   int64 // opWithdraw: when the admission was made (µs, the now its decision returned; 0 when unknown: the sorted-set log finds it by its id)
@@ -60,22 +60,22 @@ const (
 )
 
 // cost is the op of a request that takes n tokens: 1 is a plain decision, 0 only asks.
-func cost(n int) op {
+func cost(n int) Op {
 	switch n {
 	case 0:
-		return op{kind: opAsk}
+		return Op{kind: opAsk}
 	case 1:
-		return op{kind: opDecide}
+		return Op{kind: opDecide}
 	}
-	return op{kind: opCharge, n: n}
+	return Op{kind: opCharge, n: n}
 }
 
-// takes says whether the op can admit something that a withdrawal would take back.
-func (o op) takes() bool { return o.kind == opDecide || o.kind == opCharge || o.kind == opQueue }
+// Takes says whether the op can admit something that a withdrawal would take back.
+func (o Op) Takes() bool { return o.kind == opDecide || o.kind == opCharge || o.kind == opQueue }
 
-// arg encodes the op as ARGV[3]: "" decides (the common case, sent as the least bytes), "a"
+// Arg encodes the op as ARGV[3]: "" decides (the common case, sent as the least bytes), "a"
 // asks, "c<n>" charges n, "r<n>" refunds n, "w<at>" withdraws, "g" grants, "q<µs>" queues.
-func (o op) arg() any {
+func (o Op) Arg() any {
 	switch o.kind {
 	case opQueue:
 		if o.within < 0 {
@@ -96,81 +96,113 @@ func (o op) arg() any {
 	return ""
 }
 
-// only is the call restricted to its i-th key: a cluster decides keys apart.
-func (c call) only(i int) call {
-	return call{id: c.id, now: c.now, op: c.op, keys: c.keys[i : i+1 : i+1]}
+// Only is the call restricted to its i-th key: a cluster decides keys apart.
+func (c Call) Only(i int) Call {
+	return Call{ID: c.ID, Now: c.Now, Op: c.Op, Settings: c.Settings[i : i+1 : i+1]}
 }
 
-// withdrawal is the call that withdraws c's request, admitted at `at` (µs, the now its decision
+// Withdrawal is the call that withdraws c's request, admitted at `at` (µs, the now its decision
 // returned; 0 when unknown, for the sorted-set log that finds it by its id), at now.
-func (c call) withdrawal(at, now int64) call {
-	return call{id: c.id, now: now, op: op{kind: opWithdraw, at: at}, keys: c.keys}
+func (c Call) Withdrawal(at, now int64) Call {
+	return Call{ID: c.ID, Now: now, Op: Op{kind: opWithdraw, at: at}, Settings: c.Settings}
 }
 
-// args flattens the call for redis.Script.Run.
-func (c call) args() []any {
-	first := c.keys[0]
-	args := make([]any, 0, 3+3*len(c.keys))
-	args = append(args, first[0], first[1], c.id, first[2], c.nowArg(), c.op.arg())
-	for _, k := range c.keys[1:] {
+// Args flattens the call for redis.Script.Run.
+func (c Call) Args() []any {
+	first := c.Settings[0]
+	args := make([]any, 0, 3+3*len(c.Settings))
+	args = append(args, first[0], first[1], c.ID, first[2], c.NowArg(), c.Op.Arg())
+	for _, k := range c.Settings[1:] {
 		args = append(args, k[0], k[1], k[2])
 	}
 	return args
 }
 
-// reply is a decision's answer.
-type reply struct {
-	allowed bool
-	pairs   []int64 // per key: remaining, reset in µs
-	now     int64   // when Redis decided, in µs: a withdrawal names it
-	wait    int64   // a queue's: µs from now until the request's turn
+// Reply is a decision's answer.
+type Reply struct {
+	Allowed bool
+	Pairs   []int64 // per key: remaining, reset in µs
+	Now     int64   // when Redis decided, in µs: a withdrawal names it
+	Wait    int64   // a queue's: µs from now until the request's turn
+}
+
+// A Runner runs a decision's Call over its keys on Redis and decodes the Reply: how a Limiter
+// reaches Redis to decide. Scripts runs each call alone, by its algorithm's script; a layer
+// around it (package batch) may send several calls in one, as long as each is decided exactly
+// as it would be alone.
+type Runner interface {
+	Run(ctx context.Context, a Algorithm, keys []string, c Call) (Reply, error)
+}
+
+// Scripts is the Runner that runs each call alone, by its algorithm's script (sliding_log.lua,
+// …): the default of Options.Runner.
+func Scripts(rdb redis.Scripter) Runner { return scriptRunner{rdb} }
+
+type scriptRunner struct{ rdb redis.Scripter }
+
+func (r scriptRunner) Run(ctx context.Context, a Algorithm, keys []string, c Call) (Reply, error) {
+	return run(ctx, r.rdb, a, keys, c)
+}
+
+// NewCall is the Call that decides one request of checks (AllowAll's) by the Redis clock: what a
+// Limiter gives its Runner.
+func NewCall(checks ...Check) Call {
+	a := checks[0].Policy.algorithm()
+	c := Call{Op: Op{kind: opDecide}, Settings: make([][3]any, len(checks))}
+	if a == SlidingLog || a == LeakyBucket {
+		c.ID = requestID()
+	}
+	for i, ch := range checks {
+		c.Settings[i] = [3]any{ch.Policy.Limit, ch.Policy.Window.Milliseconds(), ch.Policy.Capacity()}
+	}
+	return c
 }
 
 // run runs an algorithm's script to decide c over keys, and decodes its reply.
-func run(ctx context.Context, rdb redis.Scripter, a Algorithm, keys []string, c call) (reply, error) {
+func run(ctx context.Context, rdb redis.Scripter, a Algorithm, keys []string, c Call) (Reply, error) {
 	return runScript(ctx, rdb, scripts[a], a == LeakyBucket, keys, c)
 }
 
 // runScript runs script, which takes args.lua's arguments, to decide c over keys, and decodes its
 // reply.
-func runScript(ctx context.Context, rdb redis.Scripter, script *redis.Script, queued bool, keys []string, c call) (reply, error) {
-	vals, err := script.Run(ctx, rdb, keys, c.args()...).Int64Slice()
+func runScript(ctx context.Context, rdb redis.Scripter, script *redis.Script, queued bool, keys []string, c Call) (Reply, error) {
+	vals, err := script.Run(ctx, rdb, keys, c.Args()...).Int64Slice()
 	if err != nil {
-		return reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return Reply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return parseReply(vals, len(keys), queued)
+	return ParseReply(vals, len(keys), queued)
 }
 
-// replySize is the length of a decision's reply over n keys; queued: a queue's, with its wait.
-func replySize(n int, queued bool) int {
+// ReplySize is the length of a decision's reply over n keys; queued: a queue's, with its wait.
+func ReplySize(n int, queued bool) int {
 	if queued {
 		return 3 + 3*n
 	}
 	return 2 + 3*n
 }
 
-// parseReply decodes {allowed, remaining_1, reset_ms_1, ..., now, reset_µs_1, ...} for n keys,
+// ParseReply decodes {allowed, remaining_1, reset_ms_1, ..., now, reset_µs_1, ...} for n keys,
 // and a queue's wait after it. The exact resets take the rounded ones' places in vals.
-func parseReply(vals []int64, n int, queued bool) (reply, error) {
-	if len(vals) != replySize(n, queued) {
-		return reply{}, fmt.Errorf("%w: script returned %d values for %d keys", ErrUnavailable, len(vals), n)
+func ParseReply(vals []int64, n int, queued bool) (Reply, error) {
+	if len(vals) != ReplySize(n, queued) {
+		return Reply{}, fmt.Errorf("%w: script returned %d values for %d keys", ErrUnavailable, len(vals), n)
 	}
 	for i := range n {
 		vals[2+2*i] = vals[2+2*n+i]
 	}
-	r := reply{allowed: vals[0] == 1, pairs: vals[1 : 1+2*n], now: vals[1+2*n]}
+	r := Reply{Allowed: vals[0] == 1, Pairs: vals[1 : 1+2*n], Now: vals[1+2*n]}
 	if queued {
-		r.wait = vals[2+3*n]
+		r.Wait = vals[2+3*n]
 	}
 	return r, nil
 }
 
 // runWithdrawal runs the withdrawal w on key, within the budget, and returns how many keys it took
 // something back from.
-func (l *Limiter) runWithdrawal(a Algorithm, key string, w call) (int64, error) {
+func (l *Limiter) runWithdrawal(a Algorithm, key string, w Call) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
-	return scripts[a].Run(ctx, l.rdb, []string{key}, w.args()...).Int64()
+	return scripts[a].Run(ctx, l.rdb, []string{key}, w.Args()...).Int64()
 }
 
 // clockArg is now for a call: the injected clock's time in µs, or 0 for Redis's own.
@@ -182,13 +214,13 @@ func (l *Limiter) clockArg() int64 {
 }
 
 // newCall is the call of op over checks.
-func (l *Limiter) newCall(a Algorithm, o op, checks []Check) call {
-	c := call{id: "", now: l.clockArg(), op: o, keys: make([][3]any, len(checks))}
+func (l *Limiter) newCall(a Algorithm, o Op, checks []Check) Call {
+	c := Call{ID: "", Now: l.clockArg(), Op: o, Settings: make([][3]any, len(checks))}
 	if a == SlidingLog || a == LeakyBucket {
-		c.id = requestID() // only the sorted sets record the request itself
+		c.ID = requestID() // only the sorted sets record the request itself
 	}
 	for i, ch := range checks {
-		c.keys[i] = l.policyArgs(ch.Policy)
+		c.Settings[i] = l.policyArgs(ch.Policy)
 	}
 	return c
 }

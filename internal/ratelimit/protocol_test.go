@@ -19,27 +19,27 @@ func TestOperationsDecodeAsEncoded(t *testing.T) {
 local undo_at, cost = operation(ARGV[1])
 return {undo_at or -1, cost}`)
 	tests := []struct {
-		op               op
+		op               Op
 		undoAt, wantCost int64 // -1: nil, a decision
 	}{
-		{op{kind: opDecide}, -1, 1},
-		{op{kind: opAsk}, -1, 0},
-		{op{kind: opCharge, n: 20}, -1, 20},
-		{op{kind: opRefund, n: 2}, -1, -2},
-		{op{kind: opWithdraw, at: 1_764_000_000_123_456}, 1_764_000_000_123_456, 1},
-		{op{kind: opWithdraw}, 0, 1}, // the sorted-set log finds its entry by id
-		{op{kind: opGrant}, -1, -1},
+		{Op{kind: opDecide}, -1, 1},
+		{Op{kind: opAsk}, -1, 0},
+		{Op{kind: opCharge, n: 20}, -1, 20},
+		{Op{kind: opRefund, n: 2}, -1, -2},
+		{Op{kind: opWithdraw, at: 1_764_000_000_123_456}, 1_764_000_000_123_456, 1},
+		{Op{kind: opWithdraw}, 0, 1}, // the sorted-set log finds its entry by id
+		{Op{kind: opGrant}, -1, -1},
 		{cost(0), -1, 0},
 		{cost(1), -1, 1},
 		{cost(3), -1, 3},
 	}
 	for _, tt := range tests {
-		got, err := decode.Run(context.Background(), rdb, nil, tt.op.arg()).Int64Slice()
+		got, err := decode.Run(context.Background(), rdb, nil, tt.op.Arg()).Int64Slice()
 		if err != nil {
-			t.Fatalf("%+v as %q: %v", tt.op, tt.op.arg(), err)
+			t.Fatalf("%+v as %q: %v", tt.op, tt.op.Arg(), err)
 		}
 		if got[0] != tt.undoAt || got[1] != tt.wantCost {
-			t.Errorf("%+v as %q decodes to undo_at %d, cost %d; want %d, %d", tt.op, tt.op.arg(), got[0], got[1], tt.undoAt, tt.wantCost)
+			t.Errorf("%+v as %q decodes to undo_at %d, cost %d; want %d, %d", tt.op, tt.op.Arg(), got[0], got[1], tt.undoAt, tt.wantCost)
 		}
 	}
 	for _, bad := range []string{"x", "c", "c0", "r-1", "n5"} {

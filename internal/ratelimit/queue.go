@@ -242,9 +242,9 @@ func (l *Limiter) leave(p *place) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
-	c := l.newCall(LeakyBucket, op{kind: opWithdraw, at: p.turn}, []Check{{Policy: p.policy}})
-	c.id = p.id
-	vals, err := scripts[LeakyBucket].Run(ctx, l.rdb, []string{p.key}, c.args()...).Int64Slice()
+	c := l.newCall(LeakyBucket, Op{kind: opWithdraw, at: p.turn}, []Check{{Policy: p.policy}})
+	c.ID = p.id
+	vals, err := scripts[LeakyBucket].Run(ctx, l.rdb, []string{p.key}, c.Args()...).Int64Slice()
 	if err != nil || len(vals) != 4 {
 		return // the place is served at its turn, unused: the queue loses a turn, never admits one more
 	}

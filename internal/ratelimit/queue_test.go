@@ -31,15 +31,15 @@ func TestQueueScriptMatchesItsModel(t *testing.T) {
 	for step := range 3000 {
 		jumps += int64(rng.IntN(400_000))
 		now := base + time.Since(start).Microseconds() + jumps // never behind the real clock: TTLs hold
-		c := l.newCall(LeakyBucket, op{kind: opQueue, within: -1}, []Check{{p, "x"}})
-		c.now = now
+		c := l.newCall(LeakyBucket, Op{kind: opQueue, within: -1}, []Check{{p, "x"}})
+		c.Now = now
 		switch r := rng.IntN(10); {
 		case r < 3 && len(held) > 0: // a request leaves: mostly a recent one, still waiting
 			i := max(0, len(held)-1-rng.IntN(6))
 			id := held[i]
 			held = slices.Delete(held, i, i+1)
-			c.id, c.op = id, op{kind: opWithdraw}
-			got, err := scripts[LeakyBucket].Run(context.Background(), l.rdb, []string{key}, c.args()...).Int64Slice()
+			c.ID, c.Op = id, Op{kind: opWithdraw}
+			got, err := scripts[LeakyBucket].Run(context.Background(), l.rdb, []string{key}, c.Args()...).Int64Slice()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,26 +57,26 @@ func TestQueueScriptMatchesItsModel(t *testing.T) {
 			}
 			continue
 		case r < 4:
-			c.op = op{kind: opAsk}
+			c.Op = Op{kind: opAsk}
 		case r < 7:
-			c.op.within = int64(rng.IntN(3_000_000)) // a deadline within 3 s: some turns come past it
+			c.Op.within = int64(rng.IntN(3_000_000)) // a deadline within 3 s: some turns come past it
 		}
 		got, err := run(context.Background(), l.rdb, LeakyBucket, []string{key}, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		within := c.op.within
-		if c.op.kind == opAsk {
+		within := c.Op.within
+		if c.Op.kind == opAsk {
 			within = -1
 		}
-		admitted, remaining, reset, wait := m.take(now, paceOf(p), p.Queue, within, c.id, c.op.kind != opAsk)
-		want := reply{allowed: admitted, pairs: []int64{remaining, reset}, now: now, wait: wait}
-		if got.allowed != want.allowed || !slices.Equal(got.pairs, want.pairs) || got.wait != want.wait {
-			t.Fatalf("step %d (op %q): script %+v, model %+v", step, c.op.arg(), got, want)
+		admitted, remaining, reset, wait := m.take(now, paceOf(p), p.Queue, within, c.ID, c.Op.kind != opAsk)
+		want := Reply{Allowed: admitted, Pairs: []int64{remaining, reset}, Now: now, Wait: wait}
+		if got.Allowed != want.Allowed || !slices.Equal(got.Pairs, want.Pairs) || got.Wait != want.Wait {
+			t.Fatalf("step %d (op %q): script %+v, model %+v", step, c.Op.Arg(), got, want)
 		}
 		switch {
-		case admitted && c.op.kind != opAsk:
-			held = append(held, c.id)
+		case admitted && c.Op.kind != opAsk:
+			held = append(held, c.ID)
 			seen["admitted"]++
 			if wait > 0 {
 				seen["waits"]++

@@ -9,12 +9,12 @@ import (
 
 // Every script this package sends Redis is one of these files, byte for byte: nothing is
 // concatenated, cut or templated at run time. An algorithm's script (sliding_log.lua, …), a
-// batch's (batch/) and a sequence's (sequence/) are generated from the parts in lua/ by
+// batch's (package batch's) and a sequence's (sequence/) are generated from the parts in lua/ by
 // scripts_test.go (its first line says how), so that the algorithm is written once; the others
 // are written by hand. They run with EVALSHA, falling back to EVAL on NOSCRIPT
 // (redis.Script.Run): after the first call on a server only a script's hash travels.
 //
-//go:embed *.lua batch/*.lua sequence/*.lua
+//go:embed *.lua sequence/*.lua
 var scriptFiles embed.FS
 
 // script is the file name's script.
@@ -26,21 +26,18 @@ func script(name string) *redis.Script {
 	return redis.NewScript(string(src))
 }
 
-// byAlgorithm is each algorithm's script named by pattern's directory: "" for the lone
-// decision's, "batch/" for a batch's.
-func byAlgorithm(dir string) map[Algorithm]*redis.Script {
+// byAlgorithm is each algorithm's script.
+func byAlgorithm() map[Algorithm]*redis.Script {
 	s := make(map[Algorithm]*redis.Script)
 	for _, a := range Algorithms() {
-		s[a] = script(dir + string(a) + ".lua")
+		s[a] = script(string(a) + ".lua")
 	}
 	return s
 }
 
 var (
-	// scripts decide one request each (args.lua's arguments), batchScripts several of one
-	// algorithm (batch.lua's).
-	scripts      = byAlgorithm("")
-	batchScripts = byAlgorithm("batch/")
+	// scripts decide one request each (args.lua's arguments).
+	scripts = byAlgorithm()
 	// voucherScript grants and redeems (Grant, Redeem); slotScript holds and releases in-flight
 	// slots (Hold, Release). Both take an algorithm's arguments.
 	voucherScript = script("voucher.lua")

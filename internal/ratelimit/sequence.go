@@ -14,7 +14,7 @@ import (
 // the step that asked (Decisions.Of): keep the step to read its decision.
 type Step interface {
 	checks() []Check
-	operation() op
+	operation() Op
 	// body is the number of the step's body in a sequence's script (sequence.lua calls
 	// decisions[body]): an algorithm's place in Algorithms(), from 1, then the voucher's and
 	// the slots'.
@@ -25,75 +25,75 @@ type Step interface {
 	cached() bool
 	validate() error
 	// with is a copy of the step doing o (a queue's decision, once its deadline is known).
-	with(o op) Step
+	with(o Op) Step
 }
 
 // decideStep is an algorithm's decision: AllowAll, AskAll, AllowN or Refund over its checks.
 type decideStep struct {
 	cs     []Check
-	op     op
+	op     Op
 	tokens bool // a charge or a refund: token_bucket policies only
 }
 
 // voucherStep is a voucher's: Redeem or Grant of its check's key.
 type voucherStep struct {
 	c  Check
-	op op
+	op Op
 }
 
 // slotStep is an in-flight slot's: Hold (or its ask) or Release of its check's key, for holder.
 type slotStep struct {
 	c      Check
 	holder string
-	op     op
+	op     Op
 }
 
 // AllowStep is AllowAll(checks...) as a step.
-func AllowStep(checks ...Check) Step { return &decideStep{cs: checks, op: op{kind: opDecide}} }
+func AllowStep(checks ...Check) Step { return &decideStep{cs: checks, op: Op{kind: opDecide}} }
 
 // AskStep is AskAll(checks...) as a step: it takes nothing, and a sequence goes on past it only
 // if it would admit.
-func AskStep(checks ...Check) Step { return &decideStep{cs: checks, op: op{kind: opAsk}} }
+func AskStep(checks ...Check) Step { return &decideStep{cs: checks, op: Op{kind: opAsk}} }
 
 // ChargeStep is AllowN(c, n) as a step.
 func ChargeStep(c Check, n int) Step { return &decideStep{cs: []Check{c}, op: cost(n), tokens: true} }
 
 // RefundStep is Refund(n, checks...) as a step. It is never refused.
 func RefundStep(n int, checks ...Check) Step {
-	return &decideStep{cs: checks, op: op{kind: opRefund, n: n}, tokens: true}
+	return &decideStep{cs: checks, op: Op{kind: opRefund, n: n}, tokens: true}
 }
 
 // RedeemStep is Redeem(c) as a step: admitted when it took a grant, refused (ending the
 // sequence) when there was none.
-func RedeemStep(c Check) Step { return &voucherStep{c: c, op: op{kind: opDecide}} }
+func RedeemStep(c Check) Step { return &voucherStep{c: c, op: Op{kind: opDecide}} }
 
 // GrantStep is Grant(c) as a step. It is never refused.
-func GrantStep(c Check) Step { return &voucherStep{c: c, op: op{kind: opGrant}} }
+func GrantStep(c Check) Step { return &voucherStep{c: c, op: Op{kind: opGrant}} }
 
 // HoldStep is Hold(c, holder) as a step.
 func HoldStep(c Check, holder string) Step {
-	return &slotStep{c: c, holder: holder, op: op{kind: opDecide}}
+	return &slotStep{c: c, holder: holder, op: Op{kind: opDecide}}
 }
 
 // AskHoldStep asks whether Hold(c, holder) would take its slot, taking nothing: a PIX asks before
 // its own limit decides and takes the slot after it, in one call, so that neither a refused
 // limit holds a slot nor a full slot records a PIX.
 func AskHoldStep(c Check, holder string) Step {
-	return &slotStep{c: c, holder: holder, op: op{kind: opAsk}}
+	return &slotStep{c: c, holder: holder, op: Op{kind: opAsk}}
 }
 
 // ReleaseStep is Release(c, holder) as a step. It is never refused.
 func ReleaseStep(c Check, holder string) Step {
-	return &slotStep{c: c, holder: holder, op: op{kind: opWithdraw}}
+	return &slotStep{c: c, holder: holder, op: Op{kind: opWithdraw}}
 }
 
 func (s *decideStep) checks() []Check  { return s.cs }
 func (s *voucherStep) checks() []Check { return []Check{s.c} }
 func (s *slotStep) checks() []Check    { return []Check{s.c} }
 
-func (s *decideStep) operation() op  { return s.op }
-func (s *voucherStep) operation() op { return s.op }
-func (s *slotStep) operation() op    { return s.op }
+func (s *decideStep) operation() Op  { return s.op }
+func (s *voucherStep) operation() Op { return s.op }
+func (s *slotStep) operation() Op    { return s.op }
 
 func (s *decideStep) body() int  { return bodyOf(s.cs[0].Policy.algorithm()) }
 func (s *voucherStep) body() int { return voucherBody }
@@ -103,9 +103,9 @@ func (s *decideStep) cached() bool  { return s.op.kind != opRefund }
 func (s *voucherStep) cached() bool { return false }
 func (s *slotStep) cached() bool    { return false }
 
-func (s *decideStep) with(o op) Step  { c := *s; c.op = o; return &c }
-func (s *voucherStep) with(o op) Step { c := *s; c.op = o; return &c }
-func (s *slotStep) with(o op) Step    { c := *s; c.op = o; return &c }
+func (s *decideStep) with(o Op) Step  { c := *s; c.op = o; return &c }
+func (s *voucherStep) with(o Op) Step { c := *s; c.op = o; return &c }
+func (s *slotStep) with(o Op) Step    { c := *s; c.op = o; return &c }
 
 // validate checks what the step's lone call would check.
 func (s *decideStep) validate() error {
@@ -270,14 +270,14 @@ func (l *Limiter) KnownFull(checks ...Check) (Decision, bool) {
 // runSequence runs sequenceScript over the steps, within the budget, and decodes the replies of
 // the steps that ran.
 func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string) ([]Decision, error) {
-	calls := make([]call, len(steps))
+	calls := make([]Call, len(steps))
 	args := []any{len(steps)}
 	var flat []string
 	for i, s := range steps {
 		calls[i] = l.stepCall(s)
 		c := calls[i]
-		args = append(args, s.body(), len(s.checks()), c.id, c.nowArg(), c.op.arg())
-		for _, k := range c.keys {
+		args = append(args, s.body(), len(s.checks()), c.ID, c.NowArg(), c.Op.Arg())
+		for _, k := range c.Settings {
 			args = append(args, k[0], k[1], k[2])
 		}
 		flat = append(flat, keys[i]...)
@@ -297,14 +297,14 @@ func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string
 	var ds []Decision
 	for i, s := range steps {
 		queued := queuedReply(s)
-		size := replySize(len(s.checks()), queued)
+		size := ReplySize(len(s.checks()), queued)
 		if len(vals) == 0 {
 			break
 		}
 		if len(vals) < size {
 			return nil, fmt.Errorf("%w: sequence replied %d values for step %d of %d keys", ErrUnavailable, len(vals), i+1, len(s.checks()))
 		}
-		r, err := parseReply(vals[:size], len(s.checks()), queued)
+		r, err := ParseReply(vals[:size], len(s.checks()), queued)
 		if err != nil {
 			return nil, err
 		}
@@ -316,13 +316,13 @@ func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string
 
 // stepCall is a step's script arguments: its algorithm's call (newCall), named by what the step
 // holds (a grant's fresh name; a slot's holder).
-func (l *Limiter) stepCall(s Step) call {
+func (l *Limiter) stepCall(s Step) Call {
 	c := l.newCall(s.checks()[0].Policy.algorithm(), s.operation(), s.checks())
 	switch s := s.(type) {
 	case *voucherStep:
-		c.id = requestID() // a grant's name
+		c.ID = requestID() // a grant's name
 	case *slotStep:
-		c.id = s.holder
+		c.ID = s.holder
 	}
 	return c
 }

@@ -18,18 +18,18 @@ func Holder(name string) string { return name + ":" + requestID() }
 // or has outlived its lease (its replica died). Slots bypass the deny cache: they free when
 // requests end, which no Reset foretells. The error wraps ErrUnavailable.
 func (l *Limiter) Hold(ctx context.Context, c Check, holder string) (Decision, error) {
-	return l.slotCall(ctx, c, holder, op{kind: opDecide})
+	return l.slotCall(ctx, c, holder, Op{kind: opDecide})
 }
 
 // Release gives back holder's hold of c's key (Hold). The error wraps ErrUnavailable: the hold
 // then ends with its lease.
 func (l *Limiter) Release(ctx context.Context, c Check, holder string) error {
-	_, err := l.slotCall(ctx, c, holder, op{kind: opWithdraw})
+	_, err := l.slotCall(ctx, c, holder, Op{kind: opWithdraw})
 	return err
 }
 
 // slotCall runs slotScript's operation o on c's key for holder, within the budget.
-func (l *Limiter) slotCall(ctx context.Context, c Check, name string, o op) (Decision, error) {
+func (l *Limiter) slotCall(ctx context.Context, c Check, name string, o Op) (Decision, error) {
 	if err := c.Policy.Validate(); err != nil {
 		return Decision{}, err
 	}
@@ -40,10 +40,10 @@ func (l *Limiter) slotCall(ctx context.Context, c Check, name string, o op) (Dec
 	budget, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	r, err := runScript(budget, l.rdb, slotScript, false, []string{l.keys.key(c.Policy, c.Identity)},
-		call{id: name, now: l.clockArg(), op: o, keys: [][3]any{l.policyArgs(c.Policy)}})
+		Call{ID: name, Now: l.clockArg(), Op: o, Settings: [][3]any{l.policyArgs(c.Policy)}})
 	l.called(ctx, err, checks)
 	if err != nil {
 		return Decision{}, fmt.Errorf("slot: %w", err)
 	}
-	return newDecision(r.allowed, r.pairs, checks), nil
+	return newDecision(r.Allowed, r.Pairs, checks), nil
 }

@@ -29,7 +29,7 @@ import (
 type withdrawal struct {
 	a       Algorithm
 	key     string
-	c       call      // the decision's call for this one key
+	c       Call      // the decision's call for this one key
 	at      int64     // the admission's time in µs (the decision's now); 0 for a late decision
 	late    bool      // the decision came back too late: Redis may have recorded it, or never will
 	decided time.Time // when the caller was answered
@@ -94,7 +94,7 @@ func newWithdrawQueue() *withdrawQueue {
 
 // withdraw queues the withdrawal of one admission, made at `at` (µs, its decision's now) in key
 // under policy p: the cluster path's admission in a key whose sibling refused or failed.
-func (l *Limiter) withdraw(a Algorithm, key string, c call, at int64, p Policy, decided time.Time) {
+func (l *Limiter) withdraw(a Algorithm, key string, c Call, at int64, p Policy, decided time.Time) {
 	l.enqueue(&withdrawal{a: a, key: key, c: c, at: at, decided: decided, expires: l.clock().Add(p.Window)})
 }
 
@@ -105,20 +105,20 @@ func (l *Limiter) withdraw(a Algorithm, key string, c call, at int64, p Policy, 
 // script refused it or never ran. The other algorithms keep counts, not requests, and cannot tell
 // whether this request was counted, so giving one back could admit past the limit: their late
 // admissions stay counted until they leave the window, the strict side.
-func (l *Limiter) withdrawLate(a Algorithm, keys []string, c call, checks []Check, cause error) {
-	if a != SlidingLog || !c.op.takes() || !mayHaveRun(cause) {
+func (l *Limiter) withdrawLate(a Algorithm, keys []string, c Call, checks []Check, cause error) {
+	if a != SlidingLog || !c.Op.Takes() || !mayHaveRun(cause) {
 		return
 	}
 	now := l.clock()
 	for i, key := range keys { // one key per call: on a cluster they live apart
-		l.enqueue(&withdrawal{a: a, key: key, c: c.only(i), late: true, decided: now, expires: now.Add(checks[i].Policy.Window)})
+		l.enqueue(&withdrawal{a: a, key: key, c: c.Only(i), late: true, decided: now, expires: now.Add(checks[i].Policy.Window)})
 	}
 }
 
 // enqueue adds w to the queue, due now, and starts a worker if fewer than withdrawWorkers run.
 func (l *Limiter) enqueue(w *withdrawal) {
 	w.size = withdrawalOverhead + len(w.key)
-	w.size += len(w.c.id)
+	w.size += len(w.c.ID)
 	w.due = time.Now()
 	q := l.withdrawQ
 	l.withdrawals.Add(1)
@@ -217,7 +217,7 @@ func (l *Limiter) attempt(w *withdrawal, closing bool) (answered bool) {
 		l.withdrawals.Done()
 		return true
 	}
-	removed, err := l.runWithdrawal(w.a, w.key, w.c.withdrawal(w.at, l.clockArg()))
+	removed, err := l.runWithdrawal(w.a, w.key, w.c.Withdrawal(w.at, l.clockArg()))
 	answered = err == nil
 	switch {
 	case err == nil && w.late && removed == 0 && w.misses < len(lateRetries) && !closing:

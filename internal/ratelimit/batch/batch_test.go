@@ -1,4 +1,4 @@
-package ratelimit
+package batch
 
 import (
 	"context"
@@ -11,8 +11,47 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
+
+type (
+	Algorithm = ratelimit.Algorithm
+	Check     = ratelimit.Check
+	Policy    = ratelimit.Policy
+	Reply     = ratelimit.Reply
+)
+
+var testSecret = []byte("0123456789abcdef-batch-tests")
+
+const generous = time.Second
+
+// replica returns a Limiter over its own client of srv that batches (by max; 1: not at all),
+// and its Runner.
+func replica(t *testing.T, srv *redistest.Server, max int) (*ratelimit.Limiter, ratelimit.Runner) {
+	t.Helper()
+	c := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, generous) })
+	r := New(c, ratelimit.Scripts(c), max)
+	l, err := ratelimit.New(c, ratelimit.Options{KeySecret: testSecret, Timeout: generous, Runner: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, r
+}
+
+// member is one decision of checks at now (µs; 0: the Redis clock), waiting for a batch.
+func member(l *ratelimit.Limiter, now int64, checks ...Check) *pending {
+	keys := make([]string, len(checks))
+	for i, c := range checks {
+		keys[i] = l.Key(c)
+	}
+	c := ratelimit.NewCall(checks...)
+	c.Now = now
+	return &pending{ctx: context.Background(), keys: keys, c: c, done: make(chan batchResult, 1)}
+}
 
 // TestBatchesDecideAsOneByOne: for every algorithm, a random trace of 3,000 decisions (40
 // identities, one- and two-key decisions, time stepping by random amounts) is decided twice, on
@@ -21,49 +60,43 @@ import (
 // member: a batch decides exactly as its members sent one by one in that order.
 func TestBatchesDecideAsOneByOne(t *testing.T) {
 	t.Parallel()
-	for _, a := range Algorithms() {
+	for _, a := range ratelimit.Algorithms() {
 		t.Run(string(a), func(t *testing.T) {
 			t.Parallel()
-			alone, batched := replicas(t, redistest.Start(t), 1, generous)[0], replicas(t, redistest.Start(t), 1, generous)[0]
-			clk := withClock(alone)
-			batched.now = clk.Now
+			alone, lone := replica(t, redistest.Start(t), 1)
+			batched, runner := replica(t, redistest.Start(t), 32)
+			now := int64(1_800_000_000_000_000) // µs: the injected clock of both servers
 			rng := rand.New(rand.NewPCG(uint64(len(a)), 25))
 			p := Policy{Name: "one", Limit: 5, Window: 2 * time.Second, Algorithm: a}
 			q := Policy{Name: "two", Limit: 3, Window: 3 * time.Second, Algorithm: a}
 			if a.Bursty() {
 				p.Burst, q.Burst = 7, 4
 			}
-			if a == LeakyBucket { // a queue decides one key at a time
+			if a == ratelimit.LeakyBucket { // a queue decides one key at a time
 				p.Queue, q.Queue = 4, 3
 			}
-			b := batched.batch[a]
-			if b == nil {
-				t.Fatal("no batcher: batching is off by default")
-			}
+			b := runner.(*Runner).batchers[a]
 			ctx := context.Background()
 			for n := 0; n < 3000; {
 				size := 1 + rng.IntN(12)
 				var batch []*pending
-				var want []reply
+				var want []Reply
 				for range size {
-					checks := []Check{{p, fmt.Sprint("id", rng.IntN(40))}}
+					checks := []Check{{Policy: p, Identity: fmt.Sprint("id", rng.IntN(40))}}
 					switch {
-					case a == LeakyBucket && rng.IntN(3) == 0:
-						checks = []Check{{q, fmt.Sprint("other", rng.IntN(10))}}
-					case a != LeakyBucket && rng.IntN(3) == 0:
-						checks = append(checks, Check{q, fmt.Sprint("other", rng.IntN(10))})
+					case a == ratelimit.LeakyBucket && rng.IntN(3) == 0:
+						checks = []Check{{Policy: q, Identity: fmt.Sprint("other", rng.IntN(10))}}
+					case a != ratelimit.LeakyBucket && rng.IntN(3) == 0:
+						checks = append(checks, Check{Policy: q, Identity: fmt.Sprint("other", rng.IntN(10))})
 					}
-					keys := make([]string, len(checks))
-					for i, c := range checks {
-						keys[i] = alone.keys.key(c.Policy, c.Identity)
-					}
-					r, err := run(ctx, alone.rdb, a, keys, alone.newCall(a, op{kind: opDecide}, checks))
+					m := member(alone, now, checks...)
+					r, err := lone.Run(ctx, a, m.keys, m.c)
 					if err != nil {
 						t.Fatal(err)
 					}
 					want = append(want, r)
-					batch = append(batch, &pending{ctx: ctx, keys: keys, c: batched.newCall(a, op{kind: opDecide}, checks), done: make(chan batchResult, 1)})
-					clk.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
+					batch = append(batch, member(batched, now, checks...))
+					now += rng.Int64N(400_000)
 					n++
 				}
 				b.send(batch)
@@ -72,7 +105,7 @@ func TestBatchesDecideAsOneByOne(t *testing.T) {
 					if got.err != nil {
 						t.Fatalf("decision %d: %v", n-size+i, got.err)
 					}
-					if got.r.allowed != want[i].allowed || !slices.Equal(got.r.pairs, want[i].pairs) || got.r.now != want[i].now || got.r.wait != want[i].wait {
+					if got.r.Allowed != want[i].Allowed || !slices.Equal(got.r.Pairs, want[i].Pairs) || got.r.Now != want[i].Now || got.r.Wait != want[i].Wait {
 						t.Fatalf("decision %d, member %d of a batch of %d: batched %+v, alone %+v", n-size+i, i, size, got.r, want[i])
 					}
 				}
@@ -88,27 +121,23 @@ func TestBatchesDecideAsOneByOne(t *testing.T) {
 func TestABatchReadsTheClockOnce(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	for _, a := range Algorithms() {
+	for _, a := range ratelimit.Algorithms() {
 		t.Run(string(a), func(t *testing.T) {
 			t.Parallel()
-			l := replicas(t, srv, 1, generous)[0]
+			l, runner := replica(t, srv, 32)
 			p := Policy{Name: "clock-" + string(a), Limit: 3, Window: time.Minute, Algorithm: a, Burst: 3}
 			if !a.Bursty() {
 				p.Burst = 0
 			}
-			if a == LeakyBucket {
+			if a == ratelimit.LeakyBucket {
 				p.Queue = 2 // one served now, two waiting
 			}
-			member := func(identity string) *pending {
-				checks := []Check{{p, identity}}
-				return &pending{ctx: context.Background(), keys: []string{l.keys.key(p, identity)},
-					c: l.newCall(a, op{kind: opDecide}, checks), done: make(chan batchResult, 1)}
-			}
-			batch := []*pending{member("k"), member("k"), member("k"), member("k"), member("k"), member("given")}
-			given := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixMicro()
-			batch[5].c.now = given
-			l.batch[a].send(batch)
-			var got []reply
+			k, given := Check{Policy: p, Identity: "k"}, Check{Policy: p, Identity: "given"}
+			batch := []*pending{member(l, 0, k), member(l, 0, k), member(l, 0, k), member(l, 0, k), member(l, 0, k), member(l, 0, given)}
+			at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixMicro()
+			batch[5].c.Now = at
+			runner.(*Runner).batchers[a].send(batch)
+			var got []Reply
 			for _, m := range batch {
 				r := <-m.done
 				if r.err != nil {
@@ -118,13 +147,13 @@ func TestABatchReadsTheClockOnce(t *testing.T) {
 			}
 			for i, r := range got[:5] {
 				want := i < 3
-				if r.allowed != want || r.now != got[0].now || r.pairs[0] != int64(max(0, 2-i)) {
+				if r.Allowed != want || r.Now != got[0].Now || r.Pairs[0] != int64(max(0, 2-i)) {
 					t.Errorf("member %d: allowed %v, remaining %d, now %d; want %v, %d, now %d (the batch's one clock)",
-						i, r.allowed, r.pairs[0], r.now, want, max(0, 2-i), got[0].now)
+						i, r.Allowed, r.Pairs[0], r.Now, want, max(0, 2-i), got[0].Now)
 				}
 			}
-			if got[5].now != given || !got[5].allowed {
-				t.Errorf("the member with its own time: now %d, allowed %v; want %d, admitted", got[5].now, got[5].allowed, given)
+			if got[5].Now != at || !got[5].Allowed {
+				t.Errorf("the member with its own time: now %d, allowed %v; want %d, admitted", got[5].Now, got[5].Allowed, at)
 			}
 		})
 	}
@@ -136,10 +165,12 @@ func TestABatchReadsTheClockOnce(t *testing.T) {
 func TestBatchedReplicasAdmitExactlyTheLimit(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	ls := replicas(t, srv, 3, generous)
+	var ls []*ratelimit.Limiter
 	var batched atomic.Int64
-	for _, l := range ls {
-		for _, b := range l.batch {
+	for range 3 {
+		l, r := replica(t, srv, 32)
+		ls = append(ls, l)
+		for _, b := range r.(*Runner).batchers {
 			b.sent = func(n int) {
 				if n > 1 {
 					batched.Add(1)
@@ -147,7 +178,7 @@ func TestBatchedReplicasAdmitExactlyTheLimit(t *testing.T) {
 			}
 		}
 	}
-	p := policy("pix", 7, time.Minute)
+	p := Policy{Name: "pix", Limit: 7, Window: time.Minute}
 	var mu sync.Mutex
 	admitted := map[string]int{}
 	var wg sync.WaitGroup
@@ -155,7 +186,7 @@ func TestBatchedReplicasAdmitExactlyTheLimit(t *testing.T) {
 		wg.Go(func() {
 			for i := range 4000 / 48 {
 				id := fmt.Sprint("acct-", (g*31+i)%20)
-				d, err := ls[g%3].AllowAll(context.Background(), Check{p, id})
+				d, err := ls[g%3].AllowAll(context.Background(), Check{Policy: p, Identity: id})
 				if err != nil {
 					t.Error(err)
 					return
@@ -184,19 +215,19 @@ func TestBatchedReplicasAdmitExactlyTheLimit(t *testing.T) {
 // skips it: nothing is recorded for a request answered by its fail mode.
 func TestADecisionThatWaitsPastItsBudgetIsNeverSent(t *testing.T) {
 	t.Parallel()
-	l := replicas(t, redistest.Start(t), 1, generous)[0]
-	b := l.batch[SlidingLog]
+	l, r := replica(t, redistest.Start(t), 32)
+	b := r.(*Runner).batchers[ratelimit.SlidingLog]
 	var sent atomic.Int64
 	b.sent = func(n int) { sent.Add(int64(n)) }
 	b.mu.Lock()
 	b.inFlight = maxInFlight // as if two calls were on their way
 	b.mu.Unlock()
-	p := policy("pix", 5, time.Minute)
+	p := Policy{Name: "pix", Limit: 5, Window: time.Minute}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := l.AllowAll(ctx, Check{p, "queued"})
-	if !errors.Is(err, ErrUnavailable) || time.Since(start) > time.Second {
+	_, err := l.AllowAll(ctx, Check{Policy: p, Identity: "queued"})
+	if !errors.Is(err, ratelimit.ErrUnavailable) || time.Since(start) > time.Second {
 		t.Fatalf("a decision queued past its budget: %v after %v, want ErrUnavailable about then", err, time.Since(start))
 	}
 	b.mu.Lock()
@@ -206,7 +237,7 @@ func TestADecisionThatWaitsPastItsBudgetIsNeverSent(t *testing.T) {
 	if n := sent.Load(); n != 0 {
 		t.Errorf("%d decisions sent, want 0: the abandoned one must not be", n)
 	}
-	if d := mustAllow(t, l, Check{p, "queued"}); !d.Allowed || d.Worst.Remaining != 4 {
+	if d, err := l.AllowAll(context.Background(), Check{Policy: p, Identity: "queued"}); err != nil || !d.Allowed || d.Worst.Remaining != 4 {
 		t.Errorf("the key after: %+v, want nothing recorded by the abandoned decision (4 left after this one)", d.Worst)
 	}
 }

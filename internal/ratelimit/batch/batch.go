@@ -1,13 +1,77 @@
-package ratelimit
+// Package batch sends a Limiter's decisions to Redis in batches under load: a Runner around
+// ratelimit.Scripts.
+//
+// What it buys: under concurrency, one script call carries many decisions, so Redis runs one
+// EVALSHA (and the replica one round trip) for a batch instead of one per decision: more
+// decisions per Redis core and per connection (docs/benchmarks.md). What it costs: a decision
+// that finds two calls of its algorithm already on their way waits for one of them to return
+// before it is sent (within its own budget); a batch's script holds the algorithm once more,
+// looped over its members (batch/*.lua); and a Redis Cluster cannot use it, since one script
+// touches one slot and a batch of many keys spans many.
+//
+// A batch decides exactly as its members sent one by one in that order would
+// (TestBatchesDecideAsOneByOne): the algorithm is the core's, only the loop is new.
+package batch
 
 import (
 	"context"
+	"embed"
 	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
+
+// Each algorithm's batch script: its decision, generated from the core's parts with
+// lua/batch.lua's loop around it (internal/ratelimit/scripts_test.go writes them).
+//
+//go:embed *.lua
+var files embed.FS
+
+// Runner is a ratelimit.Runner that batches each algorithm's decisions. Calls it does not batch
+// (a lone decision, and any call while few are in flight) go to the Runner it wraps.
+type Runner struct {
+	next     ratelimit.Runner
+	batchers map[ratelimit.Algorithm]*batcher
+}
+
+// New returns a Runner that sends decisions to rdb in batches of at most max, and each lone one
+// through next (ratelimit.Scripts(rdb)). max below 2 batches nothing: New returns next itself.
+func New(rdb redis.Scripter, next ratelimit.Runner, max int) ratelimit.Runner {
+	if max < 2 {
+		return next
+	}
+	r := &Runner{next: next, batchers: make(map[ratelimit.Algorithm]*batcher)}
+	for _, a := range ratelimit.Algorithms() {
+		src, err := files.ReadFile(string(a) + ".lua")
+		if err != nil {
+			panic("batch: no script for " + string(a))
+		}
+		r.batchers[a] = &batcher{rdb: rdb, next: next, a: a, max: max, script: redis.NewScript(string(src))}
+	}
+	return r
+}
+
+// Run decides c over keys, alone or in a batch with the algorithm's other decisions.
+func (r *Runner) Run(ctx context.Context, a ratelimit.Algorithm, keys []string, c ratelimit.Call) (ratelimit.Reply, error) {
+	return r.batchers[a].decide(ctx, keys, c)
+}
+
+// Load loads every batch script into Redis (ratelimit.Limiter.Warm loads the core's), so that the
+// first batches under a burst send only their scripts' hashes.
+func (r *Runner) Load(ctx context.Context) error {
+	for _, b := range r.batchers {
+		if err := b.script.Load(ctx, b.rdb).Err(); err != nil {
+			return fmt.Errorf("batch: load scripts: %w", err)
+		}
+	}
+	return nil
+}
 
 // batcher sends one algorithm's decisions to Redis in batches, by group commit: a decision that
 // arrives while maxInFlight calls are already on their way waits in the queue, and the next call
@@ -16,13 +80,12 @@ import (
 // the batches grow by themselves. A batch decides exactly as its members sent one by one in that
 // order would; what a member pays is a share of a round trip, and at most the wait for a call in
 // flight, within its own budget.
-//
-// A Redis Cluster gets no batcher: one script touches one slot, and a batch of many keys spans
-// many (see Options.BatchMax).
 type batcher struct {
-	l   *Limiter
-	a   Algorithm
-	max int
+	rdb    redis.Scripter
+	next   ratelimit.Runner
+	a      ratelimit.Algorithm
+	max    int
+	script *redis.Script
 
 	mu       sync.Mutex
 	queue    []*pending
@@ -32,14 +95,14 @@ type batcher struct {
 	sent func(n int)
 }
 
-// maxInFlight is how many batch calls of one algorithm a Limiter has on their way at once.
+// maxInFlight is how many batch calls of one algorithm a Runner has on their way at once.
 const maxInFlight = 2
 
 // pending is one decision waiting for, or in, a batch.
 type pending struct {
 	ctx   context.Context
 	keys  []string
-	c     call
+	c     ratelimit.Call
 	state atomic.Int32 // waiting, sent or abandoned
 	done  chan batchResult
 }
@@ -51,7 +114,7 @@ const (
 )
 
 type batchResult struct {
-	r   reply
+	r   ratelimit.Reply
 	err error
 }
 
@@ -59,12 +122,12 @@ type batchResult struct {
 // and nothing waits; else it queues it and waits for its reply, or for its own deadline while it
 // waits in the queue: a decision abandoned there is never sent. Once sent, its call's deadline
 // is the earliest of its members', so the wait ends within this decision's budget too.
-func (b *batcher) decide(ctx context.Context, keys []string, c call) (reply, error) {
+func (b *batcher) decide(ctx context.Context, keys []string, c ratelimit.Call) (ratelimit.Reply, error) {
 	b.mu.Lock()
 	if b.inFlight < maxInFlight && len(b.queue) == 0 {
 		b.inFlight++
 		b.mu.Unlock()
-		r, err := run(ctx, b.l.rdb, b.a, keys, c)
+		r, err := b.next.Run(ctx, b.a, keys, c)
 		b.mu.Lock()
 		b.inFlight--
 		b.startFlushLocked()
@@ -81,7 +144,7 @@ func (b *batcher) decide(ctx context.Context, keys []string, c call) (reply, err
 	case <-ctx.Done():
 		if p.state.CompareAndSwap(waiting, abandoned) {
 			// Not ctx.Err(): it was never sent, so there is no late decision to withdraw.
-			return reply{}, fmt.Errorf("%w: its budget ran out while it waited for a batch", ErrUnavailable)
+			return ratelimit.Reply{}, fmt.Errorf("%w: its budget ran out while it waited for a batch", ratelimit.ErrUnavailable)
 		}
 		res := <-p.done // sent: its call ends by this decision's deadline
 		return res.r, res.err
@@ -137,27 +200,27 @@ func (b *batcher) send(batch []*pending) {
 		b.sent(len(batch))
 	}
 	if len(batch) == 1 {
-		r, err := run(ctx, b.l.rdb, b.a, batch[0].keys, batch[0].c)
+		r, err := b.next.Run(ctx, b.a, batch[0].keys, batch[0].c)
 		batch[0].done <- batchResult{r, err}
 		return
 	}
 	keys, args := batchArgs(batch)
-	vals, err := batchScripts[b.a].Run(ctx, b.l.rdb, keys, args...).Int64Slice()
+	vals, err := b.script.Run(ctx, b.rdb, keys, args...).Int64Slice()
 	want := 0
-	queued := b.a == LeakyBucket
+	queued := b.a == ratelimit.LeakyBucket
 	for _, p := range batch {
-		want += replySize(len(p.keys), queued)
+		want += ratelimit.ReplySize(len(p.keys), queued)
 	}
 	if err == nil && len(vals) != want {
 		err = fmt.Errorf("batch of %d returned %d values, want %d", len(batch), len(vals), want)
 	}
 	for _, p := range batch {
 		if err != nil {
-			p.done <- batchResult{err: fmt.Errorf("%w: %w", ErrUnavailable, err)}
+			p.done <- batchResult{err: fmt.Errorf("%w: %w", ratelimit.ErrUnavailable, err)}
 			continue
 		}
-		m := replySize(len(p.keys), queued)
-		r, rerr := parseReply(vals[:m:m], len(p.keys), queued)
+		m := ratelimit.ReplySize(len(p.keys), queued)
+		r, rerr := ratelimit.ParseReply(vals[:m:m], len(p.keys), queued)
 		vals = vals[m:]
 		p.done <- batchResult{r, rerr}
 	}
@@ -178,8 +241,8 @@ func batchArgs(batch []*pending) (keys []string, args []any) {
 	settings := seen[:0]
 	for _, p := range batch {
 		keys = append(keys, p.keys...)
-		args = append(args, len(p.keys), p.c.id, p.c.nowArg(), p.c.op.arg())
-		for _, k := range p.c.keys {
+		args = append(args, len(p.keys), p.c.ID, p.c.NowArg(), p.c.Op.Arg())
+		for _, k := range p.c.Settings {
 			j := slices.Index(settings, k)
 			if j < 0 {
 				j = len(settings)
@@ -193,16 +256,4 @@ func batchArgs(batch []*pending) (keys []string, args []any) {
 		args = append(args, s[0], s[1], s[2])
 	}
 	return keys, args
-}
-
-// newBatchers makes one batcher per algorithm, or none when max is below 2.
-func newBatchers(l *Limiter, max int) map[Algorithm]*batcher {
-	if max < 2 {
-		return nil
-	}
-	bs := make(map[Algorithm]*batcher, len(scripts))
-	for a := range scripts {
-		bs[a] = &batcher{l: l, a: a, max: max}
-	}
-	return bs
 }
