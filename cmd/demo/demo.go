@@ -22,6 +22,7 @@ import (
 	"github.com/pixlimit/pixlimit/client"
 	"github.com/pixlimit/pixlimit/internal/dict"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/breaker"
 )
 
 // demo drives the replicas round robin, one client IP per request through X-Forwarded-For,
@@ -40,6 +41,7 @@ type demo struct {
 	// limiters are the in-process replicas' (nil against -target): their Stats tell what
 	// happened inside, which a client cannot see.
 	limiters []*ratelimit.Limiter
+	breakers []*breaker.Breaker // each in-process replica's (nil when it has none)
 	// watch is, per in-process replica, who is counting its limiter's calls (watch).
 	watch []replicaWatch
 	// desk is the in-process fleet's first support desk and adminToken its token ("" against
@@ -63,10 +65,29 @@ func (d *demo) bankTokens(ctx context.Context) (tokens int, ok bool) {
 	return dec.Worst.Remaining, err == nil
 }
 
-// stats sums the in-process replicas' limiter counters; ok is false against -target.
-func (d *demo) stats() (sum ratelimit.Stats, ok bool) {
-	for _, l := range d.limiters {
-		s := l.Stats()
+// counters are what an in-process replica's limiter and breaker did: Redis counts the calls
+// that reached Redis (the limiter's, less those its open breaker failed at once).
+type counters struct {
+	Redis, DenyCached, ShortCircuited int64
+	CachedKeys                        int
+	BreakerOpen                       bool
+}
+
+// counters are the i-th in-process replica's.
+func (d *demo) counters(i int) counters {
+	s := d.limiters[i].Stats()
+	c := counters{Redis: s.Redis, DenyCached: s.DenyCached, CachedKeys: s.CachedKeys}
+	if b := d.breakers[i]; b != nil {
+		c.ShortCircuited, c.BreakerOpen = b.ShortCircuited(), b.Open()
+		c.Redis -= c.ShortCircuited
+	}
+	return c
+}
+
+// stats sums the in-process replicas' counters; ok is false against -target.
+func (d *demo) stats() (sum counters, ok bool) {
+	for i := range d.limiters {
+		s := d.counters(i)
 		sum.Redis += s.Redis
 		sum.DenyCached += s.DenyCached
 		sum.ShortCircuited += s.ShortCircuited
@@ -147,14 +168,14 @@ func (d *demo) call(ctx context.Context, ip, method, path, token string, body an
 	}
 	r.calls = -1
 	var w *replicaWatch
-	var before ratelimit.Stats
+	var before counters
 	var gen uint64
 	alone := false
 	if i < len(d.limiters) {
 		w = &d.watch[i]
 		gen, alone = w.start()
 		defer w.end()
-		before = d.limiters[i].Stats()
+		before = d.counters(i)
 	}
 	resp, err := (&client.Client{BaseURL: d.replicas[i], HTTP: &d.client}).Do(ctx, method, path, body, append(hdrs, headers...)...)
 	if err != nil {
@@ -165,9 +186,9 @@ func (d *demo) call(ctx context.Context, ip, method, path, token string, body an
 		// What its replica's limiter did meanwhile: its calls to Redis, counted only when no other
 		// request was at that replica (a burst's are concurrent, and their calls mix); and
 		// whether the deny cache or the open breaker answered it from memory.
-		after := d.limiters[i].Stats()
+		after := d.counters(i)
 		if alone && w.started.Load() == gen {
-			r.calls = int(after.Redis - before.Redis)
+			r.calls = int(max(0, after.Redis-before.Redis)) // a short-circuited heartbeat may land in between
 		}
 		r.memory = after.Redis == before.Redis && (after.DenyCached > before.DenyCached || after.ShortCircuited > before.ShortCircuited)
 	}
@@ -327,7 +348,7 @@ func (n *narrator) decision(a, phase string, allowed bool) {
 }
 
 // counters records the in-process limiters' counters, for the page's costs.
-func (n *narrator) counters(s ratelimit.Stats) {
+func (n *narrator) counters(s counters) {
 	n.events.publish(event{Kind: "stats", Scenario: n.scenario, RedisCalls: s.Redis, DenyCached: s.DenyCached, BreakerOpen: s.BreakerOpen})
 }
 

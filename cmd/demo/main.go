@@ -69,7 +69,7 @@ func (d *demo) selfContained(redisURL string, passwordCost int, logs io.Writer) 
 	if err != nil {
 		return nil, err
 	}
-	d.replicas, d.outage, d.limiters, d.bank = f.urls, f.redis, f.limiters, f.cfg.Limits.LookupParticipant.Policy
+	d.replicas, d.outage, d.limiters, d.breakers, d.bank = f.urls, f.redis, f.limiters, f.breakers, f.cfg.Limits.LookupParticipant.Policy
 	d.watch = make([]replicaWatch, len(f.limiters))
 	if len(f.desks) > 0 {
 		d.desk, d.adminToken = f.desks[0], f.cfg.AdminToken

@@ -13,7 +13,6 @@ import (
 
 	"github.com/pixlimit/pixlimit/client"
 	"github.com/pixlimit/pixlimit/internal/pix"
-	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
 // maxStoryLimit is the largest limit a story can show: a burst of limit+5 requests must stay
@@ -242,7 +241,7 @@ func loginAttack(ctx context.Context, d *demo) error {
 
 // reportCachedRefusals says how many of the refusals among replies the in-process replicas'
 // deny caches answered since before.
-func (d *demo) reportCachedRefusals(before ratelimit.Stats, replies []reply) {
+func (d *demo) reportCachedRefusals(before counters, replies []reply) {
 	after, _ := d.stats()
 	refused := 0
 	for _, r := range replies {

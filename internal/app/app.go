@@ -25,6 +25,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/batch"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/breaker"
 )
 
 // Deps are what a replica may be handed instead of building it from the configuration. Every
@@ -51,6 +52,8 @@ type Replica struct {
 	Handler http.Handler
 	// Limiter is the replica's rate limiter; its Stats tell what it did.
 	Limiter *ratelimit.Limiter
+	// Breaker is the circuit breaker its scripts go through; nil on a cluster, or when off.
+	Breaker *breaker.Breaker
 	// Ledger is the replica's ledger, as the handler sees it.
 	Ledger pix.Ledger
 	// Tokens issues the access tokens the replica accepts.
@@ -126,7 +129,11 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	// A proxy routes on /readyz (deploy/haproxy.cfg checks it every second): a probe that waits
 	// out a long ledger deadline delays a lost replica's exit from the rotation by as much, so
 	// the database probe gets a second at most. A database that needs more is not ready.
-	r.probes = []httpapi.Probe{{Name: "redis", Timeout: cfg.RedisTimeout, Ping: r.Limiter.Ready}}
+	ready := r.Limiter.Ready
+	if r.Breaker != nil {
+		ready = r.Breaker.Ready // asks Redis even while the breaker is open, and an answer closes it
+	}
+	r.probes = []httpapi.Probe{{Name: "redis", Timeout: cfg.RedisTimeout, Ping: ready}}
 	if db, ok := r.Ledger.(*pix.PostgresLedger); ok {
 		r.probes = append(r.probes, httpapi.Probe{Name: "database", Timeout: min(cfg.DBTimeout, time.Second), Ping: db.Ping})
 	}
@@ -162,6 +169,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		Devices:                 devices,
 		TrustedProxies:          cfg.TrustedProxies,
 		Probes:                  r.probes,
+		Breaker:                 breakerOf(r.Breaker),
 	})
 	if err != nil || cfg.AdminAddr == "" {
 		return err
@@ -170,6 +178,14 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		Limits: cfg.Limits, Ledger: ledger, Tokens: r.Tokens, Token: cfg.AdminToken, Tiers: tiers,
 		AuditKey: auth.DeriveKey(secret, "audit names")})
 	return err
+}
+
+// breakerOf is b as /readyz reads it: nil when there is none (not a nil *breaker.Breaker).
+func breakerOf(b *breaker.Breaker) httpapi.Breaker {
+	if b == nil {
+		return nil
+	}
+	return b
 }
 
 // replicaSecret is AUTH_SECRET, or a random one for this process alone when it is empty (only
@@ -184,13 +200,30 @@ func replicaSecret(cfg config.Config, logger *slog.Logger) []byte {
 	return secret
 }
 
-// startLimiter makes the replica's Limiter over rdb (it subscribes itself to the fleet's
-// channels) and warms it.
+// startLimiter makes the replica's Limiter over rdb and warms it. The stack, from Redis up:
+//
+//	rdb                  the Redis client
+//	breaker.New(rdb)     fails calls at once while Redis keeps failing (not on a cluster)
+//	batch.New(…)         sends decisions in batches under load (not on a cluster)
+//	ratelimit.New(…)     the limiter: policies, keys, one script per decision
 func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, secret []byte, logger *slog.Logger) error {
 	opts := cfg.Limiter
 	opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
 	var batches *batch.Runner
-	if _, cluster := rdb.(*redis.ClusterClient); !cluster { // one script touches one slot: a cluster is never batched
+	// A cluster gets neither: one master's failure fails only its slots (a breaker would fail
+	// them all), and one script touches one slot (a batch spans many).
+	if _, cluster := rdb.(*redis.ClusterClient); !cluster {
+		if cfg.Breaker.Failures > 0 {
+			bo := cfg.Breaker
+			bo.Logger = logger
+			bo.Probe = func(ctx context.Context, rdb redis.Scripter) error { return ratelimit.Probe(ctx, rdb, opts.Prefix) }
+			brk, err := breaker.New(rdb, bo)
+			if err != nil {
+				return err
+			}
+			r.Breaker, rdb = brk, brk
+			r.closers = append(r.closers, func() { _ = brk.Close() })
+		}
 		opts.Runner = batch.New(rdb, ratelimit.Scripts(rdb), cfg.BatchMax)
 		batches, _ = opts.Runner.(*batch.Runner)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/breaker"
 )
 
 // Config is the validated configuration: typed values only, each made from its variables by
@@ -63,6 +64,8 @@ type Config struct {
 	// means off, which ratelimit.Options says with a negative number); the caller adds KeySecret
 	// and Logger.
 	Limiter ratelimit.Options
+	// Breaker is RATELIMIT_BREAKER_*: Failures 0 means no breaker. The caller adds Probe and Logger.
+	Breaker breaker.Options
 	// BatchMax is RATELIMIT_BATCH_MAX: the most decisions one call to Redis carries (package
 	// batch); 1 sends each alone. A Redis Cluster is never batched.
 	BatchMax int
@@ -449,6 +452,7 @@ func (cfg *environment) check(p *problems) Config {
 	}
 	out.Limiter = cfg.limiterOptions()
 	out.BatchMax = cfg.BatchMax
+	out.Breaker = breaker.Options{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown, Timeout: cfg.RedisTimeout}
 	if !slices.Contains([]slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}, cfg.LogLevel) {
 		p.add("LOG_LEVEL", "%v: want debug, info, warn or error", cfg.LogLevel)
 	}
@@ -583,7 +587,7 @@ func (cfg *environment) limiterOptions() ratelimit.Options {
 		return n
 	}
 	return ratelimit.Options{Timeout: cfg.RedisTimeout, DenyCacheSize: off(cfg.DenyCacheSize),
-		BreakerFailures: off(cfg.BreakerFailures), BreakerCooldown: cfg.BreakerCooldown,
+
 		FleetSize: cfg.FleetSize, MaxWaiting: cfg.ThrottleMaxWaiting}
 }
 

@@ -49,14 +49,14 @@ func handleOpenAPI() echo.HandlerFunc {
 }
 
 // handleReadyz reports whether this replica can do its job: each probe answers within its
-// timeout. The Redis probe is a decision's own needs (ratelimit.Limiter.Ready: the breaker closed
-// and a script that writes), not a PING, which a read-only or full Redis still answers while
+// timeout. The Redis probe is a decision's own needs (a script that writes: ratelimit.Probe,
+// through the breaker's Ready when there is one), not a PING, which a read-only or full Redis still answers while
 // every decision fails. The probes run together, so the answer takes the slowest probe's timeout
 // at most, not their sum: a proxy routing on /readyz gives its check a deadline. An open breaker
 // is named in the body ("breaker": "open"). A probe that changes state is logged once, with the
 // cause of its failure: /readyz is asked every second, and a line each would bury the one that
 // says why a replica left the rotation.
-func handleReadyz(probes []Probe, limiter *ratelimit.Limiter, logger *slog.Logger) echo.HandlerFunc {
+func handleReadyz(probes []Probe, brk Breaker, logger *slog.Logger) echo.HandlerFunc {
 	down := make([]atomic.Bool, len(probes))
 	return func(c echo.Context) error {
 		failed := make([]error, len(probes))
@@ -83,7 +83,7 @@ func handleReadyz(probes []Probe, limiter *ratelimit.Limiter, logger *slog.Logge
 				logger.Info("readiness: a dependency is up again", "probe", p.Name)
 			}
 		}
-		if limiter != nil && limiter.Stats().BreakerOpen {
+		if brk != nil && brk.Open() {
 			body["breaker"], body["status"], status = "open", "degraded", http.StatusServiceUnavailable
 		}
 		return c.JSON(status, body)

@@ -35,7 +35,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 
 	e.GET("/healthz", handleHealthz())
 	e.GET("/openapi.yaml", handleOpenAPI())
-	e.GET("/readyz", handleReadyz(d.Probes, d.Limiter, d.Logger))
+	e.GET("/readyz", handleReadyz(d.Probes, d.Breaker, d.Logger))
 	e.POST("/v1/login", handleLogin(decide, d.Limits, d.Ledger, d.Passwords, d.Tokens, d.Devices, d.Tiers))
 
 	// A PIX waits for its key's original at most the longest transfer (LedgerRetryAfter is the

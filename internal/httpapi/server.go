@@ -51,11 +51,19 @@ type Deps struct {
 	Devices *auth.Devices
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client (auth.IPExtractor).
 	TrustedProxies []netip.Prefix
-	// Probes are what /readyz asks, all at once: redis (Limiter.Ready: can it decide?) and the
+	// Probes are what /readyz asks, all at once: redis (can the limiter decide?) and the
 	// database if there is one; the body lists them in this order.
 	Probes []Probe
 	// Metrics, when set, counts requests, decisions and ledger calls (NewMetrics).
 	Metrics *Metrics
+	// Breaker, when set, is the circuit breaker around the Limiter's client: /readyz names it
+	// while it is open.
+	Breaker Breaker
+}
+
+// Breaker is what /readyz reads of a circuit breaker (a *breaker.Breaker).
+type Breaker interface {
+	Open() bool
 }
 
 // Probe is one dependency that /readyz checks.

@@ -2,20 +2,14 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"runtime"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
@@ -206,189 +200,6 @@ func randomStep(clk *clock, rng *rand.Rand, short, long time.Duration) {
 // client makes clients of srv with the generous budget.
 func client(srv *redistest.Server) func() redis.Scripter {
 	return func() redis.Scripter { return srv.Client(func(o *redis.Options) { ClientOptions(o, generous) }) }
-}
-
-// TestBreaker: three decisions time out against a frozen Redis, the breaker opens and the next
-// decisions fail at once, without asking Redis; after the cool-down it probes Redis in the
-// background while decisions keep failing at once, and once Redis is back the probe closes it and
-// decisions are made again. "At once" is counted, not timed: the open breaker's decisions leave
-// Stats.Redis where it was, so none waited on the frozen server, however slow the machine.
-func TestBreaker(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	c := srv.Client(func(o *redis.Options) { ClientOptions(o, budget) })
-	var logs apitest.Logs
-	const cooldown = 300 * time.Millisecond
-	l, err := New(c, Options{KeySecret: testSecret, Timeout: budget, BreakerFailures: 3, BreakerCooldown: cooldown,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	check := Check{policy("statement", 100, time.Minute), "ana"}
-	warm(t, l, check)
-	srv.Pause()
-	for i := range 3 {
-		start := time.Now()
-		// A lower bound: a slower machine only waits longer.
-		if _, err := l.AllowAll(context.Background(), check); err == nil || time.Since(start) < budget/2 {
-			t.Fatalf("failure %d: %v after %v, want ErrUnavailable after the budget", i+1, err, time.Since(start))
-		}
-	}
-	// Open, then half-open with the probe failing against the frozen Redis, over three
-	// cool-downs at least: never a decision that asks Redis.
-	asked := l.Stats().Redis
-	const tries = 100
-	for start := time.Now(); time.Since(start) < 3*cooldown; {
-		for range tries / 10 {
-			if _, err := l.AllowAll(context.Background(), check); !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("breaker open: %v, want ErrUnavailable", err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	if s := l.Stats(); s.Redis != asked || s.ShortCircuited < tries/10 || !s.BreakerOpen {
-		t.Errorf("stats %+v: want the breaker open, every decision short-circuited and none asking Redis (it had asked %d)", s, asked)
-	}
-	srv.Resume()
-	var d Decision
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if d, err = l.AllowAll(context.Background(), check); err == nil {
-			break
-		}
-	}
-	if err != nil || !d.Allowed || l.Stats().BreakerOpen {
-		t.Fatalf("after Redis returned: %+v, %v, stats %+v; want decisions again after a cool-down and a probe", d, err, l.Stats())
-	}
-	out := logs.String()
-	for _, want := range []string{"rate limiter circuit open", "rate limiter circuit closed"} {
-		if n := strings.Count(out, want); n != 1 {
-			t.Errorf("%q logged %d times, want once:\n%s", want, n, out)
-		}
-	}
-}
-
-// TestBreakerProbesWhenTheCoolDownEnds: the probe starts on the cool-down's timer, with no request
-// to start it; a failed probe sets another timer; a good one closes the breaker, so the first
-// request after it asks Redis. (The breaker used to wait for a request to start its probe, and
-// refused that request: on a quiet route, the first customer after every blip.)
-func TestBreakerProbesWhenTheCoolDownEnds(t *testing.T) {
-	t.Parallel()
-	var mu sync.Mutex
-	var timers []func()
-	var waits []time.Duration
-	results := make(chan error, 1)
-	var probes atomic.Int64
-	b := newBreaker(1, time.Second, time.Second, func(context.Context) error { probes.Add(1); return <-results },
-		time.Now, slog.New(slog.DiscardHandler))
-	b.after = func(d time.Duration, f func()) func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		timers, waits = append(timers, f), append(waits, d)
-		return func() bool { return true }
-	}
-	fire := func(i int) {
-		t.Helper()
-		mu.Lock()
-		if len(timers) <= i {
-			mu.Unlock()
-			t.Fatalf("%d timers set, want %d", len(timers), i+1)
-		}
-		f := timers[i]
-		mu.Unlock()
-		f()
-		b.probes.Wait()
-	}
-	b.failure()
-	if b.allow() || probes.Load() != 0 {
-		t.Fatal("allowed, or probed, during the cool-down")
-	}
-	results <- errors.New("still down")
-	fire(0)
-	if probes.Load() != 1 || b.closed.Load() {
-		t.Fatalf("%d probes, closed %t; want 1 failed probe, still open", probes.Load(), b.closed.Load())
-	}
-	results <- nil
-	fire(1) // the failed probe's new cool-down
-	if probes.Load() != 2 || !b.allow() {
-		t.Fatalf("%d probes, allow() false; want the second probe to have closed the breaker, and the next call asked", probes.Load())
-	}
-	if waits[0] != time.Second || waits[1] != time.Second {
-		t.Errorf("timers of %v, want the cool-down each", waits)
-	}
-}
-
-// TestTheFirstRequestAfterABlipIsDecided, in real time: Redis stalls, the breaker opens, Redis
-// returns; a request that arrives a second later, with none in between, is decided by Redis,
-// and Ready says so before it.
-func TestTheFirstRequestAfterABlipIsDecided(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	c := srv.Client(func(o *redis.Options) { ClientOptions(o, budget) })
-	l, err := New(c, Options{KeySecret: testSecret, Timeout: budget, BreakerFailures: 3, BreakerCooldown: 300 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	check := Check{policy("login-ip", 100, time.Minute), "quiet"}
-	warm(t, l, check)
-	srv.Pause()
-	for range 3 {
-		_, _ = l.AllowAll(context.Background(), check)
-	}
-	if err := l.Ready(context.Background()); err == nil || !l.Stats().BreakerOpen {
-		t.Fatalf("Ready with the breaker open: %v, stats %+v; want ErrUnavailable", err, l.Stats())
-	}
-	srv.Resume()
-	time.Sleep(time.Second) // three cool-downs, no request
-	if err := l.Ready(context.Background()); err != nil {
-		t.Errorf("Ready a second after Redis returned: %v", err)
-	}
-	if d, err := l.AllowAll(context.Background(), check); err != nil || !d.Allowed {
-		t.Errorf("the first request after the blip: %+v, %v; want Redis to decide it", d, err)
-	}
-}
-
-// TestBreakerProbesOneAtATime: once the cool-down is over, the first call starts one probe and
-// every call fails at once meanwhile; a failed probe reopens the breaker, a good one closes it.
-func TestBreakerProbesOneAtATime(t *testing.T) {
-	t.Parallel()
-	now := time.Now()
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	results := make(chan error)
-	var probes atomic.Int64
-	b := newBreaker(1, time.Second, time.Second, func(context.Context) error { probes.Add(1); return <-results }, clock, slog.New(slog.DiscardHandler))
-	b.after = func(time.Duration, func()) func() bool { return func() bool { return true } } // no timer: calls start the probe
-	b.failure()
-	advance(999 * time.Millisecond)
-	if b.allow() || probes.Load() != 0 {
-		t.Fatal("allowed, or probed, during the cool-down")
-	}
-	advance(time.Millisecond)
-	for range 10 {
-		if b.allow() {
-			t.Fatal("allowed while the probe runs")
-		}
-	}
-	results <- errors.New("still down")
-	b.probes.Wait()
-	if probes.Load() != 1 {
-		t.Fatalf("%d probes, want 1", probes.Load())
-	}
-	advance(500 * time.Millisecond)
-	if b.allow() {
-		t.Fatal("allowed during the second cool-down")
-	}
-	advance(500 * time.Millisecond)
-	b.allow()
-	results <- nil
-	b.probes.Wait()
-	if !b.allow() || !b.allow() {
-		t.Fatal("refused after a good probe")
-	}
 }
 
 // TestInspectChangesNothingARequestIsAnswered: reading a full key with Inspect reports it full, as

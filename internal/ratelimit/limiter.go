@@ -21,6 +21,10 @@ import (
 // caller then applies its fail mode (serve the request unlimited, or refuse it).
 var ErrUnavailable = errors.New("rate limiter unavailable")
 
+// ErrNotSent is wrapped by the error of a call that a client between the Limiter and Redis failed
+// without sending it (an open breaker, package breaker): it surely did not run.
+var ErrNotSent = errors.New("not sent")
+
 // Check asks whether one more request of Identity fits Policy. Identity is anything stable that
 // names the client (an account id, a CPF, IPIdentity of an address); it is hashed before it
 // reaches Redis.
@@ -101,12 +105,6 @@ type Options struct {
 	// when the key stays full longer: if Redis loses its state (a restart, a failover, an
 	// operator's DEL), a replica refuses on stale knowledge for at most this long. Default 5s.
 	DenyCacheHold time.Duration
-	// BreakerFailures is how many consecutive failed decisions open the circuit breaker, which
-	// then fails decisions at once for BreakerCooldown before letting one probe through.
-	// Default 5; negative disables. A cluster Limiter has no breaker.
-	BreakerFailures int
-	// BreakerCooldown is how long an open breaker fails decisions at once. Default 1s.
-	BreakerCooldown time.Duration
 	// FleetSize is the fewest replicas AllowFallback assumes share the limits (its share is
 	// ⌈Limit / fleet size⌉). Zero: 1, and no heartbeat; above zero, the Limiter beats in Redis
 	// every second and counts the replicas that do (no identity in it), never fewer than this,
@@ -125,11 +123,9 @@ type Options struct {
 
 // Option defaults that are not zero.
 const (
-	defaultDenyCacheSize   = 100_000
-	defaultDenyCacheHold   = 5 * time.Second
-	defaultBreakerFailures = 5
-	defaultBreakerCooldown = time.Second
-	defaultMaxWaiting      = 1000
+	defaultDenyCacheSize = 100_000
+	defaultDenyCacheHold = 5 * time.Second
+	defaultMaxWaiting    = 1000
 )
 
 // Limiter decides requests against policies whose state lives in Redis. It is safe for
@@ -147,8 +143,6 @@ type Limiter struct {
 	// deny remembers keys known to be full (denycache.go), each for at most hold; nil when disabled.
 	deny *denyCache
 	hold time.Duration
-	// breaker fails decisions at once while Redis keeps failing (breaker.go); nil when disabled.
-	breaker *breaker
 	// runner runs the decisions' scripts (Options.Runner).
 	runner Runner
 	// fleet is the fleet's size as the heartbeat last counted it, at least fleetFloor (fallback.go).
@@ -195,7 +189,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if len(opts.KeySecret) < 16 {
 		return nil, fmt.Errorf("ratelimit: key secret of %d bytes: want at least 16", len(opts.KeySecret))
 	}
-	if opts.Timeout < 0 || opts.OutageLogEvery < 0 || opts.BreakerCooldown < 0 || opts.DenyCacheHold < 0 {
+	if opts.Timeout < 0 || opts.OutageLogEvery < 0 || opts.DenyCacheHold < 0 {
 		return nil, errors.New("ratelimit: negative duration in options")
 	}
 	if opts.MaxWaiting < 0 {
@@ -240,13 +234,6 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.FleetSize > 0 {
 		l.withdrawals.Add(1) // Close waits for it, as for the withdrawals
 		go l.heartbeat()
-	}
-	// On a cluster one master's failure fails only its slots: a breaker for the whole Limiter
-	// would turn that into an outage of every slot, so a cluster has none.
-	if opts.BreakerFailures >= 0 && !l.cluster {
-		failures, cooldown := cmp.Or(opts.BreakerFailures, defaultBreakerFailures), cmp.Or(opts.BreakerCooldown, defaultBreakerCooldown)
-		probe := l.probe
-		l.breaker = newBreaker(failures, cooldown, opts.Timeout, probe, l.clock, opts.Logger)
 	}
 	if s, ok := rdb.(subscriber); ok {
 		l.listen(s)
@@ -306,26 +293,19 @@ func budgeted(budget time.Duration, dial, read, write, pool *time.Duration, cont
 // not ready answers its limited routes by their fail modes only, so a proxy should route
 // elsewhere.
 //
-// Readiness is itself a probe: with the breaker open it still asks Redis, and an answer closes
-// the breaker, so a replica whose network comes back is ready at the proxy's next check rather
-// than at the end of a cool-down (the breaker's own probes run on their timer too). A failed
-// readiness probe opens nothing: it is no decision.
+// A Limiter over a breaker (package breaker) fails this probe at once while the breaker is open:
+// the breaker's own Ready asks Redis even then.
 func (l *Limiter) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	err := l.probe(ctx)
-	switch {
-	case err == nil && l.breaker != nil:
-		l.breaker.success()
-	case err != nil && l.breaker != nil && !l.breaker.closed.Load():
-		return fmt.Errorf("%w: circuit breaker open: %w", ErrUnavailable, err)
-	}
-	return err
+	return Probe(ctx, l.rdb, l.keys.prefix)
 }
 
-// probe runs probeScript on the Limiter's probe key.
-func (l *Limiter) probe(ctx context.Context) error {
-	if err := probeScript.Run(ctx, l.rdb, []string{l.keys.prefix + ":probe"}).Err(); err != nil {
+// Probe runs probe.lua on rdb, on the key prefix+":probe" (prefix "" is the default, "rl"): what
+// Ready asks, and what a layer that must know whether Redis can decide asks (the breaker's
+// probe). The error wraps ErrUnavailable.
+func Probe(ctx context.Context, rdb redis.Scripter, prefix string) error {
+	if err := probeScript.Run(ctx, rdb, []string{cmp.Or(prefix, "rl") + ":probe"}).Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -340,7 +320,7 @@ func (l *Limiter) Allow(ctx context.Context, p Policy, identity string) (Decisio
 // trip: the request is admitted only if every key has room, and is then recorded in every key;
 // otherwise it is recorded in none. The checks' policies must be valid and share an algorithm
 // (ValidateTogether, at startup). The error wraps ErrUnavailable when Redis did not answer
-// within the budget (or the breaker is open); the caller then applies the fail mode, and the
+// within the budget (or a breaker around the client is open); the caller then applies the fail mode, and the
 // outage is logged here.
 //
 // A request on a key this Limiter knows to be full is refused without asking Redis
@@ -391,7 +371,7 @@ func (l *Limiter) AskAll(ctx context.Context, checks ...Check) (Decision, error)
 
 // Inspect reads c's key as a decision would find it, taking nothing, from Redis alone: unlike
 // AskAll it neither consults nor teaches this Limiter's deny cache, counts in no Stats, and its
-// failure opens no breaker, so an operator's read (a support desk's) changes nothing any
+// failure counts as no outage, so an operator's read (a support desk's) changes nothing any
 // request is answered. Decision.Allowed says whether one more request would be admitted now.
 // The error wraps ErrUnavailable.
 func (l *Limiter) Inspect(ctx context.Context, c Check) (Decision, error) {
@@ -477,7 +457,7 @@ func (l *Limiter) forgetBlocks(keys []string) {
 }
 
 // do is the one path of every call that asks Redis (AllowAll, AllowN): the deny cache, the
-// breaker, the outage log, the Redis-up flag and the counters apply to each alike. o is what the
+// outage log, the Redis-up flag and the counters apply to each alike. o is what the
 // script does.
 func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error) {
 	if err := oneQueue(checks); err != nil {
@@ -495,9 +475,7 @@ func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error
 		}
 		o = l.queueOp(ctx, o)
 	}
-	if err := l.mayCall(checks); err != nil {
-		return Decision{}, err
-	}
+	l.stats.redis.Add(1)
 	d, err := l.decide(ctx, o, checks, keys)
 	l.called(ctx, err, checks)
 	if err == nil {
@@ -515,23 +493,7 @@ func (l *Limiter) keysOf(checks []Check) []string {
 	return keys
 }
 
-// mayCall is the breaker's word on a call to Redis over checks: nil, counted, when it may go; an
-// ErrUnavailable, reported as the checks' outage, when the breaker is open.
-func (l *Limiter) mayCall(checks []Check) error {
-	if l.breaker != nil && !l.breaker.allow() {
-		l.down.Store(true)
-		err := fmt.Errorf("%w: circuit breaker open after consecutive failures", ErrUnavailable)
-		l.stats.shortCircuited.Add(1)
-		for _, c := range checks {
-			l.outages.failed(c.Policy, err)
-		}
-		return err
-	}
-	l.stats.redis.Add(1)
-	return nil
-}
-
-// called tells the Redis-up flag, the fallback log, the breaker and the outage log how a call
+// called tells the Redis-up flag, the fallback log and the outage log how a call
 // over checks went.
 func (l *Limiter) called(ctx context.Context, err error, checks []Check) {
 	switch {
@@ -540,17 +502,11 @@ func (l *Limiter) called(ctx context.Context, err error, checks []Check) {
 			l.down.Store(false)
 			l.fallback.forget() // Redis decides from its own state again
 		}
-		if l.breaker != nil {
-			l.breaker.success()
-		}
 		for _, c := range checks {
 			l.outages.decided(c.Policy)
 		}
 	case errors.Is(err, ErrUnavailable) && ctx.Err() == nil: // a client that left is no outage
 		l.down.Store(true)
-		if l.breaker != nil {
-			l.breaker.failure()
-		}
 		for _, c := range checks {
 			l.outages.failed(c.Policy, err)
 		}
@@ -622,18 +578,14 @@ type Stats struct {
 	Redis int64
 	// DenyCached is how many requests were refused by the deny cache, without asking Redis.
 	DenyCached int64
-	// ShortCircuited is how many decisions the open breaker failed without asking Redis.
-	ShortCircuited int64
 	// CachedKeys is how many keys the deny cache holds (expired ones until they are seen).
 	CachedKeys int
-	// BreakerOpen says the breaker is open or half-open: decisions fail at once.
-	BreakerOpen bool
 	// WithdrawalsLost is how many admissions of refused or failed decisions could not be taken
 	// back (see withdraw.go): each stays counted until it leaves its window.
 	WithdrawalsLost int64
 }
 
-type stats struct{ redis, denyCached, shortCircuited, withdrawalsLost atomic.Int64 }
+type stats struct{ redis, denyCached, withdrawalsLost atomic.Int64 }
 
 // Timeout is the budget of one decision (Options.Timeout).
 func (l *Limiter) Timeout() time.Duration { return l.timeout }
@@ -643,13 +595,10 @@ func (l *Limiter) RedisUp() bool { return !l.down.Load() }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
-	s := Stats{Redis: l.stats.redis.Load(), DenyCached: l.stats.denyCached.Load(), ShortCircuited: l.stats.shortCircuited.Load(),
+	s := Stats{Redis: l.stats.redis.Load(), DenyCached: l.stats.denyCached.Load(),
 		WithdrawalsLost: l.stats.withdrawalsLost.Load()}
 	if l.deny != nil {
 		s.CachedKeys = l.deny.len()
-	}
-	if l.breaker != nil {
-		s.BreakerOpen = !l.breaker.closed.Load()
 	}
 	return s
 }

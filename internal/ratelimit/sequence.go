@@ -225,9 +225,7 @@ func (l *Limiter) sequence(ctx context.Context, asked []Step) ([]Decision, error
 			return []Decision{d}, nil
 		}
 	}
-	if err := l.mayCall(all); err != nil {
-		return nil, err
-	}
+	l.stats.redis.Add(1)
 	ds, err := l.runSequence(ctx, steps, keys)
 	l.called(ctx, err, all)
 	refunds := slices.ContainsFunc(steps, func(s Step) bool { return s.operation().kind == opRefund })

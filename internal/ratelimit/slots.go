@@ -34,9 +34,7 @@ func (l *Limiter) slotCall(ctx context.Context, c Check, name string, o Op) (Dec
 		return Decision{}, err
 	}
 	checks := []Check{c}
-	if err := l.mayCall(checks); err != nil {
-		return Decision{}, err
-	}
+	l.stats.redis.Add(1)
 	budget, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	r, err := runScript(budget, l.rdb, slotScript, false, []string{l.keys.key(c.Policy, c.Identity)},

@@ -294,7 +294,8 @@ func (h *withdrawalHeap) Pop() any {
 }
 
 // mayHaveRun reports whether a failed call may have run in Redis, then or later: anything but a
-// failure that surely sent nothing (a dial that failed, a pool with no connection to give) or a
+// failure that surely sent nothing (a dial that failed, a pool with no connection to give, an open
+// breaker) or a
 // reply of Redis's own refusing to run it (an error reply: BUSY, LOADING, READONLY, OOM, ...). A
 // timeout, a reset or an EOF after the script was sent may have run it.
 func mayHaveRun(err error) bool {
@@ -303,7 +304,7 @@ func mayHaveRun(err error) bool {
 	switch {
 	case errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded): // Redis answered: it refused
 		return false
-	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed), errors.Is(err, ErrNotSent):
 		return false
 	case errors.As(err, &oe) && oe.Op == "dial":
 		return false
@@ -313,8 +314,7 @@ func mayHaveRun(err error) bool {
 
 // Close gives the waiting withdrawals one more attempt each, at once rather than over their
 // backoff, for closeDrain at most (what still waits then is counted lost), and waits for the
-// heartbeat and the breaker's probe in flight.
-// The Limiter must not be used after Close; the Redis client stays the caller's to close.
+// heartbeat and the subscription's reader. The Limiter must not be used after Close; the Redis client stays the caller's to close.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.withdrawQ.mu.Lock()
@@ -327,8 +327,5 @@ func (l *Limiter) Close() error {
 	})
 	l.withdrawals.Wait()
 	l.listening.Wait()
-	if l.breaker != nil {
-		l.breaker.stop()
-	}
 	return nil
 }

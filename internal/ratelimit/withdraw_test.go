@@ -58,7 +58,7 @@ func frozenSplit(t *testing.T, a Algorithm, n int, thaw time.Duration, logs *api
 			<-f.thawed // a frozen server cannot be stopped
 		}
 	})
-	l, err := New(f, Options{KeySecret: testSecret, Timeout: budget, Cluster: true, BreakerFailures: -1,
+	l, err := New(f, Options{KeySecret: testSecret, Timeout: budget, Cluster: true,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)

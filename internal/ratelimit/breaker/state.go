@@ -1,4 +1,4 @@
-package ratelimit
+package breaker
 
 import (
 	"context"
