@@ -26,6 +26,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/batch"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/breaker"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/withdraw"
 )
 
 // Deps are what a replica may be handed instead of building it from the configuration. Every
@@ -54,6 +55,8 @@ type Replica struct {
 	Limiter *ratelimit.Limiter
 	// Breaker is the circuit breaker its scripts go through; nil on a cluster, or when off.
 	Breaker *breaker.Breaker
+	// Withdrawals take back what its decisions' callers did not get; Lost counts the losses.
+	Withdrawals *withdraw.Runner
 	// Ledger is the replica's ledger, as the handler sees it.
 	Ledger pix.Ledger
 	// Tokens issues the access tokens the replica accepts.
@@ -140,7 +143,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	var metrics *httpapi.Metrics
 	ledger := r.Ledger // as the replica's parts call it: every call timed when metrics are on
 	if deps.Registry != nil {
-		if metrics, err = httpapi.NewMetrics(deps.Registry, r.Limiter); err != nil {
+		if metrics, err = httpapi.NewMetrics(deps.Registry, httpapi.LimiterGauges{RedisUp: r.Limiter.RedisUp, WithdrawalsLost: r.Withdrawals.Lost}); err != nil {
 			return err
 		}
 		ledger = metrics.Instrument(r.Ledger)
@@ -205,14 +208,17 @@ func replicaSecret(cfg config.Config, logger *slog.Logger) []byte {
 //	rdb                  the Redis client
 //	breaker.New(rdb)     fails calls at once while Redis keeps failing (not on a cluster)
 //	batch.New(…)         sends decisions in batches under load (not on a cluster)
+//	withdraw.New(…)      takes back what a caller did not get (on a cluster, decides keys apart)
 //	ratelimit.New(…)     the limiter: policies, keys, one script per decision
 func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, secret []byte, logger *slog.Logger) error {
 	opts := cfg.Limiter
 	opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
 	var batches *batch.Runner
+	runner := ratelimit.Scripts(rdb)
+	_, cluster := rdb.(*redis.ClusterClient)
 	// A cluster gets neither: one master's failure fails only its slots (a breaker would fail
 	// them all), and one script touches one slot (a batch spans many).
-	if _, cluster := rdb.(*redis.ClusterClient); !cluster {
+	if !cluster {
 		if cfg.Breaker.Failures > 0 {
 			bo := cfg.Breaker
 			bo.Logger = logger
@@ -224,14 +230,18 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 			r.Breaker, rdb = brk, brk
 			r.closers = append(r.closers, func() { _ = brk.Close() })
 		}
-		opts.Runner = batch.New(rdb, ratelimit.Scripts(rdb), cfg.BatchMax)
-		batches, _ = opts.Runner.(*batch.Runner)
+		runner = batch.New(rdb, ratelimit.Scripts(rdb), cfg.BatchMax)
+		batches, _ = runner.(*batch.Runner)
 	}
+	r.Withdrawals = withdraw.New(rdb, runner, withdraw.Options{Split: cluster, Timeout: opts.Timeout, Logger: logger,
+		LogEvery: opts.OutageLogEvery})
+	r.closers = append(r.closers, func() { _ = r.Withdrawals.Close() }) // after the Limiter's: it decides no more
+	opts.Runner = r.Withdrawals
 	var err error
 	if r.Limiter, err = ratelimit.New(rdb, opts); err != nil {
 		return err
 	}
-	r.closers = append(r.closers, func() { _ = r.Limiter.Close() }) // waits for withdrawals, before Redis closes
+	r.closers = append(r.closers, func() { _ = r.Limiter.Close() })
 	// Before serving: the scripts loaded on every master, the slot map known, connections
 	// dialed, so the first burst's decisions pay for none of it inside their budget.
 	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)

@@ -40,12 +40,14 @@ const (
 	outcomeAbandoned     = "abandoned"      // admitted by a queue; its client left before its turn
 )
 
-// LimiterGauges is what the metrics read of a limiter when scraped (a *ratelimit.Limiter).
-type LimiterGauges interface {
-	// RedisUp reports whether the last decision reached Redis: pixlimit_ratelimit_redis_up.
-	RedisUp() bool
-	// Stats' WithdrawalsLost is pixlimit_ratelimit_withdrawals_lost_total.
-	Stats() ratelimit.Stats
+// LimiterGauges are what the metrics read of the limiter when scraped.
+type LimiterGauges struct {
+	// RedisUp reports whether the last decision reached Redis (ratelimit.Limiter.RedisUp):
+	// pixlimit_ratelimit_redis_up.
+	RedisUp func() bool
+	// WithdrawalsLost counts the admissions that could not be taken back (withdraw.Runner.Lost):
+	// pixlimit_ratelimit_withdrawals_lost_total. Nil: none.
+	WithdrawalsLost func() int64
 }
 
 // NewMetrics registers the API's metrics with reg, reading limiter's gauges when scraped.
@@ -92,7 +94,12 @@ func NewMetrics(reg prometheus.Registerer, limiter LimiterGauges) (*Metrics, err
 	lost := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "pixlimit_ratelimit_withdrawals_lost_total",
 		Help: "Admissions of refused or failed multi-key decisions that could not be taken back: each stays counted until its window passes.",
-	}, func() float64 { return float64(limiter.Stats().WithdrawalsLost) })
+	}, func() float64 {
+		if limiter.WithdrawalsLost == nil {
+			return 0
+		}
+		return float64(limiter.WithdrawalsLost())
+	})
 	for _, c := range []prometheus.Collector{m.decisions, m.decisionSeconds, m.requests, m.requestSeconds, m.ledgerSeconds, m.waitSeconds, up, lost} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -12,6 +12,18 @@
 // readies a new Limiter for its first burst, Stats tells what it did, and Close waits for its
 // work in the background.
 //
+// # What is not here
+//
+// Each production layer that can live outside is a package around this one, which this one never
+// imports, and whose documentation opens with what it buys and what it costs: package batch (a
+// Runner that sends decisions to Redis in batches under load), package breaker (a Redis client
+// that fails calls at once while Redis keeps failing), package withdraw (a Runner that takes back
+// what a caller was told it did not get: a late decision's admission, and on a Redis Cluster the
+// admissions of a decision split per key). A Limiter reaches Redis to decide through a Runner
+// (Options.Runner; Scripts by default) and through the client it is given, so an application
+// takes the layers it wants: internal/app shows the stack. The deny cache, the outage fallback,
+// the queue, in-flight slots, grants and sequences are still in this package.
+//
 // # The sliding-window log
 //
 // A policy admits at most Limit requests per identity in any interval of length Window. Each
@@ -39,14 +51,13 @@
 //
 // The time is read inside the script from Redis TIME, never from the replica: replicas' clocks
 // drift, and a replica running 2 seconds fast would otherwise expire other replicas' entries
-// early. (Tests inject time through an unexported hook so they step through windows without
-// sleeping.) Every script Redis runs is a .lua file of this directory, byte for byte
+// early. (Tests inject time, Options.Now, so they step through windows without sleeping.) Every script Redis runs is a .lua file of this directory, byte for byte
 // (scripts.go). An algorithm is written once, in lua/: what every script shares (the clock, one
 // decision's arguments, its reply) is lua/prelude.lua; each algorithm's body holds its stored
 // format once, for deciding and for withdrawing alike. Its scripts are generated from those
 // parts and committed: alone (sliding_log.lua: lua/args.lua reads a call's arguments, the same a
-// person gives redis-cli --eval), batched (batch/: lua/batch.lua reads each member's) and in
-// sequences (sequence/).
+// person gives redis-cli --eval), batched (package batch's: lua/batch.lua reads each member's)
+// and in sequences (sequence/).
 //
 // # Refused requests are not recorded
 //
@@ -64,21 +75,23 @@
 // Decision.Worst is the key to report (least Remaining; on a tie the longer Reset): a refusal by
 // either key has the same shape, and Worst names the key that refused.
 //
-// In Redis Cluster, keys in different hash slots cannot share a script (CROSSSLOT). With a
-// cluster client (recognized by New, or declared by Options.Cluster) a decision over several keys
-// runs one script per key, all at once, under one request id and one budget (cluster.go). If any
+// In Redis Cluster, keys in different hash slots cannot share a script (CROSSSLOT). A cluster
+// client (recognized by New, or declared by Options.Cluster) needs a Runner that splits: package
+// withdraw's runs one script per key, all at once, under one request id and one budget. If any
 // refuses or cannot answer, the admissions the others made are withdrawn after the answer. A
 // refused request still consumes nothing in the end and no key admits past its limit; the price is
 // a moment on the strict side, until the withdrawal lands, when the refused request holds one
 // place in the keys that admitted it. After a failed decision the limiter asks go-redis to reload
-// the slot map, since a dead master redirects nobody.
+// the slot map, since a dead master redirects nobody. A split refusal is never cached (the deny
+// cache below): its withdrawals free room early.
 //
 // # Late answers are withdrawn
 //
 // A decision that misses its budget was answered by the fail mode, but its script was sent: a
 // slow or frozen Redis may run it afterwards and record a request that the client was told could
-// not be decided. With the sorted-set sliding log each admission is the request's own entry, so the limiter
-// removes it by its id in the background: tried again until Redis answers, then a few more times
+// not be decided. With the sorted-set sliding log each admission is the request's own entry, so
+// package withdraw's Runner removes it by its id in the background (the Limiter tells it of a
+// sequence's failed call too: LateWithdrawer): tried again until Redis answers, then a few more times
 // over about 2.6 s in case the script runs after an attempt. That is exact: removing an id the
 // script refused, or never ran, removes nothing. The counting algorithms store counts, not
 // requests: they cannot tell whether this request was counted, and giving back a unit it did not
@@ -87,7 +100,7 @@
 //
 // Withdrawals, these and a cluster split's, wait in one queue bounded by memory, never dropped
 // because Redis is slow or many wait; one given up (the queue full, Close, or a counter's attempt
-// that timed out and may have run) is counted in Stats.WithdrawalsLost and logged (withdraw.go).
+// that timed out and may have run) is counted (withdraw.Runner.Lost) and logged.
 //
 // # Keys
 //

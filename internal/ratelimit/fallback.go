@@ -23,7 +23,7 @@ const (
 
 // heartbeat beats until Close, keeping l.fleet current.
 func (l *Limiter) heartbeat() {
-	defer l.withdrawals.Done()
+	defer l.background.Done()
 	id := l.id
 	keys := []string{l.keys.prefix + ":{fleet}", l.forgetChannel()} // the roster and the forget list
 	tick := time.NewTicker(heartbeatEvery)

@@ -112,9 +112,15 @@ type Options struct {
 	FleetSize int
 	// FallbackLogSize bounds the keys AllowFallback remembers. Default 100,000.
 	FallbackLogSize int
-	// Runner runs each decision's script: Scripts(rdb) by default, or a layer around it that
-	// batches (package batch). Every other call (a withdrawal, a probe) runs its script alone.
+	// Runner runs each decision's script: Scripts(rdb) by default, or layers around it that
+	// batch (package batch) or withdraw what a caller did not get (package withdraw, which a
+	// cluster client needs: it decides each key apart). Every other call (a probe, a sequence)
+	// runs its script alone.
 	Runner Runner
+	// Now, when set, is the time every call gives its script instead of Redis's clock, and the
+	// Limiter's own clock: tests step through windows without sleeping. Never in production,
+	// where the replicas' clocks differ and Redis's is the one they share.
+	Now func() time.Time
 	// MaxWaiting is the most requests this Limiter holds until their turns at once (Wait), over
 	// every queue (LeakyBucket), one key (an account's queue) at most half of them (at least 1):
 	// past it, a queue's request is refused at once. Default 1000.
@@ -134,7 +140,7 @@ const (
 type Limiter struct {
 	id      string // this Limiter among the fleet's: its heartbeat's name, its queue messages' sender
 	rdb     redis.Scripter
-	cluster bool // keys of one decision may live on different nodes (cluster.go)
+	cluster bool // keys of one decision may live on different nodes (its Runner splits them)
 	keys    *keyer
 	timeout time.Duration
 	outages *outageLog
@@ -160,12 +166,9 @@ type Limiter struct {
 	argsMu sync.RWMutex
 	args   map[Policy][3]any
 
-	// withdrawals counts the withdrawals not yet settled (withdraw.go) and the heartbeat, for
-	// Close to wait on.
-	withdrawals sync.WaitGroup
-	// withdrawQ holds the withdrawals waiting for their next attempt.
-	withdrawQ *withdrawQueue
-	// closing is closed by Close: withdrawals stop waiting between attempts.
+	// background counts the heartbeat, for Close to wait on.
+	background sync.WaitGroup
+	// closing is closed by Close: the heartbeat stops.
 	closing   chan struct{}
 	closeOnce sync.Once
 
@@ -174,10 +177,8 @@ type Limiter struct {
 	sub       *redis.PubSub
 	listening sync.WaitGroup
 
-	// now, when set (tests only), replaces the Redis clock.
+	// now, when set (tests only: Options.Now), replaces the Redis clock.
 	now func() time.Time
-	// withdrawn, when set (tests only), learns how long each withdrawn admission was held.
-	withdrawn func(held time.Duration)
 }
 
 // New returns a Limiter that keeps its state in rdb. Configure the client with ClientOptions so
@@ -209,16 +210,16 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	}
 	_, isCluster := rdb.(*redis.ClusterClient)
 	l := &Limiter{
-		id:        rand.Text(),
-		rdb:       rdb,
-		cluster:   opts.Cluster || isCluster,
-		keys:      newKeyer(opts.Prefix, opts.KeySecret),
-		timeout:   opts.Timeout,
-		logger:    opts.Logger,
-		withdrawQ: newWithdrawQueue(),
-		closing:   make(chan struct{}),
-		args:      make(map[Policy][3]any),
-		waiters:   newWaiters(cmp.Or(opts.MaxWaiting, defaultMaxWaiting)),
+		id:      rand.Text(),
+		rdb:     rdb,
+		cluster: opts.Cluster || isCluster,
+		keys:    newKeyer(opts.Prefix, opts.KeySecret),
+		timeout: opts.Timeout,
+		logger:  opts.Logger,
+		closing: make(chan struct{}),
+		args:    make(map[Policy][3]any),
+		waiters: newWaiters(cmp.Or(opts.MaxWaiting, defaultMaxWaiting)),
+		now:     opts.Now,
 	}
 	l.outages = newOutageLog(opts.Logger, opts.OutageLogEvery, l.clock)
 	if opts.DenyCacheSize >= 0 {
@@ -226,13 +227,16 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		l.hold = cmp.Or(opts.DenyCacheHold, defaultDenyCacheHold)
 	}
 	if l.runner = opts.Runner; l.runner == nil {
+		if l.cluster {
+			return nil, errors.New("ratelimit: a cluster client needs a Runner that decides each key apart (package withdraw's, with Split)")
+		}
 		l.runner = Scripts(rdb)
 	}
 	l.fallback = newFallbackLog(cmp.Or(opts.FallbackLogSize, defaultDenyCacheSize))
 	l.fleetFloor = int64(max(1, opts.FleetSize))
 	l.fleet.Store(l.fleetFloor)
 	if opts.FleetSize > 0 {
-		l.withdrawals.Add(1) // Close waits for it, as for the withdrawals
+		l.background.Add(1) // Close waits for it
 		go l.heartbeat()
 	}
 	if s, ok := rdb.(subscriber); ok {
@@ -580,12 +584,9 @@ type Stats struct {
 	DenyCached int64
 	// CachedKeys is how many keys the deny cache holds (expired ones until they are seen).
 	CachedKeys int
-	// WithdrawalsLost is how many admissions of refused or failed decisions could not be taken
-	// back (see withdraw.go): each stays counted until it leaves its window.
-	WithdrawalsLost int64
 }
 
-type stats struct{ redis, denyCached, withdrawalsLost atomic.Int64 }
+type stats struct{ redis, denyCached atomic.Int64 }
 
 // Timeout is the budget of one decision (Options.Timeout).
 func (l *Limiter) Timeout() time.Duration { return l.timeout }
@@ -595,8 +596,7 @@ func (l *Limiter) RedisUp() bool { return !l.down.Load() }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
-	s := Stats{Redis: l.stats.redis.Load(), DenyCached: l.stats.denyCached.Load(),
-		WithdrawalsLost: l.stats.withdrawalsLost.Load()}
+	s := Stats{Redis: l.stats.redis.Load(), DenyCached: l.stats.denyCached.Load()}
 	if l.deny != nil {
 		s.CachedKeys = l.deny.len()
 	}
@@ -609,13 +609,8 @@ func (l *Limiter) decide(ctx context.Context, o Op, checks []Check, keys []strin
 	c := l.newCall(a, o, checks)
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	if l.cluster && len(checks) > 1 {
-		return l.decideApart(ctx, a, keys, c, checks)
-	}
 	r, err := l.runner.Run(ctx, a, keys, c)
 	if err != nil {
-		l.refreshTopology()
-		l.withdrawLate(a, keys, c, checks, err)
 		return Decision{}, err
 	}
 	return l.decisionOf(r, checks, keys, c), nil
@@ -696,4 +691,18 @@ func requestID() string {
 	binary.LittleEndian.PutUint64(b[:], mrand.Uint64())
 	b[8] = byte(mrand.Uint32())
 	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// Close stops the heartbeat and the subscription's reader and waits for them. The Limiter must
+// not be used after Close; the Redis client, and the Runner, stay the caller's to close.
+func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() {
+		close(l.closing)
+		if l.sub != nil {
+			_ = l.sub.Close() // ends listen
+		}
+	})
+	l.background.Wait()
+	l.listening.Wait()
+	return nil
 }

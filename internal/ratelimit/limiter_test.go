@@ -440,32 +440,6 @@ func TestPolicyValidation(t *testing.T) {
 	}
 }
 
-// TestALateDecisionIsWithdrawn: Redis frozen (SIGSTOP), 8 decisions on one key time out and are
-// answered unavailable; their scripts still wait in the server's sockets and run when it thaws,
-// admitting up to the limit. Each is withdrawn by its id, so none consumes quota in the end.
-func TestALateDecisionIsWithdrawn(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	l := replicas(t, srv, 1, budget)[0]
-	c := Check{policy("login-account", 5, time.Minute), "52998224725"}
-	warm(t, l, c) // one entry
-	srv.Pause()
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			if _, err := l.AllowAll(context.Background(), c); !errors.Is(err, ErrUnavailable) {
-				t.Errorf("frozen Redis: err = %v, want ErrUnavailable", err)
-			}
-		})
-	}
-	wg.Wait()
-	srv.Resume()
-	l.withdrawals.Wait() // the withdrawals, with their backoff (Close would cut it short)
-	if n := srv.Client(nil).ZCard(context.Background(), l.keys.key(c.Policy, c.Identity)).Val(); n != 1 {
-		t.Errorf("%d entries after 8 late decisions, want 1: late admissions consumed quota", n)
-	}
-}
-
 // TestAllowNPaysInAdvance: a token bucket of 100, refilled 2 a minute, as the PIX key look-up
 // uses it. A look-up asks first (a cost of 0 takes nothing), then pays its price: 1 for a hit,
 // 20 for a miss. Five misses empty it, the next look-up is refused, and the refill pays back at

@@ -144,6 +144,17 @@ func (r scriptRunner) Run(ctx context.Context, a Algorithm, keys []string, c Cal
 	return run(ctx, r.rdb, a, keys, c)
 }
 
+// A LateWithdrawer takes back, in the background, the admissions a call that failed may still
+// have made (package withdraw's Runner): a Limiter whose Runner is one tells it of the calls it
+// ran outside the Runner (a sequence's).
+type LateWithdrawer interface {
+	WithdrawLate(a Algorithm, keys []string, c Call, cause error)
+}
+
+// Script is algorithm a's script, the file a.lua: what Scripts runs, and what a layer runs to
+// withdraw one of its calls.
+func Script(a Algorithm) *redis.Script { return scripts[a] }
+
 // NewCall is the Call that decides one request of checks (AllowAll's) by the Redis clock: what a
 // Limiter gives its Runner.
 func NewCall(checks ...Check) Call {
@@ -195,14 +206,6 @@ func ParseReply(vals []int64, n int, queued bool) (Reply, error) {
 		r.Wait = vals[2+3*n]
 	}
 	return r, nil
-}
-
-// runWithdrawal runs the withdrawal w on key, within the budget, and returns how many keys it took
-// something back from.
-func (l *Limiter) runWithdrawal(a Algorithm, key string, w Call) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-	defer cancel()
-	return scripts[a].Run(ctx, l.rdb, []string{key}, w.Args()...).Int64()
 }
 
 // clockArg is now for a call: the injected clock's time in µs, or 0 for Redis's own.

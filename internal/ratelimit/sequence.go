@@ -285,9 +285,11 @@ func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string
 	vals, err := sequenceScriptFor(steps).Run(ctx, l.rdb, flat, args...).Int64Slice()
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
-		for i, s := range steps {
-			if _, ok := s.(*decideStep); ok {
-				l.withdrawLate(s.checks()[0].Policy.algorithm(), keys[i], calls[i], s.checks(), err)
+		if w, ok := l.runner.(LateWithdrawer); ok {
+			for i, s := range steps {
+				if _, ok := s.(*decideStep); ok {
+					w.WithdrawLate(s.checks()[0].Policy.algorithm(), keys[i], calls[i], err)
+				}
 			}
 		}
 		return nil, err

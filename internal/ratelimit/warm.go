@@ -1,0 +1,52 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Warm readies the Limiter for its first burst, to be called once before its replica listens:
+// the first decisions of a cold replica otherwise pay, inside their budget, for dialing Redis,
+// for a cluster's slot map and for NOSCRIPT, the script sent in full after its hash was refused.
+// Warm loads every script that decides (each algorithm's, the sequences',
+// the voucher's, the slots' and the readiness probe) into Redis, on every node of a cluster; it
+// learns the slot map; and it opens conns connections to each master, so that a burst finds
+// them dialed. The error says what could not be readied; a replica may still start,
+// its decisions then follow the fail modes until Redis answers.
+func (l *Limiter) Warm(ctx context.Context, conns int) error {
+	all := slices.Collect(maps.Values(scripts))
+	for _, s := range sequenceScripts {
+		all = append(all, s.script)
+	}
+	for _, s := range append(all, probeScript, voucherScript, slotScript) {
+		if err := s.Load(ctx, l.rdb).Err(); err != nil {
+			return fmt.Errorf("ratelimit: warm: load scripts: %w", err)
+		}
+	}
+	dial := func(ctx context.Context, c *redis.Client) error {
+		errs := make([]error, max(conns, 1))
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() { errs[i] = c.Ping(ctx).Err() }) // at once: each needs a connection of its own
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+	var err error
+	switch c := l.rdb.(type) {
+	case *redis.ClusterClient: // ForEachMaster loads the slot map first
+		err = c.ForEachMaster(ctx, dial)
+	case *redis.Client:
+		err = dial(ctx, c)
+	}
+	if err != nil {
+		return fmt.Errorf("ratelimit: warm: dial: %w", err)
+	}
+	return nil
+}
