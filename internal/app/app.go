@@ -143,7 +143,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	var metrics *httpapi.Metrics
 	ledger := r.Ledger // as the replica's parts call it: every call timed when metrics are on
 	if deps.Registry != nil {
-		if metrics, err = httpapi.NewMetrics(deps.Registry, httpapi.LimiterGauges{RedisUp: r.Limiter.RedisUp, WithdrawalsLost: r.Withdrawals.Lost}); err != nil {
+		if metrics, err = httpapi.NewMetrics(deps.Registry, httpapi.LimiterGauges{RedisUp: func() bool { return r.Limiter.Stats().RedisUp }, WithdrawalsLost: r.Withdrawals.Lost}); err != nil {
 			return err
 		}
 		ledger = metrics.Instrument(r.Ledger)

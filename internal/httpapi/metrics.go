@@ -42,7 +42,7 @@ const (
 
 // LimiterGauges are what the metrics read of the limiter when scraped.
 type LimiterGauges struct {
-	// RedisUp reports whether the last decision reached Redis (ratelimit.Limiter.RedisUp):
+	// RedisUp reports whether the last decision reached Redis (ratelimit.Stats.RedisUp):
 	// pixlimit_ratelimit_redis_up.
 	RedisUp func() bool
 	// WithdrawalsLost counts the admissions that could not be taken back (withdraw.Runner.Lost):

@@ -165,7 +165,7 @@ func TestPanicsAreAnsweredLoggedAndCounted(t *testing.T) {
 	s := newServer(t, redistest.Start(t), lax())
 	var logs apitest.Logs
 	reg := prometheus.NewRegistry()
-	metrics, err := httpapi.NewMetrics(reg, httpapi.LimiterGauges{RedisUp: s.limiter.RedisUp})
+	metrics, err := httpapi.NewMetrics(reg, httpapi.LimiterGauges{RedisUp: func() bool { return s.limiter.Stats().RedisUp }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestMadeUpMethodsMintNoSeries(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, redistest.Start(t), lax())
 	reg := prometheus.NewRegistry()
-	metrics, err := httpapi.NewMetrics(reg, httpapi.LimiterGauges{RedisUp: s.limiter.RedisUp})
+	metrics, err := httpapi.NewMetrics(reg, httpapi.LimiterGauges{RedisUp: func() bool { return s.limiter.Stats().RedisUp }})
 	if err != nil {
 		t.Fatal(err)
 	}

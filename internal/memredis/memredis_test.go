@@ -89,7 +89,7 @@ func TestEveryAlgorithmRunsOnTheEmbeddedRedis(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 24 {
 			wg.Go(func() {
-				d, err := l.Allow(ctx, p, "y")
+				d, err := l.AllowAll(ctx, ratelimit.Check{Policy: p, Identity: "y"})
 				if err != nil {
 					t.Errorf("%s: %v", a, err)
 				}

@@ -64,7 +64,7 @@ func BenchmarkDecision(b *testing.B) {
 					p := fresh("one")
 					p.Algorithm = a
 					measure(b, rdb, par, func(i int) error {
-						_, err := row.l.Allow(ctx, p, ids[i%len(ids)])
+						_, err := row.l.AllowAll(ctx, Check{Policy: p, Identity: ids[i%len(ids)]})
 						return err
 					})
 				})
@@ -206,7 +206,7 @@ func BenchmarkCluster(b *testing.B) {
 		b.Run(target.name+"/one_key/p=16", func(b *testing.B) {
 			p := fresh("one")
 			measure(b, target.stats, 16, func(i int) error {
-				_, err := l.Allow(ctx, p, ids[i%len(ids)])
+				_, err := l.AllowAll(ctx, Check{Policy: p, Identity: ids[i%len(ids)]})
 				return err
 			})
 		})

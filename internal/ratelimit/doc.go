@@ -5,7 +5,7 @@
 // and what a caller makes of it (an answer to a client, a fail mode) is the caller's.
 //
 // The API is small: a Policy says what is counted, a Check names the identity counted, and a
-// Limiter decides. AllowAll (and Allow, for one check) decides one request; AllowN one that
+// Limiter decides. AllowAll decides one request; AllowN one that
 // costs other than one token of a bucket; AskAll asks several buckets whether a request would
 // pass, taking nothing; Refund gives tokens back to a bucket; Sequence decides several such
 // steps one after another in one call, stopping at the first refusal. Ready says whether decisions can be made now, Warm

@@ -54,20 +54,15 @@ func (l *Limiter) heartbeat() {
 	}
 }
 
-// FleetSize is how many replicas share the limits: those the heartbeat last counted while Redis
-// answered, and never fewer than Options.FleetSize (replicas starting together first count
-// themselves alone; a single replica in local mode is then stricter than it need be).
-func (l *Limiter) FleetSize() int { return int(l.fleet.Load()) }
-
 // AllowFallback decides a request in this replica's memory, at its share of each check's limit
-// (⌈Limit / FleetSize⌉ per Window, every meter counted as an exact sliding log): what a
+// (⌈Limit / Stats.FleetSize⌉ per Window, every meter counted as an exact sliding log): what a
 // caller does instead of failing open or closed while Redis cannot decide. The Decision reports
 // the local quota as each Result's Policy.Limit and Capacity, and Fallback is set. The checks
 // are decided together: admitted only if every key has room, and recorded in all or none.
 // A queue (LeakyBucket) paces here at its share, ⌈Limit / N⌉ per Window with ⌈Queue / N⌉
 // places, and its admission waits its turn as any (Wait), within ctx's deadline.
 func (l *Limiter) AllowFallback(ctx context.Context, checks ...Check) Decision {
-	n := max(1, l.FleetSize())
+	n := max(1, int(l.fleet.Load()))
 	now := l.clock()
 	if len(checks) == 1 && queued(checks) {
 		return l.queueFallback(ctx, checks[0], n, now)

@@ -80,10 +80,10 @@ func TestTheHeartbeatCountsTheFleet(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * heartbeatEvery)
 	for _, l := range ls {
-		for l.FleetSize() != 3 && time.Now().Before(deadline) {
+		for l.Stats().FleetSize != 3 && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if got := l.FleetSize(); got != 3 {
+		if got := l.Stats().FleetSize; got != 3 {
 			t.Errorf("fleet size %d after %v, want 3", got, 5*heartbeatEvery)
 		}
 	}

@@ -315,11 +315,6 @@ func Probe(ctx context.Context, rdb redis.Scripter, prefix string) error {
 	return nil
 }
 
-// Allow is shorthand for AllowAll with one check.
-func (l *Limiter) Allow(ctx context.Context, p Policy, identity string) (Decision, error) {
-	return l.AllowAll(ctx, Check{Policy: p, Identity: identity})
-}
-
 // AllowAll decides one request against every check at once, in one atomic script and one round
 // trip: the request is admitted only if every key has room, and is then recorded in every key;
 // otherwise it is recorded in none. The checks' policies must be valid and share an algorithm
@@ -576,7 +571,7 @@ func (l *Limiter) clock() time.Time {
 	return time.Now()
 }
 
-// Stats counts what a Limiter did since it was made.
+// Stats is what a Limiter did since it was made, and what it holds now.
 type Stats struct {
 	// Redis is how many decisions asked Redis.
 	Redis int64
@@ -584,6 +579,14 @@ type Stats struct {
 	DenyCached int64
 	// CachedKeys is how many keys the deny cache holds (expired ones until they are seen).
 	CachedKeys int
+	// RedisUp says the last decision that asked Redis got an answer (true before any).
+	RedisUp bool
+	// FleetSize is how many replicas share the limits: those the heartbeat last counted while
+	// Redis answered, and never fewer than Options.FleetSize (replicas starting together first
+	// count themselves alone; a single replica in local mode is then stricter than it need be).
+	FleetSize int
+	// Waiting is how many requests this replica holds until their turns in a queue (Wait).
+	Waiting int
 }
 
 type stats struct{ redis, denyCached atomic.Int64 }
@@ -591,12 +594,10 @@ type stats struct{ redis, denyCached atomic.Int64 }
 // Timeout is the budget of one decision (Options.Timeout).
 func (l *Limiter) Timeout() time.Duration { return l.timeout }
 
-// RedisUp reports whether the last decision that asked Redis got an answer (true before any).
-func (l *Limiter) RedisUp() bool { return !l.down.Load() }
-
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
-	s := Stats{Redis: l.stats.redis.Load(), DenyCached: l.stats.denyCached.Load()}
+	s := Stats{Redis: l.stats.redis.Load(), DenyCached: l.stats.denyCached.Load(), RedisUp: !l.down.Load(),
+		FleetSize: int(l.fleet.Load()), Waiting: int(l.waiters.count.Load())}
 	if l.deny != nil {
 		s.CachedKeys = l.deny.len()
 	}

@@ -279,7 +279,7 @@ func TestEveryAlgorithmIsExactUnderConcurrency(t *testing.T) {
 			var wg sync.WaitGroup
 			for g := range 50 {
 				wg.Go(func() {
-					d, err := ls[g%3].Allow(context.Background(), p, "one-key")
+					d, err := ls[g%3].AllowAll(context.Background(), Check{Policy: p, Identity: "one-key"})
 					if err != nil {
 						t.Error(err)
 					}

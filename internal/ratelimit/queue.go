@@ -190,9 +190,6 @@ func (ws *waiters) dueOf(w *waiter) time.Time {
 	return w.due
 }
 
-// Waiting is how many requests this replica holds until their turn.
-func (l *Limiter) Waiting() int { return int(l.waiters.count.Load()) }
-
 // Wait holds an admitted decision until its turn: at once for every decision but a queue's
 // (LeakyBucket) whose Wait is above zero. It returns nil at the turn; when ctx ends first, it
 // gives the place back (the turns after it move up) and returns ctx's error. With

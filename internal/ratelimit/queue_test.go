@@ -127,7 +127,7 @@ func queueBurst(ctx context.Context, ls []*Limiter, p Policy, id string, n int) 
 	for i := range n {
 		wg.Go(func() {
 			l := ls[i%len(ls)]
-			d, err := l.Allow(ctx, p, id)
+			d, err := l.AllowAll(ctx, Check{Policy: p, Identity: id})
 			if err == nil && d.Allowed {
 				err = l.Wait(ctx, d)
 			}
@@ -221,7 +221,7 @@ func TestALeaverGivesItsPlaceBack(t *testing.T) {
 		}
 		go func() { errs[i] = l.Wait(wctx, ds[i]); done <- served{i, time.Since(start)} }()
 	}
-	for ls[0].Waiting() != 3 || ls[1].Waiting() != 1 {
+	for ls[0].Stats().Waiting != 3 || ls[1].Stats().Waiting != 1 {
 		time.Sleep(time.Millisecond) // the four are registered
 	}
 	leave()
@@ -266,7 +266,7 @@ func TestAReplicaHoldsAtMostMaxWaiting(t *testing.T) {
 		d := mustAllow(t, l, Check{p, id})
 		wg.Go(func() { _ = l.Wait(ctx, d) })
 	}
-	for l.Waiting() != 2 {
+	for l.Stats().Waiting != 2 {
 		time.Sleep(time.Millisecond)
 	}
 	if d, err := l.AllowAll(context.Background(), Check{p, "third"}); err != nil || d.Allowed {
@@ -297,7 +297,7 @@ func TestATurnPastTheDeadlineIsRefusedAtOnce(t *testing.T) {
 	defer cancel()
 	var got []Decision
 	for range 4 {
-		d, err := l.Allow(ctx, p, "co")
+		d, err := l.AllowAll(ctx, Check{Policy: p, Identity: "co"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -424,7 +424,7 @@ func TestClusterExactness(t *testing.T) {
 				for range perGoroutine {
 					if rng.IntN(2) == 0 {
 						k := rng.IntN(1000)
-						d, err := l.Allow(context.Background(), single, fmt.Sprint("k", k))
+						d, err := l.AllowAll(context.Background(), Check{Policy: single, Identity: fmt.Sprint("k", k)})
 						record(d.Allowed, err, func() { singles[k]++ })
 						continue
 					}
@@ -572,7 +572,7 @@ func TestClusterFailover(t *testing.T) {
 					default:
 					}
 					start := time.Now()
-					_, err := l.Allow(context.Background(), p, "victim")
+					_, err := l.AllowAll(context.Background(), Check{Policy: p, Identity: "victim"})
 					if meter.Took(start) > budget+100*time.Millisecond {
 						slow.Add(1)
 					}
@@ -624,7 +624,7 @@ func TestClusterFailover(t *testing.T) {
 	for i, l := range ls {
 		learn := Policy{Name: fmt.Sprint("learn-", i), Limit: 1, Window: time.Hour}
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			_, err := l.Allow(context.Background(), learn, "victim")
+			_, err := l.AllowAll(context.Background(), Check{Policy: learn, Identity: "victim"})
 			if err == nil {
 				break
 			}
@@ -647,7 +647,7 @@ func TestClusterFailover(t *testing.T) {
 	var wg2 sync.WaitGroup
 	for g := range 64 {
 		wg2.Go(func() {
-			d, err := counters[g%3].Allow(context.Background(), exact, "victim")
+			d, err := counters[g%3].AllowAll(context.Background(), Check{Policy: exact, Identity: "victim"})
 			if err != nil {
 				t.Errorf("after failover: %v", err)
 			}
