@@ -29,7 +29,7 @@ func (l *Limiter) Warm(ctx context.Context, conns int) error {
 			return fmt.Errorf("ratelimit: warm: load scripts: %w", err)
 		}
 	}
-	dial := func(ctx context.Context, c *redis.Client) error {
+	dial := func(ctx context.Context, c pinger) error {
 		errs := make([]error, max(conns, 1))
 		var wg sync.WaitGroup
 		for i := range errs {
@@ -41,12 +41,18 @@ func (l *Limiter) Warm(ctx context.Context, conns int) error {
 	var err error
 	switch c := l.rdb.(type) {
 	case *redis.ClusterClient: // ForEachMaster loads the slot map first
-		err = c.ForEachMaster(ctx, dial)
-	case *redis.Client:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return dial(ctx, c) })
+	case pinger: // a client, or a client around one (a breaker)
 		err = dial(ctx, c)
 	}
 	if err != nil {
 		return fmt.Errorf("ratelimit: warm: dial: %w", err)
 	}
 	return nil
+}
+
+// pinger is a client whose Ping takes a connection of the pool: a *redis.Client, or a client
+// around one.
+type pinger interface {
+	Ping(ctx context.Context) *redis.StatusCmd
 }

@@ -25,7 +25,12 @@ var testSecret = []byte("0123456789abcdef-breaker-tests")
 // here.
 type counting struct {
 	redis.UniversalClient
-	sent atomic.Int64
+	sent, pings atomic.Int64
+}
+
+func (c *counting) Ping(ctx context.Context) *redis.StatusCmd {
+	c.pings.Add(1)
+	return c.UniversalClient.Ping(ctx)
 }
 
 func (c *counting) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
@@ -247,5 +252,22 @@ func TestBreakerProbesOneAtATime(t *testing.T) {
 	b.probes.Wait()
 	if !b.allow() || !b.allow() {
 		t.Fatal("refused after a good probe")
+	}
+}
+
+// TestWarmDialsThroughTheBreaker: a Limiter over a Breaker warms its pool as over the bare client
+// (Limiter.Warm dials its connections, a PING each at once, through the client it was given): a
+// burst after it finds them dialed. (Counted by PINGs: how many connections they open depends on
+// how they overlap.)
+func TestWarmDialsThroughTheBreaker(t *testing.T) {
+	t.Parallel()
+	l, _, c := limiter(t, redistest.Start(t), 5, time.Second, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Warm(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.pings.Load(); got != 8 {
+		t.Errorf("Warm pinged %d times through the breaker, want 8 (one per connection it opens)", got)
 	}
 }
