@@ -36,13 +36,24 @@ func TestASettingsFloodDoesNotStarveTheLedger(t *testing.T) {
 	diego := a.Token(demo[3].Document, demo[3].Password)
 	meter := stalls.Watch(t) // each PIX is timed less the stalls of the whole process: the ledger's waits remain
 
+	// A PIX that a loaded machine's ledger could not answer within DB_TIMEOUT (503
+	// ledger_unavailable: nothing changed) is sent again, as a client would, and what Diego waited
+	// counts all of it; anything else fails the test, after the flood running then stops (defer).
 	pix := func(n int) (took []time.Duration) {
 		for range n {
-			r := a.PIX(diego, "bruno@example.com", 1)
-			if r.Status != http.StatusCreated {
-				t.Fatalf("Diego's PIX: %v", r)
+			var waited time.Duration
+			for try := 1; ; try++ {
+				r := a.PIX(diego, "bruno@example.com", 1)
+				waited += meter.Just(r.Took)
+				if r.Status == http.StatusCreated {
+					break
+				}
+				if r.Status != http.StatusServiceUnavailable || try == 3 {
+					t.Fatalf("Diego's PIX, try %d: %v", try, r)
+				}
+				t.Logf("Diego's PIX, try %d: %v; sent again", try, r)
 			}
-			took = append(took, meter.Just(r.Took))
+			took = append(took, waited)
 		}
 		return took
 	}
@@ -54,9 +65,18 @@ func TestASettingsFloodDoesNotStarveTheLedger(t *testing.T) {
 	quiet := median(pix(15))
 
 	// flood runs send from 16 clients until the returned stop is called, which waits for them;
-	// it returns once 200 calls were sent.
+	// it returns once 200 calls were sent. A flood still running when the test ends (a PIX failed
+	// it) is stopped before it does: its clients report to the test.
+	var running []func()
+	defer func() {
+		for _, stop := range running {
+			stop()
+		}
+	}()
 	flood := func(send func(g, i int) apitest.Response) (stop func() (sent, refused int64)) {
 		done := make(chan struct{})
+		var once sync.Once
+		end := func() { once.Do(func() { close(done) }) }
 		var wg sync.WaitGroup
 		var n, no atomic.Int64
 		for g := range 16 {
@@ -77,7 +97,8 @@ func TestASettingsFloodDoesNotStarveTheLedger(t *testing.T) {
 		for n.Load() < 200 {
 			time.Sleep(10 * time.Millisecond)
 		}
-		return func() (int64, int64) { close(done); wg.Wait(); return n.Load(), no.Load() }
+		running = append(running, func() { end(); wg.Wait() })
+		return func() (int64, int64) { end(); wg.Wait(); return n.Load(), no.Load() }
 	}
 	// The control: as many calls, each authenticated and refused by the limiter before the
 	// ledger (Ana's statements, past their limit), so that what the flood costs the two cores is

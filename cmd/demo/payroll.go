@@ -128,11 +128,17 @@ func payroll(ctx context.Context, d *demo) error {
 			"refused was answered within %v of its sending: a full queue says so at once, with Retry-After.",
 			pace.Round(time.Millisecond), window, limit, served[len(served)-1].Round(time.Millisecond),
 			refused, slowestRefusal.Round(time.Millisecond))
-		// Never faster than the pace; as fast as it while the queue stays full (refusals say it was).
+		// Never faster than the pace, judged from the start, when all were sent: between the first
+		// and the last answers the span is compressed when the first answers come late (a busy
+		// machine delivered the first turns' answers after a second, and the span said 62 ms of 83).
+		// As fast as it while the queue stays full (refusals say it was), judged between the
+		// answers, which the start's own delay does not stretch.
+		fromStart := served[len(served)-1] / time.Duration(len(served)-1)
 		d.expect("the queue drains at the tier's pace (within a quarter), and each refusal comes at once",
-			pace > want*3/4 && (refused == 0 || pace < want*5/4 && slowestRefusal < longestWait/2),
-			fmt.Sprintf("pace %v of %v, slowest refusal %v, longest wait %v", pace.Round(time.Millisecond), want.Round(time.Millisecond),
-				slowestRefusal.Round(time.Millisecond), longestWait.Round(time.Millisecond)))
+			fromStart > want*3/4 && (refused == 0 || pace < want*5/4 && slowestRefusal < longestWait/2),
+			fmt.Sprintf("pace %v of %v (%v from the start), slowest refusal %v, longest wait %v", pace.Round(time.Millisecond),
+				want.Round(time.Millisecond), fromStart.Round(time.Millisecond), slowestRefusal.Round(time.Millisecond),
+				longestWait.Round(time.Millisecond)))
 	}
 	d.expect("each PIX that waited its turn says how long: Server-Timing throttle;dur=ms, within its answer's time", waited > 0 && unsaid == 0,
 		fmt.Sprintf("%d of %d waited, %d said more than they took", waited, len(served), unsaid))

@@ -160,7 +160,7 @@ type Limiter struct {
 	waiters *waiters
 	// stats counts what the limiter did, for Stats.
 	stats stats
-	// down is set while the last decision could not reach Redis (RedisUp).
+	// down is set while the last decision could not reach Redis (Stats.RedisUp).
 	down atomic.Bool
 	// args holds each policy's script arguments, boxed once (policyArgs).
 	argsMu sync.RWMutex
