@@ -164,8 +164,11 @@ func TestTheQueueServesQPlusOneAtItsPace(t *testing.T) {
 	if len(ok) != 6 || len(refused) != 14 {
 		t.Fatalf("%d served, %d refused: want exactly 6 (a queue of 5 and the one served at once) and 14", len(ok), len(refused))
 	}
+	// A refusal is at once: it never waits a turn, so it comes before the first waiter's turn.
+	// (Half of that turn was the bar, and beside four CPU burners the burst's own refusals took
+	// 53-57 ms of a 106 ms turn.)
 	for _, s := range refused {
-		if s.at > ok[1].at/2 {
+		if s.at >= ok[1].at {
 			t.Errorf("a refusal came after %v, while the first turn was at %v: refusals are at once", s.at, ok[1].at)
 		}
 	}
