@@ -246,8 +246,8 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 	// dialed, so the first burst's decisions pay for none of it inside their budget.
 	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)
 	err = r.Limiter.Warm(warmCtx, warmConns)
-	if batches != nil && err == nil {
-		err = batches.Load(warmCtx)
+	if batches != nil { // loaded even if a dial failed: a batch then pays no NOSCRIPT
+		err = errors.Join(err, batches.Load(warmCtx))
 	}
 	if err != nil {
 		logger.Warn("could not warm the rate limiter: its first decisions may fail by their fail modes", "err", err)

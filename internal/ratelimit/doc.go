@@ -10,7 +10,7 @@
 // pass, taking nothing; Refund gives tokens back to a bucket; Sequence decides several such
 // steps one after another in one call, stopping at the first refusal. Ready says whether decisions can be made now, Warm
 // readies a new Limiter for its first burst, Stats tells what it did, and Close waits for its
-// work in the background.
+// heartbeat and subscription (the withdrawals are package withdraw's Runner's, closed apart).
 //
 // # What is not here
 //
@@ -81,7 +81,7 @@
 // refuses or cannot answer, the admissions the others made are withdrawn after the answer. A
 // refused request still consumes nothing in the end and no key admits past its limit; the price is
 // a moment on the strict side, until the withdrawal lands, when the refused request holds one
-// place in the keys that admitted it. After a failed decision the limiter asks go-redis to reload
+// place in the keys that admitted it. After a failed decision that Runner asks go-redis to reload
 // the slot map, since a dead master redirects nobody. A split refusal is never cached (the deny
 // cache below): its withdrawals free room early.
 //

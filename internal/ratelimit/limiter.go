@@ -370,8 +370,9 @@ func (l *Limiter) AskAll(ctx context.Context, checks ...Check) (Decision, error)
 
 // Inspect reads c's key as a decision would find it, taking nothing, from Redis alone: unlike
 // AskAll it neither consults nor teaches this Limiter's deny cache, counts in no Stats, and its
-// failure counts as no outage, so an operator's read (a support desk's) changes nothing any
-// request is answered. Decision.Allowed says whether one more request would be admitted now.
+// failure counts as no outage of the Limiter's, so an operator's read (a support desk's) changes
+// nothing this Limiter answers requests with. (A breaker around the client, package breaker,
+// gates and counts it as any call.) Decision.Allowed says whether one more request would be admitted now.
 // The error wraps ErrUnavailable.
 func (l *Limiter) Inspect(ctx context.Context, c Check) (Decision, error) {
 	if err := c.Policy.Validate(); err != nil {
@@ -573,7 +574,8 @@ func (l *Limiter) clock() time.Time {
 
 // Stats is what a Limiter did since it was made, and what it holds now.
 type Stats struct {
-	// Redis is how many decisions asked Redis.
+	// Redis is how many decisions this Limiter sent to its client (a breaker around the client may
+	// have failed some without asking Redis: its ShortCircuited counts those, with its other calls).
 	Redis int64
 	// DenyCached is how many requests were refused by the deny cache, without asking Redis.
 	DenyCached int64

@@ -182,7 +182,7 @@ func (d Decisions) Last() Decision {
 // it (KnownFull asks the cache first). A sequence counts once in Stats.Redis, and towards the
 // breaker as any call. The error wraps ErrUnavailable when Redis did not answer. On one Redis
 // none of the steps is then known to have run, and the sliding log's admissions among them are
-// withdrawn; on a cluster the decisions returned with the error are of the steps that ran
+// withdrawn when the Limiter's Runner withdraws (LateWithdrawer: package withdraw's); on a cluster the decisions returned with the error are of the steps that ran
 // before the one that failed.
 func (l *Limiter) Sequence(ctx context.Context, steps ...Step) (Decisions, error) {
 	ds, err := l.sequence(ctx, steps)

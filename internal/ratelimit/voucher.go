@@ -22,8 +22,9 @@ func (l *Limiter) Redeem(ctx context.Context, c Check) (bool, error) {
 
 // voucher runs voucherScript's operation o on c's key, within the budget, and reports whether it
 // was admitted (a grant always is; a redemption when there was a grant to take). Vouchers
-// bypass the deny cache and the breaker: a key with no grant is no full key, and a voucher
-// that cannot be reached only costs a refund.
+// bypass the deny cache (a key with no grant is no full key) and count in no outage (a voucher
+// that cannot be reached only costs a refund); a breaker around the client gates them as any
+// call.
 func (l *Limiter) voucher(ctx context.Context, c Check, o Op) (bool, error) {
 	if err := c.Policy.Validate(); err != nil {
 		return false, err

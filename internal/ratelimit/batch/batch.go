@@ -143,8 +143,8 @@ func (b *batcher) decide(ctx context.Context, keys []string, c ratelimit.Call) (
 		return res.r, res.err
 	case <-ctx.Done():
 		if p.state.CompareAndSwap(waiting, abandoned) {
-			// Not ctx.Err(): it was never sent, so there is no late decision to withdraw.
-			return ratelimit.Reply{}, fmt.Errorf("%w: its budget ran out while it waited for a batch", ratelimit.ErrUnavailable)
+			// Not ctx.Err(): it was never sent (ErrNotSent), so there is no late decision to withdraw.
+			return ratelimit.Reply{}, fmt.Errorf("%w: %w: its budget ran out while it waited for a batch", ratelimit.ErrUnavailable, ratelimit.ErrNotSent)
 		}
 		res := <-p.done // sent: its call ends by this decision's deadline
 		return res.r, res.err

@@ -822,14 +822,27 @@ func TestPackedLogDecidesAsTheSortedSetOnACluster(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 99))
 	const steps = 1000
 	refused := 0
+	// The keys' TTLs run on Redis's real clock while the decisions run on the injected one: with
+	// windows of seconds, a stall of a second between the two fleets' calls on a busy machine
+	// expired a key in one and not the other. Windows of minutes, and the steps scaled alike: short
+	// ones, near-simultaneous ones and, now and then, a jump past the windows.
+	const scale = 30
 	for step := range steps {
-		clk.Add(time.Duration(rng.Int64N(int64(400 * time.Millisecond))).Truncate(time.Microsecond))
+		switch r := rng.IntN(100); {
+		case r < 78:
+			clk.Add(time.Duration(rng.Int64N(int64(400 * time.Millisecond * scale))))
+		case r < 95:
+			clk.Add(time.Duration(rng.IntN(2000)) * time.Microsecond)
+		default:
+			clk.Add(time.Duration(rng.Int64N(int64(15 * time.Second * scale))))
+		}
+		clk.Set(clk.Now().Truncate(time.Microsecond))
 		limitA := 3 + step/(steps/3) // 3, 4, 5: a limit raised while keys hold entries
 		if step > steps*5/6 {
 			limitA = 2 // and lowered below what they hold
 		}
-		pa := Policy{Name: "a", Limit: limitA, Window: 10 * time.Second}
-		pb := Policy{Name: "b", Limit: 4, Window: 3 * time.Second}
+		pa := Policy{Name: "a", Limit: limitA, Window: 10 * time.Second * scale}
+		pb := Policy{Name: "b", Limit: 4, Window: 3 * time.Second * scale}
 		x, y := Check{Policy: pa, Identity: fmt.Sprint(rng.IntN(3))}, Check{Policy: pb, Identity: fmt.Sprint(rng.IntN(3))}
 		checks := [][]Check{{x}, {y}, {x, y}}[rng.IntN(3)]
 		r := rng.IntN(3)
