@@ -401,11 +401,7 @@ func mayHaveRun(err error) bool {
 func (r *Runner) run(w *withdrawal) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.Timeout)
 	defer cancel()
-	now := int64(0)
-	if w.c.Now != 0 {
-		now = w.c.Now
-	}
-	return ratelimit.Script(w.a).Run(ctx, r.rdb, []string{w.key}, w.c.Withdrawal(w.at, now).Args()...).Int64()
+	return ratelimit.Script(w.a).Run(ctx, r.rdb, []string{w.key}, w.c.Withdrawal(w.at, w.c.Now).Args()...).Int64()
 }
 
 // Close gives the waiting withdrawals one more attempt each, at once rather than over their
