@@ -61,8 +61,8 @@ func (d *demo) bankTokens(ctx context.Context) (tokens int, ok bool) {
 	if len(d.limiters) == 0 {
 		return 0, false
 	}
-	dec, err := d.limiters[0].AskAll(ctx, ratelimit.Check{Policy: d.bank, Identity: dict.ParticipantIdentity})
-	return dec.Worst.Remaining, err == nil
+	ds, err := d.limiters[0].Decide(ctx, ratelimit.AskStep(ratelimit.Check{Policy: d.bank, Identity: dict.ParticipantIdentity}))
+	return ds.Last().Worst.Remaining, err == nil
 }
 
 // counters are what an in-process replica's limiter and breaker did: Redis counts the calls

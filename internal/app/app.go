@@ -245,7 +245,7 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 	// Before serving: the scripts loaded on every master, the slot map known, connections
 	// dialed, so the first burst's decisions pay for none of it inside their budget.
 	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)
-	err = r.Limiter.Warm(warmCtx, warmConns)
+	err = ratelimit.Warm(warmCtx, rdb, warmConns)
 	if batches != nil { // loaded even if a dial failed: a batch then pays no NOSCRIPT
 		err = errors.Join(err, batches.Load(warmCtx))
 	}

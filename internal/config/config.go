@@ -477,6 +477,7 @@ func (cfg *environment) check(p *problems) Config {
 			pix.LongestTransfer(cfg.DBTimeout)-2*cfg.DBTimeout, WriteTimeout-writeMargin, WriteTimeout)
 	}
 	out.Limits.MaxWait = WriteTimeout - writeMargin - out.LongestRequest()
+	out.Limits.Budget = cfg.RedisTimeout
 	cfg.checkQueues(p, &out)
 	return out
 }
@@ -679,7 +680,7 @@ const writeMargin = time.Second
 
 // decisionsPerRequest is the most limiter calls one request makes, each within REDIS_TIMEOUT: a
 // PIX decides its look-up buckets, its own limit and its in-flight slot in one call
-// (ratelimit.Limiter.Sequence), then settles the buckets and gives the slot back in a second (a
+// (ratelimit.Limiter.Decide), then settles the buckets and gives the slot back in a second (a
 // miss charged, or a look-up redeemed and refunded). On a Redis Cluster each of those steps is
 // a call of its own: the buckets asked, the limit, the PIX's mark as its key's original taken,
 // then a redemption and two refunds (a company payer's buckets apart) and the mark dropped, 7 in

@@ -96,7 +96,7 @@ func (p Payer) Refund() (payer, participant int) {
 }
 
 // VoucherPolicy keeps each look-up answered 200, per payer and key, for the payment that may
-// follow it within 10 minutes to give its tokens back once (ratelimit.Limiter.Grant, Redeem); a
+// follow it within 10 minutes to give its tokens back once (ratelimit.GrantStep, RedeemStep); a
 // key holds at most 100 such look-ups.
 var VoucherPolicy = ratelimit.Policy{Name: "pix-lookup-voucher", Limit: 100, Window: 10 * time.Minute}
 

@@ -104,7 +104,7 @@ func TestAScannerDrainsItsOwnBucketFirst(t *testing.T) {
 	for range 6 {
 		p, b := rules.Price(false)
 		chargeBank := ratelimit.ChargeStep(bank, b)
-		ds, err := l.Sequence(ctx, ratelimit.AskStep(payer, bank), ratelimit.ChargeStep(payer, p), chargeBank)
+		ds, err := l.Decide(ctx, ratelimit.AskStep(payer, bank), ratelimit.ChargeStep(payer, p), chargeBank)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +112,8 @@ func TestAScannerDrainsItsOwnBucketFirst(t *testing.T) {
 			misses++
 		}
 	}
-	d, err := l.AskAll(ctx, bank)
+	ds, err := l.Decide(ctx, ratelimit.AskStep(bank))
+	d := ds.Last()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,4 +104,7 @@ type RouteLimits struct {
 	// MaxWait is the longest a queued request (a leaky_bucket route) may wait for its turn: what
 	// the write timeout leaves beside the longest request.
 	MaxWait time.Duration
+	// Budget is one limiter decision's (REDIS_TIMEOUT): a queued request's wait is offered
+	// within its deadline less it, for the call's way there and back.
+	Budget time.Duration
 }

@@ -112,7 +112,8 @@ const markPoll = 20 * time.Millisecond
 func (m *mark) wait(ctx context.Context, core *ratelimit.Limiter, deadline time.Time, askFirst bool) {
 	for ask := askFirst; ; ask = true {
 		if ask {
-			d, err := core.Hold(context.WithoutCancel(ctx), checks([]check{m.check})[0], m.name)
+			ds, err := core.Decide(context.WithoutCancel(ctx), ratelimit.HoldStep(checks([]check{m.check})[0], m.name))
+			d := ds.Last()
 			if err != nil || d.Allowed || !time.Now().Before(deadline) {
 				return
 			}

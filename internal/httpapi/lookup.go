@@ -55,32 +55,26 @@ func (l lookupLimiter) bank() check {
 	return check{limit, id}
 }
 
-// sequence is what a ratelimit.Limiter.Sequence returned (the decisions of the steps that ran,
+// sequence is what a ratelimit.Limiter.Decide returned (the decisions of the steps that ran,
 // its error) and how long the call took, for limiter.answer to answer each step.
 type sequence struct {
 	ds   ratelimit.Decisions
 	err  error
 	took time.Duration
-	lone *ratelimit.Decision // askAll's: one lone call's decision, whatever the step
 }
 
-// sequenceOf runs steps as one Sequence.
+// sequenceOf decides steps in one Decide.
 func (l lookupLimiter) sequenceOf(ctx context.Context, steps ...ratelimit.Step) sequence {
 	start := time.Now()
-	ds, err := l.core.Sequence(ctx, steps...)
+	ds, err := l.core.Decide(ctx, steps...)
 	return sequence{ds: ds, err: err, took: time.Since(start)}
 }
 
-// askAll is AskAll over cs as a one-step sequence, for answerAsk: a look-up's ask takes the
-// batched path of any lone decision.
-func (l lookupLimiter) askAll(ctx context.Context, cs ...check) sequence {
-	start := time.Now()
-	d, err := l.core.AskAll(ctx, checks(cs)...)
-	s := sequence{err: err, took: time.Since(start)}
-	if err == nil {
-		s.lone = &d
-	}
-	return s
+// askAll asks cs in a Decide of one step, for answerAsk: one step takes the batched path of any
+// lone decision.
+func (l lookupLimiter) askAll(ctx context.Context, cs ...check) (sequence, ratelimit.Step) {
+	step := ratelimit.AskStep(checks(cs)...)
+	return l.sequenceOf(ctx, step), step
 }
 
 // of is step's decision: the decision made, if the step ran (on a cluster, steps can run before
@@ -88,9 +82,6 @@ func (l lookupLimiter) askAll(ctx context.Context, cs ...check) sequence {
 // that its route let through (a shadow limit), an ErrUnavailable, so that the step's fail mode
 // answers.
 func (s sequence) of(step ratelimit.Step) (ratelimit.Decision, error) {
-	if s.lone != nil {
-		return *s.lone, nil
-	}
 	d, ran := s.ds.Of(step)
 	return whatRan(d, ran, s.err, s.ds.Ran())
 }
@@ -126,7 +117,7 @@ func (l lookupLimiter) answerStep(c echo.Context, report func(ratelimit.Decision
 }
 
 // answerAsk answers the ask of the payer's bucket (user) and the bank's (bank), step of asked
-// (nil for askAll's), taking nothing: an empty payer's bucket is a 429 reporting it, else an
+// taking nothing: an empty payer's bucket is a 429 reporting it, else an
 // empty bank's bucket is a 503 lookup_capacity_exhausted without RateLimit headers; the fail mode
 // is the payer bucket's. With quiet, an admission sets no RateLimit headers.
 func (l lookupLimiter) answerAsk(c echo.Context, user, bank check, quiet bool, asked sequence, step ratelimit.Step) error {
@@ -216,7 +207,7 @@ func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, k
 		steps = []ratelimit.Step{ratelimit.RedeemStep(dict.Voucher(payer, key)),
 			ratelimit.RefundStep(toUser, checks([]check{user})...), ratelimit.RefundStep(toBank, checks([]check{bank})...)}
 	}
-	if _, err := l.core.Sequence(ctx, append(first, steps...)...); err != nil {
+	if _, err := l.core.Decide(ctx, append(first, steps...)...); err != nil {
 		l.events.log("refund:"+user.limit.Policy.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
 			"policy", user.limit.Policy.Name, "cause", err.Error())
 	}
@@ -323,7 +314,8 @@ func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, o
 	}
 	if held != nil {
 		start := time.Now()
-		hd, err := l.core.Hold(context.WithoutCancel(ctx), checks([]check{held.check})[0], held.name)
+		hds, err := l.core.Decide(context.WithoutCancel(ctx), ratelimit.HoldStep(checks([]check{held.check})[0], held.name))
+		hd := hds.Last()
 		if err := held.answer(c, l.limiter, own, hd, err, time.Since(start)); err != nil {
 			return user, err
 		}
@@ -360,7 +352,7 @@ func (l lookupLimiter) release(c echo.Context, steps ...ratelimit.Step) {
 	if len(steps) == 0 {
 		return
 	}
-	if _, err := l.core.Sequence(context.WithoutCancel(c.Request().Context()), steps...); err != nil {
+	if _, err := l.core.Decide(context.WithoutCancel(c.Request().Context()), steps...); err != nil {
 		l.events.log("release:pix-slots", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: it frees at its lease",
 			"cause", err.Error())
 	}
@@ -393,7 +385,8 @@ func handleLookup(ledger pix.Payments, share *pix.Share, lookups lookupLimiter) 
 			return invalid("invalid PIX key", map[string]string{"key": err.Error()})
 		}
 		user, bank := lookups.bucket(s, keyType), lookups.bank()
-		if err := lookups.answerAsk(c, user, bank, false, lookups.askAll(c.Request().Context(), user, bank), nil); err != nil {
+		asked, step := lookups.askAll(c.Request().Context(), user, bank)
+		if err := lookups.answerAsk(c, user, bank, false, asked, step); err != nil {
 			return err
 		}
 		p, err := lookupKey(c.Request().Context(), ledger, share, s.Account, key)
@@ -458,7 +451,8 @@ func handleLookupLimits(lookups lookupLimiter) echo.HandlerFunc {
 		resp := response{Category: lookups.category, Policies: []policy{}}
 		for _, t := range []pix.KeyType{pix.KeyEmail, pix.KeyCPF} {
 			chk := lookups.bucket(s, t)
-			d, err := lookups.core.AllowN(c.Request().Context(), ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, 0)
+			ds, err := lookups.core.Decide(c.Request().Context(), ratelimit.AskStep(ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}))
+			d := ds.Last()
 			if err != nil {
 				return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: lookups.failClosedRetryAfter, cause: err}
 			}

@@ -88,6 +88,8 @@ type limiter struct {
 	events               *eventLog // nil: shadow refusals and fail modes are not logged
 	// maxWait is the longest a queued request waits for its turn (throttle.go); 0: the default.
 	maxWait time.Duration
+	// budget is one decision's (enforce.RouteLimits.Budget); 0: the default.
+	budget time.Duration
 }
 
 // enforce decides the request in c against checks and prepares the response: it sets the
@@ -111,7 +113,7 @@ func (r limiter) enforce(c echo.Context, report func(ratelimit.Decision) ratelim
 	return err
 }
 
-// apply is enforce with the decision made by decide, over checks (AllowAll, or AllowN for a
+// apply is enforce with the decision made by decide, over checks (AllowAll, or a ChargeStep for a
 // request of a higher cost). It also returns that decision as made, before report, so that a
 // caller can tell which check refused (the zero Decision when none was made).
 func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs []check,
@@ -122,7 +124,7 @@ func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit
 }
 
 // answer is apply for a decision already made (d, or err), in took: one step of a
-// ratelimit.Limiter.Sequence, whose call's time each step reports.
+// ratelimit.Limiter.Decide, whose call's time each step reports.
 func (r limiter) answer(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs []check,
 	d ratelimit.Decision, err error, took time.Duration) (ratelimit.Decision, error) {
 	decided := checks(cs)

@@ -30,7 +30,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	}
 	// One limiter for the routes that decide in their handlers.
 	decide := limiter{core: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
-		events: newEventLog(d.Logger, 10*time.Second), maxWait: d.Limits.MaxWait}
+		events: newEventLog(d.Logger, 10*time.Second), maxWait: d.Limits.MaxWait, budget: d.Limits.Budget}
 	lookups := newLookupLimiter(decide, d.Limits, d.Tiers)
 
 	e.GET("/healthz", handleHealthz())

@@ -18,8 +18,12 @@ import (
 // turn that would come later. The PIX also holds one of its account's in-flight slots
 // (pix-concurrency) from its turn to its answer.
 
-// defaultMaxWait is the wait of a limiter built without one (a middleware's).
-const defaultMaxWait = 5 * time.Second
+// defaultMaxWait and defaultBudget are the wait and the decision's budget of a limiter built
+// without them (a middleware's): the defaults of the server's and of ratelimit.Options.Timeout.
+const (
+	defaultMaxWait = 5 * time.Second
+	defaultBudget  = 100 * time.Millisecond
+)
 
 // throttle is the context a queued request decides and waits under: the request's, with the
 // deadline of the longest wait and the decision's own budget (the limiter takes that budget off
@@ -30,7 +34,7 @@ func (r limiter) throttle(c echo.Context) (context.Context, context.CancelFunc) 
 
 // throttleBudget is the longest wait and the decision's own budget.
 func (r limiter) throttleBudget() time.Duration {
-	return cmp.Or(r.maxWait, defaultMaxWait) + r.core.Timeout()
+	return cmp.Or(r.maxWait, defaultMaxWait) + cmp.Or(r.budget, defaultBudget)
 }
 
 // wait holds the request of c, admitted by d over cs in took, until its turn, and counts how it

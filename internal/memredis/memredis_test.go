@@ -104,10 +104,10 @@ func TestEveryAlgorithmRunsOnTheEmbeddedRedis(t *testing.T) {
 		}
 	}
 	bucket := ratelimit.Policy{Name: "lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 100}
-	if d, err := l.AllowN(ctx, ratelimit.Check{Policy: bucket, Identity: "x"}, 20); err != nil || d.Worst.Remaining != 80 {
-		t.Errorf("a cost of 20: %+v, %v; want 80 left", d.Worst, err)
+	if ds, err := l.Decide(ctx, ratelimit.ChargeStep(ratelimit.Check{Policy: bucket, Identity: "x"}, 20)); err != nil || ds.Last().Worst.Remaining != 80 {
+		t.Errorf("a cost of 20: %+v, %v; want 80 left", ds.Last().Worst, err)
 	}
-	if d, err := l.AllowN(ctx, ratelimit.Check{Policy: bucket, Identity: "x"}, 0); err != nil || d.Worst.Remaining != 80 {
-		t.Errorf("a cost of 0: %+v, %v; want 80 left", d.Worst, err)
+	if ds, err := l.Decide(ctx, ratelimit.ChargeStep(ratelimit.Check{Policy: bucket, Identity: "x"}, 0)); err != nil || ds.Last().Worst.Remaining != 80 {
+		t.Errorf("a cost of 0: %+v, %v; want 80 left", ds.Last().Worst, err)
 	}
 }

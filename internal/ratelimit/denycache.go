@@ -19,7 +19,7 @@ import (
 // clock: Redis decided later, so the key's true unblocking is never before sent + Reset. It can
 // be up to one round trip after it, which costs one extra Redis call, never a wrong refusal.
 // Only a withdrawal (of a late decision, or of a cluster split's admission) and a token bucket's
-// refund (Limiter.Refund) free room early; see Limiter.AllowAll for how withdrawals are kept out
+// refund (RefundStep) free room early; see Limiter.AllowAll for how withdrawals are kept out
 // of the cache. A refund clears its key here; elsewhere it is seen within the hold.
 //
 // An entry answers until the deadline or for at most DenyCacheHold, whichever is sooner: the

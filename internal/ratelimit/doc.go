@@ -5,12 +5,13 @@
 // and what a caller makes of it (an answer to a client, a fail mode) is the caller's.
 //
 // The API is small: a Policy says what is counted, a Check names the identity counted, and a
-// Limiter decides. AllowAll decides one request; AllowN one that
-// costs other than one token of a bucket; AskAll asks several buckets whether a request would
-// pass, taking nothing; Refund gives tokens back to a bucket; Sequence decides several such
-// steps one after another in one call, stopping at the first refusal. Ready says whether decisions can be made now, Warm
-// readies a new Limiter for its first burst, Stats tells what it did, and Close waits for its
-// heartbeat and subscription (the withdrawals are package withdraw's Runner's, closed apart).
+// Limiter decides. AllowAll decides one request; Decide decides steps one after another in one
+// call, stopping at the first refusal: a request (AllowStep), an ask that takes nothing
+// (AskStep), a cost of several tokens of a bucket (ChargeStep) or their refund (RefundStep), a
+// voucher (GrantStep, RedeemStep) and an in-flight slot (HoldStep, ReleaseStep). Ready says
+// whether decisions can be made now, Stats tells what it did, and Close waits for its heartbeat
+// and subscription (the withdrawals are package withdraw's Runner's, closed apart); Warm readies
+// a replica's Redis client for its first burst.
 //
 // # What is not here
 //

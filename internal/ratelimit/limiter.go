@@ -337,39 +337,8 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	return l.do(ctx, Op{kind: opDecide}, checks)
 }
 
-// AllowN decides one request of c that costs n tokens of a TokenBucket policy: it is admitted
-// while the bucket holds at least one token, as any request, and then takes all n at once, even
-// into debt (the bucket then refuses until its refill has paid the debt back). AllowN(ctx, c, 0)
-// asks whether a request would be admitted and takes nothing; AllowN(ctx, c, 1) is Allow.
-//
-// A request whose price depends on its answer (a PIX key look-up: 1 if the key exists, 20 if
-// not) asks with n = 0 before it does the work, so that a refused one costs nothing more, and
-// pays its price with AllowN once it knows it, before it answers: each answer is then admitted
-// and paid in one atomic step, and requests sent together can never buy more answers than the
-// same requests one by one (as they could if each passed a one-token check and paid the rest
-// after answering).
-func (l *Limiter) AllowN(ctx context.Context, c Check, n int) (Decision, error) {
-	if c.Policy.algorithm() != TokenBucket || n < 0 {
-		return Decision{}, fmt.Errorf("ratelimit: a cost of %d on %s: want 0 or more tokens of a token_bucket policy", n, c.Policy.Name)
-	}
-	return l.do(ctx, cost(n), []Check{c})
-}
-
-// AskAll asks whether a request would be admitted by every check, taking nothing, in one round
-// trip, for any algorithm: the keys' state (Remaining, Reset) as a decision sees it. A request
-// that must pass several buckets (a key look-up: the payer's and the bank's) asks them together
-// before it does its work, then pays each its own price (AllowN); a support desk reads a key's
-// state with it. Decision.Results says which key is full. A key this Limiter holds as full is
-// answered from memory, as any decision.
-func (l *Limiter) AskAll(ctx context.Context, checks ...Check) (Decision, error) {
-	if len(checks) == 0 {
-		return Decision{}, errors.New("ratelimit: no checks")
-	}
-	return l.do(ctx, Op{kind: opAsk}, checks)
-}
-
 // Inspect reads c's key as a decision would find it, taking nothing, from Redis alone: unlike
-// AskAll it neither consults nor teaches this Limiter's deny cache, counts in no Stats, and its
+// a Decide of AskStep it neither consults nor teaches this Limiter's deny cache, counts in no Stats, and its
 // failure counts as no outage of the Limiter's, so an operator's read (a support desk's) changes
 // nothing this Limiter answers requests with. (A breaker around the client, package breaker,
 // gates and counts it as any call.) Decision.Allowed says whether one more request would be admitted now.
@@ -428,25 +397,6 @@ func (l *Limiter) Forgotten(key string) {
 // in clear), as a support desk's audit names it.
 func (l *Limiter) Key(c Check) string { return l.keys.key(c.Policy, c.Identity) }
 
-// Refund gives n tokens (1 or more) back to each check's TokenBucket bucket at once, in one
-// round trip, never above their capacities: a price paid for something that turned out to be worth it (DICT gives back the token
-// of a key look-up that a payment followed). It is never refused, and this replica's deny cache
-// forgets the key. Another replica that holds the key as blocked learns of the refund within
-// Options.DenyCacheHold, as after a withdrawal: until then it may refuse a request the refund
-// made room for, never admit one too many.
-func (l *Limiter) Refund(ctx context.Context, n int, checks ...Check) (Decision, error) {
-	if len(checks) == 0 {
-		return Decision{}, errors.New("ratelimit: no checks")
-	}
-	for _, c := range checks {
-		if c.Policy.algorithm() != TokenBucket || n < 1 {
-			return Decision{}, fmt.Errorf("ratelimit: a refund of %d on %s: want 1 or more tokens of a token_bucket policy", n, c.Policy.Name)
-		}
-	}
-	l.forgetBlocks(l.keysOf(checks))
-	return l.do(ctx, Op{kind: opRefund, n: n}, checks)
-}
-
 // forgetBlocks drops keys from this replica's deny cache: a refund is about to make room in them.
 func (l *Limiter) forgetBlocks(keys []string) {
 	if l.deny != nil {
@@ -456,7 +406,7 @@ func (l *Limiter) forgetBlocks(keys []string) {
 	}
 }
 
-// do is the one path of every call that asks Redis (AllowAll, AllowN): the deny cache, the
+// do is the one path of every call that asks Redis (AllowAll, a Decide of one step): the deny cache, the
 // outage log, the Redis-up flag and the counters apply to each alike. o is what the
 // script does.
 func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error) {
@@ -592,9 +542,6 @@ type Stats struct {
 }
 
 type stats struct{ redis, denyCached atomic.Int64 }
-
-// Timeout is the budget of one decision (Options.Timeout).
-func (l *Limiter) Timeout() time.Duration { return l.timeout }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {

@@ -440,11 +440,11 @@ func TestPolicyValidation(t *testing.T) {
 	}
 }
 
-// TestAllowNPaysInAdvance: a token bucket of 100, refilled 2 a minute, as the PIX key look-up
+// TestChargeStepPaysInAdvance: a token bucket of 100, refilled 2 a minute, as the PIX key look-up
 // uses it. A look-up asks first (a cost of 0 takes nothing), then pays its price: 1 for a hit,
 // 20 for a miss. Five misses empty it, the next look-up is refused, and the refill pays back at
 // 2 a minute.
-func TestAllowNPaysInAdvance(t *testing.T) {
+func TestChargeStepPaysInAdvance(t *testing.T) {
 	t.Parallel()
 	l, _, _ := newTestLimiter(t)
 	clk := withClock(l)
@@ -453,7 +453,7 @@ func TestAllowNPaysInAdvance(t *testing.T) {
 	c := Check{p, "acct-ana"}
 	allowN := func(n int) Decision {
 		t.Helper()
-		d, err := l.AllowN(ctx, c, n)
+		d, err := lastOf(l.Decide(ctx, ChargeStep(c, n)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -489,10 +489,10 @@ func TestAllowNPaysInAdvance(t *testing.T) {
 	if d := mustAllow(t, l, c); !d.Allowed || d.Worst.Remaining != 0 {
 		t.Fatalf("after a minute: %+v, want allowed with nothing left", d.Worst)
 	}
-	if _, err := l.AllowN(ctx, Check{policy("pix", 10, time.Minute), "x"}, 5); err == nil {
+	if _, err := lastOf(l.Decide(ctx, ChargeStep(Check{policy("pix", 10, time.Minute), "x"}, 5))); err == nil {
 		t.Error("a cost on a sliding log: no error")
 	}
-	if _, err := l.AllowN(ctx, c, -1); err == nil {
+	if _, err := lastOf(l.Decide(ctx, ChargeStep(c, -1))); err == nil {
 		t.Error("a negative cost: no error")
 	}
 }
@@ -508,7 +508,7 @@ func TestConcurrentCostsBuyNoMoreThanSequentialOnes(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 60 {
 		wg.Go(func() {
-			d, err := l.AllowN(context.Background(), Check{p, "acct-scanner"}, 20)
+			d, err := lastOf(l.Decide(context.Background(), ChargeStep(Check{p, "acct-scanner"}, 20)))
 			if err != nil {
 				t.Error(err)
 			}
@@ -535,7 +535,7 @@ func TestRefundGivesTokensBackUpToCapacity(t *testing.T) {
 	c := Check{Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: TokenBucket, Burst: 3}, "payer"}
 	refund := func(n int) Decision {
 		t.Helper()
-		d, err := l.Refund(ctx, n, c)
+		d, err := lastOf(l.Decide(ctx, RefundStep(n, c)))
 		if err != nil || !d.Allowed {
 			t.Fatalf("Refund(%d) = %+v, %v; want allowed", n, d, err)
 		}
@@ -559,11 +559,11 @@ func TestRefundGivesTokensBackUpToCapacity(t *testing.T) {
 	if d := mustAllow(t, l, c); d.Allowed {
 		t.Fatal("two admitted after a refund of one")
 	}
-	if _, err := l.AllowN(ctx, c, 20); err != nil { // refused (empty): takes nothing
+	if _, err := lastOf(l.Decide(ctx, ChargeStep(c, 20))); err != nil { // refused (empty): takes nothing
 		t.Fatal(err)
 	}
 	refund(1)
-	if d, _ := l.AllowN(ctx, c, 20); !d.Allowed { // 1 - 20 = -19
+	if d, _ := lastOf(l.Decide(ctx, ChargeStep(c, 20))); !d.Allowed { // 1 - 20 = -19
 		t.Fatal("a miss with one token: refused")
 	}
 	if d := refund(1); d.Worst.Remaining != 0 {
@@ -577,15 +577,21 @@ func TestRefundGivesTokensBackUpToCapacity(t *testing.T) {
 	for range 3 {
 		mustAllow(t, l, other)
 	}
-	if d, err := l.Refund(ctx, 2, c, other); err != nil || !d.Allowed || d.Results[1].Remaining != 2 {
+	if d, err := lastOf(l.Decide(ctx, RefundStep(2, c, other))); err != nil || !d.Allowed || d.Results[1].Remaining != 2 {
 		t.Fatalf("a refund of 2 to two buckets: %+v, %v; want the second at 2", d, err)
 	}
 	for _, bad := range []struct {
 		c Check
 		n int
 	}{{c, 0}, {c, -1}, {Check{policy("pix", 10, time.Minute), "x"}, 1}} {
-		if _, err := l.Refund(ctx, bad.n, bad.c); err == nil {
+		if _, err := lastOf(l.Decide(ctx, RefundStep(bad.n, bad.c))); err == nil {
 			t.Errorf("Refund(%s, %d): no error", bad.c.Policy.Name, bad.n)
 		}
 	}
 }
+
+// lastOf is the decision of a Decide of one step (its last); errOf its error alone; okOf whether
+// it admitted.
+func lastOf(ds Decisions, err error) (Decision, error) { return ds.Last(), err }
+func errOf(_ Decisions, err error) error                { return err }
+func okOf(ds Decisions, err error) (bool, error)        { return ds.Last().Allowed, err }

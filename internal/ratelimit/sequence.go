@@ -7,10 +7,9 @@ import (
 	"slices"
 )
 
-// A Step is one decision of a Sequence: what AllowAll, AskAll, AllowN, Refund, Redeem, Grant,
-// Hold or Release would decide alone. Each kind is a type of its own, which knows its checks, its
+// A Step is one decision of Decide. Each kind is a type of its own, which knows its checks, its
 // operation and its body in a sequence's script: an algorithm's decision (decideStep), a
-// voucher's (voucherStep) and an in-flight slot's (slotStep). A Sequence's Decisions are read by
+// voucher's (voucherStep) and an in-flight slot's (slotStep). Decide's Decisions are read by
 // the step that asked (Decisions.Of): keep the step to read its decision.
 type Step interface {
 	checks() []Check
@@ -19,29 +18,30 @@ type Step interface {
 	// decisions[body]): an algorithm's place in Algorithms(), from 1, then the voucher's and
 	// the slots'.
 	body() int
-	// cached says whether the deny cache answers and learns the step, as it does AllowAll,
-	// AskAll and AllowN: a voucher with no grant and a held slot are no full key, and a refund
-	// is never refused.
+	// cached says whether the deny cache answers and learns the step, as it does AllowAll: a
+	// voucher with no grant and a held slot are no full key, and a refund is never refused.
 	cached() bool
 	validate() error
 	// with is a copy of the step doing o (a queue's decision, once its deadline is known).
 	with(o Op) Step
 }
 
-// decideStep is an algorithm's decision: AllowAll, AskAll, AllowN or Refund over its checks.
+// decideStep is an algorithm's decision over its checks: AllowStep, AskStep, ChargeStep or
+// RefundStep.
 type decideStep struct {
 	cs     []Check
 	op     Op
 	tokens bool // a charge or a refund: token_bucket policies only
 }
 
-// voucherStep is a voucher's: Redeem or Grant of its check's key.
+// voucherStep is a voucher's: RedeemStep or GrantStep of its check's key.
 type voucherStep struct {
 	c  Check
 	op Op
 }
 
-// slotStep is an in-flight slot's: Hold (or its ask) or Release of its check's key, for holder.
+// slotStep is an in-flight slot's: HoldStep (or its ask) or ReleaseStep of its check's key, for
+// holder.
 type slotStep struct {
 	c      Check
 	holder string
@@ -51,38 +51,72 @@ type slotStep struct {
 // AllowStep is AllowAll(checks...) as a step.
 func AllowStep(checks ...Check) Step { return &decideStep{cs: checks, op: Op{kind: opDecide}} }
 
-// AskStep is AskAll(checks...) as a step: it takes nothing, and a sequence goes on past it only
-// if it would admit.
+// AskStep asks whether a request would be admitted by every check, taking nothing, for any
+// algorithm: the keys' state (Remaining, Reset) as a decision sees it, and which key is full. A
+// request that must pass several buckets (a key look-up: the payer's and the bank's) asks them
+// together before it does its work, then pays each its own price (ChargeStep); a support desk
+// reads a key's state with it. A sequence goes on past it only if it would admit.
 func AskStep(checks ...Check) Step { return &decideStep{cs: checks, op: Op{kind: opAsk}} }
 
-// ChargeStep is AllowN(c, n) as a step.
+// ChargeStep decides one request of c that costs n tokens of a TokenBucket policy: it is admitted
+// while the bucket holds at least one token, as any request, and then takes all n at once, even
+// into debt (the bucket then refuses until its refill has paid the debt back). n = 0 asks
+// (AskStep); n = 1 is AllowStep.
+//
+// A request whose price depends on its answer (a PIX key look-up: 1 if the key exists, 20 if
+// not) asks before it does the work, so that a refused one costs nothing more, and pays its price
+// with ChargeStep once it knows it, before it answers: each answer is then admitted and paid in
+// one atomic step, and requests sent together can never buy more answers than the same requests
+// one by one (as they could if each passed a one-token check and paid the rest after answering).
 func ChargeStep(c Check, n int) Step { return &decideStep{cs: []Check{c}, op: cost(n), tokens: true} }
 
-// RefundStep is Refund(n, checks...) as a step. It is never refused.
+// RefundStep gives n tokens (1 or more) back to each check's TokenBucket bucket, never above
+// their capacities: a price paid for something that turned out to be worth it (DICT gives back
+// the token of a key look-up that a payment followed). It is never refused, and this replica's
+// deny cache forgets the keys. Another replica that holds a key as blocked learns of the refund
+// within Options.DenyCacheHold, as after a withdrawal: until then it may refuse a request the
+// refund made room for, never admit one too many.
 func RefundStep(n int, checks ...Check) Step {
 	return &decideStep{cs: checks, op: Op{kind: opRefund, n: n}, tokens: true}
 }
 
-// RedeemStep is Redeem(c) as a step: admitted when it took a grant, refused (ending the
-// sequence) when there was none.
-func RedeemStep(c Check) Step { return &voucherStep{c: c, op: Op{kind: opDecide}} }
-
-// GrantStep is Grant(c) as a step. It is never refused.
+// GrantStep records, for c's key, a voucher a later request may redeem once within
+// c.Policy.Window: a look-up that a payment will turn into a refund. The key holds at most
+// c.Policy.Limit vouchers (the oldest are dropped past it). It is never refused. Vouchers bypass
+// the deny cache (a key with no voucher is no full key) and count in no outage (a voucher that
+// cannot be reached only costs a refund).
 func GrantStep(c Check) Step { return &voucherStep{c: c, op: Op{kind: opGrant}} }
 
-// HoldStep is Hold(c, holder) as a step.
+// RedeemStep takes one of the vouchers of c's key granted within c.Policy.Window: admitted when it
+// took one, refused (ending the sequence) when there was none. Each is redeemed once,
+// fleet-wide: two replicas redeeming at once take two or one and nothing.
+func RedeemStep(c Check) Step { return &voucherStep{c: c, op: Op{kind: opDecide}} }
+
+// Holder names one request's hold on the slot called name (a PIX's Idempotency-Key, of
+// [A-Za-z0-9_-]): requests of one name share one slot, each with a hold of its own, so that each
+// gives back only its own.
+func Holder(name string) string { return name + ":" + requestID() }
+
+// HoldStep takes one of c's in-flight slots (c.Policy.Limit of them, each a lease of
+// c.Policy.Window) for a request about to start, as holder (Holder): refused while every slot is
+// held by other requests. A request whose slot's name is already held (a replay of a request still
+// in progress) shares it, never refused. The caller gives its hold back with ReleaseStep when the
+// request ends; the slot is free once every hold on it is given back or has outlived its lease
+// (its replica died). Slots bypass the deny cache: they free when requests end, which no Reset
+// foretells.
 func HoldStep(c Check, holder string) Step {
 	return &slotStep{c: c, holder: holder, op: Op{kind: opDecide}}
 }
 
-// AskHoldStep asks whether Hold(c, holder) would take its slot, taking nothing: a PIX asks before
-// its own limit decides and takes the slot after it, in one call, so that neither a refused
-// limit holds a slot nor a full slot records a PIX.
+// AskHoldStep asks whether HoldStep(c, holder) would take its slot, taking nothing: a PIX asks
+// before its own limit decides and takes the slot after it, in one call, so that neither a
+// refused limit holds a slot nor a full slot records a PIX.
 func AskHoldStep(c Check, holder string) Step {
 	return &slotStep{c: c, holder: holder, op: Op{kind: opAsk}}
 }
 
-// ReleaseStep is Release(c, holder) as a step. It is never refused.
+// ReleaseStep gives back holder's hold of c's key (HoldStep). It is never refused; when Redis does
+// not answer, the hold ends with its lease.
 func ReleaseStep(c Check, holder string) Step {
 	return &slotStep{c: c, holder: holder, op: Op{kind: opWithdraw}}
 }
@@ -138,7 +172,7 @@ func queuedReply(s Step) bool {
 	return ok && d.cs[0].Policy.algorithm() == LeakyBucket
 }
 
-// Decisions are what a Sequence decided: each step's decision, read by the step that asked for
+// Decisions are what Decide decided: each step's decision, read by the step that asked for
 // it. The steps after a refusal did not run.
 type Decisions struct {
 	steps []Step
@@ -165,31 +199,32 @@ func (d Decisions) Last() Decision {
 	return d.ds[len(d.ds)-1]
 }
 
-// Sequence decides steps one after another, as the same calls made one by one in that order
-// would (AllowAll, AskAll, AllowN, Refund, Redeem, Grant, Hold, Release), and stops at the first
-// that refuses. Its Decisions hold the decision of each step that ran, read by the step
-// (Decisions.Of): not every step ran when one refused, and the last that ran (Decisions.Last) is
-// that refusal. A PIX asks its look-up buckets, then decides its own limit, in one Sequence: a
-// refused ask records nothing anywhere.
+// Decide decides steps one after another, as each decided alone in that order would, and stops
+// at the first that refuses: AllowStep is what AllowAll decides, AskStep asks without taking,
+// ChargeStep takes n tokens, RefundStep gives them back, GrantStep and RedeemStep keep and take a
+// voucher, HoldStep and ReleaseStep take and give back an in-flight slot. Its Decisions hold the
+// decision of each step that ran, read by the step (Decisions.Of): not every step ran when one
+// refused, and the last that ran (Decisions.Last) is that refusal. A PIX asks its look-up buckets,
+// then decides its own limit, in one Decide: a refused ask records nothing anywhere.
 //
-// On one Redis a sequence is one script call (sequence.lua), atomic: nothing comes between its
-// steps. On a cluster, whose keys live apart, each step is its own call, as the lone call would
-// be, so a sequence costs a call per step run.
+// One step is one call, as AllowAll's. Several steps on one Redis are one script call
+// (sequence.lua), atomic: nothing comes between them. On a cluster, whose keys live apart, each
+// step is its own call, so a sequence costs a call per step run.
 //
-// Price: a sequence is never batched. The deny cache answers its first step from memory, as it
-// would that step alone, and learns from every step's refusal (unless a refund in the sequence
-// may have made room), but a later step's key known to be full is asked of Redis, which refuses
-// it (KnownFull asks the cache first). A sequence counts once in Stats.Redis, and towards the
-// breaker as any call. The error wraps ErrUnavailable when Redis did not answer. On one Redis
-// none of the steps is then known to have run, and the sliding log's admissions among them are
-// withdrawn when the Limiter's Runner withdraws (LateWithdrawer: package withdraw's); on a cluster the decisions returned with the error are of the steps that ran
-// before the one that failed.
-func (l *Limiter) Sequence(ctx context.Context, steps ...Step) (Decisions, error) {
+// Price: several steps are never batched. The deny cache answers the first step from memory, as it
+// would that step alone, and learns from every step's refusal (unless a refund among them may
+// have made room), but a later step's key known to be full is asked of Redis, which refuses it
+// (KnownFull asks the cache first). Several steps count once in Stats.Redis. The error wraps
+// ErrUnavailable when Redis did not answer. On one Redis none of the steps is then known to have
+// run, and the sliding log's admissions among them are withdrawn when the Limiter's Runner
+// withdraws (LateWithdrawer: package withdraw's); on a cluster the decisions returned with the
+// error are of the steps that ran before the one that failed.
+func (l *Limiter) Decide(ctx context.Context, steps ...Step) (Decisions, error) {
 	ds, err := l.sequence(ctx, steps)
 	return Decisions{steps: steps, ds: ds}, err
 }
 
-// sequence is Sequence's decisions, in the steps' order.
+// sequence is Decide's decisions, in the steps' order.
 func (l *Limiter) sequence(ctx context.Context, asked []Step) ([]Decision, error) {
 	if len(asked) == 0 {
 		return nil, errors.New("ratelimit: no steps")
@@ -208,8 +243,8 @@ func (l *Limiter) sequence(ctx context.Context, asked []Step) ([]Decision, error
 			steps[i] = s.with(l.queueOp(ctx, s.operation()))
 		}
 	}
-	if l.cluster {
-		return l.sequenceApart(ctx, steps)
+	if l.cluster || len(steps) == 1 {
+		return l.apart(ctx, steps)
 	}
 	sent := l.clock()
 	keys := make([][]string, len(steps))
@@ -254,7 +289,7 @@ func (l *Limiter) unasked(steps []Step, last Decision) []Decision {
 
 // KnownFull answers checks as AllowAll would from this Limiter's deny cache alone, with no call:
 // refused (Decision.DenyCached) when one of their keys is known to be full, ok false otherwise.
-// A caller whose Sequence asks something first and then decides checks can answer at once, when
+// A caller whose Decide asks something first and then decides checks can answer at once, when
 // ok, what the sequence would end with: its asks take nothing, so not asking them changes
 // nothing.
 func (l *Limiter) KnownFull(checks ...Check) (Decision, bool) {
@@ -327,8 +362,8 @@ func (l *Limiter) stepCall(s Step) Call {
 	return c
 }
 
-// sequenceApart is Sequence on a cluster: each step its own call, as the lone call would be.
-func (l *Limiter) sequenceApart(ctx context.Context, steps []Step) ([]Decision, error) {
+// apart decides each step in a call of its own: one step, or a sequence on a cluster.
+func (l *Limiter) apart(ctx context.Context, steps []Step) ([]Decision, error) {
 	var ds []Decision
 	for _, s := range steps {
 		var d Decision
@@ -342,10 +377,9 @@ func (l *Limiter) sequenceApart(ctx context.Context, steps []Step) ([]Decision, 
 			d, err = l.slotCall(ctx, s.c, s.holder, s.op)
 		case *decideStep:
 			if s.op.kind == opRefund {
-				d, err = l.Refund(ctx, s.op.n, s.cs...)
-			} else {
-				d, err = l.do(ctx, s.op, s.cs)
+				l.forgetBlocks(l.keysOf(s.cs)) // the refund makes room
 			}
+			d, err = l.do(ctx, s.op, s.cs)
 		}
 		if err != nil {
 			return ds, err

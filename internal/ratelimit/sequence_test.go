@@ -13,7 +13,7 @@ import (
 // TestSequencesDecideAsOneByOne: a random trace of 2,000 sequences of one to four steps (every
 // algorithm's decisions and asks over one or two keys, token-bucket charges and refunds, voucher
 // grants and redemptions; 12 identities; time stepping by random amounts) is decided twice, on
-// two Redis servers at the same injected times: as one Sequence, and step by step with the lone
+// two Redis servers at the same injected times: as one Decide, and step by step with the lone
 // calls, stopping at the first refusal. Every step that ran is decided the same, key by key, and
 // the same steps run: a sequence decides exactly as its steps sent one by one. Apart, as on a
 // cluster (each step its own call), the same again. (On a real cluster a step's keys are decided
@@ -89,16 +89,16 @@ func sequencesDecideAsOneByOne(t *testing.T, apart bool) {
 		o, cs := s.operation(), s.checks()
 		switch _, voucher := s.(*voucherStep); {
 		case voucher && o.kind == opGrant:
-			return Decision{Allowed: true}, alone.Grant(ctx, cs[0])
+			return Decision{Allowed: true}, errOf(alone.Decide(ctx, GrantStep(cs[0])))
 		case voucher:
-			ok, err := alone.Redeem(ctx, cs[0])
+			ok, err := okOf(alone.Decide(ctx, RedeemStep(cs[0])))
 			return Decision{Allowed: ok}, err
 		case o.kind == opAsk:
-			return alone.AskAll(ctx, cs...)
+			return lastOf(alone.Decide(ctx, AskStep(cs...)))
 		case o.kind == opRefund:
-			return alone.Refund(ctx, o.n, cs...)
+			return lastOf(alone.Decide(ctx, RefundStep(o.n, cs...)))
 		case o.kind == opCharge:
-			return alone.AllowN(ctx, cs[0], o.n)
+			return lastOf(alone.Decide(ctx, ChargeStep(cs[0], o.n)))
 		}
 		return alone.AllowAll(ctx, cs...)
 	}
@@ -110,7 +110,7 @@ func sequencesDecideAsOneByOne(t *testing.T, apart bool) {
 		for j := range steps {
 			steps[j] = step()
 		}
-		got, err := seq.Sequence(ctx, steps...)
+		got, err := seq.Decide(ctx, steps...)
 		if err != nil {
 			t.Fatalf("sequence %d: %v", i, err)
 		}

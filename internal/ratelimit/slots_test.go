@@ -26,7 +26,7 @@ func TestSlotsHoldExactlyAcrossReplicas(t *testing.T) {
 		wg.Go(func() {
 			name := fmt.Sprint("pix-", i)
 			holder := Holder(name)
-			d, err := ls[i%3].Hold(context.Background(), c, holder)
+			d, err := lastOf(ls[i%3].Decide(context.Background(), HoldStep(c, holder)))
 			if err != nil {
 				t.Error(err)
 			}
@@ -43,32 +43,32 @@ func TestSlotsHoldExactlyAcrossReplicas(t *testing.T) {
 	var replays []string
 	held.Range(func(k, _ any) bool {
 		replay := Holder(k.(string))
-		if d, err := ls[2].Hold(context.Background(), c, replay); err != nil || !d.Allowed {
+		if d, err := lastOf(ls[2].Decide(context.Background(), HoldStep(c, replay))); err != nil || !d.Allowed {
 			t.Errorf("a replay of %s, in progress: %+v, %v; want it to share its original's slot", k, d, err)
 		}
 		replays = append(replays, replay)
 		return true
 	})
-	if d, _ := ls[0].Hold(context.Background(), c, Holder("another")); d.Allowed || d.Worst.RetryAfter <= 0 {
+	if d, _ := lastOf(ls[0].Decide(context.Background(), HoldStep(c, Holder("another")))); d.Allowed || d.Worst.RetryAfter <= 0 {
 		t.Errorf("a third request while two are in progress: %+v, want refused", d)
 	}
 	// A replay that ends first gives back its own hold, never its original's slot.
 	for _, r := range replays {
-		if err := ls[1].Release(context.Background(), c, r); err != nil {
+		if err := errOf(ls[1].Decide(context.Background(), ReleaseStep(c, r))); err != nil {
 			t.Error(err)
 		}
 	}
-	if d, _ := ls[0].Hold(context.Background(), c, Holder("another")); d.Allowed {
+	if d, _ := lastOf(ls[0].Decide(context.Background(), HoldStep(c, Holder("another")))); d.Allowed {
 		t.Errorf("the replays ended, the originals run: a third request was admitted")
 	}
 	held.Range(func(_, h any) bool {
-		if err := ls[1].Release(context.Background(), c, h.(string)); err != nil {
+		if err := errOf(ls[1].Decide(context.Background(), ReleaseStep(c, h.(string)))); err != nil {
 			t.Error(err)
 		}
 		return true
 	})
 	for _, name := range []string{"a", "b"} {
-		if d, _ := ls[0].Hold(context.Background(), c, Holder(name)); !d.Allowed {
+		if d, _ := lastOf(ls[0].Decide(context.Background(), HoldStep(c, Holder(name)))); !d.Allowed {
 			t.Errorf("after both were given back, %s was refused", name)
 		}
 	}
@@ -81,15 +81,15 @@ func TestASlotOfADeadReplicaFreesAtItsLease(t *testing.T) {
 	clk := withClock(l)
 	p := Policy{Name: "lease", Limit: 1, Window: 10 * time.Second}
 	c := Check{p, "company"}
-	if d, _ := l.Hold(context.Background(), c, Holder("dies")); !d.Allowed {
+	if d, _ := lastOf(l.Decide(context.Background(), HoldStep(c, Holder("dies")))); !d.Allowed {
 		t.Fatal("the first request was refused")
 	}
 	clk.Add(10*time.Second - time.Millisecond)
-	if d, _ := l.Hold(context.Background(), c, Holder("next")); d.Allowed {
+	if d, _ := lastOf(l.Decide(context.Background(), HoldStep(c, Holder("next")))); d.Allowed {
 		t.Fatal("admitted before the dead request's lease ended")
 	}
 	clk.Add(time.Millisecond)
-	if d, _ := l.Hold(context.Background(), c, Holder("next")); !d.Allowed {
+	if d, _ := lastOf(l.Decide(context.Background(), HoldStep(c, Holder("next")))); !d.Allowed {
 		t.Fatal("refused once the dead request's lease ended")
 	}
 }
@@ -104,7 +104,7 @@ func TestASlotIsAskedBeforeTheLimitAndTakenAfter(t *testing.T) {
 	holders := map[string]string{}
 	pix := func(name string) Decisions {
 		holders[name] = Holder(name)
-		ds, err := l.Sequence(ctx, AskHoldStep(slots, holders[name]), AllowStep(limit), HoldStep(slots, holders[name]))
+		ds, err := l.Decide(ctx, AskHoldStep(slots, holders[name]), AllowStep(limit), HoldStep(slots, holders[name]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,13 +119,13 @@ func TestASlotIsAskedBeforeTheLimitAndTakenAfter(t *testing.T) {
 	if d, _ := l.Inspect(ctx, limit); d.Worst.Remaining != 0 {
 		t.Fatalf("the limit has %d left, want 0 (the first PIX only)", d.Worst.Remaining)
 	}
-	if _, err := l.Sequence(ctx, ReleaseStep(slots, holders["one"])); err != nil {
+	if _, err := l.Decide(ctx, ReleaseStep(slots, holders["one"])); err != nil {
 		t.Fatal(err)
 	}
 	if ds := pix("three"); ds.Ran() != 2 || ds.Last().Allowed {
 		t.Fatalf("a PIX over its limit: %d steps ran, want its limit refused", ds.Ran())
 	}
-	if d, _ := l.Hold(ctx, slots, Holder("four")); !d.Allowed {
+	if d, _ := lastOf(l.Decide(ctx, HoldStep(slots, Holder("four")))); !d.Allowed {
 		t.Error("a PIX refused by its limit kept a slot")
 	}
 }

@@ -20,7 +20,7 @@ func TestVouchers(t *testing.T) {
 	c := Check{p, "payer|key"}
 	redeem := func() bool {
 		t.Helper()
-		ok, err := l.Redeem(ctx, c)
+		ok, err := okOf(l.Decide(ctx, RedeemStep(c)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,7 +29,7 @@ func TestVouchers(t *testing.T) {
 	grant := func(n int) {
 		t.Helper()
 		for range n {
-			if err := l.Grant(ctx, c); err != nil {
+			if err := errOf(l.Decide(ctx, GrantStep(c))); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -60,7 +60,7 @@ func TestVouchers(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			if ok, err := l.Redeem(ctx, c); err == nil && ok {
+			if ok, err := okOf(l.Decide(ctx, RedeemStep(c))); err == nil && ok {
 				taken.Add(1)
 			}
 		})

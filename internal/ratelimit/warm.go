@@ -11,7 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Warm readies the Limiter for its first burst, to be called once before its replica listens:
+// Warm readies rdb, the client of a replica's Limiter, for its first burst, to be called once
+// before the replica listens:
 // the first decisions of a cold replica otherwise pay, inside their budget, for dialing Redis,
 // for a cluster's slot map and for NOSCRIPT, the script sent in full after its hash was refused.
 // Warm loads every script that decides (each algorithm's, the sequences',
@@ -19,13 +20,13 @@ import (
 // learns the slot map; and it opens conns connections to each master, so that a burst finds
 // them dialed. The error says what could not be readied; a replica may still start,
 // its decisions then follow the fail modes until Redis answers.
-func (l *Limiter) Warm(ctx context.Context, conns int) error {
+func Warm(ctx context.Context, rdb redis.Scripter, conns int) error {
 	all := slices.Collect(maps.Values(scripts))
 	for _, s := range sequenceScripts {
 		all = append(all, s.script)
 	}
 	for _, s := range append(all, probeScript, voucherScript, slotScript) {
-		if err := s.Load(ctx, l.rdb).Err(); err != nil {
+		if err := s.Load(ctx, rdb).Err(); err != nil {
 			return fmt.Errorf("ratelimit: warm: load scripts: %w", err)
 		}
 	}
@@ -39,7 +40,7 @@ func (l *Limiter) Warm(ctx context.Context, conns int) error {
 		return errors.Join(errs...)
 	}
 	var err error
-	switch c := l.rdb.(type) {
+	switch c := rdb.(type) {
 	case *redis.ClusterClient: // ForEachMaster loads the slot map first
 		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return dial(ctx, c) })
 	case pinger: // a client, or a client around one (a breaker)

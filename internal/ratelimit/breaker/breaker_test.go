@@ -259,15 +259,15 @@ func TestBreakerProbesOneAtATime(t *testing.T) {
 }
 
 // TestWarmDialsThroughTheBreaker: a Limiter over a Breaker warms its pool as over the bare client
-// (Limiter.Warm dials its connections, a PING each at once, through the client it was given): a
+// (ratelimit.Warm dials its connections, a PING each at once, through the client it is given): a
 // burst after it finds them dialed. (Counted by PINGs: how many connections they open depends on
 // how they overlap.)
 func TestWarmDialsThroughTheBreaker(t *testing.T) {
 	t.Parallel()
-	l, _, c := limiter(t, redistest.Start(t), 5, time.Second, slog.New(slog.DiscardHandler))
+	_, b, c := limiter(t, redistest.Start(t), 5, time.Second, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := l.Warm(ctx, 8); err != nil {
+	if err := ratelimit.Warm(ctx, b, 8); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.pings.Load(); got != 8 {

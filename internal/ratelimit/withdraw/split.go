@@ -14,7 +14,7 @@ import (
 // recorded everywhere, as on one node. If any key refuses, or cannot answer, the admissions the
 // others made are withdrawn (each script's withdraw operation), so a refused request consumes no
 // quota in the end; the withdrawals run after the answer is sent, so they never delay it. A
-// request that only asks (AskAll), or gives back (Refund), took nothing, and nothing is withdrawn.
+// request that only asks (AskStep), or gives back (RefundStep), took nothing, and nothing is withdrawn.
 //
 // The reply is the one a script over every key would give: admitted only if all admitted, each
 // key's remaining and reset in order (a withdrawn admission's place counted as given back), and

@@ -89,17 +89,20 @@ func single(t *testing.T, split bool, timeout time.Duration, opts ratelimit.Opti
 
 // clusterLimiters are n Limiters, each over a cluster client of its own of c, as a replica makes
 // them, and their Runners.
-func clusterLimiters(t *testing.T, c *redistest.Cluster, n int, timeout time.Duration, withdrawn func(time.Duration)) ([]*ratelimit.Limiter, []*Runner) {
+// clusterLimiters are n Limiters, each on a cluster client of its own (the third result), with
+// their Runners.
+func clusterLimiters(t *testing.T, c *redistest.Cluster, n int, timeout time.Duration, withdrawn func(time.Duration)) ([]*ratelimit.Limiter, []*Runner, []redis.UniversalClient) {
 	t.Helper()
-	ls, rs := make([]*ratelimit.Limiter, n), make([]*Runner, n)
+	ls, rs, cs := make([]*ratelimit.Limiter, n), make([]*Runner, n), make([]redis.UniversalClient, n)
 	for i := range ls {
 		opt := &redis.UniversalOptions{Addrs: c.Addrs(), IsClusterMode: true}
 		ratelimit.UniversalClientOptions(opt, timeout) // as the API configures it
 		rc := redis.NewUniversalClient(opt)
 		t.Cleanup(func() { _ = rc.Close() })
 		ls[i], rs[i] = limiter(t, rc, true, timeout, ratelimit.Options{}, withdrawn)
+		cs[i] = rc
 	}
-	return ls, rs
+	return ls, rs, cs
 }
 
 func mustAllow(t *testing.T, l *ratelimit.Limiter, checks ...Check) Decision {
@@ -200,7 +203,9 @@ func held(t *testing.T, l *ratelimit.Limiter, open Policy, n int) (total int) {
 		var d Decision
 		var err error
 		for range 3 {
-			if d, err = l.AskAll(context.Background(), Check{Policy: open, Identity: fmt.Sprint("open", i)}); err == nil {
+			var ds ratelimit.Decisions
+			if ds, err = l.Decide(context.Background(), ratelimit.AskStep(Check{Policy: open, Identity: fmt.Sprint("open", i)})); err == nil {
+				d = ds.Last()
 				break
 			}
 		}
@@ -355,7 +360,7 @@ func TestSplitDecisionWithdraws(t *testing.T) {
 	}
 }
 
-// TestSplitAskWithdrawsNothing: on the cluster path an ask (AskAll) took nothing, so a refusal
+// TestSplitAskWithdrawsNothing: on the cluster path an ask (AskStep) took nothing, so a refusal
 // by one bucket gives nothing "back" to the other: a withdrawal there would add a token.
 func TestSplitAskWithdrawsNothing(t *testing.T) {
 	t.Parallel()
@@ -369,14 +374,15 @@ func TestSplitAskWithdrawsNothing(t *testing.T) {
 	mustAllow(t, l, user)
 	mustAllow(t, l, bank) // the bank's bucket is empty
 	for range 3 {
-		d, err := l.AskAll(ctx, user, bank)
+		ds, err := l.Decide(ctx, ratelimit.AskStep(user, bank))
+		d := ds.Last()
 		if err != nil || d.Allowed || d.Results[0].Remaining != 2 || d.Results[1].RetryAfter == 0 {
 			t.Fatalf("asking with the bank's bucket empty: %+v, %v; want refused by it, the user's at 2", d, err)
 		}
 	}
 	r.pending.Wait()
-	if d, _ := l.AskAll(ctx, user); !d.Allowed || d.Worst.Remaining != 2 {
-		t.Errorf("after three refused asks: %+v, want the user's bucket at 2, as before", d.Worst)
+	if ds, _ := l.Decide(ctx, ratelimit.AskStep(user)); !ds.Last().Allowed || ds.Last().Worst.Remaining != 2 {
+		t.Errorf("after three refused asks: %+v, want the user's bucket at 2, as before", ds.Last().Worst)
 	}
 }
 
@@ -393,7 +399,7 @@ func TestClusterExactness(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 1)
 	var heldMu sync.Mutex
 	var held []time.Duration
-	ls, rs := clusterLimiters(t, c, 3, generous, func(d time.Duration) { heldMu.Lock(); held = append(held, d); heldMu.Unlock() })
+	ls, rs, _ := clusterLimiters(t, c, 3, generous, func(d time.Duration) { heldMu.Lock(); held = append(held, d); heldMu.Unlock() })
 	single := Policy{Name: "single", Limit: 5, Window: time.Hour}
 	ip := Policy{Name: "login-ip", Limit: 10, Window: time.Hour}
 	doc := Policy{Name: "login-account", Limit: 5, Window: time.Hour}
@@ -551,7 +557,7 @@ func TestClusterFailover(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3, 1)
 	const budget = 200 * time.Millisecond
-	ls, _ := clusterLimiters(t, c, 3, budget, nil)
+	ls, _, _ := clusterLimiters(t, c, 3, budget, nil)
 	p := Policy{Name: "failover", Limit: 1_000_000, Window: time.Hour}
 	key := ls[0].Key(Check{Policy: p, Identity: "victim"})
 	master := c.MasterOf(key)
@@ -636,10 +642,10 @@ func TestClusterFailover(t *testing.T) {
 	}
 	// Warmed (slot map, scripts, connections) and with a budget no loaded machine outlasts: one
 	// run beside two CPU burners timed out at a second, cold.
-	counters, _ := clusterLimiters(t, c, 3, 10*time.Second, nil)
-	for _, l := range counters {
+	counters, _, clients := clusterLimiters(t, c, 3, 10*time.Second, nil)
+	for _, rdb := range clients {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := l.Warm(ctx, 22); err != nil {
+		if err := ratelimit.Warm(ctx, rdb, 22); err != nil {
 			t.Fatal(err)
 		}
 		cancel()
@@ -683,10 +689,10 @@ func TestAColdFleetDecidesItsFirstBurst(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		ls, _ := clusterLimiters(t, c, 1, generous, nil)
-		l := ls[0]
+		ls, _, clients := clusterLimiters(t, c, 1, generous, nil)
+		l, rdb := ls[0], clients[0]
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := l.Warm(ctx, 20)
+		err := ratelimit.Warm(ctx, rdb, 20)
 		cancel()
 		if err != nil {
 			t.Fatalf("fleet %d: warm: %v", fleet, err)
@@ -777,17 +783,18 @@ func TestALateSequenceLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	bucket := Check{Policy: Policy{Name: "bucket", Limit: 2, Window: time.Minute, Algorithm: TokenBucket, Burst: 5}, Identity: "x"}
 	log := Check{Policy: Policy{Name: "log", Limit: 3, Window: time.Minute}, Identity: "x"}
-	if _, err := l.Sequence(ctx, ratelimit.AskStep(bucket), ratelimit.AllowStep(log)); err != nil { // loaded, and one admission
+	if _, err := l.Decide(ctx, ratelimit.AskStep(bucket), ratelimit.AllowStep(log)); err != nil { // loaded, and one admission
 		t.Fatal(err)
 	}
 	c.lose.Store(true)
-	_, err := l.Sequence(ctx, ratelimit.AskStep(bucket), ratelimit.AllowStep(log))
+	_, err := l.Decide(ctx, ratelimit.AskStep(bucket), ratelimit.AllowStep(log))
 	c.lose.Store(false)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("a sequence whose reply was lost: %v, want ErrUnavailable", err)
 	}
 	r.pending.Wait()
-	d, err := l.AskAll(ctx, log)
+	ds, err := l.Decide(ctx, ratelimit.AskStep(log))
+	d := ds.Last()
 	if err != nil {
 		t.Fatal(err)
 	}
