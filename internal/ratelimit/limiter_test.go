@@ -593,5 +593,5 @@ func TestRefundGivesTokensBackUpToCapacity(t *testing.T) {
 // lastOf is the decision of a Decide of one step (its last); errOf its error alone; okOf whether
 // it admitted.
 func lastOf(ds Decisions, err error) (Decision, error) { return ds.Last(), err }
-func errOf(_ Decisions, err error) error                { return err }
-func okOf(ds Decisions, err error) (bool, error)        { return ds.Last().Allowed, err }
+func errOf(_ Decisions, err error) error               { return err }
+func okOf(ds Decisions, err error) (bool, error)       { return ds.Last().Allowed, err }
