@@ -23,6 +23,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/dict"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/breaker"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
 )
 
 // demo drives the replicas round robin, one client IP per request through X-Forwarded-For,
@@ -42,6 +43,7 @@ type demo struct {
 	// happened inside, which a client cannot see.
 	limiters []*ratelimit.Limiter
 	breakers []*breaker.Breaker // each in-process replica's (nil when it has none)
+	caches   []*denycache.Cache // each in-process replica's deny cache (nil when it has none)
 	// watch is, per in-process replica, who is counting its limiter's calls (watch).
 	watch []replicaWatch
 	// desk is the in-process fleet's first support desk and adminToken its token ("" against
@@ -65,8 +67,8 @@ func (d *demo) bankTokens(ctx context.Context) (tokens int, ok bool) {
 	return ds.Last().Worst.Remaining, err == nil
 }
 
-// counters are what an in-process replica's limiter and breaker did: Redis counts the calls
-// that reached Redis (the limiter's, less those its open breaker failed at once).
+// counters are what an in-process replica's limiter, deny cache and breaker did: Redis counts
+// the calls that reached Redis (the limiter's, less those its open breaker failed at once).
 type counters struct {
 	Redis, DenyCached, ShortCircuited int64
 	CachedKeys                        int
@@ -76,7 +78,11 @@ type counters struct {
 // counters are the i-th in-process replica's.
 func (d *demo) counters(i int) counters {
 	s := d.limiters[i].Stats()
-	c := counters{Redis: s.Redis, DenyCached: s.DenyCached, CachedKeys: s.CachedKeys}
+	c := counters{Redis: s.Redis}
+	if dc := d.caches[i]; dc != nil {
+		cs := dc.Stats()
+		c.DenyCached, c.CachedKeys = cs.Refused, cs.Keys
+	}
 	if b := d.breakers[i]; b != nil {
 		c.ShortCircuited, c.BreakerOpen = b.ShortCircuited(), b.Open()
 		c.Redis -= c.ShortCircuited

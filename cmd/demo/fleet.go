@@ -23,6 +23,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/breaker"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
 )
 
 // demoEnv is the configuration of the in-process replicas: the contract's limits over short
@@ -68,6 +69,7 @@ type fleet struct {
 	replicas []*app.Replica
 	limiters []*ratelimit.Limiter
 	breakers []*breaker.Breaker // each replica's, nil when it has none
+	caches   []*denycache.Cache // each replica's deny cache, nil when it has none
 }
 
 // startFleet starts two replicas configured by env, over the Redis at redisAddr, or over an
@@ -114,6 +116,7 @@ func startFleet(logs io.Writer, env map[string]string, redisAddr string, passwor
 		f.replicas = append(f.replicas, r)
 		f.limiters = append(f.limiters, r.Limiter)
 		f.breakers = append(f.breakers, r.Breaker)
+		f.caches = append(f.caches, r.DenyCache)
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err

@@ -69,7 +69,7 @@ func (d *demo) selfContained(redisURL string, passwordCost int, logs io.Writer) 
 	if err != nil {
 		return nil, err
 	}
-	d.replicas, d.outage, d.limiters, d.breakers, d.bank = f.urls, f.redis, f.limiters, f.breakers, f.cfg.Limits.LookupParticipant.Policy
+	d.replicas, d.outage, d.limiters, d.breakers, d.caches, d.bank = f.urls, f.redis, f.limiters, f.breakers, f.caches, f.cfg.Limits.LookupParticipant.Policy
 	d.watch = make([]replicaWatch, len(f.limiters))
 	if len(f.desks) > 0 {
 		d.desk, d.adminToken = f.desks[0], f.cfg.AdminToken
@@ -121,8 +121,8 @@ func (d *demo) against(ctx context.Context, target, redisURL string) (func(), er
 	return r.close, nil
 }
 
-// denyCacheHold is the longest a replica's deny cache answers for a key (ratelimit's
-// DenyCacheHold default).
+// denyCacheHold is the longest a replica's deny cache answers for a key (denycache.Options.Hold's
+// default).
 const denyCacheHold = 5 * time.Second
 
 // options are the demo's flags.

@@ -26,6 +26,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/batch"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/breaker"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/withdraw"
 )
 
@@ -53,6 +54,8 @@ type Replica struct {
 	Handler http.Handler
 	// Limiter is the replica's rate limiter; its Stats tell what it did.
 	Limiter *ratelimit.Limiter
+	// DenyCache is the deny cache in front of the Limiter; nil when off.
+	DenyCache *denycache.Cache
 	// Breaker is the circuit breaker its scripts go through; nil on a cluster, or when off.
 	Breaker *breaker.Breaker
 	// Withdrawals take back what its decisions' callers did not get; Lost counts the losses.
@@ -161,6 +164,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		Metrics:                 metrics,
 		Logger:                  logger,
 		Limiter:                 r.Limiter,
+		DenyCache:               r.DenyCache,
 		Limits:                  cfg.Limits,
 		Ledger:                  pix.Shared(ledger, share),
 		Share:                   share,
@@ -177,7 +181,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	if err != nil || cfg.AdminAddr == "" {
 		return err
 	}
-	r.Admin, err = httpapi.NewAdmin(httpapi.AdminDeps{Logger: logger.With("listener", "admin"), Limiter: r.Limiter,
+	r.Admin, err = httpapi.NewAdmin(httpapi.AdminDeps{Logger: logger.With("listener", "admin"), Limiter: r.Limiter, DenyCache: r.DenyCache,
 		Limits: cfg.Limits, Ledger: ledger, Tokens: r.Tokens, Token: cfg.AdminToken, Tiers: tiers,
 		AuditKey: auth.DeriveKey(secret, "audit names")})
 	return err
@@ -210,6 +214,7 @@ func replicaSecret(cfg config.Config, logger *slog.Logger) []byte {
 //	batch.New(…)         sends decisions in batches under load (not on a cluster)
 //	withdraw.New(…)      takes back what a caller did not get (on a cluster, decides keys apart)
 //	ratelimit.New(…)     the limiter: policies, keys, one script per decision
+//	denycache.New(…)     refuses a key known to be full from memory (unless off)
 func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, secret []byte, logger *slog.Logger) error {
 	opts := cfg.Limiter
 	opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
@@ -242,6 +247,12 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 		return err
 	}
 	r.closers = append(r.closers, func() { _ = r.Limiter.Close() })
+	if cfg.DenyCacheSize > 0 {
+		if r.DenyCache, err = denycache.New(r.Limiter, rdb, opts.Prefix, denycache.Options{Size: cfg.DenyCacheSize, Cluster: cluster}); err != nil {
+			return err
+		}
+		r.closers = append(r.closers, func() { _ = r.DenyCache.Close() }) // before the Limiter's
+	}
 	// Before serving: the scripts loaded on every master, the slot map known, connections
 	// dialed, so the first burst's decisions pay for none of it inside their budget.
 	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)

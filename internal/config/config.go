@@ -60,10 +60,12 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	// Limits are the routes' validated limits, as the HTTP layer takes them.
 	Limits enforce.RouteLimits
-	// Limiter are the limiter's options from REDIS_TIMEOUT and RATELIMIT_* (0 in the environment
-	// means off, which ratelimit.Options says with a negative number); the caller adds KeySecret
-	// and Logger.
+	// Limiter are the limiter's options from REDIS_TIMEOUT and RATELIMIT_*; the caller adds
+	// KeySecret and Logger.
 	Limiter ratelimit.Options
+	// DenyCacheSize is RATELIMIT_DENY_CACHE_SIZE: the keys the deny cache (package denycache)
+	// remembers as full; 0 means no deny cache.
+	DenyCacheSize int
 	// Breaker is RATELIMIT_BREAKER_*: Failures 0 means no breaker. The caller adds Probe and Logger.
 	Breaker breaker.Options
 	// BatchMax is RATELIMIT_BATCH_MAX: the most decisions one call to Redis carries (package
@@ -451,6 +453,7 @@ func (cfg *environment) check(p *problems) Config {
 		out.DemoAccounts = *cfg.DemoAccountsSet
 	}
 	out.Limiter = cfg.limiterOptions()
+	out.DenyCacheSize = cfg.DenyCacheSize
 	out.BatchMax = cfg.BatchMax
 	out.Breaker = breaker.Options{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown, Timeout: cfg.RedisTimeout}
 	if !slices.Contains([]slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}, cfg.LogLevel) {
@@ -577,19 +580,9 @@ func (cfg *environment) checkMoney(p *problems) pix.Rules {
 }
 
 // limiterOptions are the limiter's options. The heartbeat counts the fleet, for a route that
-// decides in its fallback, and carries the support desk's forgotten keys to every replica's deny
-// cache: always on.
+// decides in its fallback: always on.
 func (cfg *environment) limiterOptions() ratelimit.Options {
-	// 0 in the environment means off; ratelimit.Options says it with a negative number.
-	off := func(n int) int {
-		if n == 0 {
-			return -1
-		}
-		return n
-	}
-	return ratelimit.Options{Timeout: cfg.RedisTimeout, DenyCacheSize: off(cfg.DenyCacheSize),
-
-		FleetSize: cfg.FleetSize, MaxWaiting: cfg.ThrottleMaxWaiting}
+	return ratelimit.Options{Timeout: cfg.RedisTimeout, FleetSize: cfg.FleetSize, MaxWaiting: cfg.ThrottleMaxWaiting}
 }
 
 // checkRouteLimits checks each route's limit and makes them, the look-up's DICT buckets included.

@@ -510,15 +510,15 @@ func TestTheDenyCacheSizeAndItsFormerName(t *testing.T) {
 	ignored := []Deprecation{{Old: former, New: name, Ignored: true}}
 	for _, tt := range []struct {
 		env        map[string]string
-		size       int // ratelimit.Options.DenyCacheSize: -1 is off
+		size       int // Config.DenyCacheSize: 0 is off
 		deprecated []Deprecation
 		problem    string // the variable an error names; empty: no error
 	}{
 		{nil, 100_000, nil, ""},
 		{map[string]string{name: "500"}, 500, nil, ""},
-		{map[string]string{name: "0"}, -1, nil, ""},
+		{map[string]string{name: "0"}, 0, nil, ""},
 		{map[string]string{former: "700"}, 700, read, ""},
-		{map[string]string{former: "0"}, -1, read, ""},
+		{map[string]string{former: "0"}, 0, read, ""},
 		{map[string]string{name: "", former: "700"}, 700, read, ""}, // set empty is unset
 		{map[string]string{name: "500", former: "700"}, 500, ignored, ""},
 		{map[string]string{name: "500", former: "-1"}, 500, ignored, ""},
@@ -535,8 +535,8 @@ func TestTheDenyCacheSizeAndItsFormerName(t *testing.T) {
 			}
 		case err != nil:
 			t.Errorf("%v: %v", tt.env, err)
-		case cfg.Limiter.DenyCacheSize != tt.size || !slices.Equal(cfg.Deprecated, tt.deprecated):
-			t.Errorf("%v: size %d, deprecated %+v; want %d, %+v", tt.env, cfg.Limiter.DenyCacheSize, cfg.Deprecated, tt.size, tt.deprecated)
+		case cfg.DenyCacheSize != tt.size || !slices.Equal(cfg.Deprecated, tt.deprecated):
+			t.Errorf("%v: size %d, deprecated %+v; want %d, %+v", tt.env, cfg.DenyCacheSize, cfg.Deprecated, tt.size, tt.deprecated)
 		}
 	}
 }

@@ -25,13 +25,16 @@ import (
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
 )
 
 // AdminDeps are what the support desk needs.
 type AdminDeps struct {
 	Logger  *slog.Logger
 	Limiter *ratelimit.Limiter
-	Limits  enforce.RouteLimits
+	// DenyCache, when set, is the replica's deny cache: a key forgotten here leaves it at once.
+	DenyCache *denycache.Cache
+	Limits    enforce.RouteLimits
 	// Ledger keeps the audit trail.
 	Ledger pix.Ledger
 	// Tokens names payers (auth.Tokens.PayerID) as the look-up buckets key them.
@@ -79,7 +82,7 @@ func NewAdmin(d AdminDeps) (http.Handler, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(d.Logger, time.Second)
 	desk := &desk{AdminDeps: d, token: sha256.Sum256([]byte(d.Token)), refusals: newRefusals(d.Ledger, d.Logger),
-		limiter: limiter{core: d.Limiter, failClosedRetryAfter: d.Limits.FailClosedRetryAfter}}
+		limiter: limiter{core: d.Limiter, cache: d.DenyCache, failClosedRetryAfter: d.Limits.FailClosedRetryAfter}}
 	e.Use(desk.audit, limitBody)
 	e.GET("/admin/v1/keys/:policy/:identity", desk.getKey)
 	e.DELETE("/admin/v1/keys/:policy/:identity", desk.deleteKey)
@@ -306,7 +309,11 @@ func (d *desk) deleteKey(c echo.Context) error {
 	if err := d.begin(c, a); err != nil {
 		return err
 	}
-	if err := d.Limiter.Forget(c.Request().Context(), chk); err != nil {
+	forget := d.Limiter.Forget
+	if d.DenyCache != nil {
+		forget = d.DenyCache.Forget // this replica's cache at once; the others' by the channel
+	}
+	if err := forget(c.Request().Context(), chk); err != nil {
 		return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: time.Second, cause: err}
 	}
 	// What Forget left: the key empty. Not read again: a read that failed now would answer the
@@ -319,9 +326,10 @@ func (d *desk) deleteKey(c echo.Context) error {
 }
 
 // state reads the key's state from Redis, taking nothing and changing nothing a route answers
-// (ratelimit.Limiter.Inspect: no deny cache, no breaker).
+// (an ask of the Limiter, beneath the deny cache, which it neither consults nor teaches).
 func (d *desk) state(c echo.Context, chk ratelimit.Check) (keyState, error) {
-	dec, err := d.Limiter.Inspect(c.Request().Context(), chk)
+	ds, err := d.Limiter.Decide(c.Request().Context(), ratelimit.AskStep(chk))
+	dec := ds.Last()
 	if err != nil {
 		return keyState{}, &Error{Code: CodeRateLimiterUnavailable, RetryAfter: time.Second, cause: err}
 	}

@@ -414,7 +414,7 @@ func handleStatement(ledger pix.Payments, decide limiter, limit enforce.RouteLim
 		defer cancel()
 		start := time.Now()
 		d, err := decide.apply(c, nil, own, func(context.Context) (ratelimit.Decision, error) {
-			return decide.core.AllowAll(ctx, checks(own)...)
+			return decide.decider().AllowAll(ctx, checks(own)...)
 		})
 		if err != nil {
 			return err

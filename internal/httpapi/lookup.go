@@ -66,7 +66,7 @@ type sequence struct {
 // sequenceOf decides steps in one Decide.
 func (l lookupLimiter) sequenceOf(ctx context.Context, steps ...ratelimit.Step) sequence {
 	start := time.Now()
-	ds, err := l.core.Decide(ctx, steps...)
+	ds, err := l.decider().Decide(ctx, steps...)
 	return sequence{ds: ds, err: err, took: time.Since(start)}
 }
 
@@ -207,7 +207,7 @@ func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, k
 		steps = []ratelimit.Step{ratelimit.RedeemStep(dict.Voucher(payer, key)),
 			ratelimit.RefundStep(toUser, checks([]check{user})...), ratelimit.RefundStep(toBank, checks([]check{bank})...)}
 	}
-	if _, err := l.core.Decide(ctx, append(first, steps...)...); err != nil {
+	if _, err := l.decider().Decide(ctx, append(first, steps...)...); err != nil {
 		l.events.log("refund:"+user.limit.Policy.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
 			"policy", user.limit.Policy.Name, "cause", err.Error())
 	}
@@ -231,7 +231,7 @@ func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, k
 // original to answer, at most until waitUntil (mark.wait).
 func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, own check, held *slot, orig *mark, waitUntil time.Time) (check, error) {
 	user, bank := l.bucket(s, t), l.bank()
-	if d, full := l.core.KnownFull(checks([]check{own})...); full { // refused from memory: asking the buckets would change nothing
+	if d, full := l.knownFull(checks([]check{own})...); full { // refused from memory: asking the buckets would change nothing
 		_, err := l.answer(c, nil, []check{own}, d, nil, 0)
 		return user, err
 	}
@@ -352,7 +352,7 @@ func (l lookupLimiter) release(c echo.Context, steps ...ratelimit.Step) {
 	if len(steps) == 0 {
 		return
 	}
-	if _, err := l.core.Decide(context.WithoutCancel(c.Request().Context()), steps...); err != nil {
+	if _, err := l.decider().Decide(context.WithoutCancel(c.Request().Context()), steps...); err != nil {
 		l.events.log("release:pix-slots", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: it frees at its lease",
 			"cause", err.Error())
 	}
@@ -451,7 +451,7 @@ func handleLookupLimits(lookups lookupLimiter) echo.HandlerFunc {
 		resp := response{Category: lookups.category, Policies: []policy{}}
 		for _, t := range []pix.KeyType{pix.KeyEmail, pix.KeyCPF} {
 			chk := lookups.bucket(s, t)
-			ds, err := lookups.core.Decide(c.Request().Context(), ratelimit.AskStep(ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}))
+			ds, err := lookups.decider().Decide(c.Request().Context(), ratelimit.AskStep(ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}))
 			d := ds.Last()
 			if err != nil {
 				return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: lookups.failClosedRetryAfter, cause: err}

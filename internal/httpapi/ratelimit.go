@@ -17,6 +17,7 @@ import (
 
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
 )
 
 // setHeaders writes a decision to h as the contract's headers, after the IETF draft
@@ -81,7 +82,8 @@ func retrySeconds(d time.Duration) int64 {
 // limiter applies rate-limit decisions to HTTP requests: headers, refusals, fail modes, shadow
 // mode and their metrics.
 type limiter struct {
-	core *ratelimit.Limiter
+	core  *ratelimit.Limiter
+	cache *denycache.Cache // nil: none
 	// failClosedRetryAfter is the Retry-After of a fail-closed policy that could not decide.
 	failClosedRetryAfter time.Duration
 	metrics              *Metrics  // nil: not measured
@@ -90,6 +92,23 @@ type limiter struct {
 	maxWait time.Duration
 	// budget is one decision's (enforce.RouteLimits.Budget); 0: the default.
 	budget time.Duration
+}
+
+// decider is what decides: the deny cache, in front of the Limiter, or the Limiter alone.
+func (r limiter) decider() ratelimit.Decider {
+	if r.cache != nil {
+		return r.cache
+	}
+	return r.core
+}
+
+// knownFull answers checks from the deny cache alone (denycache.Cache.KnownFull); ok false
+// without one.
+func (r limiter) knownFull(checks ...ratelimit.Check) (ratelimit.Decision, bool) {
+	if r.cache == nil {
+		return ratelimit.Decision{}, false
+	}
+	return r.cache.KnownFull(checks...)
 }
 
 // enforce decides the request in c against checks and prepares the response: it sets the
@@ -108,7 +127,7 @@ type limiter struct {
 // headers at all: a limit that is not in force is not advertised.
 func (r limiter) enforce(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs ...check) error {
 	_, err := r.apply(c, report, cs, func(ctx context.Context) (ratelimit.Decision, error) {
-		return r.core.AllowAll(ctx, checks(cs)...)
+		return r.decider().AllowAll(ctx, checks(cs)...)
 	})
 	return err
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
 )
 
 // Deps are what a server needs. Replicas of one fleet share Redis (through their Limiters), the
@@ -28,7 +29,10 @@ import (
 type Deps struct {
 	Logger  *slog.Logger
 	Limiter *ratelimit.Limiter
-	Limits  enforce.RouteLimits
+	// DenyCache, when set, is the deny cache in front of the Limiter: every route decides
+	// through it.
+	DenyCache *denycache.Cache
+	Limits    enforce.RouteLimits
 	// Ledger is the replica's ledger; its calls are timed when it comes wrapped in
 	// Metrics.Instrument, as the composition root (internal/app) passes it to every part alike.
 	Ledger pix.Ledger
@@ -100,11 +104,14 @@ func NewServer(d Deps) (http.Handler, error) {
 		// A tier change in force: the account's keys leave this replica's deny cache, under the
 		// route's algorithm and a tier's queue's alike (the key names the algorithm, not the limit).
 		d.Tiers.OnChange(func(account string) {
+			if d.DenyCache == nil {
+				return
+			}
 			for _, l := range []enforce.RouteLimit{d.Limits.PIX, d.Limits.Statement} {
 				for _, a := range []ratelimit.Algorithm{l.Policy.Algorithm, ratelimit.LeakyBucket} {
 					p := l.Policy
 					p.Algorithm = a
-					d.Limiter.Forgotten(d.Limiter.Key(ratelimit.Check{Policy: p, Identity: account}))
+					d.DenyCache.Forgotten(ratelimit.Check{Policy: p, Identity: account})
 				}
 			}
 		})

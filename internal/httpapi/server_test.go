@@ -21,6 +21,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/httpapi"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
@@ -54,11 +55,11 @@ func lax() enforce.RouteLimits {
 
 func newServer(t testing.TB, srv *redistest.Server, limits enforce.RouteLimits, probes ...httpapi.Probe) server {
 	t.Helper()
-	return newServerWith(t, srv, limits, ratelimit.Options{}, probes...)
+	return newServerWith(t, srv, limits, ratelimit.Options{}, false, probes...)
 }
 
 // newServerWith is newServer with the limiter's options (KeySecret and Timeout are set here).
-func newServerWith(t testing.TB, srv *redistest.Server, limits enforce.RouteLimits, opts ratelimit.Options, probes ...httpapi.Probe) server {
+func newServerWith(t testing.TB, srv *redistest.Server, limits enforce.RouteLimits, opts ratelimit.Options, noDenyCache bool, probes ...httpapi.Probe) server {
 	t.Helper()
 	lax := func(name string) enforce.RouteLimit {
 		return enforce.RouteLimit{Policy: ratelimit.Policy{Name: name, Limit: 1000, Window: time.Minute}}
@@ -92,9 +93,17 @@ func newServerWith(t testing.TB, srv *redistest.Server, limits enforce.RouteLimi
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = limiter.Close() })
+	var cache *denycache.Cache // as a replica has one, unless the test asks for none
+	if !noDenyCache {
+		if cache, err = denycache.New(limiter, rdb, opts.Prefix, denycache.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cache.Close() })
+	}
 	logs := &apitest.Logs{}
 	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		Limiter: limiter, Limits: limits, Ledger: ledger, Tokens: tokens, Devices: devices, Passwords: passwords, Probes: probes})
+		Limiter: limiter, DenyCache: cache, Limits: limits, Ledger: ledger, Tokens: tokens, Devices: devices, Passwords: passwords, Probes: probes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,20 +300,20 @@ func BenchmarkRefusal(b *testing.B) {
 			"message": "too many requests; retry after the time given", "retry_after_seconds": 600})
 	})
 	for _, tc := range []struct {
-		name  string
-		cache int
-		h     func() http.Handler
+		name    string
+		noCache bool
+		h       func() http.Handler
 	}{
-		{"floor", 0, func() http.Handler { return floor }},
-		{"cached", 0, nil},
-		{"redis", -1, nil},
+		{"floor", false, func() http.Handler { return floor }},
+		{"cached", false, nil},
+		{"redis", true, nil},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			h := http.Handler(floor)
 			if tc.h == nil {
 				limits := lax()
 				limits.LoginIP.Policy.Limit = 10
-				s := newServerWith(b, srv, limits, ratelimit.Options{DenyCacheSize: tc.cache})
+				s := newServerWith(b, srv, limits, ratelimit.Options{}, tc.noCache)
 				h = s.h
 				for range 11 { // the IP key's 10, then the first refusal, which teaches the cache
 					login(h)

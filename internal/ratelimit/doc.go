@@ -20,10 +20,12 @@
 // Runner that sends decisions to Redis in batches under load), package breaker (a Redis client
 // that fails calls at once while Redis keeps failing), package withdraw (a Runner that takes back
 // what a caller was told it did not get: a late decision's admission, and on a Redis Cluster the
-// admissions of a decision split per key). A Limiter reaches Redis to decide through a Runner
-// (Options.Runner; Scripts by default) and through the client it is given, so an application
-// takes the layers it wants: internal/app shows the stack. The deny cache, the outage fallback,
-// the queue, in-flight slots, grants and sequences are still in this package.
+// admissions of a decision split per key), package denycache (a Decider in front of a Limiter
+// that refuses a key known to be full from memory). A Limiter reaches Redis to decide through a
+// Runner (Options.Runner; Scripts by default) and through the client it is given, and is a
+// Decider that a layer may stand in front of, so an application takes the layers it wants:
+// internal/app shows the stack. The outage fallback, the queue, in-flight slots, vouchers and
+// sequences of steps are still in this package.
 //
 // # The sliding-window log
 //

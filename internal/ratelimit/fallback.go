@@ -24,27 +24,14 @@ const (
 // heartbeat beats until Close, keeping l.fleet current.
 func (l *Limiter) heartbeat() {
 	defer l.background.Done()
-	id := l.id
-	keys := []string{l.keys.prefix + ":{fleet}", l.forgetChannel()} // the roster and the forget list
 	tick := time.NewTicker(heartbeatEvery)
 	defer tick.Stop()
-	var seen int64 // the Redis clock of the last beat, in ms: forgotten keys after it are news
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-		out, err := heartbeatScript.Run(ctx, l.rdb, keys, id, heartbeatTTL.Milliseconds(), seen).Slice()
+		n, err := heartbeatScript.Run(ctx, l.rdb, []string{l.keys.prefix + ":{fleet}"}, l.id, heartbeatTTL.Milliseconds()).Int64()
 		cancel()
-		if err == nil && len(out) >= 2 {
-			n, _ := out[0].(int64)
+		if err == nil {
 			l.fleet.Store(max(n, l.fleetFloor)) // never below the floor: a fleet starting together first sees itself alone
-			for _, k := range out[2:] {
-				if key, ok := k.(string); ok && l.deny != nil {
-					l.deny.forget(key)
-				}
-			}
-			// The next beat asks from a second before this one: a key forgotten in the same
-			// millisecond is not missed, and dropping a key twice is harmless.
-			seen, _ = out[1].(int64)
-			seen -= 1000
 		}
 		select {
 		case <-tick.C:

@@ -59,9 +59,9 @@ type Decision struct {
 	Worst Result
 	// Results holds one Result per check, in the order the checks were given.
 	Results []Result
-	// DenyCached says the request was refused by this Limiter's deny cache, without asking Redis:
-	// Worst is a key known to be full, and the Results of keys not known to be full carry their
-	// Capacity as Remaining, since nothing was asked of them.
+	// DenyCached says the request was refused by a deny cache (package denycache), without
+	// asking Redis: Worst is a key known to be full, and the Results of keys not known to be full
+	// carry their Capacity as Remaining, since nothing was asked of them.
 	DenyCached bool
 	// Fallback says the request was decided in this Limiter's memory (AllowFallback), at its share
 	// of each limit, because Redis could not decide.
@@ -78,6 +78,13 @@ type Decision struct {
 func (d Decision) Only(i int) Decision {
 	return Decision{Allowed: d.Allowed, Worst: d.Results[i], Results: d.Results[i : i+1 : i+1], DenyCached: d.DenyCached, Fallback: d.Fallback,
 		Wait: d.Wait, place: d.place}
+}
+
+// A Decider decides requests: a Limiter, or a layer in front of one that answers some itself
+// (package denycache).
+type Decider interface {
+	AllowAll(ctx context.Context, checks ...Check) (Decision, error)
+	Decide(ctx context.Context, steps ...Step) (Decisions, error)
 }
 
 // Options configure a Limiter. The zero value of each field but KeySecret has a default.
@@ -98,13 +105,6 @@ type Options struct {
 	Logger *slog.Logger
 	// OutageLogEvery throttles outage reports. Default 10s.
 	OutageLogEvery time.Duration
-	// DenyCacheSize bounds the keys this Limiter remembers as full, to refuse requests on them
-	// without asking Redis (see denyCache). Default 100,000 (about 15 MB); negative disables.
-	DenyCacheSize int
-	// DenyCacheHold is the longest the deny cache keeps a block before asking Redis again, even
-	// when the key stays full longer: if Redis loses its state (a restart, a failover, an
-	// operator's DEL), a replica refuses on stale knowledge for at most this long. Default 5s.
-	DenyCacheHold time.Duration
 	// FleetSize is the fewest replicas AllowFallback assumes share the limits (its share is
 	// ⌈Limit / fleet size⌉). Zero: 1, and no heartbeat; above zero, the Limiter beats in Redis
 	// every second and counts the replicas that do (no identity in it), never fewer than this,
@@ -129,9 +129,8 @@ type Options struct {
 
 // Option defaults that are not zero.
 const (
-	defaultDenyCacheSize = 100_000
-	defaultDenyCacheHold = 5 * time.Second
-	defaultMaxWaiting    = 1000
+	defaultFallbackLogSize = 100_000
+	defaultMaxWaiting      = 1000
 )
 
 // Limiter decides requests against policies whose state lives in Redis. It is safe for
@@ -146,9 +145,6 @@ type Limiter struct {
 	outages *outageLog
 	logger  *slog.Logger
 
-	// deny remembers keys known to be full (denycache.go), each for at most hold; nil when disabled.
-	deny *denyCache
-	hold time.Duration
 	// runner runs the decisions' scripts (Options.Runner).
 	runner Runner
 	// fleet is the fleet's size as the heartbeat last counted it, at least fleetFloor (fallback.go).
@@ -190,7 +186,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if len(opts.KeySecret) < 16 {
 		return nil, fmt.Errorf("ratelimit: key secret of %d bytes: want at least 16", len(opts.KeySecret))
 	}
-	if opts.Timeout < 0 || opts.OutageLogEvery < 0 || opts.DenyCacheHold < 0 {
+	if opts.Timeout < 0 || opts.OutageLogEvery < 0 {
 		return nil, errors.New("ratelimit: negative duration in options")
 	}
 	if opts.MaxWaiting < 0 {
@@ -222,17 +218,13 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		now:     opts.Now,
 	}
 	l.outages = newOutageLog(opts.Logger, opts.OutageLogEvery, l.clock)
-	if opts.DenyCacheSize >= 0 {
-		l.deny = newDenyCache(cmp.Or(opts.DenyCacheSize, defaultDenyCacheSize))
-		l.hold = cmp.Or(opts.DenyCacheHold, defaultDenyCacheHold)
-	}
 	if l.runner = opts.Runner; l.runner == nil {
 		if l.cluster {
 			return nil, errors.New("ratelimit: a cluster client needs a Runner that decides each key apart (package withdraw's, with Split)")
 		}
 		l.runner = Scripts(rdb)
 	}
-	l.fallback = newFallbackLog(cmp.Or(opts.FallbackLogSize, defaultDenyCacheSize))
+	l.fallback = newFallbackLog(cmp.Or(opts.FallbackLogSize, defaultFallbackLogSize))
 	l.fleetFloor = int64(max(1, opts.FleetSize))
 	l.fleet.Store(l.fleetFloor)
 	if opts.FleetSize > 0 {
@@ -251,21 +243,16 @@ type subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-// listen hears the fleet's news until Close: the keys another replica forgot (forgetChannel),
-// dropped from the deny cache at once, and the turns of a queue that moved up when a waiter on
-// another replica left (queueChannel). go-redis resubscribes after a lost connection; a
-// message sent meanwhile is missed (the heartbeat re-reads the forgotten keys).
+// listen hears, until Close, the turns of a queue that moved up when a waiter on another replica
+// left (queueChannel). go-redis resubscribes after a lost connection; a message sent meanwhile is
+// missed (see queue.go).
 func (l *Limiter) listen(s subscriber) {
-	l.sub = s.Subscribe(context.Background(), l.forgetChannel(), l.queueChannel())
+	l.sub = s.Subscribe(context.Background(), l.queueChannel())
 	l.listening.Add(1) // Close waits for it
 	go func() {
 		defer l.listening.Done()
 		for msg := range l.sub.Channel() {
-			if msg.Channel == l.queueChannel() {
-				l.moved(msg.Payload)
-				continue
-			}
-			l.Forgotten(msg.Payload)
+			l.moved(msg.Payload)
 		}
 	}()
 }
@@ -321,15 +308,6 @@ func Probe(ctx context.Context, rdb redis.Scripter, prefix string) error {
 // (ValidateTogether, at startup). The error wraps ErrUnavailable when Redis did not answer
 // within the budget (or a breaker around the client is open); the caller then applies the fail mode, and the
 // outage is logged here.
-//
-// A request on a key this Limiter knows to be full is refused without asking Redis
-// (Decision.DenyCached), exactly as the script would refuse it, recording nothing; this holds while
-// Redis is down too. A block is kept until the key can have room again, or for DenyCacheHold,
-// whichever is sooner; the RetryAfter of a deny-cache refusal is the key's own, which can be
-// longer. A refusal teaches the cache (see learn), unless its keys may see withdrawals that
-// free room early: a split decision on a cluster, whose sibling admissions are withdrawn, is
-// never cached. (A late decision's withdrawal, after a timeout, can still free room in a key another
-// replica has cached: for at most that key's Reset, the cache then refuses on the strict side.)
 func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, error) {
 	if len(checks) == 0 {
 		return Decision{}, errors.New("ratelimit: no checks")
@@ -337,33 +315,9 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	return l.do(ctx, Op{kind: opDecide}, checks)
 }
 
-// Inspect reads c's key as a decision would find it, taking nothing, from Redis alone: unlike
-// a Decide of AskStep it neither consults nor teaches this Limiter's deny cache, counts in no Stats, and its
-// failure counts as no outage of the Limiter's, so an operator's read (a support desk's) changes
-// nothing this Limiter answers requests with. (A breaker around the client, package breaker,
-// gates and counts it as any call.) Decision.Allowed says whether one more request would be admitted now.
-// The error wraps ErrUnavailable.
-func (l *Limiter) Inspect(ctx context.Context, c Check) (Decision, error) {
-	if err := c.Policy.Validate(); err != nil {
-		return Decision{}, err
-	}
-	a := c.Policy.algorithm()
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	r, err := run(ctx, l.rdb, a, []string{l.keys.key(c.Policy, c.Identity)}, l.newCall(a, Op{kind: opAsk}, []Check{c}))
-	if err != nil {
-		return Decision{}, err
-	}
-	return newDecision(r.Allowed, r.Pairs, []Check{c}), nil
-}
-
 // Forget clears c's key in Redis, on every replica at once: the identity starts afresh (a
-// support desk unblocking a customer). This replica's deny cache drops the key now; the others
-// learn it at their next heartbeat (about a second; the key is listed in the fleet's forget
-// list, beside the roster, for as long as a deny-cache entry can live), and one that misses it
-// (cut off from Redis) forgets it within Options.DenyCacheHold anyway. Replicas subscribed to
-// ForgetChannel hear of it at once. The heartbeat runs only
-// with Options.FleetSize above zero; without it, other replicas forget within the hold.
+// support desk unblocking a customer). The key is announced on ForgetChannel, where the
+// replicas' deny caches (package denycache) hear of it and drop it.
 func (l *Limiter) Forget(ctx context.Context, c Check) error {
 	key := l.keys.key(c.Policy, c.Identity)
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
@@ -371,54 +325,27 @@ func (l *Limiter) Forget(ctx context.Context, c Check) error {
 	if _, err := forgetScript.Run(ctx, l.rdb, []string{key}).Result(); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
 	}
-	// The fleet's forget list and the channel it is published on share one name.
-	if _, err := forgottenScript.Run(ctx, l.rdb, []string{l.forgetChannel()}, key, l.hold.Milliseconds()).Result(); err != nil && !errors.Is(err, redis.Nil) {
+	if err := publishScript.Run(ctx, l.rdb, []string{ForgetChannel(l.keys.prefix)}, key).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
 	}
-	l.Forgotten(key)
 	return nil
 }
 
-// forgetChannel is the Redis channel Forget publishes each forgotten key on. A Limiter whose
-// client can subscribe hears it (listen) and learns of a forget within a round trip; the
-// heartbeat is the backstop for a message missed.
-func (l *Limiter) forgetChannel() string { return l.keys.prefix + ":{fleet}:forget" }
-
-// Forgotten drops key (as Key names it) from this replica's deny cache: what a Limiter does
-// when it hears of a Forget on another replica, and what a caller does that knows a key's limit
-// changed (a re-tiered account).
-func (l *Limiter) Forgotten(key string) {
-	if l.deny != nil {
-		l.deny.forget(key)
-	}
-}
+// ForgetChannel is the Redis channel Forget publishes each forgotten key on, for keys of prefix
+// ("" is the default, "rl").
+func ForgetChannel(prefix string) string { return cmp.Or(prefix, "rl") + ":{fleet}:forget" }
 
 // Key is the Redis key of c: the policy and the keyed hash of the identity (never the identity
 // in clear), as a support desk's audit names it.
 func (l *Limiter) Key(c Check) string { return l.keys.key(c.Policy, c.Identity) }
 
-// forgetBlocks drops keys from this replica's deny cache: a refund is about to make room in them.
-func (l *Limiter) forgetBlocks(keys []string) {
-	if l.deny != nil {
-		for _, k := range keys {
-			l.deny.forget(k)
-		}
-	}
-}
-
-// do is the one path of every call that asks Redis (AllowAll, a Decide of one step): the deny cache, the
-// outage log, the Redis-up flag and the counters apply to each alike. o is what the
-// script does.
+// do is the one path of every call that asks Redis (AllowAll, a Decide of one step): the outage
+// log, the Redis-up flag and the counters apply to each alike. o is what the script does.
 func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error) {
 	if err := oneQueue(checks); err != nil {
 		return Decision{}, err
 	}
-	sent := l.clock() // before asking Redis, which decides later: deadlines from here are never late
 	keys := l.keysOf(checks)
-	if d, ok := l.refuseCached(keys, checks, sent); ok {
-		l.stats.denyCached.Add(1)
-		return d, nil
-	}
 	if queued(checks) {
 		if o.kind == opDecide && l.waiters.full(checks[0].Identity) {
 			return l.tooManyWaiting(checks), nil // no place taken: the replica cannot hold one more
@@ -428,9 +355,6 @@ func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error
 	l.stats.redis.Add(1)
 	d, err := l.decide(ctx, o, checks, keys)
 	l.called(ctx, err, checks)
-	if err == nil {
-		l.learn(d, keys, checks, sent)
-	}
 	return d, err
 }
 
@@ -463,57 +387,6 @@ func (l *Limiter) called(ctx context.Context, err error, checks []Check) {
 	}
 }
 
-// learn teaches the deny cache what a decision sent at sent says of its keys. A refusal blocks
-// its full keys until their RetryAfter, unless its keys may see withdrawals that free room early:
-// a split decision on a cluster, whose sibling admissions are withdrawn, is never cached. An
-// admission that left a bucket without a token (a cost taken into debt) blocks it until Reset.
-func (l *Limiter) learn(d Decision, keys []string, checks []Check, sent time.Time) {
-	switch {
-	case l.deny == nil:
-	case !d.Allowed && !(l.cluster && len(checks) > 1):
-		for i, r := range d.Results {
-			// Redis's TIME counts whole microseconds, so its now can be up to 1µs behind
-			// the true moment it decided: the entry stops answering that microsecond early.
-			if wait := r.RetryAfter - time.Microsecond; wait > 0 {
-				l.deny.block(keys[i], sent.Add(min(wait, l.hold)), sent.Add(r.RetryAfter))
-			}
-		}
-	case d.Allowed && len(checks) == 1 && checks[0].Policy.algorithm() == TokenBucket:
-		if r := d.Worst; r.Remaining == 0 && r.Reset > time.Microsecond {
-			wait := r.Reset - time.Microsecond
-			l.deny.block(keys[0], sent.Add(min(wait, l.hold)), sent.Add(r.Reset))
-		}
-	}
-}
-
-// refuseCached refuses the request if any of its keys is known to be full at now, as the script
-// would: recording nothing, reporting the blocked key with the longest wait. Keys not known to be
-// full are reported with their Capacity as Remaining, since nothing was asked of them.
-func (l *Limiter) refuseCached(keys []string, checks []Check, now time.Time) (Decision, bool) {
-	if l.deny == nil {
-		return Decision{}, false
-	}
-	var d Decision // built only when a key is blocked: the common path allocates nothing here
-	for i, c := range checks {
-		until, ok := l.deny.blockedUntil(keys[i], now)
-		if !ok {
-			continue
-		}
-		if d.Results == nil {
-			d = Decision{DenyCached: true, Results: make([]Result, len(checks))}
-			for j, c := range checks {
-				d.Results[j] = Result{Policy: c.Policy, Capacity: c.Policy.Capacity(), Remaining: c.Policy.Capacity()}
-			}
-		}
-		r := Result{Policy: c.Policy, Capacity: c.Policy.Capacity(), Reset: until.Sub(now), RetryAfter: until.Sub(now)}
-		if d.Worst.Policy.Name == "" || r.Reset > d.Worst.Reset {
-			d.Worst = r
-		}
-		d.Results[i] = r
-	}
-	return d, d.Results != nil
-}
-
 // clock is the replica's time: the monotonic clock, or the injected one in tests.
 func (l *Limiter) clock() time.Time {
 	if l.now != nil {
@@ -527,10 +400,6 @@ type Stats struct {
 	// Redis is how many decisions this Limiter sent to its client (a breaker around the client may
 	// have failed some without asking Redis: its ShortCircuited counts those, with its other calls).
 	Redis int64
-	// DenyCached is how many requests were refused by the deny cache, without asking Redis.
-	DenyCached int64
-	// CachedKeys is how many keys the deny cache holds (expired ones until they are seen).
-	CachedKeys int
 	// RedisUp says the last decision that asked Redis got an answer (true before any).
 	RedisUp bool
 	// FleetSize is how many replicas share the limits: those the heartbeat last counted while
@@ -541,16 +410,12 @@ type Stats struct {
 	Waiting int
 }
 
-type stats struct{ redis, denyCached atomic.Int64 }
+type stats struct{ redis atomic.Int64 }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
-	s := Stats{Redis: l.stats.redis.Load(), DenyCached: l.stats.denyCached.Load(), RedisUp: !l.down.Load(),
-		FleetSize: int(l.fleet.Load()), Waiting: int(l.waiters.count.Load())}
-	if l.deny != nil {
-		s.CachedKeys = l.deny.len()
-	}
-	return s
+	return Stats{Redis: l.stats.redis.Load(), RedisUp: !l.down.Load(), FleetSize: int(l.fleet.Load()),
+		Waiting: int(l.waiters.count.Load())}
 }
 
 // decide runs the checks' script for o over their keys.

@@ -19,7 +19,7 @@ import (
 func sameLogTrace(t *testing.T, newClient func() redis.Scripter, seed uint64, steps int) {
 	t.Helper()
 	clk := &clock{now: time.UnixMicro(1_800_000_000_000_000)}
-	sorted, packed := world(t, newClient, fmt.Sprint("set", seed), 3, 0, clk), world(t, newClient, fmt.Sprint("packed", seed), 3, 0, clk)
+	sorted, packed := world(t, newClient, fmt.Sprint("set", seed), 3, clk), world(t, newClient, fmt.Sprint("packed", seed), 3, clk)
 	rng := rand.New(rand.NewPCG(seed, 99))
 	refused := 0
 	for step := range steps {

@@ -230,7 +230,6 @@ func (l *Limiter) Wait(ctx context.Context, d Decision) error {
 // leave gives p back: in Redis (or the fallback's memory), and the turns after it move up,
 // here at once and on the other replicas by QueueChannel.
 func (l *Limiter) leave(p *place) {
-	l.forgetBlocks([]string{p.key}) // a place is free: a refusal this replica remembers may no longer hold
 	if p.local {
 		now := l.clock().UnixMicro()
 		turn, moved := l.fallback.leave(p.key, p.id, now, paceOf(p.policy))

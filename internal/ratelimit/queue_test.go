@@ -279,7 +279,7 @@ func TestAReplicaHoldsAtMostMaxWaiting(t *testing.T) {
 	if d.Allowed || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > p.Pace()*2 {
 		t.Errorf("a second waiter on a key that holds half the replica's 2: allowed=%v retry %v, want refused until a waiter is served", d.Allowed, d.Worst.RetryAfter)
 	}
-	asked, err := l.Inspect(context.Background(), Check{p, "co"})
+	asked, err := lastOf(l.Decide(context.Background(), AskStep(Check{p, "co"})))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,13 +42,12 @@ var (
 	// slots (Hold, Release). Both take an algorithm's arguments.
 	voucherScript = script("voucher.lua")
 	slotScript    = script("slots.lua")
-	// probeScript is what Ready and the breaker ask; heartbeatScript keeps the fleet's roster and
-	// reads its forget list; forgetScript and forgottenScript forget a key (Forget);
-	// publishScript tells the fleet of a queue's moved turns.
+	// probeScript is what Ready and the breaker ask; heartbeatScript keeps the fleet's roster;
+	// forgetScript forgets a key (Forget); publishScript tells the fleet of a forgotten key and of
+	// a queue's moved turns.
 	probeScript     = script("probe.lua")
 	heartbeatScript = script("heartbeat.lua")
 	forgetScript    = script("forget.lua")
-	forgottenScript = script("forgotten.lua")
 	publishScript   = script("publish.lua")
 )
 

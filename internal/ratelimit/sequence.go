@@ -12,15 +12,19 @@ import (
 // voucher's (voucherStep) and an in-flight slot's (slotStep). Decide's Decisions are read by
 // the step that asked (Decisions.Of): keep the step to read its decision.
 type Step interface {
-	checks() []Check
+	// Checks are the step's checks, in order.
+	Checks() []Check
 	operation() Op
 	// body is the number of the step's body in a sequence's script (sequence.lua calls
 	// decisions[body]): an algorithm's place in Algorithms(), from 1, then the voucher's and
 	// the slots'.
 	body() int
-	// cached says whether the deny cache answers and learns the step, as it does AllowAll: a
-	// voucher with no grant and a held slot are no full key, and a refund is never refused.
-	cached() bool
+	// Cacheable says whether a refusal of the step says its keys are full until their Reset,
+	// as an algorithm's does (what a deny cache may remember, package denycache): a voucher with
+	// no grant and a held slot are no full key, and a refund is never refused.
+	Cacheable() bool
+	// Refunds says whether the step gives tokens back (RefundStep): room its keys had not.
+	Refunds() bool
 	validate() error
 	// with is a copy of the step doing o (a queue's decision, once its deadline is known).
 	with(o Op) Step
@@ -72,10 +76,9 @@ func ChargeStep(c Check, n int) Step { return &decideStep{cs: []Check{c}, op: co
 
 // RefundStep gives n tokens (1 or more) back to each check's TokenBucket bucket, never above
 // their capacities: a price paid for something that turned out to be worth it (DICT gives back
-// the token of a key look-up that a payment followed). It is never refused, and this replica's
-// deny cache forgets the keys. Another replica that holds a key as blocked learns of the refund
-// within Options.DenyCacheHold, as after a withdrawal: until then it may refuse a request the
-// refund made room for, never admit one too many.
+// the token of a key look-up that a payment followed). It is never refused; a deny cache
+// (package denycache) forgets the keys here, and another replica's may refuse on the strict side
+// for at most its hold, never admit one too many.
 func RefundStep(n int, checks ...Check) Step {
 	return &decideStep{cs: checks, op: Op{kind: opRefund, n: n}, tokens: true}
 }
@@ -121,9 +124,9 @@ func ReleaseStep(c Check, holder string) Step {
 	return &slotStep{c: c, holder: holder, op: Op{kind: opWithdraw}}
 }
 
-func (s *decideStep) checks() []Check  { return s.cs }
-func (s *voucherStep) checks() []Check { return []Check{s.c} }
-func (s *slotStep) checks() []Check    { return []Check{s.c} }
+func (s *decideStep) Checks() []Check  { return s.cs }
+func (s *voucherStep) Checks() []Check { return []Check{s.c} }
+func (s *slotStep) Checks() []Check    { return []Check{s.c} }
 
 func (s *decideStep) operation() Op  { return s.op }
 func (s *voucherStep) operation() Op { return s.op }
@@ -133,9 +136,13 @@ func (s *decideStep) body() int  { return bodyOf(s.cs[0].Policy.algorithm()) }
 func (s *voucherStep) body() int { return voucherBody }
 func (s *slotStep) body() int    { return slotBody }
 
-func (s *decideStep) cached() bool  { return s.op.kind != opRefund }
-func (s *voucherStep) cached() bool { return false }
-func (s *slotStep) cached() bool    { return false }
+func (s *decideStep) Cacheable() bool  { return s.op.kind != opRefund }
+func (s *voucherStep) Cacheable() bool { return false }
+func (s *slotStep) Cacheable() bool    { return false }
+
+func (s *decideStep) Refunds() bool  { return s.op.kind == opRefund }
+func (s *voucherStep) Refunds() bool { return false }
+func (s *slotStep) Refunds() bool    { return false }
 
 func (s *decideStep) with(o Op) Step  { c := *s; c.op = o; return &c }
 func (s *voucherStep) with(o Op) Step { c := *s; c.op = o; return &c }
@@ -179,6 +186,10 @@ type Decisions struct {
 	ds    []Decision
 }
 
+// DecisionsOf are the Decisions of steps of which the first len(ds) ran, deciding ds: what a
+// layer that answers steps itself returns (package denycache's refusal of the first).
+func DecisionsOf(steps []Step, ds ...Decision) Decisions { return Decisions{steps: steps, ds: ds} }
+
 // Of is s's decision, and whether s ran.
 func (d Decisions) Of(s Step) (Decision, bool) {
 	i := slices.Index(d.steps, s)
@@ -211,10 +222,7 @@ func (d Decisions) Last() Decision {
 // (sequence.lua), atomic: nothing comes between them. On a cluster, whose keys live apart, each
 // step is its own call, so a sequence costs a call per step run.
 //
-// Price: several steps are never batched. The deny cache answers the first step from memory, as it
-// would that step alone, and learns from every step's refusal (unless a refund among them may
-// have made room), but a later step's key known to be full is asked of Redis, which refuses it
-// (KnownFull asks the cache first). Several steps count once in Stats.Redis. The error wraps
+// Price: several steps are never batched, and count once in Stats.Redis. The error wraps
 // ErrUnavailable when Redis did not answer. On one Redis none of the steps is then known to have
 // run, and the sliding log's admissions among them are withdrawn when the Limiter's Runner
 // withdraws (LateWithdrawer: package withdraw's); on a cluster the decisions returned with the
@@ -235,10 +243,10 @@ func (l *Limiter) sequence(ctx context.Context, asked []Step) ([]Decision, error
 		if err := s.validate(); err != nil {
 			return nil, err
 		}
-		all = append(all, s.checks()...)
+		all = append(all, s.Checks()...)
 		if queuedDecision(s) {
-			if l.waiters.full(s.checks()[0].Identity) { // no place taken: the replica cannot hold one more
-				return l.unasked(steps[:i], l.tooManyWaiting(s.checks())), nil
+			if l.waiters.full(s.Checks()[0].Identity) { // no place taken: the replica cannot hold one more
+				return l.unasked(steps[:i], l.tooManyWaiting(s.Checks())), nil
 			}
 			steps[i] = s.with(l.queueOp(ctx, s.operation()))
 		}
@@ -246,58 +254,29 @@ func (l *Limiter) sequence(ctx context.Context, asked []Step) ([]Decision, error
 	if l.cluster || len(steps) == 1 {
 		return l.apart(ctx, steps)
 	}
-	sent := l.clock()
 	keys := make([][]string, len(steps))
 	for i, s := range steps {
-		keys[i] = l.keysOf(s.checks())
-		if s.operation().kind == opRefund {
-			l.forgetBlocks(keys[i]) // as Refund does
-		}
-	}
-	if steps[0].cached() {
-		if d, ok := l.refuseCached(keys[0], steps[0].checks(), sent); ok {
-			l.stats.denyCached.Add(1)
-			return []Decision{d}, nil
-		}
+		keys[i] = l.keysOf(s.Checks())
 	}
 	l.stats.redis.Add(1)
 	ds, err := l.runSequence(ctx, steps, keys)
 	l.called(ctx, err, all)
-	refunds := slices.ContainsFunc(steps, func(s Step) bool { return s.operation().kind == opRefund })
-	for i, d := range ds {
-		if steps[i].cached() && !refunds { // a refund after a full step may have made room
-			l.learn(d, keys[i], steps[i].checks(), sent)
-		}
-	}
 	return ds, err
 }
 
 // unasked are the decisions of steps that were not asked, each admitted with its keys' capacity
-// as Remaining (as refuseCached reports the keys it did not ask), then last, the refusal.
+// as Remaining (as a deny cache reports the keys it did not ask), then last, the refusal.
 func (l *Limiter) unasked(steps []Step, last Decision) []Decision {
 	ds := make([]Decision, 0, len(steps)+1)
 	for _, s := range steps {
-		d := Decision{Allowed: true, Results: make([]Result, len(s.checks()))}
-		for j, c := range s.checks() {
+		d := Decision{Allowed: true, Results: make([]Result, len(s.Checks()))}
+		for j, c := range s.Checks() {
 			d.Results[j] = Result{Policy: c.Policy, Capacity: c.Policy.Capacity(), Remaining: c.Policy.Capacity()}
 		}
 		d.Worst = d.Results[0]
 		ds = append(ds, d)
 	}
 	return append(ds, last)
-}
-
-// KnownFull answers checks as AllowAll would from this Limiter's deny cache alone, with no call:
-// refused (Decision.DenyCached) when one of their keys is known to be full, ok false otherwise.
-// A caller whose Decide asks something first and then decides checks can answer at once, when
-// ok, what the sequence would end with: its asks take nothing, so not asking them changes
-// nothing.
-func (l *Limiter) KnownFull(checks ...Check) (Decision, bool) {
-	d, ok := l.refuseCached(l.keysOf(checks), checks, l.clock())
-	if ok {
-		l.stats.denyCached.Add(1)
-	}
-	return d, ok
 }
 
 // runSequence runs sequenceScript over the steps, within the budget, and decodes the replies of
@@ -309,7 +288,7 @@ func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string
 	for i, s := range steps {
 		calls[i] = l.stepCall(s)
 		c := calls[i]
-		args = append(args, s.body(), len(s.checks()), c.ID, c.NowArg(), c.Op.Arg())
+		args = append(args, s.body(), len(s.Checks()), c.ID, c.NowArg(), c.Op.Arg())
 		for _, k := range c.Settings {
 			args = append(args, k[0], k[1], k[2])
 		}
@@ -323,7 +302,7 @@ func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string
 		if w, ok := l.runner.(LateWithdrawer); ok {
 			for i, s := range steps {
 				if _, ok := s.(*decideStep); ok {
-					w.WithdrawLate(s.checks()[0].Policy.algorithm(), keys[i], calls[i], err)
+					w.WithdrawLate(s.Checks()[0].Policy.algorithm(), keys[i], calls[i], err)
 				}
 			}
 		}
@@ -332,18 +311,18 @@ func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string
 	var ds []Decision
 	for i, s := range steps {
 		queued := queuedReply(s)
-		size := ReplySize(len(s.checks()), queued)
+		size := ReplySize(len(s.Checks()), queued)
 		if len(vals) == 0 {
 			break
 		}
 		if len(vals) < size {
-			return nil, fmt.Errorf("%w: sequence replied %d values for step %d of %d keys", ErrUnavailable, len(vals), i+1, len(s.checks()))
+			return nil, fmt.Errorf("%w: sequence replied %d values for step %d of %d keys", ErrUnavailable, len(vals), i+1, len(s.Checks()))
 		}
-		r, err := ParseReply(vals[:size], len(s.checks()), queued)
+		r, err := ParseReply(vals[:size], len(s.Checks()), queued)
 		if err != nil {
 			return nil, err
 		}
-		ds = append(ds, l.decisionOf(r, s.checks(), keys[i], calls[i]))
+		ds = append(ds, l.decisionOf(r, s.Checks(), keys[i], calls[i]))
 		vals = vals[size:]
 	}
 	return ds, nil
@@ -352,7 +331,7 @@ func (l *Limiter) runSequence(ctx context.Context, steps []Step, keys [][]string
 // stepCall is a step's script arguments: its algorithm's call (newCall), named by what the step
 // holds (a grant's fresh name; a slot's holder).
 func (l *Limiter) stepCall(s Step) Call {
-	c := l.newCall(s.checks()[0].Policy.algorithm(), s.operation(), s.checks())
+	c := l.newCall(s.Checks()[0].Policy.algorithm(), s.operation(), s.Checks())
 	switch s := s.(type) {
 	case *voucherStep:
 		c.ID = requestID() // a grant's name
@@ -376,9 +355,6 @@ func (l *Limiter) apart(ctx context.Context, steps []Step) ([]Decision, error) {
 		case *slotStep:
 			d, err = l.slotCall(ctx, s.c, s.holder, s.op)
 		case *decideStep:
-			if s.op.kind == opRefund {
-				l.forgetBlocks(l.keysOf(s.cs)) // the refund makes room
-			}
 			d, err = l.do(ctx, s.op, s.cs)
 		}
 		if err != nil {

@@ -31,8 +31,7 @@ func TestSequencesDecideAsOneByOne(t *testing.T) {
 func sequencesDecideAsOneByOne(t *testing.T, apart bool) {
 	// A budget of 5 s: a timeout is not what this tests.
 	seq, alone := replicas(t, redistest.Start(t), 1, 5*time.Second)[0], replicas(t, redistest.Start(t), 1, 5*time.Second)[0]
-	seq.deny, alone.deny = nil, nil // Redis's decisions, not what a replica remembers of them
-	seq.cluster = apart             // each step its own call; on one node a step's keys stay in one script
+	seq.cluster = apart // each step its own call; on one node a step's keys stay in one script
 	clk := withClock(seq)
 	alone.now = clk.Now
 	rng := rand.New(rand.NewPCG(38, 2))
@@ -86,7 +85,7 @@ func sequencesDecideAsOneByOne(t *testing.T, apart bool) {
 		return AllowStep(checks...)
 	}
 	lone := func(s Step) (Decision, error) {
-		o, cs := s.operation(), s.checks()
+		o, cs := s.operation(), s.Checks()
 		switch _, voucher := s.(*voucherStep); {
 		case voucher && o.kind == opGrant:
 			return Decision{Allowed: true}, errOf(alone.Decide(ctx, GrantStep(cs[0])))

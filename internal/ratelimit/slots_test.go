@@ -116,7 +116,7 @@ func TestASlotIsAskedBeforeTheLimitAndTakenAfter(t *testing.T) {
 	if ds := pix("two"); ds.Ran() != 1 || ds.Last().Allowed {
 		t.Fatalf("a second PIX while the first holds the slot: %d steps ran, want the ask refused alone", ds.Ran())
 	}
-	if d, _ := l.Inspect(ctx, limit); d.Worst.Remaining != 0 {
+	if d, _ := lastOf(l.Decide(ctx, AskStep(limit))); d.Worst.Remaining != 0 {
 		t.Fatalf("the limit has %d left, want 0 (the first PIX only)", d.Worst.Remaining)
 	}
 	if _, err := l.Decide(ctx, ReleaseStep(slots, holders["one"])); err != nil {

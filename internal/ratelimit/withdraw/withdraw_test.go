@@ -365,7 +365,7 @@ func TestSplitDecisionWithdraws(t *testing.T) {
 func TestSplitAskWithdrawsNothing(t *testing.T) {
 	t.Parallel()
 	// No deny cache: every ask goes to Redis, on the split path.
-	l, r, _ := single(t, true, generous, ratelimit.Options{DenyCacheSize: -1, Now: newClock().Now})
+	l, r, _ := single(t, true, generous, ratelimit.Options{Now: newClock().Now})
 	ctx := context.Background()
 	bucket := func(name string, burst int) Check {
 		return Check{Policy: Policy{Name: name, Limit: 2, Window: time.Minute, Algorithm: TokenBucket, Burst: burst}, Identity: "x"}

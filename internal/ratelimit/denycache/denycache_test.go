@@ -1,0 +1,324 @@
+package denycache
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/testing/clocktest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+)
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+// generous is a budget no loaded machine outlasts: a timeout is not what these tests test.
+const generous = time.Second
+
+// replica is a Limiter, and the deny cache in front of it when c is not nil.
+type replica struct {
+	l *ratelimit.Limiter
+	c *Cache
+}
+
+// allow decides checks through the cache, if any, failing the test on an error.
+func (r replica) allow(t *testing.T, checks ...ratelimit.Check) ratelimit.Decision {
+	t.Helper()
+	var d ratelimit.Decision
+	var err error
+	if r.c != nil {
+		d, err = r.c.AllowAll(context.Background(), checks...)
+	} else {
+		d, err = r.l.AllowAll(context.Background(), checks...)
+	}
+	if err != nil {
+		t.Fatalf("AllowAll: %v", err)
+	}
+	return d
+}
+
+// fleet is n replicas on srv, on clock clk (nil: the real one), their keys under prefix ("": the
+// default), each with a deny cache of opts (nil: none).
+func fleet(t *testing.T, srv *redistest.Server, prefix string, n int, clk *clocktest.Clock, opts *Options) []replica {
+	t.Helper()
+	rs := make([]replica, n)
+	for i := range rs {
+		rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, generous) })
+		lo := ratelimit.Options{KeySecret: testSecret, Timeout: generous, Prefix: prefix}
+		if clk != nil {
+			lo.Now = clk.Now
+		}
+		l, err := ratelimit.New(rdb, lo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		rs[i].l = l
+		if opts != nil {
+			o := *opts
+			if clk != nil {
+				o.Now = clk.Now
+			}
+			c, err := New(l, rdb, prefix, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			rs[i].c = c
+		}
+	}
+	return rs
+}
+
+// moveOn moves clk on by up to short (most steps), up to 2ms (a few, so requests crowd a key), or
+// up to long (now and then, so windows pass), on whole microseconds as Redis counts.
+func moveOn(clk *clocktest.Clock, rng *rand.Rand, short, long time.Duration) {
+	switch r := rng.IntN(100); {
+	case r < 78:
+		clk.Add(time.Duration(rng.Int64N(int64(short))))
+	case r < 95:
+		clk.Add(time.Duration(rng.IntN(2000)) * time.Microsecond)
+	default:
+		clk.Add(time.Duration(rng.Int64N(int64(long))))
+	}
+	clk.Set(clk.Now().Truncate(time.Microsecond))
+}
+
+// sameWait allows the sliding window its one microsecond of integer rounding, which may fall on
+// either side once the deadline crosses into the next calendar window.
+func sameWait(a, b time.Duration) bool { return (a - b).Abs() <= time.Microsecond }
+
+func sameResult(a, b ratelimit.Result) bool {
+	return a.Policy == b.Policy && a.Remaining == b.Remaining && sameWait(a.Reset, b.Reset) && sameWait(a.RetryAfter, b.RetryAfter)
+}
+
+// TestTheDenyCacheDecidesAsRedisDoes drives the same random trace through two fleets of three
+// replicas over one real Redis, one with the deny cache and one without, for every algorithm:
+// many identities, one- and two-key decisions, injected time with jumps short and long. Every
+// decision must be the same: the verdict always, and the key reported with its Remaining, Reset
+// and Retry-After whenever the cached fleet asked Redis; when its deny cache refused, every key it
+// reports blocked must be full in the uncached fleet with the same Retry-After. The cache must
+// also have answered a good share of the refusals, or the test proves nothing.
+func TestTheDenyCacheDecidesAsRedisDoes(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, a := range ratelimit.Algorithms() {
+		if a == ratelimit.LeakyBucket {
+			continue // a queue: its places leave early (package ratelimit's queue tests)
+		}
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			clk := clocktest.New()
+			plain := fleet(t, srv, "plain-"+string(a), 3, clk, nil)
+			cached := fleet(t, srv, "cached-"+string(a), 3, clk, &Options{Size: 1000})
+			pa := ratelimit.Policy{Name: "a", Limit: 4, Window: 10 * time.Second, Algorithm: a}
+			pb := ratelimit.Policy{Name: "b", Limit: 3, Window: 7 * time.Second, Algorithm: a}
+			if a.Bursty() {
+				pa.Burst = 6
+			}
+			rng := rand.New(rand.NewPCG(13, uint64(len(a))))
+			cachedRefusals, refused := 0, 0
+			for step := range 4000 {
+				moveOn(clk, rng, 300*time.Millisecond, 12*time.Second)
+				x, y := fmt.Sprint(rng.IntN(3)), fmt.Sprint(rng.IntN(3))
+				var checks []ratelimit.Check
+				switch rng.IntN(3) {
+				case 0:
+					checks = []ratelimit.Check{{Policy: pa, Identity: x}}
+				case 1:
+					checks = []ratelimit.Check{{Policy: pb, Identity: y}}
+				default:
+					checks = []ratelimit.Check{{Policy: pa, Identity: x}, {Policy: pb, Identity: y}}
+				}
+				replica := rng.IntN(3)
+				want := plain[replica].allow(t, checks...)
+				got := cached[replica].allow(t, checks...)
+				if got.Allowed != want.Allowed {
+					t.Fatalf("step %d %v: cached allowed=%v (deny-cached=%v), Redis alone %v", step, checks, got.Allowed, got.DenyCached, want.Allowed)
+				}
+				if !want.Allowed {
+					refused++
+				}
+				if !got.DenyCached {
+					if !sameResult(got.Worst, want.Worst) {
+						t.Fatalf("step %d: cached reports %+v, Redis alone %+v", step, got.Worst, want.Worst)
+					}
+					continue
+				}
+				cachedRefusals++
+				for i, r := range got.Results {
+					if r.RetryAfter == 0 {
+						continue // not known to be full: nothing was asked of it
+					}
+					if w := want.Results[i]; w.Remaining != 0 || !sameWait(r.RetryAfter, w.RetryAfter) {
+						t.Fatalf("step %d key %d: refused by the deny cache for %v, Redis alone says remaining %d, retry after %v",
+							step, i, r.RetryAfter, w.Remaining, w.RetryAfter)
+					}
+				}
+			}
+			t.Logf("%d decisions, %d refused, %d of them by the deny cache", 4000, refused, cachedRefusals)
+			if refused < 800 || cachedRefusals < refused/4 {
+				t.Errorf("%d refused, %d by the deny cache: the trace did not exercise the cache", refused, cachedRefusals)
+			}
+		})
+	}
+}
+
+// TestADenyCachedKeyIsRefusedWhileRedisIsDown: a key this replica's deny cache knows to be full
+// is refused as rate_limit_exceeded, with its wait counting down, with no Redis at all; another
+// key gets ErrUnavailable.
+func TestADenyCachedKeyIsRefusedWhileRedisIsDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	r := fleet(t, srv, "", 1, nil, &Options{})[0] // a killed Redis refuses at once: no budget to wait out
+	p := ratelimit.Policy{Name: "pix", Limit: 2, Window: time.Minute}
+	ana := ratelimit.Check{Policy: p, Identity: "ana"}
+	for range 2 {
+		r.allow(t, ana)
+	}
+	first := r.allow(t, ana)
+	if first.Allowed || first.DenyCached {
+		t.Fatalf("3rd request: allowed=%v deny-cached=%v, want refused by Redis", first.Allowed, first.DenyCached)
+	}
+	srv.Kill()
+	before, cached := r.l.Stats(), r.c.Stats()
+	d, err := r.c.AllowAll(context.Background(), ana)
+	if err != nil || d.Allowed || !d.DenyCached || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > first.Worst.RetryAfter {
+		t.Fatalf("with Redis down: %+v, %v; want refused by the deny cache, waiting at most %v", d, err, first.Worst.RetryAfter)
+	}
+	if after := r.l.Stats(); after.Redis != before.Redis || r.c.Stats().Refused != cached.Refused+1 {
+		t.Errorf("stats %+v after %+v, the cache's %+v after %+v: want one deny-cache refusal and no Redis call", after, before, r.c.Stats(), cached)
+	}
+	if _, err := r.c.AllowAll(context.Background(), ratelimit.Check{Policy: p, Identity: "bruno"}); err == nil {
+		t.Error("another key with Redis down: no error, want ErrUnavailable")
+	}
+}
+
+// TestDenyCacheIsBounded: at its size the cache drops what expires soonest, expired entries
+// first, and stays at its size.
+func TestDenyCacheIsBounded(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	c := newEntries(3)
+	c.block("expired", now.Add(-time.Second), now.Add(-time.Second))
+	c.block("soon", now.Add(time.Second), now.Add(time.Second))
+	c.block("late", now.Add(time.Hour), now.Add(time.Hour))
+	c.block("new", now.Add(time.Minute), now.Add(time.Minute)) // pushes out "expired"
+	c.block("newer", now.Add(time.Minute), now.Add(time.Minute))
+	if c.len() != 3 {
+		t.Fatalf("%d entries, want 3", c.len())
+	}
+	for key, want := range map[string]bool{"expired": false, "soon": false, "late": true, "new": true, "newer": true} {
+		if _, got := c.blockedUntil(key, now); got != want {
+			t.Errorf("%s blocked = %v, want %v", key, got, want)
+		}
+	}
+}
+
+// TestDenyCacheMemory measures the bytes per entry that the package documentation states.
+func TestDenyCacheMemory(t *testing.T) {
+	const n = 100_000
+	l := fleet(t, redistest.Start(t), "", 1, nil, nil)[0].l
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = l.Key(ratelimit.Check{Policy: ratelimit.Policy{Name: "login-account", Limit: 5, Window: time.Minute}, Identity: fmt.Sprint(i)})
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c := newEntries(n)
+	until := time.Now().Add(time.Hour)
+	for _, k := range keys {
+		c.block(k, until, until)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("%.0f bytes per entry (keys of %d bytes, held by the caller too): %.1f MB for %d", per, len(keys[0]), per*n/1e6, n)
+	if per > 250 {
+		t.Errorf("%.0f bytes per entry, want at most 250 (the package documentation's entry, with the key)", per)
+	}
+	runtime.KeepAlive(c)
+}
+
+// TestForgetUnblocksEveryReplica: a key both replicas hold as full in their deny caches is
+// forgotten on one: that one admits at once, and the other as soon as the fleet's channel tells
+// it (it would otherwise keep refusing from memory for the hold, a minute here), without asking
+// Redis first.
+func TestForgetUnblocksEveryReplica(t *testing.T) {
+	t.Parallel()
+	rs := fleet(t, redistest.Start(t), "", 2, nil, &Options{Hold: time.Minute})
+	a, b := rs[0], rs[1]
+	c := ratelimit.Check{Policy: ratelimit.Policy{Name: "login-account", Limit: 1, Window: time.Minute}, Identity: "52998224725"}
+	a.allow(t, c)
+	for _, r := range rs {
+		if d := r.allow(t, c); d.Allowed {
+			t.Fatal("the second request was admitted")
+		}
+		if d := r.allow(t, c); d.Allowed || !d.DenyCached {
+			t.Fatalf("the third: %+v, want refused from the deny cache", d)
+		}
+	}
+	if err := a.c.Forget(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	if d := a.allow(t, c); !d.Allowed {
+		t.Fatalf("on the replica that forgot: %+v, want admitted at once", d)
+	}
+	if err := a.c.Forget(context.Background(), c); err != nil { // for b's turn, the key is empty again
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d := b.allow(t, c)
+		if d.Allowed {
+			break
+		}
+		if !d.DenyCached {
+			t.Fatalf("the other replica asked Redis and was refused: %+v", d)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other replica still refuses from memory 5 s after the key was forgotten")
+		}
+		time.Sleep(20 * time.Millisecond) // the message's way: a round trip
+	}
+}
+
+// TestTheCacheLearnsDebtAndForgetsRefunds: an admission that leaves a token bucket in debt teaches
+// the cache (the next request is refused from memory); a refund through the cache clears the key
+// here at once (the next request asks Redis, which admits it); an ask of the Limiter beneath the
+// cache teaches it nothing.
+func TestTheCacheLearnsDebtAndForgetsRefunds(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New() // time stands still: no refill
+	r := fleet(t, redistest.Start(t), "", 1, clk, &Options{})[0]
+	ctx := context.Background()
+	c := ratelimit.Check{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 3}, Identity: "payer"}
+	if ds, err := r.c.Decide(ctx, ratelimit.ChargeStep(c, 5)); err != nil || !ds.Last().Allowed {
+		t.Fatalf("a charge of 5 of 3 tokens: %+v, %v; want admitted into debt", ds.Last(), err)
+	}
+	if d := r.allow(t, c); d.Allowed || !d.DenyCached {
+		t.Fatalf("after the debt: %+v, want refused from memory", d)
+	}
+	if _, err := r.c.Decide(ctx, ratelimit.RefundStep(3, c)); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.allow(t, c); !d.Allowed || d.DenyCached {
+		t.Fatalf("after a refund of 3: %+v, want Redis to admit it", d)
+	}
+	r.allow(t, c) // empty again: refused by Redis, learnt
+	if n := r.c.Stats().Keys; n != 1 {
+		t.Fatalf("the cache holds %d keys, want 1", n)
+	}
+	r.c.Forgotten(c)
+	if ds, err := r.l.Decide(ctx, ratelimit.AskStep(c)); err != nil || ds.Last().Allowed {
+		t.Fatalf("asking the Limiter beneath: %+v, %v; want refused", ds.Last(), err)
+	}
+	if n := r.c.Stats().Keys; n != 0 {
+		t.Errorf("the cache holds %d keys after an ask beneath it, want 0", n)
+	}
+}
