@@ -18,7 +18,6 @@ func hole(ctx context.Context, d *demo) error {
 	if err != nil {
 		return err
 	}
-	defer l.Close()
 	lab := &lesson{d: d, l: l, identity: rand.Text()[:6]} // fresh keys for every run
 	if err := lab.boundary(ctx); err != nil {
 		return err

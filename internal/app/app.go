@@ -27,6 +27,8 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit/batch"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/breaker"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/fallback"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/queue"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/withdraw"
 )
 
@@ -54,8 +56,13 @@ type Replica struct {
 	Handler http.Handler
 	// Limiter is the replica's rate limiter; its Stats tell what it did.
 	Limiter *ratelimit.Limiter
-	// DenyCache is the deny cache in front of the Limiter; nil when off.
+	// DenyCache is the deny cache in front of the Limiter; nil when off. Queue, in front of it,
+	// holds a queue's admissions until their turns; Stack is the outermost, what every route
+	// decides through. Fallback decides in memory while Redis cannot.
 	DenyCache *denycache.Cache
+	Queue     *queue.Queue
+	Stack     ratelimit.Decider
+	Fallback  *fallback.Fallback
 	// Breaker is the circuit breaker its scripts go through; nil on a cluster, or when off.
 	Breaker *breaker.Breaker
 	// Withdrawals take back what its decisions' callers did not get; Lost counts the losses.
@@ -164,7 +171,10 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		Metrics:                 metrics,
 		Logger:                  logger,
 		Limiter:                 r.Limiter,
+		Stack:                   r.Stack,
 		DenyCache:               r.DenyCache,
+		Queue:                   r.Queue,
+		Fallback:                r.Fallback,
 		Limits:                  cfg.Limits,
 		Ledger:                  pix.Shared(ledger, share),
 		Share:                   share,
@@ -215,6 +225,8 @@ func replicaSecret(cfg config.Config, logger *slog.Logger) []byte {
 //	withdraw.New(…)      takes back what a caller did not get (on a cluster, decides keys apart)
 //	ratelimit.New(…)     the limiter: policies, keys, one script per decision
 //	denycache.New(…)     refuses a key known to be full from memory (unless off)
+//	queue.New(…)         holds a queue's admissions until their turns: the Stack
+//	fallback.New(…)      decides in memory while Redis cannot (beside the stack)
 func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, secret []byte, logger *slog.Logger) error {
 	opts := cfg.Limiter
 	opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
@@ -246,13 +258,22 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 	if r.Limiter, err = ratelimit.New(rdb, opts); err != nil {
 		return err
 	}
-	r.closers = append(r.closers, func() { _ = r.Limiter.Close() })
 	if cfg.DenyCacheSize > 0 {
 		if r.DenyCache, err = denycache.New(r.Limiter, rdb, opts.Prefix, denycache.Options{Size: cfg.DenyCacheSize, Cluster: cluster}); err != nil {
 			return err
 		}
-		r.closers = append(r.closers, func() { _ = r.DenyCache.Close() }) // before the Limiter's
+		r.closers = append(r.closers, func() { _ = r.DenyCache.Close() })
 	}
+	r.Stack = r.Limiter
+	if r.DenyCache != nil {
+		r.Stack = r.DenyCache
+	}
+	qo := queue.Options{MaxWaiting: cfg.MaxWaiting, Prefix: opts.Prefix, Timeout: opts.Timeout}
+	r.Queue = queue.New(r.Stack, rdb, qo)
+	r.Stack = r.Queue
+	r.closers = append(r.closers, func() { _ = r.Queue.Close() })
+	r.Fallback = fallback.New(r.Limiter, rdb, r.Queue, fallback.Options{FleetSize: cfg.FleetSize, Prefix: opts.Prefix, Timeout: opts.Timeout})
+	r.closers = append(r.closers, func() { _ = r.Fallback.Close() })
 	// Before serving: the scripts loaded on every master, the slot map known, connections
 	// dialed, so the first burst's decisions pay for none of it inside their budget.
 	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)

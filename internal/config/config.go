@@ -66,6 +66,10 @@ type Config struct {
 	// DenyCacheSize is RATELIMIT_DENY_CACHE_SIZE: the keys the deny cache (package denycache)
 	// remembers as full; 0 means no deny cache.
 	DenyCacheSize int
+	// FleetSize is RATELIMIT_FLEET_SIZE: the fewest replicas the outage fallback assumes share
+	// the limits (package fallback). MaxWaiting is THROTTLE_MAX_WAITING: the most requests one
+	// replica holds until their turns in a queue (package queue).
+	FleetSize, MaxWaiting int
 	// Breaker is RATELIMIT_BREAKER_*: Failures 0 means no breaker. The caller adds Probe and Logger.
 	Breaker breaker.Options
 	// BatchMax is RATELIMIT_BATCH_MAX: the most decisions one call to Redis carries (package
@@ -453,7 +457,7 @@ func (cfg *environment) check(p *problems) Config {
 		out.DemoAccounts = *cfg.DemoAccountsSet
 	}
 	out.Limiter = cfg.limiterOptions()
-	out.DenyCacheSize = cfg.DenyCacheSize
+	out.DenyCacheSize, out.FleetSize, out.MaxWaiting = cfg.DenyCacheSize, cfg.FleetSize, cfg.ThrottleMaxWaiting
 	out.BatchMax = cfg.BatchMax
 	out.Breaker = breaker.Options{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown, Timeout: cfg.RedisTimeout}
 	if !slices.Contains([]slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}, cfg.LogLevel) {
@@ -579,10 +583,9 @@ func (cfg *environment) checkMoney(p *problems) pix.Rules {
 	return rules
 }
 
-// limiterOptions are the limiter's options. The heartbeat counts the fleet, for a route that
-// decides in its fallback: always on.
+// limiterOptions are the limiter's options.
 func (cfg *environment) limiterOptions() ratelimit.Options {
-	return ratelimit.Options{Timeout: cfg.RedisTimeout, FleetSize: cfg.FleetSize, MaxWaiting: cfg.ThrottleMaxWaiting}
+	return ratelimit.Options{Timeout: cfg.RedisTimeout}
 }
 
 // checkRouteLimits checks each route's limit and makes them, the look-up's DICT buckets included.

@@ -38,7 +38,7 @@ const (
 	// unavailability costs more than abuse.
 	FailOpen
 	// FailFallback decides the request in the replica's memory at its share of the limit,
-	// ⌈limit / replicas⌉ (ratelimit.Limiter.AllowFallback), with the same headers and refusals:
+	// ⌈limit / replicas⌉ (package fallback), with the same headers and refusals:
 	// the route stays available and bounded (the statement's default). Its FAIL_MODE value is
 	// "local", the contract's word since wave 1.
 	FailFallback

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"fmt"
+
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
@@ -22,6 +24,20 @@ func checks(cs []check) []ratelimit.Check {
 
 // validateTogether validates limits decided together, in one decision: their policies as
 // ratelimit.ValidateTogether does, and one shadow mode for all, since one decision serves them.
+// layersFor refuses limits that need a layer the server lacks: a queue's (leaky_bucket) needs a
+// Queue to hold its admissions until their turns, a local fail mode a Fallback.
+func layersFor(queue, fallback bool, ls ...enforce.RouteLimit) error {
+	for _, l := range ls {
+		switch {
+		case l.Policy.Algorithm == ratelimit.LeakyBucket && !queue:
+			return fmt.Errorf("httpapi: %s is a queue (leaky_bucket): Deps needs a Queue", l.Policy.Name)
+		case l.FailMode == enforce.FailFallback && !fallback:
+			return fmt.Errorf("httpapi: %s fails local: Deps needs a Fallback", l.Policy.Name)
+		}
+	}
+	return nil
+}
+
 func validateTogether(ls ...enforce.RouteLimit) error {
 	ps := make([]ratelimit.Policy, len(ls))
 	for i, l := range ls {

@@ -18,6 +18,8 @@ import (
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/fallback"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/queue"
 )
 
 // setHeaders writes a decision to h as the contract's headers, after the IETF draft
@@ -82,8 +84,11 @@ func retrySeconds(d time.Duration) int64 {
 // limiter applies rate-limit decisions to HTTP requests: headers, refusals, fail modes, shadow
 // mode and their metrics.
 type limiter struct {
-	core  *ratelimit.Limiter
-	cache *denycache.Cache // nil: none
+	core     *ratelimit.Limiter
+	stack    ratelimit.Decider  // what decides: the layers in front of core (nil: core alone)
+	cache    *denycache.Cache   // the deny cache among them; nil: none
+	queue    *queue.Queue       // holds a queue's admissions; nil: none (layersFor)
+	fallback *fallback.Fallback // decides a local fail mode; nil: none (layersFor)
 	// failClosedRetryAfter is the Retry-After of a fail-closed policy that could not decide.
 	failClosedRetryAfter time.Duration
 	metrics              *Metrics  // nil: not measured
@@ -94,10 +99,10 @@ type limiter struct {
 	budget time.Duration
 }
 
-// decider is what decides: the deny cache, in front of the Limiter, or the Limiter alone.
+// decider is what decides: the stack in front of the Limiter, or the Limiter alone.
 func (r limiter) decider() ratelimit.Decider {
-	if r.cache != nil {
-		return r.cache
+	if r.stack != nil {
+		return r.stack
 	}
 	return r.core
 }
@@ -154,6 +159,9 @@ func (r limiter) answer(c echo.Context, report func(ratelimit.Decision) ratelimi
 		mode := failMode(cs)
 		r.events.log("fail:"+cs[0].limit.Policy.Name, slog.LevelWarn, "rate limiter unavailable: fail mode applied",
 			"policy", cs[0].limit.Policy.Name, "fail_mode", mode.String())
+		if mode == enforce.FailFallback && r.fallback == nil { // layersFor refuses it at startup
+			mode = enforce.FailClosed
+		}
 		switch mode {
 		case enforce.FailClosed:
 			r.metrics.decided(decided, outcomeFailedClosed, took)
@@ -165,7 +173,7 @@ func (r limiter) answer(c echo.Context, report func(ratelimit.Decision) ratelimi
 		// enforce.FailFallback: decided here, reported and refused as any decision; a queue's turn
 		// within what is left of the wait (throttle), as Redis would have given it.
 		fctx, cancel := context.WithTimeout(c.Request().Context(), r.throttleBudget()-took)
-		d = r.core.AllowFallback(fctx, decided...)
+		d = r.fallback.Allow(fctx, decided...)
 		cancel()
 	}
 	shadow := cs[0].limit.Shadow // limits decided together share it (validateTogether)
@@ -255,8 +263,13 @@ func (s *eventLog) log(key string, level slog.Level, msg string, attrs ...any) {
 type RateLimitConfig struct {
 	// Skipper skips the limiter for requests it returns true for. Default: none skipped.
 	Skipper middleware.Skipper
-	// Limiter decides. Required.
-	Limiter *ratelimit.Limiter
+	// Limiter decides. Required. Stack, when set, is the layers in front of it to decide through
+	// (a deny cache, a queue); Queue and Fallback are required by a queue's limit and by a local
+	// fail mode.
+	Limiter  *ratelimit.Limiter
+	Stack    ratelimit.Decider
+	Queue    *queue.Queue
+	Fallback *fallback.Fallback
 	// RouteLimit is the limit applied. Required, its policy valid (ratelimit.Policy.Validate).
 	RouteLimit enforce.RouteLimit
 	// Identify names the client of a request; its error is answered as is (such as 401 for a
@@ -280,6 +293,9 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if err := config.RouteLimit.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("httpapi: rate limit middleware: %w", err)
 	}
+	if err := layersFor(config.Queue != nil, config.Fallback != nil, config.RouteLimit); err != nil {
+		return nil, err
+	}
 	if config.Skipper == nil {
 		config.Skipper = middleware.DefaultSkipper
 	}
@@ -289,7 +305,7 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if config.FailClosedRetryAfter == 0 {
 		config.FailClosedRetryAfter = 5 * time.Second
 	}
-	r := limiter{core: config.Limiter, failClosedRetryAfter: config.FailClosedRetryAfter, metrics: config.Metrics,
+	r := limiter{core: config.Limiter, stack: config.Stack, queue: config.Queue, fallback: config.Fallback, failClosedRetryAfter: config.FailClosedRetryAfter, metrics: config.Metrics,
 		events: newEventLog(config.Logger, 10*time.Second)}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {

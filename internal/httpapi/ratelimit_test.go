@@ -33,7 +33,6 @@ func newLimiter(t *testing.T, srv *redistest.Server, timeout time.Duration, logg
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
 

@@ -29,7 +29,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 		return err
 	}
 	// One limiter for the routes that decide in their handlers.
-	decide := limiter{core: d.Limiter, cache: d.DenyCache, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
+	decide := limiter{core: d.Limiter, stack: d.Stack, cache: d.DenyCache, queue: d.Queue, fallback: d.Fallback, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
 		events: newEventLog(d.Logger, 10*time.Second), maxWait: d.Limits.MaxWait, budget: d.Limits.Budget}
 	lookups := newLookupLimiter(decide, d.Limits, d.Tiers)
 

@@ -22,6 +22,8 @@ import (
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/fallback"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/queue"
 )
 
 // Deps are what a server needs. Replicas of one fleet share Redis (through their Limiters), the
@@ -29,10 +31,17 @@ import (
 type Deps struct {
 	Logger  *slog.Logger
 	Limiter *ratelimit.Limiter
-	// DenyCache, when set, is the deny cache in front of the Limiter: every route decides
-	// through it.
+	// Stack is what every route decides through: the Limiter and the layers in front of it,
+	// the outermost (nil: the Limiter alone). DenyCache, when set, is the deny cache among them:
+	// the look-up's PIX asks it first (KnownFull), and a re-tiered account's keys leave it.
+	Stack     ratelimit.Decider
 	DenyCache *denycache.Cache
-	Limits    enforce.RouteLimits
+	// Queue holds a queue's admissions until their turns (queue.Queue.Wait), and Fallback decides
+	// in memory for a limit whose fail mode is local. A server whose limits need one and lacks it
+	// is refused.
+	Queue    *queue.Queue
+	Fallback *fallback.Fallback
+	Limits   enforce.RouteLimits
 	// Ledger is the replica's ledger; its calls are timed when it comes wrapped in
 	// Metrics.Instrument, as the composition root (internal/app) passes it to every part alike.
 	Ledger pix.Ledger
@@ -85,6 +94,10 @@ func NewServer(d Deps) (http.Handler, error) {
 		return nil, errors.New("httpapi: Deps needs a Logger, a Limiter, a Ledger, Tokens, Devices and Passwords")
 	}
 	if err := validateTogether(d.Limits.LoginIP, d.Limits.LoginNet, d.Limits.LoginAccount, d.Limits.LoginDevice); err != nil {
+		return nil, err
+	}
+	if err := layersFor(d.Queue != nil, d.Fallback != nil, d.Limits.PIX, d.Limits.Statement, d.Limits.Settings, d.Limits.LoginIP,
+		d.Limits.LoginNet, d.Limits.LoginAccount, d.Limits.LoginDevice); err != nil {
 		return nil, err
 	}
 	for _, l := range []enforce.RouteLimit{d.Limits.PIX, d.Limits.Statement, d.Limits.Settings} {

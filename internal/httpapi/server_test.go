@@ -93,7 +93,6 @@ func newServerWith(t testing.TB, srv *redistest.Server, limits enforce.RouteLimi
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = limiter.Close() })
 	var cache *denycache.Cache // as a replica has one, unless the test asks for none
 	if !noDenyCache {
 		if cache, err = denycache.New(limiter, rdb, opts.Prefix, denycache.Options{}); err != nil {
@@ -101,9 +100,13 @@ func newServerWith(t testing.TB, srv *redistest.Server, limits enforce.RouteLimi
 		}
 		t.Cleanup(func() { _ = cache.Close() })
 	}
+	var stack ratelimit.Decider = limiter
+	if cache != nil {
+		stack = cache
+	}
 	logs := &apitest.Logs{}
 	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		Limiter: limiter, DenyCache: cache, Limits: limits, Ledger: ledger, Tokens: tokens, Devices: devices, Passwords: passwords, Probes: probes})
+		Limiter: limiter, Stack: stack, DenyCache: cache, Limits: limits, Ledger: ledger, Tokens: tokens, Devices: devices, Passwords: passwords, Probes: probes})
 	if err != nil {
 		t.Fatal(err)
 	}

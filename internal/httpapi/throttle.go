@@ -11,6 +11,7 @@ import (
 
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/queue"
 )
 
 // Throttling: a route whose limit is a queue (leaky_bucket) holds an admitted request until its
@@ -46,7 +47,10 @@ func (r limiter) wait(c echo.Context, ctx context.Context, cs []check, d ratelim
 		return nil
 	}
 	start := time.Now()
-	err := r.core.Wait(ctx, d)
+	err := queue.ErrTooManyWaiting // no Queue (a tier made a queue of a route without one): refused
+	if r.queue != nil {
+		err = r.queue.Wait(ctx, d)
+	}
 	waited := time.Since(start)
 	c.Response().Header()["Server-Timing"] = []string{"throttle;dur=" + strconv.FormatInt(waited.Milliseconds(), 10)}
 	decided := checks(cs)
@@ -55,7 +59,7 @@ func (r limiter) wait(c echo.Context, ctx context.Context, cs []check, d ratelim
 		r.metrics.waitedOnly(checks(cs), waited)
 	}
 	switch {
-	case errors.Is(err, ratelimit.ErrTooManyWaiting),
+	case errors.Is(err, queue.ErrTooManyWaiting),
 		err != nil && c.Request().Context().Err() == nil: // the wait's deadline, not the client, ended it
 		r.metrics.decided(decided, outcomeRefused, took)
 		// Refused after all: the headers say so, as a refusal's would (no place, retry in a pace).

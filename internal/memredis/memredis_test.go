@@ -54,7 +54,6 @@ func TestEveryAlgorithmRunsOnTheEmbeddedRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
 	ctx := context.Background()
 	for _, a := range ratelimit.Algorithms() {
 		p := ratelimit.Policy{Name: "embedded", Limit: 2, Window: time.Minute, Algorithm: a}

@@ -33,7 +33,7 @@ const (
 	GCRA Algorithm = "gcra"
 	// LeakyBucket is the leaky bucket as a queue: one request leaves every Window / Limit, and
 	// up to Queue wait for their turns, each holding a place of its own; past that, refused. An
-	// admission comes with a Wait, and the caller holds the request until its turn (Limiter.Wait).
+	// admission comes with a Wait, and the caller holds the request until its turn (package queue).
 	// One key per decision; a place per waiter in a sorted set.
 	LeakyBucket Algorithm = "leaky_bucket"
 )

@@ -8,10 +8,10 @@
 // Limiter decides. AllowAll decides one request; Decide decides steps one after another in one
 // call, stopping at the first refusal: a request (AllowStep), an ask that takes nothing
 // (AskStep), a cost of several tokens of a bucket (ChargeStep) or their refund (RefundStep), a
-// voucher (GrantStep, RedeemStep) and an in-flight slot (HoldStep, ReleaseStep). Ready says
-// whether decisions can be made now, Stats tells what it did, and Close waits for its heartbeat
-// and subscription (the withdrawals are package withdraw's Runner's, closed apart); Warm readies
-// a replica's Redis client for its first burst.
+// voucher (GrantStep, RedeemStep) and an in-flight slot (HoldStep, ReleaseStep). Forget clears
+// a key, Key names it, Ready says whether decisions can be made now, and Stats tells what it did;
+// Warm readies a replica's Redis client for its first burst. A Limiter starts nothing in the
+// background: there is nothing to close.
 //
 // # What is not here
 //
@@ -21,11 +21,12 @@
 // that fails calls at once while Redis keeps failing), package withdraw (a Runner that takes back
 // what a caller was told it did not get: a late decision's admission, and on a Redis Cluster the
 // admissions of a decision split per key), package denycache (a Decider in front of a Limiter
-// that refuses a key known to be full from memory). A Limiter reaches Redis to decide through a
-// Runner (Options.Runner; Scripts by default) and through the client it is given, and is a
-// Decider that a layer may stand in front of, so an application takes the layers it wants:
-// internal/app shows the stack. The outage fallback, the queue, in-flight slots, vouchers and
-// sequences of steps are still in this package.
+// that refuses a key known to be full from memory), package queue (a Decider that holds a
+// queue's admissions until their turns), package fallback (decides in memory while Redis cannot,
+// at each replica's share). A Limiter reaches Redis to decide through a Runner (Options.Runner;
+// Scripts by default) and through the client it is given, and is a Decider that a layer may
+// stand in front of, so an application takes the layers it wants: internal/app shows the
+// stack. In-flight slots, vouchers and sequences of steps are still in this package.
 //
 // # The sliding-window log
 //

@@ -27,7 +27,7 @@ func newLimiter() (*ratelimit.Limiter, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return l, func() { l.Close(); rdb.Close(); srv.Close() }
+	return l, func() { rdb.Close(); srv.Close() }
 }
 
 // A decision: three PIX a minute per account. The fourth is refused, and a refusal is never

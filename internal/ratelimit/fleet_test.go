@@ -20,7 +20,6 @@ func world(t *testing.T, newClient func() redis.Scripter, prefix string, replica
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = l.Close() })
 		l.now = clk.Now
 		ls[i] = l
 	}

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -63,21 +62,21 @@ type Decision struct {
 	// asking Redis: Worst is a key known to be full, and the Results of keys not known to be full
 	// carry their Capacity as Remaining, since nothing was asked of them.
 	DenyCached bool
-	// Fallback says the request was decided in this Limiter's memory (AllowFallback), at its share
+	// Fallback says the request was decided in a replica's memory (package fallback), at its share
 	// of each limit, because Redis could not decide.
 	Fallback bool
 	// Wait is, for a queue's decision (LeakyBucket), how long until the request's turn: an
-	// admission with a Wait above zero is held until then by Limiter.Wait. Zero for the meters.
+	// admission with a Wait above zero is held until then (package queue). Zero for the meters.
 	Wait time.Duration
-
-	place *place // an admitted queue decision's place in its queue, for Wait
+	// Place is an admitted queue decision's place in its queue, for the caller that waits.
+	Place *Place
 }
 
 // Only returns the Decision as if it had checked only its i-th check: the same verdict, with
 // that check's Result as the worst and only one.
 func (d Decision) Only(i int) Decision {
 	return Decision{Allowed: d.Allowed, Worst: d.Results[i], Results: d.Results[i : i+1 : i+1], DenyCached: d.DenyCached, Fallback: d.Fallback,
-		Wait: d.Wait, place: d.place}
+		Wait: d.Wait, Place: d.Place}
 }
 
 // A Decider decides requests: a Limiter, or a layer in front of one that answers some itself
@@ -105,13 +104,6 @@ type Options struct {
 	Logger *slog.Logger
 	// OutageLogEvery throttles outage reports. Default 10s.
 	OutageLogEvery time.Duration
-	// FleetSize is the fewest replicas AllowFallback assumes share the limits (its share is
-	// ⌈Limit / fleet size⌉). Zero: 1, and no heartbeat; above zero, the Limiter beats in Redis
-	// every second and counts the replicas that do (no identity in it), never fewer than this,
-	// and learns the keys Forget cleared on other replicas.
-	FleetSize int
-	// FallbackLogSize bounds the keys AllowFallback remembers. Default 100,000.
-	FallbackLogSize int
 	// Runner runs each decision's script: Scripts(rdb) by default, or layers around it that
 	// batch (package batch) or withdraw what a caller did not get (package withdraw, which a
 	// cluster client needs: it decides each key apart). Every other call (a probe, a sequence)
@@ -121,23 +113,12 @@ type Options struct {
 	// Limiter's own clock: tests step through windows without sleeping. Never in production,
 	// where the replicas' clocks differ and Redis's is the one they share.
 	Now func() time.Time
-	// MaxWaiting is the most requests this Limiter holds until their turns at once (Wait), over
-	// every queue (LeakyBucket), one key (an account's queue) at most half of them (at least 1):
-	// past it, a queue's request is refused at once. Default 1000.
-	MaxWaiting int
 }
-
-// Option defaults that are not zero.
-const (
-	defaultFallbackLogSize = 100_000
-	defaultMaxWaiting      = 1000
-)
 
 // Limiter decides requests against policies whose state lives in Redis. It is safe for
 // concurrent use, and any number of Limiters on any number of hosts sharing one Redis and one
 // KeySecret enforce one limit together.
 type Limiter struct {
-	id      string // this Limiter among the fleet's: its heartbeat's name, its queue messages' sender
 	rdb     redis.Scripter
 	cluster bool // keys of one decision may live on different nodes (its Runner splits them)
 	keys    *keyer
@@ -147,13 +128,6 @@ type Limiter struct {
 
 	// runner runs the decisions' scripts (Options.Runner).
 	runner Runner
-	// fleet is the fleet's size as the heartbeat last counted it, at least fleetFloor (fallback.go).
-	fleet      atomic.Int64
-	fleetFloor int64
-	// fallback decides in memory while Redis cannot (AllowFallback).
-	fallback *fallbackLog
-	// waiters are the requests held until their turns in a queue (queue.go).
-	waiters *waiters
 	// stats counts what the limiter did, for Stats.
 	stats stats
 	// down is set while the last decision could not reach Redis (Stats.RedisUp).
@@ -161,17 +135,6 @@ type Limiter struct {
 	// args holds each policy's script arguments, boxed once (policyArgs).
 	argsMu sync.RWMutex
 	args   map[Policy][3]any
-
-	// background counts the heartbeat, for Close to wait on.
-	background sync.WaitGroup
-	// closing is closed by Close: the heartbeat stops.
-	closing   chan struct{}
-	closeOnce sync.Once
-
-	// sub is the subscription listen reads, when the client can subscribe; Close ends it, and
-	// waits for listening.
-	sub       *redis.PubSub
-	listening sync.WaitGroup
 
 	// now, when set (tests only: Options.Now), replaces the Redis clock.
 	now func() time.Time
@@ -189,9 +152,6 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.Timeout < 0 || opts.OutageLogEvery < 0 {
 		return nil, errors.New("ratelimit: negative duration in options")
 	}
-	if opts.MaxWaiting < 0 {
-		return nil, errors.New("ratelimit: negative MaxWaiting")
-	}
 	if opts.Prefix == "" {
 		opts.Prefix = "rl"
 	}
@@ -206,15 +166,12 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	}
 	_, isCluster := rdb.(*redis.ClusterClient)
 	l := &Limiter{
-		id:      rand.Text(),
 		rdb:     rdb,
 		cluster: opts.Cluster || isCluster,
 		keys:    newKeyer(opts.Prefix, opts.KeySecret),
 		timeout: opts.Timeout,
 		logger:  opts.Logger,
-		closing: make(chan struct{}),
 		args:    make(map[Policy][3]any),
-		waiters: newWaiters(cmp.Or(opts.MaxWaiting, defaultMaxWaiting)),
 		now:     opts.Now,
 	}
 	l.outages = newOutageLog(opts.Logger, opts.OutageLogEvery, l.clock)
@@ -224,37 +181,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		}
 		l.runner = Scripts(rdb)
 	}
-	l.fallback = newFallbackLog(cmp.Or(opts.FallbackLogSize, defaultFallbackLogSize))
-	l.fleetFloor = int64(max(1, opts.FleetSize))
-	l.fleet.Store(l.fleetFloor)
-	if opts.FleetSize > 0 {
-		l.background.Add(1) // Close waits for it
-		go l.heartbeat()
-	}
-	if s, ok := rdb.(subscriber); ok {
-		l.listen(s)
-	}
 	return l, nil
-}
-
-// subscriber is a Redis client that can subscribe to channels (go-redis's Client and
-// ClusterClient).
-type subscriber interface {
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
-}
-
-// listen hears, until Close, the turns of a queue that moved up when a waiter on another replica
-// left (queueChannel). go-redis resubscribes after a lost connection; a message sent meanwhile is
-// missed (see queue.go).
-func (l *Limiter) listen(s subscriber) {
-	l.sub = s.Subscribe(context.Background(), l.queueChannel())
-	l.listening.Add(1) // Close waits for it
-	go func() {
-		defer l.listening.Done()
-		for msg := range l.sub.Channel() {
-			l.moved(msg.Payload)
-		}
-	}()
 }
 
 // ClientOptions tunes Redis client options for a decision budget: every dial, read, write and
@@ -347,9 +274,6 @@ func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error
 	}
 	keys := l.keysOf(checks)
 	if queued(checks) {
-		if o.kind == opDecide && l.waiters.full(checks[0].Identity) {
-			return l.tooManyWaiting(checks), nil // no place taken: the replica cannot hold one more
-		}
 		o = l.queueOp(ctx, o)
 	}
 	l.stats.redis.Add(1)
@@ -367,14 +291,13 @@ func (l *Limiter) keysOf(checks []Check) []string {
 	return keys
 }
 
-// called tells the Redis-up flag, the fallback log and the outage log how a call
+// called tells the Redis-up flag and the outage log how a call
 // over checks went.
 func (l *Limiter) called(ctx context.Context, err error, checks []Check) {
 	switch {
 	case err == nil:
 		if l.down.Load() { // a write on every decision would bounce one cache line between cores
 			l.down.Store(false)
-			l.fallback.forget() // Redis decides from its own state again
 		}
 		for _, c := range checks {
 			l.outages.decided(c.Policy)
@@ -402,20 +325,13 @@ type Stats struct {
 	Redis int64
 	// RedisUp says the last decision that asked Redis got an answer (true before any).
 	RedisUp bool
-	// FleetSize is how many replicas share the limits: those the heartbeat last counted while
-	// Redis answered, and never fewer than Options.FleetSize (replicas starting together first
-	// count themselves alone; a single replica in local mode is then stricter than it need be).
-	FleetSize int
-	// Waiting is how many requests this replica holds until their turns in a queue (Wait).
-	Waiting int
 }
 
 type stats struct{ redis atomic.Int64 }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
-	return Stats{Redis: l.stats.redis.Load(), RedisUp: !l.down.Load(), FleetSize: int(l.fleet.Load()),
-		Waiting: int(l.waiters.count.Load())}
+	return Stats{Redis: l.stats.redis.Load(), RedisUp: !l.down.Load()}
 }
 
 // decide runs the checks' script for o over their keys.
@@ -434,11 +350,11 @@ func (l *Limiter) decide(ctx context.Context, o Op, checks []Check, keys []strin
 // decisionOf is the Decision of the reply r to call c over checks and their keys: a queue's
 // admission also holds its place, for Wait.
 func (l *Limiter) decisionOf(r Reply, checks []Check, keys []string, c Call) Decision {
-	d := newDecision(r.Allowed, r.Pairs, checks)
+	d := NewDecision(r.Allowed, r.Pairs, checks)
 	if queued(checks) && r.Wait > 0 {
 		d.Wait = time.Duration(r.Wait) * time.Microsecond
 		if r.Allowed && c.Op.Takes() {
-			d.place = &place{key: keys[0], owner: checks[0].Identity, id: c.ID, turn: r.Now + r.Wait, decided: r.Now, policy: checks[0].Policy}
+			d.Place = &Place{Key: keys[0], Owner: checks[0].Identity, ID: c.ID, Turn: r.Now + r.Wait, Decided: r.Now, Policy: checks[0].Policy}
 		}
 	}
 	return d
@@ -476,8 +392,9 @@ func (l *Limiter) policyArgs(p Policy) [3]any {
 	return args
 }
 
-// newDecision builds a Decision from the script's per-key (remaining, reset µs) pairs.
-func newDecision(allowed bool, pairs []int64, checks []Check) Decision {
+// NewDecision is the Decision of a script's reply: allowed, and per check its (remaining, reset µs)
+// pair, as the scripts answer and a layer that decides in memory answers alike (package fallback).
+func NewDecision(allowed bool, pairs []int64, checks []Check) Decision {
 	d := Decision{Allowed: allowed, Results: make([]Result, len(checks))}
 	for i, c := range checks {
 		r := Result{
@@ -508,16 +425,8 @@ func requestID() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// Close stops the heartbeat and the subscription's reader and waits for them. The Limiter must
-// not be used after Close; the Redis client, and the Runner, stay the caller's to close.
-func (l *Limiter) Close() error {
-	l.closeOnce.Do(func() {
-		close(l.closing)
-		if l.sub != nil {
-			_ = l.sub.Close() // ends listen
-		}
-	})
-	l.background.Wait()
-	l.listening.Wait()
-	return nil
+// Publish publishes msg on channel by publish.lua, a script as every call a Limiter's client
+// makes: what a layer tells the fleet (package queue's moved turns).
+func Publish(ctx context.Context, rdb redis.Scripter, channel, msg string) error {
+	return publishScript.Run(ctx, rdb, []string{channel}, msg).Err()
 }

@@ -38,7 +38,6 @@ func replicas(t *testing.T, srv *redistest.Server, n int, timeout time.Duration)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { l.Close() }) // before the client closes: withdrawals may be in flight
 		ls[i] = l
 	}
 	return ls

@@ -42,13 +42,12 @@ var (
 	// slots (Hold, Release). Both take an algorithm's arguments.
 	voucherScript = script("voucher.lua")
 	slotScript    = script("slots.lua")
-	// probeScript is what Ready and the breaker ask; heartbeatScript keeps the fleet's roster;
-	// forgetScript forgets a key (Forget); publishScript tells the fleet of a forgotten key and of
-	// a queue's moved turns.
-	probeScript     = script("probe.lua")
-	heartbeatScript = script("heartbeat.lua")
-	forgetScript    = script("forget.lua")
-	publishScript   = script("publish.lua")
+	// probeScript is what Ready and the breaker ask; forgetScript forgets a key (Forget);
+	// publishScript tells the fleet of a forgotten key, and a layer of what it must hear
+	// (Publish: package queue's moved turns).
+	probeScript   = script("probe.lua")
+	forgetScript  = script("forget.lua")
+	publishScript = script("publish.lua")
 )
 
 // A sequenceScript holds the bodies a sequence may run (Step.body numbers them): the few that a

@@ -25,6 +25,9 @@ type Step interface {
 	Cacheable() bool
 	// Refunds says whether the step gives tokens back (RefundStep): room its keys had not.
 	Refunds() bool
+	// Queues says whether the step takes a place in a queue (an AllowStep of a LeakyBucket
+	// policy): its caller then holds the request until its turn (package queue).
+	Queues() bool
 	validate() error
 	// with is a copy of the step doing o (a queue's decision, once its deadline is known).
 	with(o Op) Step
@@ -167,11 +170,9 @@ func (s *decideStep) validate() error {
 func (s *voucherStep) validate() error { return s.c.Policy.Validate() }
 func (s *slotStep) validate() error    { return s.c.Policy.Validate() }
 
-// queuedDecision says whether s takes a place in a queue (LeakyBucket): it waits its turn.
-func queuedDecision(s Step) bool {
-	d, ok := s.(*decideStep)
-	return ok && queued(d.cs) && d.op.kind == opDecide
-}
+func (s *decideStep) Queues() bool  { return queued(s.cs) && s.op.kind == opDecide }
+func (s *voucherStep) Queues() bool { return false }
+func (s *slotStep) Queues() bool    { return false }
 
 // queuedReply says whether s's reply is a queue's (with its wait).
 func queuedReply(s Step) bool {
@@ -244,10 +245,7 @@ func (l *Limiter) sequence(ctx context.Context, asked []Step) ([]Decision, error
 			return nil, err
 		}
 		all = append(all, s.Checks()...)
-		if queuedDecision(s) {
-			if l.waiters.full(s.Checks()[0].Identity) { // no place taken: the replica cannot hold one more
-				return l.unasked(steps[:i], l.tooManyWaiting(s.Checks())), nil
-			}
+		if s.Queues() {
 			steps[i] = s.with(l.queueOp(ctx, s.operation()))
 		}
 	}
@@ -262,21 +260,6 @@ func (l *Limiter) sequence(ctx context.Context, asked []Step) ([]Decision, error
 	ds, err := l.runSequence(ctx, steps, keys)
 	l.called(ctx, err, all)
 	return ds, err
-}
-
-// unasked are the decisions of steps that were not asked, each admitted with its keys' capacity
-// as Remaining (as a deny cache reports the keys it did not ask), then last, the refusal.
-func (l *Limiter) unasked(steps []Step, last Decision) []Decision {
-	ds := make([]Decision, 0, len(steps)+1)
-	for _, s := range steps {
-		d := Decision{Allowed: true, Results: make([]Result, len(s.Checks()))}
-		for j, c := range s.Checks() {
-			d.Results[j] = Result{Policy: c.Policy, Capacity: c.Policy.Capacity(), Remaining: c.Policy.Capacity()}
-		}
-		d.Worst = d.Results[0]
-		ds = append(ds, d)
-	}
-	return append(ds, last)
 }
 
 // runSequence runs sequenceScript over the steps, within the budget, and decodes the replies of

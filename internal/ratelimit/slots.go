@@ -20,5 +20,5 @@ func (l *Limiter) slotCall(ctx context.Context, c Check, name string, o Op) (Dec
 	if err != nil {
 		return Decision{}, fmt.Errorf("slot: %w", err)
 	}
-	return newDecision(r.Allowed, r.Pairs, checks), nil
+	return NewDecision(r.Allowed, r.Pairs, checks), nil
 }

@@ -38,7 +38,6 @@ func replica(t *testing.T, srv *redistest.Server, max int) (*ratelimit.Limiter, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
 	return l, r
 }
 

@@ -59,7 +59,7 @@ func limiter(t *testing.T, srv *redistest.Server, failures int, cooldown time.Du
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.Close(); _ = b.Close() })
+	t.Cleanup(func() { _ = b.Close() })
 	return l, b, c
 }
 

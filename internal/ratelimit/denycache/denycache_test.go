@@ -57,7 +57,6 @@ func fleet(t *testing.T, srv *redistest.Server, prefix string, n int, clk *clock
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = l.Close() })
 		rs[i].l = l
 		if opts != nil {
 			o := *opts

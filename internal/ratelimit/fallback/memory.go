@@ -1,20 +1,22 @@
-package ratelimit
+package fallback
 
 import (
 	"sync"
 	"time"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
-// fallbackLog is an exact sliding-window log in memory, for Limiter.AllowFallback: per key, the times
+// memory is an exact sliding-window log in memory, for Fallback.Allow: per key, the times
 // of its admissions in the last window, at most its limit of them. Memory is bounded: at most
 // max keys, and when full, keys whose entries have all expired go first, then the key touched
 // longest ago. It is emptied when Redis answers again (forget).
-type fallbackLog struct {
+type memory struct {
 	max int
 
 	mu     sync.Mutex
 	keys   map[string]*fallbackKey
-	queues map[string]*queueKey // a queue's places (LeakyBucket), as its script keeps them
+	queues map[string]*ratelimit.MemoryQueue // a queue's places (LeakyBucket), as its script keeps them
 }
 
 type fallbackKey struct {
@@ -23,15 +25,15 @@ type fallbackKey struct {
 	touched time.Time
 }
 
-func newFallbackLog(max int) *fallbackLog {
-	return &fallbackLog{max: max, keys: map[string]*fallbackKey{}, queues: map[string]*queueKey{}}
+func newMemory(max int) *memory {
+	return &memory{max: max, keys: map[string]*fallbackKey{}, queues: map[string]*ratelimit.MemoryQueue{}}
 }
 
 // allow admits a request at now if every key holds fewer than its policy's Limit admissions in
 // the window before now, recording it in all; else it records nothing. It returns, per key, as
 // a script's reply does, how many more it admits now and the microseconds until it admits one
 // more than that (newDecision reads them).
-func (l *fallbackLog) allow(now time.Time, keys []string, ps []Policy) (bool, []int64) {
+func (l *memory) allow(now time.Time, keys []string, ps []ratelimit.Policy) (bool, []int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ks := make([]*fallbackKey, len(keys))
@@ -72,7 +74,7 @@ func (l *fallbackLog) allow(now time.Time, keys []string, ps []Policy) (bool, []
 // makeRoom drops a key when the log is full, looking at a few keys only (Go's map order is
 // random), so a flood of new identities costs each request the same: an expired one among them
 // if there is one, else the one of them touched longest ago. l.mu is held.
-func (l *fallbackLog) makeRoom(now time.Time) {
+func (l *memory) makeRoom(now time.Time) {
 	if len(l.keys) < l.max {
 		return
 	}
@@ -94,20 +96,20 @@ func (l *fallbackLog) makeRoom(now time.Time) {
 }
 
 // forget empties the log: Redis answers again, and decides from its own state.
-func (l *fallbackLog) forget() {
+func (l *memory) forget() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.keys) > 0 {
 		l.keys = map[string]*fallbackKey{}
 	}
 	if len(l.queues) > 0 {
-		l.queues = map[string]*queueKey{}
+		l.queues = map[string]*ratelimit.MemoryQueue{}
 	}
 }
 
 // queue decides one request of key's queue under p at now, taking a place named id when
-// admitted; within < 0 waits as long as the queue (queueKey.take).
-func (l *fallbackLog) queue(now time.Time, key string, p Policy, within int64, id string) (bool, int64, int64, int64) {
+// admitted; within < 0 waits as long as the queue (ratelimit.MemoryQueue.Take).
+func (l *memory) queue(now time.Time, key string, p ratelimit.Policy, within int64, id string) (bool, int64, int64, int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.queues[key]
@@ -115,19 +117,19 @@ func (l *fallbackLog) queue(now time.Time, key string, p Policy, within int64, i
 		if len(l.queues) >= l.max {
 			l.dropServedQueues(now.UnixMicro())
 		}
-		q = &queueKey{}
+		q = &ratelimit.MemoryQueue{}
 		l.queues[key] = q
 	}
-	return q.take(now.UnixMicro(), paceOf(p), p.Queue, within, id, true)
+	return q.Take(now.UnixMicro(), p, within, id, true)
 }
 
 // dropServedQueues drops the queues in which nobody waits, looking at a few only, as makeRoom:
 // one whose places all are served is, in a pace, empty. A queue with waiters is never dropped
-// (they are bounded by Options.MaxWaiting). l.mu is held.
-func (l *fallbackLog) dropServedQueues(now int64) {
+// (they are bounded by queue.Options.MaxWaiting). l.mu is held.
+func (l *memory) dropServedQueues(now int64) {
 	seen := 0
 	for key, q := range l.queues {
-		if len(q.turns) == 0 || q.turns[len(q.turns)-1] <= float64(now) {
+		if q.Served(now) {
 			delete(l.queues, key)
 		}
 		if seen++; seen == 8 {
@@ -136,18 +138,18 @@ func (l *fallbackLog) dropServedQueues(now int64) {
 	}
 }
 
-// leave gives id's place in key's queue back at now (µs); see queueKey.leave.
-func (l *fallbackLog) leave(key, id string, now int64, pace float64) (turn, moved int64) {
+// leave gives id's place in key's queue of p back at now (µs); see ratelimit.MemoryQueue.Leave.
+func (l *memory) leave(key, id string, now int64, p ratelimit.Policy) (turn, moved int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if q := l.queues[key]; q != nil {
-		return q.leave(now, pace, id)
+		return q.Leave(now, p, id)
 	}
 	return 0, 0
 }
 
 // size is how many keys the log holds.
-func (l *fallbackLog) size() int {
+func (l *memory) size() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.keys)

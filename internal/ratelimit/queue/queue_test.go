@@ -1,0 +1,330 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+)
+
+type (
+	Check  = ratelimit.Check
+	Policy = ratelimit.Policy
+)
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+// budget is the decisions' budget: a second, which no loaded machine outlasts.
+const budget = time.Second
+
+// replicas are n Queues on srv, each in front of a Limiter of its own client, holding at most
+// maxWaiting waiters (0: the default).
+func replicas(t *testing.T, srv *redistest.Server, n, maxWaiting int) []*Queue {
+	t.Helper()
+	qs := make([]*Queue, n)
+	for i := range qs {
+		rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, budget) })
+		l, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: testSecret, Timeout: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs[i] = New(l, rdb, Options{MaxWaiting: maxWaiting, Timeout: budget})
+		t.Cleanup(func() { _ = qs[i].Close() })
+	}
+	return qs
+}
+
+// mustAllow decides checks through q, failing the test on an error.
+func mustAllow(t *testing.T, q *Queue, checks ...Check) ratelimit.Decision {
+	t.Helper()
+	d, err := q.AllowAll(context.Background(), checks...)
+	if err != nil {
+		t.Fatalf("AllowAll: %v", err)
+	}
+	return d
+}
+
+// warm makes q's first decision: connected, scripts loaded.
+func warm(t *testing.T, q *Queue) {
+	t.Helper()
+	mustAllow(t, q, Check{Policy: Policy{Name: "warm", Limit: 1000, Window: time.Minute}, Identity: "w"})
+}
+
+// subscribed waits until each of n Queues hears the others' moved turns (each subscribes
+// itself), so that no test sends a move before a subscription is in place.
+func subscribed(t *testing.T, srv *redistest.Server, n int) {
+	t.Helper()
+	c := srv.Client(nil)
+	defer c.Close()
+	ch := Channel("")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		got, err := c.PubSubNumSub(context.Background(), ch).Result()
+		if err == nil && got[ch] >= int64(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v of %d queues subscribed to %s", got, n, ch)
+		}
+	}
+}
+
+// served is what one queued request saw: admitted or not, when its answer came (since the
+// start), and how long it waited for its turn.
+type served struct {
+	ok     bool
+	at     time.Duration
+	waited time.Duration
+	err    error
+}
+
+// queueBurst sends n requests of p at once, spread over ls, each taking its place and waiting
+// its turn under ctx, and returns what each saw, in the order they were served.
+func queueBurst(ctx context.Context, ls []*Queue, p Policy, id string, n int) []served {
+	out := make([]served, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			l := ls[i%len(ls)]
+			d, err := l.AllowAll(ctx, Check{Policy: p, Identity: id})
+			if err == nil && d.Allowed {
+				err = l.Wait(ctx, d)
+			}
+			out[i] = served{ok: err == nil && d.Allowed, at: time.Since(start), waited: d.Wait, err: err}
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(out, func(a, b served) int { return int(a.at - b.at) })
+	return out
+}
+
+// TestTheQueueServesQPlusOneAtItsPace: 20 requests at once over three replicas, on a queue of 5
+// with a pace of 100 ms: exactly 6 served (one at once, five after their turns), at the pace within
+// 10% on average, no two closer than half of it, and the other 14 refused at once.
+func TestTheQueueServesQPlusOneAtItsPace(t *testing.T) {
+	srv := redistest.Start(t)
+	ls := replicas(t, srv, 3, 0)
+	p := Policy{Name: "paced", Limit: 10, Window: time.Second, Algorithm: ratelimit.LeakyBucket, Queue: 5}
+	for _, l := range ls {
+		warm(t, l)
+	}
+	got := queueBurst(context.Background(), ls, p, "payroll", 20)
+	var ok, refused []served
+	for _, s := range got {
+		if s.err != nil {
+			t.Fatal(s.err)
+		}
+		if s.ok {
+			ok = append(ok, s)
+		} else {
+			refused = append(refused, s)
+		}
+	}
+	if len(ok) != 6 || len(refused) != 14 {
+		t.Fatalf("%d served, %d refused: want exactly 6 (a queue of 5 and the one served at once) and 14", len(ok), len(refused))
+	}
+	// A refusal is at once: it never waits a turn, so it comes before the first waiter's turn.
+	// (Half of that turn was the bar, and beside four CPU burners the burst's own refusals took
+	// 53-57 ms of a 106 ms turn.)
+	for _, s := range refused {
+		if s.at >= ok[1].at {
+			t.Errorf("a refusal came after %v, while the first turn was at %v: refusals are at once", s.at, ok[1].at)
+		}
+	}
+	measured := (ok[5].at - ok[0].at) / 5 // the pace this run kept
+	if pace := p.Pace(); measured < pace-pace/10 || measured > pace+pace/10 {
+		t.Errorf("served every %v on average, want the pace %v within 10%%", measured, pace)
+	}
+	for i := 1; i < len(ok); i++ {
+		if gap := ok[i].at - ok[i-1].at; gap < measured/2 {
+			t.Errorf("turn %d came %v after the one before, want about the measured pace %v (a busy machine's timers move by milliseconds)", i, gap, measured)
+		}
+	}
+}
+
+// TestALeaverGivesItsPlaceBack: a waiter whose client goes away gives its place back; the turns
+// after it move up, once each, on its own replica (which also hears its own message) and on
+// another one by QueueChannel; no two are then served together; and a newcomer finds a place in
+// a queue that was full.
+func TestALeaverGivesItsPlaceBack(t *testing.T) {
+	srv := redistest.Start(t)
+	ls := replicas(t, srv, 2, 0)
+	subscribed(t, srv, 2)
+	p := Policy{Name: "leave", Limit: 5, Window: time.Second, Algorithm: ratelimit.LeakyBucket, Queue: 4} // a pace of 200 ms
+	ctx := context.Background()
+	first := mustAllow(t, ls[0], Check{Policy: p, Identity: "co"})
+	if first.Wait != 0 {
+		t.Fatalf("the first request waits %v, want 0: the queue was empty", first.Wait)
+	}
+	leaverCtx, leave := context.WithCancel(ctx)
+	on := []*Queue{ls[0], ls[0], ls[1], ls[0]} // the second waiter leaves; one behind it on each replica
+	var ds []ratelimit.Decision
+	for i, l := range on {
+		d := mustAllow(t, l, Check{Policy: p, Identity: "co"})
+		if !d.Allowed || d.Wait < time.Duration(i+1)*p.Pace()-50*time.Millisecond {
+			t.Fatalf("waiter %d: allowed=%v wait %v, want its turn %d paces away", i+1, d.Allowed, d.Wait, i+1)
+		}
+		ds = append(ds, d)
+	}
+	if d := mustAllow(t, ls[1], Check{Policy: p, Identity: "co"}); d.Allowed || d.Worst.RetryAfter <= 0 {
+		t.Fatalf("a fifth waiter: allowed=%v retry %v, want refused until a place frees", d.Allowed, d.Worst.RetryAfter)
+	}
+	start := time.Now()
+	type served struct {
+		i  int
+		at time.Duration
+	}
+	done := make(chan served, len(on))
+	errs := make([]error, len(on))
+	for i, l := range on {
+		wctx := ctx
+		if i == 1 {
+			wctx = leaverCtx
+		}
+		go func() { errs[i] = l.Wait(wctx, ds[i]); done <- served{i, time.Since(start)} }()
+	}
+	for ls[0].Waiting() != 3 || ls[1].Waiting() != 1 {
+		time.Sleep(time.Millisecond) // the four are registered
+	}
+	leave()
+	var at []time.Duration
+	for range on {
+		if s := <-done; s.i != 1 {
+			at = append(at, s.at)
+		}
+	}
+	slices.Sort(at)
+	if !errors.Is(errs[1], context.Canceled) || errs[0] != nil || errs[2] != nil || errs[3] != nil {
+		t.Fatalf("waits ended %v: want the leaver's canceled, the others served", errs)
+	}
+	// One pace, then two (moved up from three), then three (from four), each once.
+	pace := p.Pace()
+	for i, a := range at {
+		if want := time.Duration(i+1) * pace; a < want-pace/4 || a > want+pace/4 {
+			t.Errorf("served at %v, want turn %d at about %v: moved up once (%v)", at, i+1, want, at)
+			break
+		}
+	}
+	if d := mustAllow(t, ls[1], Check{Policy: p, Identity: "co"}); !d.Allowed {
+		t.Errorf("after a waiter left, a newcomer was refused: its place was not given back")
+	}
+}
+
+// TestAReplicaHoldsAtMostMaxWaiting: past Options.MaxWaiting, or past half of it on one key, a
+// queue's request is refused at once, taking no place.
+func TestAReplicaHoldsAtMostMaxWaiting(t *testing.T) {
+	srv := redistest.Start(t)
+	l := replicas(t, srv, 1, 2)[0]
+	p := Policy{Name: "few", Limit: 10, Window: time.Second, Algorithm: ratelimit.LeakyBucket, Queue: 10}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, id := range []string{"co", "co", "other", "other"} { // on each key one served at once, one waiting
+		d := mustAllow(t, l, Check{Policy: p, Identity: id})
+		wg.Go(func() { _ = l.Wait(ctx, d) })
+	}
+	for l.Waiting() != 2 {
+		time.Sleep(time.Millisecond)
+	}
+	if d, err := l.AllowAll(context.Background(), Check{Policy: p, Identity: "third"}); err != nil || d.Allowed {
+		t.Errorf("a waiter on a third key of a replica that holds 2: allowed=%v (%v), want refused", d.Allowed, err)
+	}
+	d := mustAllow(t, l, Check{Policy: p, Identity: "co"})
+	if d.Allowed || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > p.Pace()*2 {
+		t.Errorf("a second waiter on a key that holds half the replica's 2: allowed=%v retry %v, want refused until a waiter is served", d.Allowed, d.Worst.RetryAfter)
+	}
+	ds, err := l.Decide(context.Background(), ratelimit.AskStep(Check{Policy: p, Identity: "co"}))
+	asked := ds.Last()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asked.Worst.Remaining != 9 {
+		t.Errorf("the queue has %d free places, want 9: the refusal took none", asked.Worst.Remaining)
+	}
+	cancel()
+	wg.Wait()
+}
+
+// TestATurnPastTheDeadlineIsRefusedAtOnce: a request whose turn would come after its context's
+// deadline, less the decision's own budget, is refused at once, with the time until its turn
+// would fit.
+func TestATurnPastTheDeadlineIsRefusedAtOnce(t *testing.T) {
+	l := replicas(t, redistest.Start(t), 1, 0)[0]
+	p := Policy{Name: "deadline", Limit: 10, Window: time.Second, Algorithm: ratelimit.LeakyBucket, Queue: 10}
+	ctx, cancel := context.WithTimeout(context.Background(), budget+250*time.Millisecond)
+	defer cancel()
+	var got []ratelimit.Decision
+	for range 4 {
+		d, err := l.AllowAll(ctx, Check{Policy: p, Identity: "co"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d)
+	}
+	if !got[0].Allowed || !got[1].Allowed || !got[2].Allowed {
+		t.Fatalf("turns at 0, 100 and 200 ms within 250: refused (%v)", got)
+	}
+	if d := got[3]; d.Allowed || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > 100*time.Millisecond {
+		t.Errorf("a turn at 300 ms with 250 left: allowed=%v retry %v, want refused, to retry within a pace", d.Allowed, d.Worst.RetryAfter)
+	}
+}
+
+// TestAMoveReachesAWaiterThatRegistersAfterIt: a waiter decided before a leave, whose decision's
+// reply was still on its way when the move came, is moved when it registers; one decided after
+// the leave is not (its turn already counts from the moved queue); and a move of the Redis queue
+// never moves a waiter of the fallback's memory queue.
+func TestAMoveReachesAWaiterThatRegistersAfterIt(t *testing.T) {
+	ws := newWaiters(10)
+	now := time.Now()
+	ws.move("k", 1_000, 200, 5_000, false) // the turns after 1,000 given before 5,000 move up by 200 µs
+	for _, tt := range []struct {
+		name     string
+		w        waiter
+		wantTurn int64
+	}{
+		{"decided before, registered after", waiter{turn: 1_200, decided: 4_000}, 1_000},
+		{"decided after the leave", waiter{turn: 1_200, decided: 6_000}, 1_200},
+		{"a turn before the leaver's", waiter{turn: 900, decided: 4_000}, 900},
+		{"the fallback's", waiter{turn: 1_200, decided: 4_000, local: true}, 1_200},
+	} {
+		w := tt.w
+		w.due, w.moved = now, make(chan struct{}, 1)
+		if !ws.add("k", "ana", &w) {
+			t.Fatal("add refused")
+		}
+		if w.turn != tt.wantTurn || w.due != now.Add(time.Duration(w.turn-tt.w.turn)*time.Microsecond) {
+			t.Errorf("%s: turn %d, want %d", tt.name, w.turn, tt.wantTurn)
+		}
+		ws.remove("k", "ana", &w)
+	}
+}
+
+// TestOneAccountHoldsAtMostHalfTheWaiters: of a replica's 5 waiting places, one account holds at
+// most 2, whatever its queues (its PIX and its statements), so a payroll account never takes
+// every place; with 1 place, that one.
+func TestOneAccountHoldsAtMostHalfTheWaiters(t *testing.T) {
+	ws := newWaiters(5)
+	for _, tt := range []struct {
+		key, owner string
+		want       bool
+	}{
+		{"pix:payroll", "payroll", true}, {"statement:payroll", "payroll", true}, {"pix:payroll", "payroll", false},
+		{"statement:payroll", "payroll", false}, {"pix:ana", "ana", true}, {"pix:ana", "ana", true}, {"pix:bruno", "bruno", true},
+		{"pix:bruno", "bruno", false},
+	} {
+		if got := ws.add(tt.key, tt.owner, &waiter{moved: make(chan struct{}, 1)}); got != tt.want {
+			t.Errorf("a waiter on %s with %d waiting: added %v, want %v", tt.key, ws.count.Load(), got, tt.want)
+		}
+	}
+	one := newWaiters(1)
+	if !one.add("pix:payroll", "payroll", &waiter{moved: make(chan struct{}, 1)}) {
+		t.Error("the only place of a replica of THROTTLE_MAX_WAITING 1: refused, want it given")
+	}
+}
