@@ -47,6 +47,65 @@ func payroll(ctx context.Context, d *demo) error {
 	const n = 40
 	d.out.say("The bakery sends its payroll: %d PIX of R$ 1,00 at once. Meanwhile Ana sends one of her own (%v alone, before).", n, before.Round(time.Millisecond))
 	d.out.say("Each answer is printed as it comes: the refusals at once, then the queue draining, one turn at a time.")
+	a := d.sendPayroll(ctx, n, office, company, home, mine)
+	replies, hers, during := a.replies, a.hers, a.during
+	counts, seen := count(replies)
+	limit, window, queue := declaredQueue(replies)
+	t := tallyPayroll(a)
+	served, slowestRefusal, longestWait, undecided := t.served, t.slowestRefusal, t.longestWait, t.undecided
+	if undecided > 0 {
+		d.out.say("%d could not be decided within REDIS_TIMEOUT (the embedded Redis, on a busy machine): the PIX's fail mode\n"+
+			"refused them, 429 rate_limiter_unavailable (each may still have taken a place nobody waits for). The\n"+
+			"queue's own answers are the others; past a quarter undecided, the story proves nothing.", undecided)
+	}
+	refused := counts[http.StatusTooManyRequests] - undecided
+	// The 40 leave together, but a busy machine delivers them over a turn or more, and a turn that
+	// passes frees a place: more than Q + 1 may be served then, never fewer, and never one refused
+	// while the queue had room.
+	d.expect(fmt.Sprintf("none is refused until the queue's %d places are taken: at least %d served, every 429 a full queue", queue, queue+1),
+		queue > 0 && counts[http.StatusCreated] >= min(n, queue+1)-undecided && counts[http.StatusCreated]+refused+undecided == n &&
+			t.fullRefusals == refused && undecided <= n/4, seen)
+	if len(served) > 2 && limit > 0 {
+		pace, want := (served[len(served)-1]-served[0])/time.Duration(len(served)-1), time.Duration(window)*time.Second/time.Duration(limit)
+		d.out.say("Served one every %v on average (the tier's pace: %ds over %d), the last after %v; each of the %d\n"+
+			"refused was answered within %v of its sending: a full queue says so at once, with Retry-After.",
+			pace.Round(time.Millisecond), window, limit, served[len(served)-1].Round(time.Millisecond),
+			refused, slowestRefusal.Round(time.Millisecond))
+		// Never faster than the pace, judged from the start, when all were sent: between the first
+		// and the last answers the span is compressed when the first answers come late (a busy
+		// machine delivered the first turns' answers after a second, and the span said 62 ms of 83).
+		// As fast as it while the queue stays full (refusals say it was), judged between the
+		// answers, which the start's own delay does not stretch.
+		fromStart := served[len(served)-1] / time.Duration(len(served)-1)
+		d.expect("the queue drains at the tier's pace (within a quarter), and each refusal comes at once",
+			fromStart > want*3/4 && (refused == 0 || pace < want*5/4 && slowestRefusal < longestWait/2),
+			fmt.Sprintf("pace %v of %v (%v from the start), slowest refusal %v, longest wait %v", pace.Round(time.Millisecond),
+				want.Round(time.Millisecond), fromStart.Round(time.Millisecond), slowestRefusal.Round(time.Millisecond),
+				longestWait.Round(time.Millisecond)))
+	}
+	d.expect("each PIX that waited its turn says how long: Server-Timing throttle;dur=ms, within its answer's time", t.waited > 0 && t.unsaid == 0,
+		fmt.Sprintf("%d of %d waited, %d said more than they took", t.waited, len(served), t.unsaid))
+	// Her key is her own: she waits no turn. (On a busy machine every answer is slower, hers too;
+	// what the queue must not do is make her wait for the bakery's turns.)
+	d.expect("Ana's PIX, sent meanwhile, waits no turn: her key is her own",
+		(hers.status == http.StatusCreated || hers.code() == "rate_limiter_unavailable") && hers.header.Get("Server-Timing") == "" && during < longestWait/2,
+		fmt.Sprintf("%s in %v (%v before the payroll), while the bakery's last waited %v", hers.summary(),
+			during.Round(time.Millisecond), before.Round(time.Millisecond), longestWait.Round(time.Millisecond)))
+	return nil
+}
+
+// payrollAnswers are the bakery's PIX's answers (with when each came, since the burst's start, and
+// how long each took from its sending), and Ana's, sent meanwhile, with its time.
+type payrollAnswers struct {
+	replies  []reply
+	at, took []time.Duration
+	hers     reply
+	during   time.Duration
+}
+
+// sendPayroll sends n PIX of R$ 1,00 at once from the bakery's token at office, and Ana's from
+// home in the middle of the queue, printing each answer as it comes.
+func (d *demo) sendPayroll(ctx context.Context, n int, office, company, home, mine string) payrollAnswers {
 	start := time.Now()
 	type answer struct {
 		r    reply
@@ -68,87 +127,57 @@ func payroll(ctx context.Context, d *demo) error {
 		r := d.pix(ctx, home, mine, pixBody("bruno@example.com", 100))
 		answers <- answer{r: r, took: time.Since(sent), hers: true}
 	}()
-	var during time.Duration
-	var hers reply
-	replies, at, took := make([]reply, 0, n), make([]time.Duration, 0, n), make([]time.Duration, 0, n)
+	out := payrollAnswers{replies: make([]reply, 0, n), at: make([]time.Duration, 0, n), took: make([]time.Duration, 0, n)}
 	for range n + 1 {
 		a := <-answers // printed here, one at a time, as they come
 		d.show(a.r)
 		if a.hers {
-			during, hers = a.took, a.r
+			out.during, out.hers = a.took, a.r
 			continue
 		}
-		replies, at, took = append(replies, a.r), append(at, a.at), append(took, a.took)
+		out.replies, out.at, out.took = append(out.replies, a.r), append(out.at, a.at), append(out.took, a.took)
 	}
+	return out
+}
 
-	counts, seen := count(replies)
-	limit, window, queue := declaredQueue(replies)
-	var served []time.Duration
-	var slowestRefusal, longestWait time.Duration         // each request's own time, from its sending to its answer
-	waited, unsaid, fullRefusals, undecided := 0, 0, 0, 0 // unsaid: a wait misreported
-	for i, r := range replies {
+// payrollTally is what the bakery's answers say: when the served came (since the start), the
+// slowest refusal and the longest wait (each request's own time, from its sending to its answer),
+// how many waited and said so, how many said a wait they cannot have had, the refusals of a full
+// queue, and the undecided (the fail mode's answers).
+type payrollTally struct {
+	served                      []time.Duration
+	slowestRefusal, longestWait time.Duration
+	waited, unsaid              int
+	fullRefusals, undecided     int
+}
+
+func tallyPayroll(a payrollAnswers) payrollTally {
+	var t payrollTally
+	for i, r := range a.replies {
 		switch r.status {
 		case http.StatusCreated:
-			served = append(served, at[i])
-			longestWait = max(longestWait, took[i])
+			t.served = append(t.served, a.at[i])
+			t.longestWait = max(t.longestWait, a.took[i])
 			if ms, ok := strings.CutPrefix(r.header.Get("Server-Timing"), "throttle;dur="); ok {
-				waited++
-				if n, err := strconv.Atoi(ms); err != nil || time.Duration(n)*time.Millisecond > took[i] {
-					unsaid++ // a wait it cannot have had: longer than its whole answer took
+				t.waited++
+				if n, err := strconv.Atoi(ms); err != nil || time.Duration(n)*time.Millisecond > a.took[i] {
+					t.unsaid++ // a wait it cannot have had: longer than its whole answer took
 				}
 			}
 		case http.StatusTooManyRequests:
 			if r.code() == "rate_limiter_unavailable" { // not decided in time: the fail mode's answer, not the queue's
-				undecided++
+				t.undecided++
 				continue
 			}
-			slowestRefusal = max(slowestRefusal, took[i])
+			t.slowestRefusal = max(t.slowestRefusal, a.took[i])
 			if r.code() == "rate_limit_exceeded" && r.header.Get("RateLimit-Remaining") == "0" &&
 				strings.HasPrefix(r.header.Get("RateLimit"), `"pix";`) { // the queue's, not the in-flight limit's
-				fullRefusals++
+				t.fullRefusals++
 			}
 		}
 	}
-	if undecided > 0 {
-		d.out.say("%d could not be decided within REDIS_TIMEOUT (the embedded Redis, on a busy machine): the PIX's fail mode\n"+
-			"refused them, 429 rate_limiter_unavailable (each may still have taken a place nobody waits for). The\n"+
-			"queue's own answers are the others; past a quarter undecided, the story proves nothing.", undecided)
-	}
-	slices.Sort(served)
-	refused := counts[http.StatusTooManyRequests] - undecided
-	// The 40 leave together, but a busy machine delivers them over a turn or more, and a turn that
-	// passes frees a place: more than Q + 1 may be served then, never fewer, and never one refused
-	// while the queue had room.
-	d.expect(fmt.Sprintf("none is refused until the queue's %d places are taken: at least %d served, every 429 a full queue", queue, queue+1),
-		queue > 0 && counts[http.StatusCreated] >= min(n, queue+1)-undecided && counts[http.StatusCreated]+refused+undecided == n &&
-			fullRefusals == refused && undecided <= n/4, seen)
-	if len(served) > 2 && limit > 0 {
-		pace, want := (served[len(served)-1]-served[0])/time.Duration(len(served)-1), time.Duration(window)*time.Second/time.Duration(limit)
-		d.out.say("Served one every %v on average (the tier's pace: %ds over %d), the last after %v; each of the %d\n"+
-			"refused was answered within %v of its sending: a full queue says so at once, with Retry-After.",
-			pace.Round(time.Millisecond), window, limit, served[len(served)-1].Round(time.Millisecond),
-			refused, slowestRefusal.Round(time.Millisecond))
-		// Never faster than the pace, judged from the start, when all were sent: between the first
-		// and the last answers the span is compressed when the first answers come late (a busy
-		// machine delivered the first turns' answers after a second, and the span said 62 ms of 83).
-		// As fast as it while the queue stays full (refusals say it was), judged between the
-		// answers, which the start's own delay does not stretch.
-		fromStart := served[len(served)-1] / time.Duration(len(served)-1)
-		d.expect("the queue drains at the tier's pace (within a quarter), and each refusal comes at once",
-			fromStart > want*3/4 && (refused == 0 || pace < want*5/4 && slowestRefusal < longestWait/2),
-			fmt.Sprintf("pace %v of %v (%v from the start), slowest refusal %v, longest wait %v", pace.Round(time.Millisecond),
-				want.Round(time.Millisecond), fromStart.Round(time.Millisecond), slowestRefusal.Round(time.Millisecond),
-				longestWait.Round(time.Millisecond)))
-	}
-	d.expect("each PIX that waited its turn says how long: Server-Timing throttle;dur=ms, within its answer's time", waited > 0 && unsaid == 0,
-		fmt.Sprintf("%d of %d waited, %d said more than they took", waited, len(served), unsaid))
-	// Her key is her own: she waits no turn. (On a busy machine every answer is slower, hers too;
-	// what the queue must not do is make her wait for the bakery's turns.)
-	d.expect("Ana's PIX, sent meanwhile, waits no turn: her key is her own",
-		(hers.status == http.StatusCreated || hers.code() == "rate_limiter_unavailable") && hers.header.Get("Server-Timing") == "" && during < longestWait/2,
-		fmt.Sprintf("%s in %v (%v before the payroll), while the bakery's last waited %v", hers.summary(),
-			during.Round(time.Millisecond), before.Round(time.Millisecond), longestWait.Round(time.Millisecond)))
-	return nil
+	slices.Sort(t.served)
+	return t
 }
 
 // timedPIX sends one PIX of R$ 1,00 from token to Bruno and returns how long its answer took.

@@ -77,19 +77,7 @@ func burst(ctx context.Context, d *demo) error {
 	replies := append([]reply{first}, d.burst(n, func(int) reply {
 		return d.pix(ctx, office, anaToken, pixBody("bruno@example.com", 1500))
 	})...)
-	// The in-flight limit (PIX_CONCURRENCY, 2 by default) also refuses PIX of one account that
-	// overlap, before her rate limit counts them: those are sent again, one at a time, as a client
-	// would after their Retry-After of a second, so the burst shows what the rate limit decides.
-	again := 0
-	for i, r := range replies {
-		if r.status == http.StatusTooManyRequests && strings.Contains(r.header.Get("RateLimit-Policy"), `"pix-concurrency"`) {
-			again++
-			replies[i] = d.show(d.pix(ctx, office, anaToken, pixBody("bruno@example.com", 1500)))
-		}
-	}
-	if again > 0 {
-		d.out.say("%d of them found two of her PIX still in progress (pix-concurrency, 429, Retry-After: 1) and were sent again, one at a time.", again)
-	}
+	d.resendOverlapping(replies, func() reply { return d.pix(ctx, office, anaToken, pixBody("bruno@example.com", 1500)) })
 	counts, seen := count(replies)
 	d.expect(fmt.Sprintf("%d PIX: %d × 201, 5 × 429", n+1, limit),
 		counts[http.StatusCreated] == limit && counts[http.StatusTooManyRequests] == 5, seen)
@@ -126,6 +114,23 @@ func burst(ctx context.Context, d *demo) error {
 	r := d.show(d.pix(ctx, office, anaToken, pixBody("bruno@example.com", 1500)))
 	d.expect("after Retry-After, Ana's next PIX is admitted", r.status == http.StatusCreated, r.summary())
 	return nil
+}
+
+// resendOverlapping sends again, one at a time with send, the PIX of replies that the in-flight
+// limit refused (PIX_CONCURRENCY, 2 by default: PIX of one account that overlap, refused before
+// the rate limit counts them), as a client would after their Retry-After of a second, so that a
+// burst shows what the rate limit decides; their new answers take their places.
+func (d *demo) resendOverlapping(replies []reply, send func() reply) {
+	again := 0
+	for i, r := range replies {
+		if r.status == http.StatusTooManyRequests && strings.Contains(r.header.Get("RateLimit-Policy"), `"pix-concurrency"`) {
+			again++
+			replies[i] = d.show(send())
+		}
+	}
+	if again > 0 {
+		d.out.say("%d of them found two of her PIX still in progress (pix-concurrency, 429, Retry-After: 1) and were sent again, one at a time.", again)
+	}
 }
 
 // retryAfter is the longest Retry-After among the 429s of replies, in seconds, and whether

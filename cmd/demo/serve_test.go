@@ -19,8 +19,9 @@ import (
 // with its two Redis calls; every expectation of the run is ✔; the
 // login attack draws some of its refusals as answered from the replicas' memory; stepped to the
 // 2× hole's verdict, the fixed window drew 10 admissions and the sliding log 5.
-// With PIXLIMIT_SCREENSHOTS=dir it also writes the sequence and the window as PNGs there (the
-// README's, under docs/). It skips where Chromium is absent; .ci/run installs it.
+// With PIXLIMIT_SCREENSHOTS=dir it also writes the sequence and the window as PNGs there (a
+// relative dir from the repository's root: docs/, the README's). It skips where Chromium is
+// absent; .ci/run installs it.
 func TestLivePicture(t *testing.T) {
 	browser, err := exec.LookPath("chromium")
 	if err != nil {
@@ -124,6 +125,9 @@ func TestLivePicture(t *testing.T) {
 		t.Errorf("the 2× hole drew %d admissions for the fixed window and %d for the sliding log, want 10 and 5", fixed, log)
 	}
 	if dir := os.Getenv("PIXLIMIT_SCREENSHOTS"); dir != "" {
+		if !filepath.IsAbs(dir) { // as given from the repository's root, where the README runs it
+			dir = filepath.Join("..", "..", dir)
+		}
 		for name, png := range map[string][]byte{"demo-sequence.png": seqPNG, "demo-window.png": windowPNG} {
 			if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
 				t.Error(err)

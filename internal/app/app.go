@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pixlimit/pixlimit"
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/config"
 	"github.com/pixlimit/pixlimit/internal/httpapi"
@@ -129,8 +130,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	if err != nil {
 		return err
 	}
-	r.Ledger = deps.Ledger
-	if r.Ledger == nil {
+	if r.Ledger = deps.Ledger; r.Ledger == nil {
 		ledger, closeLedger, err := openLedger(ctx, cfg, cost, logger)
 		if err != nil {
 			return err
@@ -138,25 +138,14 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		r.Ledger = ledger
 		r.closers = append(r.closers, closeLedger)
 	}
-
-	// A proxy routes on /readyz (deploy/haproxy.cfg checks it every second): a probe that waits
-	// out a long ledger deadline delays a lost replica's exit from the rotation by as much, so
-	// the database probe gets a second at most. A database that needs more is not ready.
-	ready := r.Limiter.Ready
-	if r.Breaker != nil {
-		ready = r.Breaker.Ready // asks Redis even while the breaker is open, and an answer closes it
-	}
-	r.probes = []httpapi.Probe{{Name: "redis", Timeout: cfg.RedisTimeout, Ping: ready}}
-	if db, ok := r.Ledger.(*pix.PostgresLedger); ok {
-		r.probes = append(r.probes, httpapi.Probe{Name: "database", Timeout: min(cfg.DBTimeout, time.Second), Ping: db.Ping})
-	}
+	r.setProbes(cfg)
 	var metrics *httpapi.Metrics
 	ledger := r.Ledger // as the replica's parts call it: every call timed when metrics are on
 	if deps.Registry != nil {
 		if metrics, err = httpapi.NewMetrics(deps.Registry, httpapi.LimiterGauges{RedisUp: func() bool { return r.Limiter.Stats().RedisUp }, WithdrawalsLost: r.Withdrawals.Lost}); err != nil {
 			return err
 		}
-		ledger = metrics.Instrument(r.Ledger)
+		ledger = pix.Timed(r.Ledger, metrics.ObserveLedger)
 	}
 	// The customers' routes call the ledger in their account's share of it; the desk and the
 	// tier poller call it as it is.
@@ -164,8 +153,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	if err != nil {
 		return err
 	}
-	tiers := httpapi.NewTiers(ctx, ledger, logger, tierPoll)
-	tiers.MaxWait = cfg.Limits.MaxWait // before any request reads it
+	tiers := pix.NewTiers(ctx, ledger, logger, tierPoll)
 	r.closers = append(r.closers, tiers.Close)
 	r.Handler, err = httpapi.NewServer(httpapi.Deps{
 		Metrics:                 metrics,
@@ -176,6 +164,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		Queue:                   r.Queue,
 		Fallback:                r.Fallback,
 		Limits:                  cfg.Limits,
+		OpenAPI:                 pixlimit.OpenAPI,
 		Ledger:                  pix.Shared(ledger, share),
 		Share:                   share,
 		Tiers:                   tiers,
@@ -195,6 +184,21 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		Limits: cfg.Limits, Ledger: ledger, Tokens: r.Tokens, Token: cfg.AdminToken, Tiers: tiers,
 		AuditKey: auth.DeriveKey(secret, "audit names")})
 	return err
+}
+
+// setProbes sets /readyz's probes. A proxy routes on /readyz (deploy/haproxy.cfg checks it every
+// second): a probe that waits out a long ledger deadline delays a lost replica's exit from the
+// rotation by as much, so the database probe gets a second at most. A database that needs more
+// is not ready.
+func (r *Replica) setProbes(cfg config.Config) {
+	ready := r.Limiter.Ready
+	if r.Breaker != nil {
+		ready = r.Breaker.Ready // asks Redis even while the breaker is open, and an answer closes it
+	}
+	r.probes = []httpapi.Probe{{Name: "redis", Timeout: cfg.RedisTimeout, Ping: ready}}
+	if db, ok := r.Ledger.(*pix.PostgresLedger); ok {
+		r.probes = append(r.probes, httpapi.Probe{Name: "database", Timeout: min(cfg.DBTimeout, time.Second), Ping: db.Ping})
+	}
 }
 
 // breakerOf is b as /readyz reads it: nil when there is none (not a nil *breaker.Breaker).

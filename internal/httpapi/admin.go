@@ -42,7 +42,7 @@ type AdminDeps struct {
 	// Token is ADMIN_TOKEN: the bearer token every call must carry.
 	Token string
 	// Tiers is the replica's tier table, refreshed at once after a change made here.
-	Tiers *Tiers
+	Tiers *pix.Tiers
 	// AuditKey keys the hash that names an account or a caller's IP in the audit
 	// (auth.DeriveKey(AUTH_SECRET, "audit names")): guessable ids are not reversible without it.
 	AuditKey []byte
@@ -427,7 +427,7 @@ func (d *desk) accountCheck(c echo.Context, id string, statement bool) (ratelimi
 	if statement {
 		limit = d.Limits.Statement
 	}
-	limit = d.Tiers.limitOf(limit, auth.Subject{Account: acct.ID, Person: string(person)}, statement)
+	limit = limitOf(d.Tiers, d.Limits.MaxWait, limit, auth.Subject{Account: acct.ID, Person: string(person)}, statement)
 	return ratelimit.Check{Policy: limit.Policy, Identity: id}, nil
 }
 

@@ -156,7 +156,7 @@ func handleApproveDevice(ledger pix.DeviceStore) echo.HandlerFunc {
 // not registered may remove only itself (403 device_not_registered). It counts against
 // account-settings, per account and device: a flood from another device never uses up the
 // owner's, and the desk can always revoke.
-func handleRemoveDevice(ledger pix.DeviceStore, tiers *Tiers) echo.HandlerFunc {
+func handleRemoveDevice(ledger pix.DeviceStore, tiers *pix.Tiers) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		s, device, err := deviceCall(c)
 		if err != nil {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/pixlimit/pixlimit"
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
@@ -34,8 +33,8 @@ func handleHealthz() echo.HandlerFunc {
 
 // handleOpenAPI serves the contract as docs/openapi.yaml holds it: no auth, cacheable (an ETag of
 // its hash, so a client revalidates for nothing).
-func handleOpenAPI() echo.HandlerFunc {
-	sum := sha256.Sum256(pixlimit.OpenAPI)
+func handleOpenAPI(doc []byte) echo.HandlerFunc {
+	sum := sha256.Sum256(doc)
 	etag := `"` + hex.EncodeToString(sum[:8]) + `"`
 	return func(c echo.Context) error {
 		h := c.Response().Header()
@@ -44,7 +43,7 @@ func handleOpenAPI() echo.HandlerFunc {
 		if c.Request().Header.Get("If-None-Match") == etag {
 			return c.NoContent(http.StatusNotModified)
 		}
-		return c.Blob(http.StatusOK, "application/yaml", pixlimit.OpenAPI)
+		return c.Blob(http.StatusOK, "application/yaml", doc)
 	}
 }
 
@@ -108,7 +107,7 @@ const deviceCookie = "__Host-pixlimit-device"
 // the document's: a botnet filling a customer's document key does not lock her out on a device
 // she used before. Any other token (expired, forged, for another document, malformed) counts as
 // none, and the answer does not say why.
-func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedger, passwords *auth.Passwords, tokens *auth.Tokens, devices *auth.Devices, tiers *Tiers) echo.HandlerFunc {
+func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedger, passwords *auth.Passwords, tokens *auth.Tokens, devices *auth.Devices, tiers *pix.Tiers) echo.HandlerFunc {
 	type request struct {
 		Document string `json:"document"`
 		Password string `json:"password"`
@@ -130,7 +129,7 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		document, person, docErr := pix.ParseDocument(req.Document)
 		device := ""
 		if decodeErr == nil && docErr == nil {
-			device, _ = devices.Verify(presentedDevice(c), document, tiers.documentRevokedSince(document))
+			device, _ = devices.Verify(presentedDevice(c), document, documentRevokedSince(tiers, document))
 		}
 		// A trusted device's login counts against neither the document nor the /48: a botnet
 		// filling either (a site's flood included) does not lock her out on a device she used.
@@ -282,7 +281,7 @@ func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxW
 		waitUntil := time.Now().Add(maxWait)
 		// One PIX of this key in progress on this replica: the others wait for its answer.
 		defer originals.enter(c.Request().Context(), s.Account+"\x00"+req.IdempotencyKey, waitUntil)()
-		own, held := check{lookups.tiers.limitOf(limit, s, false), s.Account}, slotOf(inflight, s.Account, req.IdempotencyKey)
+		own, held := check{limitOf(lookups.tiers, lookups.maxWait, limit, s, false), s.Account}, slotOf(inflight, s.Account, req.IdempotencyKey)
 		if share != nil && own.limit.Policy.Algorithm != ratelimit.LeakyBucket {
 			// One of the account's places of the ledger, held from before its admission: a PIX
 			// answered ledger_busy was decided by nothing, so it spent no quota and holds no slot.
@@ -382,7 +381,7 @@ func printable(s string) bool {
 // use, none idle) it is answered 503 ledger_busy at once, spending no quota, instead of queueing
 // behind the transfers; then the statement limit decides per account at the account's tier (a
 // queue's admission waits for its turn), and the ledger answers.
-func handleStatement(ledger pix.Payments, decide limiter, limit enforce.RouteLimit, tiers *Tiers) echo.HandlerFunc {
+func handleStatement(ledger pix.Payments, decide limiter, limit enforce.RouteLimit, tiers *pix.Tiers) echo.HandlerFunc {
 	type entry struct {
 		EndToEndID   string        `json:"end_to_end_id"`
 		Direction    pix.Direction `json:"direction"`
@@ -409,7 +408,7 @@ func handleStatement(ledger pix.Payments, decide limiter, limit enforce.RouteLim
 			decide.metrics.shed(limit.Policy.Name)
 			return &Error{Code: CodeLedgerBusy, RetryAfter: time.Second}
 		}
-		own := []check{{tiers.limitOf(limit, s, true), s.Account}}
+		own := []check{{limitOf(tiers, decide.maxWait, limit, s, true), s.Account}}
 		ctx, cancel := decide.throttle(c) // a queue's turn comes within it
 		defer cancel()
 		start := time.Now()

@@ -27,11 +27,11 @@ import (
 type lookupLimiter struct {
 	limiter
 	rules    dict.Rules
-	category string // the bank's DICT category, as GET /v1/pix/keys/limits reports it
-	tiers    *Tiers // nil: every payer at its person's default capacity
+	category string     // the bank's DICT category, as GET /v1/pix/keys/limits reports it
+	tiers    *pix.Tiers // nil: every payer at its person's default capacity
 }
 
-func newLookupLimiter(l limiter, limits enforce.RouteLimits, tiers *Tiers) lookupLimiter {
+func newLookupLimiter(l limiter, limits enforce.RouteLimits, tiers *pix.Tiers) lookupLimiter {
 	return lookupLimiter{limiter: l, tiers: tiers, category: limits.LookupCategory, rules: dict.Rules{
 		Payer: limits.PIXLookup, PayerPJ: limits.PIXLookupPJ, Participant: limits.LookupParticipant,
 		MissCost: limits.LookupMissCost, ParticipantMissCost: limits.LookupParticipantMissCost}}
@@ -39,7 +39,7 @@ func newLookupLimiter(l limiter, limits enforce.RouteLimits, tiers *Tiers) looku
 
 // payer is s's payer, at its account's tier's capacity.
 func (l lookupLimiter) payer(s auth.Subject) dict.Payer {
-	_, _, capacity := l.tiers.limits(s)
+	_, _, capacity := tierLimits(l.tiers, s)
 	return dict.Payer{ID: s.Payer, Company: s.Person == string(pix.PJ), Capacity: capacity}
 }
 

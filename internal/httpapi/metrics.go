@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"time"
@@ -162,14 +161,10 @@ func (m *Metrics) observe(route, method string, status int, took time.Duration) 
 	m.requestSeconds.WithLabelValues(route, method).Observe(took.Seconds())
 }
 
-// instrumented is a Ledger whose calls are all timed. It names the Ledger it wraps rather than
-// embedding it, so that a method added to pix.Ledger fails to compile here until it is timed too.
-type instrumented struct {
-	ledger pix.Ledger
-	m      *Metrics
-}
-
-func (l instrumented) observe(call string, start time.Time, err error) {
+// ObserveLedger counts one ledger call, a name from a fixed set, in
+// pixlimit_ledger_call_seconds, by how it ended: what pix.Timed reports of every call of the
+// replica's one ledger, as its server, its support desk and its tier poller call it.
+func (m *Metrics) ObserveLedger(call string, took time.Duration, err error) {
 	result := "ok"
 	switch {
 	case errors.Is(err, pix.ErrUnavailable):
@@ -179,108 +174,5 @@ func (l instrumented) observe(call string, start time.Time, err error) {
 	case err != nil:
 		result = "error" // a domain answer (insufficient funds, unknown key) is an error here too
 	}
-	l.m.ledgerSeconds.WithLabelValues(call, result).Observe(time.Since(start).Seconds())
-}
-
-// Instrument returns l with every call timed in pixlimit_ledger_call_seconds: the replica's one
-// ledger, as its server, its support desk and its tier poller call it.
-func (m *Metrics) Instrument(l pix.Ledger) pix.Ledger { return instrumented{ledger: l, m: m} }
-
-// timed runs one ledger call and observes it under call, a name from a fixed set.
-func timed[T any](l instrumented, call string, f func() (T, error)) (T, error) {
-	start := time.Now()
-	v, err := f()
-	l.observe(call, start, err)
-	return v, err
-}
-
-// done adapts a call that returns only an error to timed.
-func done(err error) (struct{}, error) { return struct{}{}, err }
-
-func (l instrumented) AccountByDocument(ctx context.Context, document string) (pix.Account, error) {
-	return timed(l, "account", func() (pix.Account, error) { return l.ledger.AccountByDocument(ctx, document) })
-}
-
-func (l instrumented) Account(ctx context.Context, id string) (pix.Account, error) {
-	return timed(l, "account", func() (pix.Account, error) { return l.ledger.Account(ctx, id) })
-}
-
-func (l instrumented) Transfer(ctx context.Context, r pix.TransferRequest) (pix.Receipt, error) {
-	return timed(l, "transfer", func() (pix.Receipt, error) { return l.ledger.Transfer(ctx, r) })
-}
-
-func (l instrumented) LookupKey(ctx context.Context, key string) (pix.Payee, error) {
-	return timed(l, "lookup", func() (pix.Payee, error) { return l.ledger.LookupKey(ctx, key) })
-}
-
-func (l instrumented) Statement(ctx context.Context, accountID string, limit int) (pix.Statement, error) {
-	return timed(l, "statement", func() (pix.Statement, error) { return l.ledger.Statement(ctx, accountID, limit) })
-}
-
-// Busy is not timed: it asks the pool, not the database.
-func (l instrumented) Busy() bool { return l.ledger.Busy() }
-
-func (l instrumented) Limits(ctx context.Context, accountID string) (pix.MoneyLimits, error) {
-	return timed(l, "limits", func() (pix.MoneyLimits, error) { return l.ledger.Limits(ctx, accountID) })
-}
-
-func (l instrumented) SetLimits(ctx context.Context, accountID string, c pix.MoneyLimitsChange) (pix.MoneyLimits, error) {
-	return timed(l, "set_limits", func() (pix.MoneyLimits, error) { return l.ledger.SetLimits(ctx, accountID, c) })
-}
-
-func (l instrumented) CancelPendingLimits(ctx context.Context, accountID string) (pix.MoneyLimits, error) {
-	return timed(l, "cancel_pending_limits", func() (pix.MoneyLimits, error) { return l.ledger.CancelPendingLimits(ctx, accountID) })
-}
-
-func (l instrumented) RegisterDevice(ctx context.Context, accountID, device string, delay time.Duration) (pix.DeviceRegistration, error) {
-	return timed(l, "register_device", func() (pix.DeviceRegistration, error) { return l.ledger.RegisterDevice(ctx, accountID, device, delay) })
-}
-
-func (l instrumented) Devices(ctx context.Context, accountID string) ([]pix.DeviceRegistration, error) {
-	return timed(l, "devices", func() ([]pix.DeviceRegistration, error) { return l.ledger.Devices(ctx, accountID) })
-}
-
-func (l instrumented) ApproveDevice(ctx context.Context, accountID, approver, device string) error {
-	_, err := timed(l, "approve_device", func() (struct{}, error) { return done(l.ledger.ApproveDevice(ctx, accountID, approver, device)) })
-	return err
-}
-
-func (l instrumented) DeskApproveDevice(ctx context.Context, accountID, device string) error {
-	_, err := timed(l, "approve_device", func() (struct{}, error) { return done(l.ledger.DeskApproveDevice(ctx, accountID, device)) })
-	return err
-}
-
-func (l instrumented) Now(ctx context.Context) (time.Time, error) {
-	return timed(l, "clock", func() (time.Time, error) { return l.ledger.Now(ctx) })
-}
-
-func (l instrumented) RemoveDevice(ctx context.Context, accountID, actor, device string) error {
-	_, err := timed(l, "remove_device", func() (struct{}, error) { return done(l.ledger.RemoveDevice(ctx, accountID, actor, device)) })
-	return err
-}
-
-func (l instrumented) Audit(ctx context.Context, r pix.AuditRecord) error {
-	_, err := timed(l, "audit", func() (struct{}, error) { return done(l.ledger.Audit(ctx, r)) })
-	return err
-}
-
-func (l instrumented) AuditTrail(ctx context.Context, limit int) ([]pix.AuditRecord, error) {
-	return timed(l, "audit_trail", func() ([]pix.AuditRecord, error) { return l.ledger.AuditTrail(ctx, limit) })
-}
-
-func (l instrumented) TierTable(ctx context.Context) (pix.TierTable, error) {
-	return timed(l, "tier_table", func() (pix.TierTable, error) { return l.ledger.TierTable(ctx) })
-}
-
-func (l instrumented) TierVersion(ctx context.Context) (int64, error) {
-	return timed(l, "tier_version", func() (int64, error) { return l.ledger.TierVersion(ctx) })
-}
-
-func (l instrumented) SetTier(ctx context.Context, accountID string, a pix.TierOf) error {
-	_, err := timed(l, "set_tier", func() (struct{}, error) { return done(l.ledger.SetTier(ctx, accountID, a)) })
-	return err
-}
-
-func (l instrumented) RevokeDevices(ctx context.Context, accountID string) (pix.Revocation, error) {
-	return timed(l, "revoke_devices", func() (pix.Revocation, error) { return l.ledger.RevokeDevices(ctx, accountID) })
+	m.ledgerSeconds.WithLabelValues(call, result).Observe(took.Seconds())
 }

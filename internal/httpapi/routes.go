@@ -22,8 +22,9 @@ import (
 // costs no quota and a 429 never reaches the ledger; the settings routes share one bucket per
 // account and device (account-settings), as a middleware.
 func addRoutes(e *echo.Echo, d Deps) error {
-	requireAccount := auth.RequireAccount(d.Tokens, d.Tiers.revocations()) // an access token, not revoked
-	limitSettings, err := RateLimitConfig{Limiter: d.Limiter, RouteLimit: d.Limits.Settings, Identify: accountDevice,
+	requireAccount := auth.RequireAccount(d.Tokens, revocations(d.Tiers)) // an access token, not revoked
+	limitSettings, err := RateLimitConfig{Limiter: d.Limiter, Stack: d.Stack, Queue: d.Queue, Fallback: d.Fallback,
+		RouteLimit: d.Limits.Settings, Identify: accountDevice,
 		FailClosedRetryAfter: d.Limits.FailClosedRetryAfter, Metrics: d.Metrics, Logger: d.Logger}.ToMiddleware()
 	if err != nil {
 		return err
@@ -34,7 +35,9 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	lookups := newLookupLimiter(decide, d.Limits, d.Tiers)
 
 	e.GET("/healthz", handleHealthz())
-	e.GET("/openapi.yaml", handleOpenAPI())
+	if len(d.OpenAPI) > 0 {
+		e.GET("/openapi.yaml", handleOpenAPI(d.OpenAPI))
+	}
 	e.GET("/readyz", handleReadyz(d.Probes, d.Breaker, d.Logger))
 	e.POST("/v1/login", handleLogin(decide, d.Limits, d.Ledger, d.Passwords, d.Tokens, d.Devices, d.Tiers))
 

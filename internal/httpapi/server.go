@@ -42,14 +42,17 @@ type Deps struct {
 	Queue    *queue.Queue
 	Fallback *fallback.Fallback
 	Limits   enforce.RouteLimits
-	// Ledger is the replica's ledger; its calls are timed when it comes wrapped in
-	// Metrics.Instrument, as the composition root (internal/app) passes it to every part alike.
+	// OpenAPI is the contract, served at /openapi.yaml (none: no such route); the composition
+	// root hands in docs/openapi.yaml, embedded by the module's root package.
+	OpenAPI []byte
+	// Ledger is the replica's ledger; its calls are timed when it comes wrapped in pix.Timed
+	// (reported to Metrics.ObserveLedger), as the composition root passes it to every part alike.
 	Ledger pix.Ledger
 	// Share is the accounts' share of the ledger (pix.Shared wraps Ledger in it), which a PIX
 	// holds from before its admission to its transfer's answer; nil: none.
 	Share *pix.Share
 	// Tiers, when set, holds each account to its tier's limits; nil: the Limits for everyone.
-	Tiers *Tiers
+	Tiers *pix.Tiers
 	// LedgerRetryAfter is the Retry-After of a 503 ledger_unavailable: as long as a ledger call
 	// may take. Default 1s.
 	LedgerRetryAfter time.Duration

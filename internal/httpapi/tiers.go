@@ -1,10 +1,6 @@
 package httpapi
 
 import (
-	"context"
-	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
@@ -13,164 +9,33 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
-// Tiers is a replica's copy of the ledger's tier table (pix.TierTable): which limits each
-// account is held to, read on every request from memory, never from the ledger. It polls the
-// table's version every interval and reloads the table when it moved, so a change made on any
-// replica (the support desk's PUT) is in force everywhere within about an interval plus a query.
-// Polling a one-row version, rather than LISTEN/NOTIFY, needs no connection held open per
-// replica and survives a database restart or failover without re-subscribing; its price is one
-// indexed read per interval per replica. A replica that cannot read the table keeps the last one
-// it knew, logging it once, and never falls back to no limits: the defaults are the
-// deployment's own figures, the floor under every tier.
-type Tiers struct {
-	ledger pix.TierStore
-	logger *slog.Logger
-	table  atomic.Pointer[pix.TierTable]
-	// MaxWait is the longest a queued request may wait for its turn (enforce.RouteLimits.MaxWait):
-	// a tier's queue holds no more places than come within it. Zero: no queue is shortened.
-	MaxWait time.Duration
-
-	// forget, once set (OnChange), is told each account whose assignment a reload changed.
-	forget atomic.Pointer[func(account string)]
-
-	failing bool // the last poll failed (the poller's own)
-	stop    chan struct{}
-	done    sync.WaitGroup
-}
-
-// NewTiers loads the table (an empty one, all defaults, if the ledger cannot answer now; the
-// poller retries) and polls its version every interval until Close.
-func NewTiers(ctx context.Context, ledger pix.TierStore, logger *slog.Logger, every time.Duration) *Tiers {
-	t := &Tiers{ledger: ledger, logger: logger, stop: make(chan struct{})}
-	t.table.Store(&pix.TierTable{})
-	if err := t.Refresh(ctx); err != nil {
-		t.failing = true
-		logger.Warn("cannot read the tier table: every account has the default limits until it can", "err", err)
-	}
-	t.done.Add(1)
-	go t.poll(every)
-	return t
-}
-
-// Refresh reloads the table now.
-func (t *Tiers) Refresh(ctx context.Context) error {
-	table, err := t.ledger.TierTable(ctx)
-	if err != nil {
-		return err
-	}
-	// Two refreshes may overlap (the poller's and a handler's): the older table never replaces
-	// a newer one.
-	var old *pix.TierTable
-	for {
-		old = t.table.Load()
-		if old != nil && old.Version > table.Version {
-			return nil
-		}
-		if t.table.CompareAndSwap(old, &table) {
-			break
-		}
-	}
-	if old == nil {
-		return nil
-	}
-	if forget := t.forget.Load(); forget != nil {
-		for id := range changed(old.Accounts, table.Accounts) {
-			(*forget)(id)
-		}
-	}
-	return nil
-}
-
-// OnChange has forget told each account whose tier or figures a later reload changes, once the
-// new table is in force: the server drops the account's keys from its deny cache, which would
-// otherwise refuse it from its memory of a key full under the old limit (a raised tier's
-// customer, told Retry-After 59 while 20 remain).
-func (t *Tiers) OnChange(forget func(account string)) { t.forget.Store(&forget) }
-
-// changed are the accounts whose assignment differs between two tables.
-func changed(old, new map[string]pix.TierOf) map[string]bool {
-	out := map[string]bool{}
-	for id, a := range new {
-		if b, ok := old[id]; !ok || b != a {
-			out[id] = true
-		}
-	}
-	for id := range old {
-		if _, ok := new[id]; !ok {
-			out[id] = true
-		}
-	}
-	return out
-}
-
-// Table is the table in force on this replica.
-func (t *Tiers) Table() pix.TierTable { return *t.table.Load() }
-
-func (t *Tiers) poll(every time.Duration) {
-	defer t.done.Done()
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-t.stop:
-			return
-		case <-tick.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		v, err := t.ledger.TierVersion(ctx)
-		if err == nil && v != t.table.Load().Version {
-			err = t.Refresh(ctx)
-		}
-		cancel()
-		switch {
-		case err != nil && !t.failing:
-			t.failing = true
-			t.logger.Warn("cannot read the tier table: keeping the last limits known", "version", t.table.Load().Version, "err", err)
-		case err == nil && t.failing:
-			t.failing = false
-			t.logger.Info("tier table read again", "version", t.table.Load().Version)
-		}
-	}
-}
-
-// Close stops the poller.
-func (t *Tiers) Close() {
-	close(t.stop)
-	t.done.Wait()
-}
+// The tier table as the routes read it (pix.Tiers keeps this replica's copy current): an
+// account's limits and queue, and the revocations a token or a device is checked against.
 
 // revocations are the accounts' revocations in force on this replica, for auth.RequireAccount;
 // nil without Tiers.
-func (t *Tiers) revocations() auth.Revocations {
+func revocations(t *pix.Tiers) auth.Revocations {
 	if t == nil {
 		return nil
 	}
 	return t
-}
-
-// RevokedSince is when support last revoked account's devices (auth.Revocations).
-func (t *Tiers) RevokedSince(account string) time.Time { return t.table.Load().RevokedSince(account) }
-
-// RemovedSince is when account's owner last removed device (auth.Revocations).
-func (t *Tiers) RemovedSince(account, device string) time.Time {
-	return t.table.Load().RemovedSince(account, device)
 }
 
 // documentRevokedSince is when support last revoked the devices of one of document's
 // accounts: a login's device token issued before it is no device.
-func (t *Tiers) documentRevokedSince(document string) time.Time {
+func documentRevokedSince(t *pix.Tiers, document string) time.Time {
 	if t == nil {
 		return time.Time{}
 	}
-	return t.table.Load().DocumentRevokedSince(document)
+	return t.Table().DocumentRevokedSince(document)
 }
 
 // limits are an account's figures (0: the default), or all defaults without Tiers.
-func (t *Tiers) limits(s auth.Subject) (pixLimit, statementLimit, lookupCapacity int) {
+func tierLimits(t *pix.Tiers, s auth.Subject) (pixLimit, statementLimit, lookupCapacity int) {
 	if t == nil {
 		return 0, 0, 0
 	}
-	return t.table.Load().Limits(s.Account, pix.Person(s.Person))
+	return t.Table().Limits(s.Account, pix.Person(s.Person))
 }
 
 // limitOf is l, the PIX route's limit (the statement's when statement), as s's account's tier
@@ -178,9 +43,9 @@ func (t *Tiers) limits(s auth.Subject) (pixLimit, statementLimit, lookupCapacity
 // keeps its name, so the key of the same algorithm (and what it already counted) stays: a
 // customer who used 8 of 10 and moves to a tier of 5 is refused until the log ages. A tier with
 // a PIX queue puts the PIX on a leaky_bucket of that many places (a key of its own), no more than
-// turns come within MaxWait.
-func (t *Tiers) limitOf(l enforce.RouteLimit, s auth.Subject, statement bool) enforce.RouteLimit {
-	p, st, _ := t.limits(s)
+// turns come within maxWait (0: no queue is shortened).
+func limitOf(t *pix.Tiers, maxWait time.Duration, l enforce.RouteLimit, s auth.Subject, statement bool) enforce.RouteLimit {
+	p, st, _ := tierLimits(t, s)
 	if statement {
 		p = st
 	}
@@ -190,12 +55,12 @@ func (t *Tiers) limitOf(l enforce.RouteLimit, s auth.Subject, statement bool) en
 			l.Policy.Burst = p
 		}
 	}
-	if q := t.pixQueue(s); q > 0 && !statement {
+	if q := pixQueue(t, s); q > 0 && !statement {
 		queued := l
 		queued.Policy.Algorithm, queued.Policy.Burst, queued.Policy.Queue = ratelimit.LeakyBucket, 0, q
 		if pace := queued.Policy.Pace(); pace >= time.Millisecond { // a limit too high to pace keeps the route's own algorithm
-			if t.MaxWait > 0 && time.Duration(q)*pace > t.MaxWait {
-				queued.Policy.Queue = max(1, int(t.MaxWait/pace))
+			if maxWait > 0 && time.Duration(q)*pace > maxWait {
+				queued.Policy.Queue = max(1, int(maxWait/pace))
 			}
 			l = queued
 		}
@@ -204,9 +69,9 @@ func (t *Tiers) limitOf(l enforce.RouteLimit, s auth.Subject, statement bool) en
 }
 
 // pixQueue is the places of s's account's tier's PIX queue; 0: none, or no Tiers.
-func (t *Tiers) pixQueue(s auth.Subject) int {
+func pixQueue(t *pix.Tiers, s auth.Subject) int {
 	if t == nil {
 		return 0
 	}
-	return t.table.Load().PIXQueue(s.Account, pix.Person(s.Person))
+	return t.Table().PIXQueue(s.Account, pix.Person(s.Person))
 }

@@ -1,4 +1,4 @@
-package httpapi
+package pix
 
 import (
 	"bytes"
@@ -9,24 +9,21 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/pixlimit/pixlimit/internal/auth"
-	"github.com/pixlimit/pixlimit/internal/pix"
 )
 
 // flakyTiers is a ledger whose tier table can be changed and made unreadable.
 type flakyTiers struct {
-	pix.Ledger
+	Ledger
 	mu    sync.Mutex
-	table pix.TierTable
+	table TierTable
 	down  bool
 }
 
-func (f *flakyTiers) TierTable(context.Context) (pix.TierTable, error) {
+func (f *flakyTiers) TierTable(context.Context) (TierTable, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
-		return pix.TierTable{}, pix.ErrUnavailable
+		return TierTable{}, ErrUnavailable
 	}
 	return f.table, nil
 }
@@ -56,12 +53,11 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // and logs again when it reads it.
 func TestTiersKeepTheLastTableWhenTheLedgerFails(t *testing.T) {
 	t.Parallel()
-	tiers := map[string]pix.Tier{"pf": {Name: "pf"}, "restricted": {Name: "restricted", PIXLimit: 5}}
-	f := &flakyTiers{table: pix.TierTable{Version: 1, Tiers: tiers, Accounts: map[string]pix.TierOf{}}}
+	tiers := map[string]Tier{"pf": {Name: "pf"}, "restricted": {Name: "restricted", PIXLimit: 5}}
+	f := &flakyTiers{table: TierTable{Version: 1, Tiers: tiers, Accounts: map[string]TierOf{}}}
 	logs := &syncBuffer{}
 	tt := NewTiers(context.Background(), f, slog.New(slog.NewTextHandler(logs, nil)), 5*time.Millisecond)
 	defer tt.Close()
-	ana := auth.Subject{Account: "acct-ana", Person: "PF"}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(2 * time.Second); !ok(); {
@@ -71,17 +67,17 @@ func TestTiersKeepTheLastTableWhenTheLedgerFails(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if p, _, _ := tt.limits(ana); p != 0 {
+	if p, _, _ := tt.Table().Limits("acct-ana", Person("PF")); p != 0 {
 		t.Fatalf("at first: PIX limit %d, want 0 (the default)", p)
 	}
 	f.set(func(f *flakyTiers) {
-		f.table = pix.TierTable{Version: 2, Tiers: tiers, Accounts: map[string]pix.TierOf{"acct-ana": {Tier: "restricted"}}}
+		f.table = TierTable{Version: 2, Tiers: tiers, Accounts: map[string]TierOf{"acct-ana": {Tier: "restricted"}}}
 	})
-	waitFor("the change", func() bool { p, _, _ := tt.limits(ana); return p == 5 })
+	waitFor("the change", func() bool { p, _, _ := tt.Table().Limits("acct-ana", Person("PF")); return p == 5 })
 	f.set(func(f *flakyTiers) { f.down = true })
 	waitFor("the failure logged", func() bool { return strings.Contains(logs.String(), "keeping the last limits known") })
 	time.Sleep(30 * time.Millisecond) // several failed polls
-	if p, _, _ := tt.limits(ana); p != 5 {
+	if p, _, _ := tt.Table().Limits("acct-ana", Person("PF")); p != 5 {
 		t.Errorf("with the ledger down: PIX limit %d, want 5 (the last table)", p)
 	}
 	if n := strings.Count(logs.String(), "keeping the last limits known"); n != 1 {
@@ -89,7 +85,7 @@ func TestTiersKeepTheLastTableWhenTheLedgerFails(t *testing.T) {
 	}
 	f.set(func(f *flakyTiers) { f.down = false })
 	waitFor("the recovery logged", func() bool { return strings.Contains(logs.String(), "tier table read again") })
-	if err := tt.Refresh(context.Background()); err != nil || errors.Is(err, pix.ErrUnavailable) {
+	if err := tt.Refresh(context.Background()); err != nil || errors.Is(err, ErrUnavailable) {
 		t.Fatal(err)
 	}
 }
