@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -32,20 +31,6 @@ func sameWait(a, b time.Duration) bool { return (a - b).Abs() <= time.Microsecon
 
 func sameResult(a, b Result) bool {
 	return a.Policy == b.Policy && a.Remaining == b.Remaining && sameWait(a.Reset, b.Reset) && sameWait(a.RetryAfter, b.RetryAfter)
-}
-
-// randomStep moves clk on by up to short (most steps), up to 2ms (a few, so requests crowd a
-// key), or up to long (now and then, so windows pass), on whole microseconds as Redis counts.
-func randomStep(clk *clock, rng *rand.Rand, short, long time.Duration) {
-	switch r := rng.IntN(100); {
-	case r < 78:
-		clk.Add(time.Duration(rng.Int64N(int64(short))))
-	case r < 95:
-		clk.Add(time.Duration(rng.IntN(2000)) * time.Microsecond)
-	default:
-		clk.Add(time.Duration(rng.Int64N(int64(long))))
-	}
-	clk.Set(clk.Now().Truncate(time.Microsecond))
 }
 
 // client makes clients of srv with the generous budget.

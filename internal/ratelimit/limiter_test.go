@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pixlimit/pixlimit/internal/testing/clocktest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 	"github.com/pixlimit/pixlimit/internal/testing/stalls"
 )
@@ -57,17 +58,10 @@ func newTestLimiter(t *testing.T) (*Limiter, *redis.Client, *redistest.Server) {
 }
 
 // clock is an injected time for the script, so tests step through windows without sleeping.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
-func (c *clock) Set(t time.Time)     { c.mu.Lock(); c.now = t; c.mu.Unlock() }
+type clock = clocktest.Clock
 
 func withClock(l *Limiter) *clock {
-	c := &clock{now: time.UnixMicro(1_800_000_000_000_000)}
+	c := clocktest.New()
 	l.now = c.Now
 	return c
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pixlimit/pixlimit/internal/testing/clocktest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
@@ -18,12 +19,12 @@ import (
 // every Result, the values of every header, to be identical.
 func sameLogTrace(t *testing.T, newClient func() redis.Scripter, seed uint64, steps int) {
 	t.Helper()
-	clk := &clock{now: time.UnixMicro(1_800_000_000_000_000)}
+	clk := clocktest.New()
 	sorted, packed := world(t, newClient, fmt.Sprint("set", seed), 3, clk), world(t, newClient, fmt.Sprint("packed", seed), 3, clk)
 	rng := rand.New(rand.NewPCG(seed, 99))
 	refused := 0
 	for step := range steps {
-		randomStep(clk, rng, 400*time.Millisecond, 15*time.Second)
+		clk.Wander(rng, 400*time.Millisecond, 15*time.Second)
 		limitA := 3 + step/(steps/3) // 3, 4, 5: a limit raised while keys hold entries
 		if step > steps*5/6 {
 			limitA = 2 // and lowered below what they hold

@@ -74,20 +74,6 @@ func fleet(t *testing.T, srv *redistest.Server, prefix string, n int, clk *clock
 	return rs
 }
 
-// moveOn moves clk on by up to short (most steps), up to 2ms (a few, so requests crowd a key), or
-// up to long (now and then, so windows pass), on whole microseconds as Redis counts.
-func moveOn(clk *clocktest.Clock, rng *rand.Rand, short, long time.Duration) {
-	switch r := rng.IntN(100); {
-	case r < 78:
-		clk.Add(time.Duration(rng.Int64N(int64(short))))
-	case r < 95:
-		clk.Add(time.Duration(rng.IntN(2000)) * time.Microsecond)
-	default:
-		clk.Add(time.Duration(rng.Int64N(int64(long))))
-	}
-	clk.Set(clk.Now().Truncate(time.Microsecond))
-}
-
 // sameWait allows the sliding window its one microsecond of integer rounding, which may fall on
 // either side once the deadline crosses into the next calendar window.
 func sameWait(a, b time.Duration) bool { return (a - b).Abs() <= time.Microsecond }
@@ -122,7 +108,7 @@ func TestTheDenyCacheDecidesAsRedisDoes(t *testing.T) {
 			rng := rand.New(rand.NewPCG(13, uint64(len(a))))
 			cachedRefusals, refused := 0, 0
 			for step := range 4000 {
-				moveOn(clk, rng, 300*time.Millisecond, 12*time.Second)
+				clk.Wander(rng, 300*time.Millisecond, 12*time.Second)
 				x, y := fmt.Sprint(rng.IntN(3)), fmt.Sprint(rng.IntN(3))
 				var checks []ratelimit.Check
 				switch rng.IntN(3) {

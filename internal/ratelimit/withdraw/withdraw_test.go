@@ -21,6 +21,7 @@ import (
 
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/clocktest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 	"github.com/pixlimit/pixlimit/internal/testing/stalls"
 )
@@ -53,15 +54,9 @@ const (
 
 // clock is an injected time (ratelimit.Options.Now), so tests step through windows without
 // sleeping.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type clock = clocktest.Clock
 
-func newClock() *clock               { return &clock{now: time.UnixMicro(1_800_000_000_000_000)} }
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Set(t time.Time)     { c.mu.Lock(); c.now = t; c.mu.Unlock() }
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+func newClock() *clock { return clocktest.New() }
 
 // limiter is a Limiter over rdb whose Runner withdraws, and splits every decision per key
 // (split: as on a cluster, forced on one node when rdb is no cluster client); opts sets its

@@ -3,6 +3,7 @@
 package clocktest
 
 import (
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -24,3 +25,18 @@ func (c *Clock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
 
 // Add moves the clock on by d.
 func (c *Clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+// Wander moves the clock on at random, on whole microseconds as Redis counts: by up to short
+// (most steps), up to 2ms (a few, so requests crowd a key), or up to long (now and then, so
+// windows pass).
+func (c *Clock) Wander(rng *rand.Rand, short, long time.Duration) {
+	switch r := rng.IntN(100); {
+	case r < 78:
+		c.Add(time.Duration(rng.Int64N(int64(short))))
+	case r < 95:
+		c.Add(time.Duration(rng.IntN(2000)) * time.Microsecond)
+	default:
+		c.Add(time.Duration(rng.Int64N(int64(long))))
+	}
+	c.Set(c.Now().Truncate(time.Microsecond))
+}
