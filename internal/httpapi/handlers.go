@@ -187,7 +187,7 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 // (login-account, its limit and window), and, when the /48 was not decided for a trusted device
 // (netSkipped), login-net listed where it would be: otherwise a refusal, which costs nothing,
 // would say whether a device token is valid for a CPF, and a stolen token would find its owner.
-func loginReport(limits enforce.RouteLimits, netSkipped bool) func(ratelimit.Decision) ratelimit.Decision {
+func loginReport(limits enforce.RouteLimits, netSkipped bool) *report {
 	asAccount := func(r ratelimit.Result) ratelimit.Result {
 		if r.Policy.Name == limits.LoginDevice.Policy.Name {
 			r.Policy, r.Capacity = limits.LoginAccount.Policy, limits.LoginAccount.Policy.Capacity()
@@ -195,7 +195,7 @@ func loginReport(limits enforce.RouteLimits, netSkipped bool) func(ratelimit.Dec
 		}
 		return r
 	}
-	return func(d ratelimit.Decision) ratelimit.Decision {
+	return &report{show: func(d ratelimit.Decision) ratelimit.Decision {
 		if d.Allowed {
 			return d.Only(0)
 		}
@@ -209,7 +209,7 @@ func loginReport(limits enforce.RouteLimits, netSkipped bool) func(ratelimit.Dec
 		}
 		d.Results, d.Worst = results, asAccount(d.Worst)
 		return d
-	}
+	}}
 }
 
 // validLogin names the login's invalid fields, if any.
@@ -253,7 +253,7 @@ const maxDescription = 140
 // decides, per account (never per IP: a whole office shares one), at the account's tier, and the
 // slot is taken (a queued PIX waits for its turn first, and takes its slot then); the ledger
 // moves the money; and the look-up buckets are settled by the ledger's answer as the slot is
-// given back (lookupLimiter.admitPIX and afterPIX).
+// given back (admission.go: lookupLimiter.admit, and ticket.settle).
 func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxWait time.Duration, limit, inflight enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
 	lease := cmp.Or(inflight.Policy.Window, 15*time.Second) // a mark outlasts the longest PIX, as a slot does (its lease)
 	type payee struct {
@@ -295,12 +295,12 @@ func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxW
 			c.SetRequest(c.Request().WithContext(ctx))
 		}
 		orig := markOf(lease, s.Account, req.IdempotencyKey)
-		user, err := lookups.admitPIX(c, s, req.keyType, own, held, orig, waitUntil)
+		admitted, err := lookups.admit(c, s, req.keyType, req.ToKey, own, held, orig, waitUntil) // admission.go
 		if err != nil {
 			return err
 		}
 		r, err := ledger.Transfer(c.Request().Context(), req.TransferRequest)
-		if err := lookups.afterPIX(c, s, user, req.ToKey, held, orig, r, err); err != nil {
+		if err := admitted.settle(r, err); err != nil {
 			return err
 		}
 		return c.JSON(http.StatusCreated, response{r.EndToEndID, r.AmountCents, r.BalanceCents,

@@ -111,9 +111,9 @@ func (s sequence) refused(step ratelimit.Step) bool {
 }
 
 // answerStep is limiter.answer for step of s.
-func (l lookupLimiter) answerStep(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs []check, s sequence, step ratelimit.Step) (ratelimit.Decision, error) {
+func (l lookupLimiter) answerStep(c echo.Context, rep *report, cs []check, s sequence, step ratelimit.Step) (ratelimit.Decision, error) {
 	d, err := s.of(step)
-	return l.answer(c, report, cs, d, err, s.took)
+	return l.answer(c, rep, cs, d, err, s.took)
 }
 
 // answerAsk answers the ask of the payer's bucket (user) and the bank's (bank), step of asked
@@ -122,28 +122,28 @@ func (l lookupLimiter) answerStep(c echo.Context, report func(ratelimit.Decision
 // is the payer bucket's. With quiet, an admission sets no RateLimit headers.
 func (l lookupLimiter) answerAsk(c echo.Context, user, bank check, quiet bool, asked sequence, step ratelimit.Step) error {
 	bank.limit.FailMode = user.limit.FailMode
-	payerEmpty := func(d ratelimit.Decision) bool { return !d.Allowed && d.Results[0].RetryAfter > 0 }
-	report := func(d ratelimit.Decision) ratelimit.Decision {
+	rep := &report{show: func(d ratelimit.Decision) ratelimit.Decision {
 		switch {
-		case payerEmpty(d):
+		case !d.Allowed && d.Results[0].RetryAfter > 0: // the payer's bucket
 			return d.Only(0)
-		case !d.Allowed: // the bank's bucket: not the customer's to see
+		case !d.Allowed: // the bank's bucket alone: not the customer's to see, no RateLimit headers
 			return ratelimit.Decision{Worst: d.Results[1]}
 		case quiet:
 			return ratelimit.Decision{Allowed: true}
 		}
 		return d.Only(0)
-	}
-	d, err := l.answerStep(c, report, []check{user, bank}, asked, step)
-	var e *Error
-	if errors.As(err, &e) && e.Code == CodeRateLimitExceeded && !payerEmpty(d) {
-		return l.exhausted(bank.limit, e.RetryAfter)
-	}
+	}, refuse: func(shown ratelimit.Decision) *Error {
+		if len(shown.Results) > 0 { // the payer's: a 429
+			return nil
+		}
+		return l.exhausted(bank.limit, shown.Worst.RetryAfter)
+	}}
+	_, err := l.answerStep(c, rep, []check{user, bank}, asked, step)
 	return err
 }
 
 // exhausted is the answer while the bank's bucket is empty, logged (at most once per interval).
-func (l lookupLimiter) exhausted(bank enforce.RouteLimit, retryAfter time.Duration) error {
+func (l lookupLimiter) exhausted(bank enforce.RouteLimit, retryAfter time.Duration) *Error {
 	l.events.log("exhausted:"+bank.Policy.Name, slog.LevelWarn, "the bank's DICT look-up quota is spent: look-ups answer 503",
 		"policy", bank.Policy.Name, "retry_after", retryAfter.String())
 	return &Error{Code: CodeLookupCapacityExhausted, RetryAfter: retryAfter}
@@ -169,23 +169,19 @@ func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, gra
 	// On a context the client cannot cancel: a scanner that hangs up once the ledger has answered
 	// still pays its miss, and a PIX's slot goes back.
 	paid := l.sequenceOf(context.WithoutCancel(c.Request().Context()), steps...)
-	report := func(d ratelimit.Decision) ratelimit.Decision {
+	quietly := &report{show: func(d ratelimit.Decision) ratelimit.Decision {
 		if quiet && d.Allowed {
 			return ratelimit.Decision{Allowed: true}
 		}
 		return d
-	}
-	if _, err := l.answerStep(c, report, []check{user}, paid, payUser); err != nil {
+	}}
+	if _, err := l.answerStep(c, quietly, []check{user}, paid, payUser); err != nil {
 		return err
 	}
-	bankReport := func(d ratelimit.Decision) ratelimit.Decision {
+	bankReport := &report{show: func(d ratelimit.Decision) ratelimit.Decision { // no RateLimit headers: not the customer's
 		return ratelimit.Decision{Allowed: d.Allowed, Worst: d.Worst}
-	}
+	}, refuse: func(shown ratelimit.Decision) *Error { return l.exhausted(bank.limit, shown.Worst.RetryAfter) }}
 	_, payErr := l.answerStep(c, bankReport, []check{bank}, paid, payBank)
-	var e *Error
-	if errors.As(payErr, &e) && e.Code == CodeRateLimitExceeded {
-		return l.exhausted(bank.limit, e.RetryAfter)
-	}
 	if payErr == nil && granted != nil && !paid.admitted(granted) {
 		l.events.log("grant:"+dict.VoucherPolicy.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
 			"policy", dict.VoucherPolicy.Name)
@@ -210,151 +206,6 @@ func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, k
 	if _, err := l.decider().Decide(ctx, append(first, steps...)...); err != nil {
 		l.events.log("refund:"+user.limit.Policy.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
 			"policy", user.limit.Policy.Name, "cause", err.Error())
-	}
-}
-
-// The PIX's side of the anti-scan buckets: a PIX to a key nobody has answers 404 as a look-up
-// does, so it is paid for like one, or PIX would be the way to enumerate keys once look-ups are
-// refused. A bucket that cannot be asked (Redis down) leaves the PIX to its own limit's fail mode.
-
-// admitPIX decides, in one limiter call, whether the payer's bucket of the key's type and the
-// bank's could pay for a miss (asked, taking nothing), whether one of the account's in-flight
-// slots is free (held; asked, taking nothing), then the PIX's own limit (own), and then takes
-// the slot: while either bucket holds no token the PIX is refused (429, policy pix-lookup or
-// pix-lookup-v2; or 503 lookup_capacity_exhausted) whether or not its key exists, and its own
-// limit records nothing; while every slot is held by other PIX, 429 pix-concurrency; else its
-// own limit decides as any route's. A queued PIX (leaky_bucket) waits for its turn, then takes its
-// slot in a call of its own: it holds none while it waits. It returns the payer's bucket, for
-// afterPIX.
-//
-// The last step takes the PIX's mark as its key's original (orig): one refused it waits for the
-// original to answer, at most until waitUntil (mark.wait).
-func (l lookupLimiter) admitPIX(c echo.Context, s auth.Subject, t pix.KeyType, own check, held *slot, orig *mark, waitUntil time.Time) (check, error) {
-	user, bank := l.bucket(s, t), l.bank()
-	if d, full := l.knownFull(checks([]check{own})...); full { // refused from memory: asking the buckets would change nothing
-		_, err := l.answer(c, nil, []check{own}, d, nil, 0)
-		return user, err
-	}
-	queued := own.limit.Policy.Algorithm == ratelimit.LeakyBucket
-	ctx, cancel := l.throttle(c) // a queue's turn comes within it
-	defer cancel()
-	// The steps: the buckets asked; then the slot asked, the limit, the slot taken. A limit in
-	// shadow mode never refuses, so its slot is taken before it (a shadow refusal ends the
-	// sequence). A queued PIX takes its slot at its turn.
-	ask, limit := ratelimit.AskStep(checks([]check{user, bank})...), ratelimit.AllowStep(checks([]check{own})...)
-	var askSlot, takeSlot, takeMark ratelimit.Step
-	steps := []ratelimit.Step{ask}
-	switch {
-	case held != nil && !queued && own.limit.Shadow:
-		takeSlot = ratelimit.HoldStep(checks([]check{held.check})[0], held.name)
-		steps = append(steps, takeSlot, limit)
-	case held != nil && !queued:
-		askSlot = ratelimit.AskHoldStep(checks([]check{held.check})[0], held.name)
-		takeSlot = ratelimit.HoldStep(checks([]check{held.check})[0], held.name)
-		steps = append(steps, askSlot, limit, takeSlot)
-	default:
-		steps = append(steps, limit)
-	}
-	if !queued {
-		takeMark = orig.take()
-		steps = append(steps, takeMark)
-	}
-	// A client that hangs up does not cut the call short: a slot it took is then given back here.
-	deadline, _ := ctx.Deadline()
-	callCtx, cancelCall := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	decided := l.sequenceOf(callCtx, steps...)
-	cancelCall()
-	// A hold the sequence may have taken goes back with a refusal: one it took, or, when Redis
-	// did not answer, one it may have taken (the script may have run; a hold's name is its own, so
-	// giving back one never taken changes nothing).
-	mayHold := func(s ratelimit.Step) bool {
-		return s != nil && (decided.admitted(s) || decided.err != nil && !decided.refused(s))
-	}
-	giveBack := func(err error) error {
-		if err == nil {
-			return nil
-		}
-		var release []ratelimit.Step
-		if mayHold(takeSlot) {
-			release = held.release()
-		}
-		if mayHold(takeMark) {
-			release = append(release, orig.release()...)
-		}
-		l.release(c, release...)
-		return err
-	}
-	asked := user
-	asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
-	if err := l.answerAsk(c, asked, bank, true, decided, ask); err != nil {
-		return user, giveBack(err)
-	}
-	for _, slot := range []ratelimit.Step{askSlot, takeSlot} { // the slot asked, or taken (on a cluster the take is a call of its own)
-		if d, ran := decided.ds.Of(slot); ran {
-			if err := held.answer(c, l.limiter, own, d, nil, decided.took); err != nil {
-				return user, giveBack(err)
-			}
-		}
-	}
-	d, err := l.answerStep(c, nil, []check{own}, decided, limit)
-	if err != nil {
-		return user, giveBack(err)
-	}
-	if !queued {
-		switch {
-		case decided.refused(takeMark): // another replica's original is in progress
-			orig.wait(ctx, l.core, waitUntil, false)
-		case !decided.admitted(takeMark) && decided.err == nil: // a shadow refusal ended the sequence before it
-			orig.wait(ctx, l.core, waitUntil, true)
-		}
-		return user, nil
-	}
-	if err := l.wait(c, ctx, []check{own}, d, decided.took); err != nil {
-		return user, err
-	}
-	if held != nil {
-		start := time.Now()
-		hds, err := l.core.Decide(context.WithoutCancel(ctx), ratelimit.HoldStep(checks([]check{held.check})[0], held.name))
-		hd := hds.Last()
-		if err := held.answer(c, l.limiter, own, hd, err, time.Since(start)); err != nil {
-			return user, err
-		}
-	}
-	orig.wait(ctx, l.core, waitUntil, true) // at its turn: a queued PIX takes its mark as it takes its slot
-	return user, nil
-}
-
-// afterPIX settles the buckets once the ledger has answered the PIX (r, err), gives the PIX's
-// in-flight slot back (held) in the same call, and returns the PIX's answer: a PIX to a key
-// nobody has pays the miss, admitted and paid at once, before its 404 is sent (refused, it is a
-// 429 instead); a payment to a found key costs nothing, and its 201 gives back the tokens of the
-// look-up that led to it, if there was one (refund; a replayed 201, which moved nothing, gives
-// none). The slot goes back even when the client has left.
-func (l lookupLimiter) afterPIX(c echo.Context, s auth.Subject, user check, key string, held *slot, orig *mark, r pix.Receipt, err error) error {
-	ctx := context.WithoutCancel(c.Request().Context())
-	release := append(held.release(), orig.release()...)
-	switch {
-	case errors.Is(err, pix.ErrKeyNotFound):
-		if payErr := l.charge(c, user, false, true, nil, release...); payErr != nil {
-			return payErr
-		}
-	case err == nil && !r.Replayed:
-		l.refund(ctx, s, user, key, release...)
-	default:
-		l.release(c, release...)
-	}
-	return err
-}
-
-// release gives a PIX's slot and mark back alone, on a context the client cannot cancel; a
-// release Redis does not answer is logged, and the slot or mark frees at its lease.
-func (l lookupLimiter) release(c echo.Context, steps ...ratelimit.Step) {
-	if len(steps) == 0 {
-		return
-	}
-	if _, err := l.decider().Decide(context.WithoutCancel(c.Request().Context()), steps...); err != nil {
-		l.events.log("release:pix-slots", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: it frees at its lease",
-			"cause", err.Error())
 	}
 }
 

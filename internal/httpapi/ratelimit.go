@@ -99,6 +99,15 @@ type limiter struct {
 	budget time.Duration
 }
 
+// A report says what an answer shows of a decision: show picks the Decision whose RateLimit
+// headers are set (nil: the decision itself), and refuse builds the error of a refusal (nil, or
+// a nil *Error: 429 rate_limit_exceeded with the shown key's Retry-After). Each answer is built
+// once, where its decision is read: none is rewritten afterwards. A nil *report shows all.
+type report struct {
+	show   func(ratelimit.Decision) ratelimit.Decision
+	refuse func(shown ratelimit.Decision) *Error
+}
+
 // decider is what decides: the stack in front of the Limiter, or the Limiter alone.
 func (r limiter) decider() ratelimit.Decider {
 	if r.stack != nil {
@@ -130,8 +139,8 @@ func (r limiter) knownFull(checks ...ratelimit.Check) (ratelimit.Decision, bool)
 // Limits in shadow mode are decided and counted as usual, but a refusal is served as if
 // admitted (shadow_refused, logged without identity), and their responses carry no RateLimit
 // headers at all: a limit that is not in force is not advertised.
-func (r limiter) enforce(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs ...check) error {
-	_, err := r.apply(c, report, cs, func(ctx context.Context) (ratelimit.Decision, error) {
+func (r limiter) enforce(c echo.Context, rep *report, cs ...check) error {
+	_, err := r.apply(c, rep, cs, func(ctx context.Context) (ratelimit.Decision, error) {
 		return r.decider().AllowAll(ctx, checks(cs)...)
 	})
 	return err
@@ -140,16 +149,16 @@ func (r limiter) enforce(c echo.Context, report func(ratelimit.Decision) ratelim
 // apply is enforce with the decision made by decide, over checks (AllowAll, or a ChargeStep for a
 // request of a higher cost). It also returns that decision as made, before report, so that a
 // caller can tell which check refused (the zero Decision when none was made).
-func (r limiter) apply(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs []check,
+func (r limiter) apply(c echo.Context, rep *report, cs []check,
 	decide func(ctx context.Context) (ratelimit.Decision, error)) (ratelimit.Decision, error) {
 	start := time.Now()
 	d, err := decide(c.Request().Context())
-	return r.answer(c, report, cs, d, err, time.Since(start))
+	return r.answer(c, rep, cs, d, err, time.Since(start))
 }
 
 // answer is apply for a decision already made (d, or err), in took: one step of a
 // ratelimit.Limiter.Decide, whose call's time each step reports.
-func (r limiter) answer(c echo.Context, report func(ratelimit.Decision) ratelimit.Decision, cs []check,
+func (r limiter) answer(c echo.Context, rep *report, cs []check,
 	d ratelimit.Decision, err error, took time.Duration) (ratelimit.Decision, error) {
 	decided := checks(cs)
 	if err != nil {
@@ -195,13 +204,18 @@ func (r limiter) answer(c echo.Context, report func(ratelimit.Decision) ratelimi
 		return d, nil
 	}
 	reported := d
-	if report != nil {
-		reported = report(d)
+	if rep != nil && rep.show != nil {
+		reported = rep.show(d)
 	}
 	if len(reported.Results) > 0 { // a report may keep an admission's headers for a later decision
 		setHeaders(c.Response().Header(), reported)
 	}
 	if !reported.Allowed {
+		if rep != nil && rep.refuse != nil {
+			if e := rep.refuse(reported); e != nil {
+				return d, e
+			}
+		}
 		// The body never names the key that refused: a login refused by its IP key and one refused
 		// by its document key have the same body (their RateLimit values name the key).
 		return d, &Error{Code: CodeRateLimitExceeded, RetryAfter: reported.Worst.RetryAfter}

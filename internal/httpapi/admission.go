@@ -1,0 +1,194 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/enforce"
+	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+)
+
+// A PIX's admission, the whole of what limits one PIX (handlePIX tells the rest of its story):
+// admit decides it, in one limiter call, before the ledger; the ticket it returns settles it, in
+// one more, after the ledger has answered.
+//
+// The call decides, in order and stopping at the first refusal: whether the payer's DICT bucket
+// of the key's type and the bank's could pay for a miss (asked, taking nothing), whether one of
+// the account's in-flight slots is free (asked, taking nothing), the PIX's own limit, and then
+// takes the slot and the key's mark (its original, for replays). While either bucket holds no
+// token the PIX is refused (429, policy pix-lookup or pix-lookup-v2; or 503
+// lookup_capacity_exhausted) whether or not its key exists, and its own limit records nothing:
+// a PIX to a key nobody has answers 404 as a look-up does, so it is paid for like one, or PIX
+// would be the way to enumerate keys once look-ups are refused. While every slot is held by other
+// PIX, 429 pix-concurrency; else its own limit decides as any route's. A bucket that cannot be
+// asked (Redis down) leaves the PIX to its own limit's fail mode. A queued PIX (leaky_bucket)
+// waits for its turn, then takes its slot and mark in a call of its own: it holds none while it
+// waits.
+
+// ticket is an admitted PIX's hold on what its admission took (its slot and mark) and on the
+// bucket that pays for its key (user): settle gives them back.
+type ticket struct {
+	l    lookupLimiter
+	c    echo.Context
+	s    auth.Subject
+	user check // the payer's bucket of the key's type
+	key  string
+	held *slot // nil: PIX_CONCURRENCY off
+	orig *mark
+}
+
+// admission is the steps of one PIX's admission call, kept to read each one's decision.
+type admission struct {
+	ask, limit                  ratelimit.Step
+	askSlot, takeSlot, takeMark ratelimit.Step // nil when not in the call
+	steps                       []ratelimit.Step
+	queued                      bool
+	held                        *slot
+	orig                        *mark
+}
+
+// admit decides s's PIX to key (of type t), under its own limit own, its slot held (nil: none)
+// and its key's mark orig: a refused or failed admission answers the PIX (an *Error, or the fail
+// mode's), and gives back what the call took. A PIX whose mark another replica's original holds
+// waits for that original to answer, at most until waitUntil (mark.wait).
+func (l lookupLimiter) admit(c echo.Context, s auth.Subject, t pix.KeyType, key string, own check, held *slot, orig *mark, waitUntil time.Time) (ticket, error) {
+	user, bank := l.bucket(s, t), l.bank()
+	tk := ticket{l: l, c: c, s: s, user: user, key: key, held: held, orig: orig}
+	if d, full := l.knownFull(checks([]check{own})...); full { // refused from memory: asking the buckets would change nothing
+		_, err := l.answer(c, nil, []check{own}, d, nil, 0)
+		return tk, err
+	}
+	a := newAdmission(user, bank, own, held, orig)
+	ctx, cancel := l.throttle(c) // a queue's turn comes within it
+	defer cancel()
+	// A client that hangs up does not cut the call short: a slot it took is then given back here.
+	deadline, _ := ctx.Deadline()
+	callCtx, cancelCall := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	decided := l.sequenceOf(callCtx, a.steps...)
+	cancelCall()
+	asked := user
+	asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
+	if err := l.answerAsk(c, asked, bank, true, decided, a.ask); err != nil {
+		return tk, l.giveBack(c, a, decided, err)
+	}
+	for _, slot := range []ratelimit.Step{a.askSlot, a.takeSlot} { // the slot asked, or taken (on a cluster the take is a call of its own)
+		if d, ran := decided.ds.Of(slot); ran {
+			if err := held.answer(c, l.limiter, own, d, nil, decided.took); err != nil {
+				return tk, l.giveBack(c, a, decided, err)
+			}
+		}
+	}
+	d, err := l.answerStep(c, nil, []check{own}, decided, a.limit)
+	if err != nil {
+		return tk, l.giveBack(c, a, decided, err)
+	}
+	if !a.queued {
+		switch {
+		case decided.refused(a.takeMark): // another replica's original is in progress
+			orig.wait(ctx, l.core, waitUntil, false)
+		case !decided.admitted(a.takeMark) && decided.err == nil: // a shadow refusal ended the sequence before it
+			orig.wait(ctx, l.core, waitUntil, true)
+		}
+		return tk, nil
+	}
+	return tk, l.atTurn(c, ctx, own, d, decided.took, held, orig, waitUntil)
+}
+
+// newAdmission lays out the call: the buckets asked; then the slot asked, the limit, the slot
+// taken, the mark taken. A limit in shadow mode never refuses, so its slot is taken before it (a
+// shadow refusal ends the sequence). A queued PIX takes its slot and mark at its turn.
+func newAdmission(user, bank, own check, held *slot, orig *mark) admission {
+	a := admission{ask: ratelimit.AskStep(checks([]check{user, bank})...), limit: ratelimit.AllowStep(checks([]check{own})...),
+		queued: own.limit.Policy.Algorithm == ratelimit.LeakyBucket, held: held, orig: orig}
+	a.steps = []ratelimit.Step{a.ask}
+	switch {
+	case held != nil && !a.queued && own.limit.Shadow:
+		a.takeSlot = ratelimit.HoldStep(checks([]check{held.check})[0], held.name)
+		a.steps = append(a.steps, a.takeSlot, a.limit)
+	case held != nil && !a.queued:
+		a.askSlot = ratelimit.AskHoldStep(checks([]check{held.check})[0], held.name)
+		a.takeSlot = ratelimit.HoldStep(checks([]check{held.check})[0], held.name)
+		a.steps = append(a.steps, a.askSlot, a.limit, a.takeSlot)
+	default:
+		a.steps = append(a.steps, a.limit)
+	}
+	if !a.queued {
+		a.takeMark = orig.take()
+		a.steps = append(a.steps, a.takeMark)
+	}
+	return a
+}
+
+// giveBack returns err, having given back, with a refused or failed admission, a hold its call
+// may have taken: one it took, or, when Redis did not answer, one it may have taken (the script
+// may have run; a hold's name is its own, so giving back one never taken changes nothing).
+func (l lookupLimiter) giveBack(c echo.Context, a admission, decided sequence, err error) error {
+	mayHold := func(s ratelimit.Step) bool {
+		return s != nil && (decided.admitted(s) || decided.err != nil && !decided.refused(s))
+	}
+	var release []ratelimit.Step
+	if mayHold(a.takeSlot) {
+		release = a.held.release()
+	}
+	if mayHold(a.takeMark) {
+		release = append(release, a.orig.release()...)
+	}
+	l.release(c, release...)
+	return err
+}
+
+// atTurn holds a queued PIX, admitted by d over own in took, until its turn, then takes its slot
+// and its mark, as an unqueued PIX's call takes them.
+func (l lookupLimiter) atTurn(c echo.Context, ctx context.Context, own check, d ratelimit.Decision, took time.Duration, held *slot, orig *mark, waitUntil time.Time) error {
+	if err := l.wait(c, ctx, []check{own}, d, took); err != nil {
+		return err
+	}
+	if held != nil {
+		start := time.Now()
+		hds, err := l.core.Decide(context.WithoutCancel(ctx), ratelimit.HoldStep(checks([]check{held.check})[0], held.name))
+		if err := held.answer(c, l.limiter, own, hds.Last(), err, time.Since(start)); err != nil {
+			return err
+		}
+	}
+	orig.wait(ctx, l.core, waitUntil, true)
+	return nil
+}
+
+// settle settles the buckets once the ledger has answered the PIX (r, err), gives the PIX's
+// in-flight slot and mark back in the same call, and returns the PIX's answer: a PIX to a key
+// nobody has pays the miss, admitted and paid at once, before its 404 is sent (refused, it is a
+// 429 instead); a payment to a found key costs nothing, and its 201 gives back the tokens of the
+// look-up that led to it, if there was one (refund; a replayed 201, which moved nothing, gives
+// none). The slot goes back even when the client has left.
+func (t ticket) settle(r pix.Receipt, err error) error {
+	release := append(t.held.release(), t.orig.release()...)
+	switch {
+	case errors.Is(err, pix.ErrKeyNotFound):
+		if payErr := t.l.charge(t.c, t.user, false, true, nil, release...); payErr != nil {
+			return payErr
+		}
+	case err == nil && !r.Replayed:
+		t.l.refund(context.WithoutCancel(t.c.Request().Context()), t.s, t.user, t.key, release...)
+	default:
+		t.l.release(t.c, release...)
+	}
+	return err
+}
+
+// release gives a PIX's slot and mark back alone, on a context the client cannot cancel; a
+// release Redis does not answer is logged, and the slot or mark frees at its lease.
+func (l lookupLimiter) release(c echo.Context, steps ...ratelimit.Step) {
+	if len(steps) == 0 {
+		return
+	}
+	if _, err := l.decider().Decide(context.WithoutCancel(c.Request().Context()), steps...); err != nil {
+		l.events.log("release:pix-slots", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: it frees at its lease",
+			"cause", err.Error())
+	}
+}
