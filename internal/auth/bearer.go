@@ -1,13 +1,16 @@
 package auth
 
 import (
+	"context"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 )
 
-const accountKey = "pixlimit.account"
+// subjectKey keys the verified subject in a request's context: a type of its own, so that
+// nothing but RequireAccount can set it and nothing but SubjectOf reads it.
+type subjectKey struct{}
 
 // Revocations says when support last revoked an account's devices, and when its owner last
 // removed one device (zero: never). The tokens issued before, access and device tokens alike,
@@ -36,7 +39,7 @@ func RequireAccount(tokens *Tokens, revoked Revocations) echo.MiddlewareFunc {
 				s.Device != "" && revokedBy(s.IssuedAt, revoked.RemovedSince(s.Account, s.Device))) {
 				return ErrUnauthorized
 			}
-			c.Set(accountKey, s)
+			c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), subjectKey{}, s)))
 			return next(c)
 		}
 	}
@@ -51,7 +54,7 @@ func AccountID(c echo.Context) (string, error) {
 
 // SubjectOf is the subject of the token RequireAccount verified: the account and its holder.
 func SubjectOf(c echo.Context) (Subject, error) {
-	s, ok := c.Get(accountKey).(Subject)
+	s, ok := c.Request().Context().Value(subjectKey{}).(Subject)
 	if !ok || s.Account == "" {
 		return Subject{}, ErrUnauthorized
 	}

@@ -106,14 +106,29 @@ type audited struct {
 	before, after string
 }
 
-const auditKey = "pixlimit.admin.audit"
+// call is one desk call's audit: its record, kept by audit, and what the handler found out
+// (audited, set by begin or noted), in the call's context under callKey, a type of its own.
+type call struct {
+	record  pix.AuditRecord
+	audited audited
+}
+
+type callKey struct{}
+
+// callOf is c's call (audit set it); a zero one outside audit.
+func callOf(c echo.Context) *call {
+	if k, ok := c.Request().Context().Value(callKey{}).(*call); ok {
+		return k
+	}
+	return &call{}
+}
+
+// note keeps what the call found out, for its audit record.
+func note(c echo.Context, a audited) { callOf(c).audited = a }
 
 // agentName is what a caller may call itself in Admin-Agent: the audit's "who" beside the
 // token's fingerprint.
 var agentName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
-
-// recordKey holds a call's audit record in its context, for begin.
-const recordKey = "pixlimit.admin.record"
 
 // audit authenticates every call (Authorization: Bearer ADMIN_TOKEN, compared in constant time)
 // and records it. A call without the right token is counted against its IP (admin-ip) and in the
@@ -133,15 +148,14 @@ func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 		if agent := c.Request().Header.Get("Admin-Agent"); agentName.MatchString(agent) {
 			actor += " agent:" + agent
 		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), deskTimeout)
+		k := &call{record: pix.AuditRecord{Actor: actor, Action: action(c), Request: rand.Text()[:16], Calls: 1}}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(context.WithValue(c.Request().Context(), callKey{}, k)), deskTimeout)
 		defer cancel()
 		c.SetRequest(c.Request().WithContext(ctx))
-		rec := pix.AuditRecord{Actor: actor, Action: action(c), Request: rand.Text()[:16], Calls: 1}
-		c.Set(recordKey, rec)
 		if err := next(c); err != nil {
 			c.Error(err) // answered now, so the status audited is the one sent
 		}
-		a, _ := c.Get(auditKey).(audited)
+		rec, a := k.record, k.audited
 		rec.At, rec.Status = time.Now().UTC(), c.Response().Status
 		rec.Policy, rec.Key, rec.Before, rec.After = a.policy, a.key, a.before, a.after
 		rec.Outcome = pix.OutcomeDone
@@ -162,8 +176,8 @@ func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 // begin records the change a is about to make (what it changes, its state before) as requested,
 // under the call's request id: the change is made only once this record is stored.
 func (d *desk) begin(c echo.Context, a audited) error {
-	c.Set(auditKey, a)
-	rec, _ := c.Get(recordKey).(pix.AuditRecord)
+	note(c, a)
+	rec := callOf(c).record
 	rec.At, rec.Outcome = time.Now().UTC(), pix.OutcomeRequested
 	rec.Policy, rec.Key, rec.Before = a.policy, a.key, a.before
 	if err := d.Ledger.Audit(c.Request().Context(), rec); err != nil {
@@ -290,7 +304,7 @@ func (d *desk) getKey(c echo.Context) error {
 		return err
 	}
 	raw, _ := json.Marshal(st)
-	c.Set(auditKey, audited{policy: st.Policy, key: st.Key, before: string(raw), after: string(raw)})
+	note(c, audited{policy: st.Policy, key: st.Key, before: string(raw), after: string(raw)})
 	return c.JSON(http.StatusOK, st)
 }
 
@@ -321,7 +335,7 @@ func (d *desk) deleteKey(c echo.Context) error {
 	after := keyState{Policy: before.Policy, Key: before.Key, Limit: before.Limit, Remaining: before.Limit}
 	raw, _ = json.Marshal(after)
 	a.after = string(raw)
-	c.Set(auditKey, a)
+	note(c, a)
 	return c.JSON(http.StatusOK, map[string]keyState{"before": before, "after": after})
 }
 
@@ -517,7 +531,7 @@ func (d *desk) putTier(c echo.Context) error {
 	}
 	after, _ := json.Marshal(d.Tiers.Table().Accounts[id])
 	a.after = string(after)
-	c.Set(auditKey, a)
+	note(c, a)
 	return c.JSON(http.StatusOK, tierBody{Tier: req.Tier, PIXLimit: req.PIXLimit, StatementLimit: req.StatementLimit, LookupCapacity: req.LookupCapacity})
 }
 
@@ -555,7 +569,7 @@ func (d *desk) revokeDevices(c echo.Context) error {
 	b, _ := json.Marshal(revocation{RevokedAt: before})
 	after, _ := json.Marshal(revocation{RevokedAt: &r.At, Unregistered: r.Unregistered})
 	a.before, a.after = string(b), string(after)
-	c.Set(auditKey, a)
+	note(c, a)
 	if err := d.Tiers.Refresh(c.Request().Context()); err != nil {
 		d.Logger.Warn("support desk: table not refreshed after a revocation; the poller will", "err", err)
 	}
@@ -591,6 +605,6 @@ func (d *desk) approveDevice(c echo.Context) error {
 		return err
 	}
 	a.after = `{"registered":true,"device":"` + d.name("device", device) + `"}`
-	c.Set(auditKey, a)
+	note(c, a)
 	return c.JSON(http.StatusOK, map[string]any{"account_id": id, "device_id": device, "registered": true})
 }
