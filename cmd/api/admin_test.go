@@ -360,11 +360,14 @@ func TestADeskClientThatGoesAwayLeavesNoChangeUnrecorded(t *testing.T) {
 
 // TestTheDeskLimitsCallsWithoutTheToken: calls without the right token count against the caller's
 // IP (admin-ip, 10 a minute): the 11th is 429 with Retry-After, and the right token still works.
+// The desk decides through the replica's stack, as the routes do: with Redis gone, the next guess
+// is still refused rate_limit_exceeded, from the deny cache's memory of the full key.
 func TestTheDeskLimitsCallsWithoutTheToken(t *testing.T) {
 	t.Parallel()
 	adminToken := rand.Text() + rand.Text()
 	env := map[string]string{"ADMIN_ADDR": apitest.FreeAddr(t), "ADMIN_TOKEN": adminToken}
-	startAPI(t, redistest.Start(t), env)
+	srv := redistest.Start(t)
+	startAPI(t, srv, env)
 	desk := &apitest.Client{T: t, Base: "http://" + env["ADMIN_ADDR"]}
 	for i := range 11 {
 		r := desk.Do(http.MethodGet, "/admin/v1/tiers", nil, "Authorization", "Bearer guess-"+fmt.Sprint(i))
@@ -375,5 +378,10 @@ func TestTheDeskLimitsCallsWithoutTheToken(t *testing.T) {
 	}
 	if r := desk.Do(http.MethodGet, "/admin/v1/tiers", nil, "Authorization", "Bearer "+adminToken); r.Status != http.StatusOK {
 		t.Errorf("the right token from the same IP: %v, want 200", r)
+	}
+	srv.Kill()
+	r := desk.Do(http.MethodGet, "/admin/v1/tiers", nil, "Authorization", "Bearer guess-12")
+	if got := r.JSON(t)["error"]; r.Status != http.StatusTooManyRequests || got != "rate_limit_exceeded" {
+		t.Errorf("a 12th guess with Redis gone: %v (%v), want 429 rate_limit_exceeded from the deny cache", r, got)
 	}
 }

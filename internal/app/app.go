@@ -180,7 +180,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	if err != nil || cfg.AdminAddr == "" {
 		return err
 	}
-	r.Admin, err = httpapi.NewAdmin(httpapi.AdminDeps{Logger: logger.With("listener", "admin"), Limiter: r.Limiter, DenyCache: r.DenyCache,
+	r.Admin, err = httpapi.NewAdmin(httpapi.AdminDeps{Logger: logger.With("listener", "admin"), Limiter: r.Limiter, Stack: r.Stack, DenyCache: r.DenyCache,
 		Limits: cfg.Limits, Ledger: ledger, Tokens: r.Tokens, Token: cfg.AdminToken, Tiers: tiers,
 		AuditKey: auth.DeriveKey(secret, "audit names")})
 	return err

@@ -32,7 +32,10 @@ import (
 type AdminDeps struct {
 	Logger  *slog.Logger
 	Limiter *ratelimit.Limiter
-	// DenyCache, when set, is the replica's deny cache: a key forgotten here leaves it at once.
+	// Stack, when set, is what the desk's own limit (admin-ip) decides through, as the routes do
+	// (Deps.Stack); DenyCache, when set, is the replica's deny cache: a key forgotten here leaves
+	// it at once.
+	Stack     ratelimit.Decider
 	DenyCache *denycache.Cache
 	Limits    enforce.RouteLimits
 	// Ledger keeps the audit trail.
@@ -82,7 +85,7 @@ func NewAdmin(d AdminDeps) (http.Handler, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(d.Logger, time.Second)
 	desk := &desk{AdminDeps: d, token: sha256.Sum256([]byte(d.Token)), refusals: newRefusals(d.Ledger, d.Logger),
-		limiter: limiter{core: d.Limiter, cache: d.DenyCache, failClosedRetryAfter: d.Limits.FailClosedRetryAfter}}
+		limiter: limiter{core: d.Limiter, stack: d.Stack, cache: d.DenyCache, failClosedRetryAfter: d.Limits.FailClosedRetryAfter}}
 	e.Use(desk.audit, limitBody)
 	e.GET("/admin/v1/keys/:policy/:identity", desk.getKey)
 	e.DELETE("/admin/v1/keys/:policy/:identity", desk.deleteKey)
@@ -339,8 +342,9 @@ func (d *desk) deleteKey(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]keyState{"before": before, "after": after})
 }
 
-// state reads the key's state from Redis, taking nothing and changing nothing a route answers
-// (an ask of the Limiter, beneath the deny cache, which it neither consults nor teaches).
+// state reads the key's state from Redis, taking nothing and changing nothing a route answers:
+// an ask of the Limiter, beneath the deny cache, which it neither consults nor teaches. (It
+// counts in the Limiter's Stats.Redis, and a failure in its RedisUp and outage log, as any call.)
 func (d *desk) state(c echo.Context, chk ratelimit.Check) (keyState, error) {
 	ds, err := d.Limiter.Decide(c.Request().Context(), ratelimit.AskStep(chk))
 	dec := ds.Last()

@@ -60,9 +60,13 @@ type admission struct {
 func (l lookupLimiter) admit(c echo.Context, s auth.Subject, t pix.KeyType, key string, own check, held *slot, orig *mark, waitUntil time.Time) (ticket, error) {
 	user, bank := l.bucket(s, t), l.bank()
 	tk := ticket{l: l, c: c, s: s, user: user, key: key, held: held, orig: orig}
-	if d, full := l.knownFull(checks([]check{own})...); full { // refused from memory: asking the buckets would change nothing
-		_, err := l.answer(c, nil, []check{own}, d, nil, 0)
-		return tk, err
+	// Refused from memory: asking the buckets would change nothing. (Not a shadow limit's: it
+	// refuses nothing, so its memory of a full key ends no admission.)
+	if !own.limit.Shadow {
+		if d, full := l.knownFull(checks([]check{own})...); full {
+			_, err := l.answer(c, nil, []check{own}, d, nil, 0)
+			return tk, err
+		}
 	}
 	a := newAdmission(user, bank, own, held, orig)
 	ctx, cancel := l.throttle(c) // a queue's turn comes within it

@@ -278,11 +278,11 @@ type RateLimitConfig struct {
 	// Skipper skips the limiter for requests it returns true for. Default: none skipped.
 	Skipper middleware.Skipper
 	// Limiter decides. Required. Stack, when set, is the layers in front of it to decide through
-	// (a deny cache, a queue); Queue and Fallback are required by a queue's limit and by a local
-	// fail mode.
+	// (a deny cache, a queue); Fallback is required by a local fail mode. A queue's limit
+	// (leaky_bucket) is refused: the middleware decides before the handler and holds nothing
+	// until a turn.
 	Limiter  *ratelimit.Limiter
 	Stack    ratelimit.Decider
-	Queue    *queue.Queue
 	Fallback *fallback.Fallback
 	// RouteLimit is the limit applied. Required, its policy valid (ratelimit.Policy.Validate).
 	RouteLimit enforce.RouteLimit
@@ -307,8 +307,8 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if err := config.RouteLimit.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("httpapi: rate limit middleware: %w", err)
 	}
-	if err := layersFor(config.Queue != nil, config.Fallback != nil, config.RouteLimit); err != nil {
-		return nil, err
+	if err := layersFor(false, config.Fallback != nil, config.RouteLimit); err != nil {
+		return nil, fmt.Errorf("rate limit middleware: %w", err)
 	}
 	if config.Skipper == nil {
 		config.Skipper = middleware.DefaultSkipper
@@ -319,7 +319,7 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if config.FailClosedRetryAfter == 0 {
 		config.FailClosedRetryAfter = 5 * time.Second
 	}
-	r := limiter{core: config.Limiter, stack: config.Stack, queue: config.Queue, fallback: config.Fallback, failClosedRetryAfter: config.FailClosedRetryAfter, metrics: config.Metrics,
+	r := limiter{core: config.Limiter, stack: config.Stack, fallback: config.Fallback, failClosedRetryAfter: config.FailClosedRetryAfter, metrics: config.Metrics,
 		events: newEventLog(config.Logger, 10*time.Second)}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {

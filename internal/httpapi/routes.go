@@ -23,7 +23,7 @@ import (
 // account and device (account-settings), as a middleware.
 func addRoutes(e *echo.Echo, d Deps) error {
 	requireAccount := auth.RequireAccount(d.Tokens, revocations(d.Tiers)) // an access token, not revoked
-	limitSettings, err := RateLimitConfig{Limiter: d.Limiter, Stack: d.Stack, Queue: d.Queue, Fallback: d.Fallback,
+	limitSettings, err := RateLimitConfig{Limiter: d.Limiter, Stack: d.Stack, Fallback: d.Fallback,
 		RouteLimit: d.Limits.Settings, Identify: accountDevice,
 		FailClosedRetryAfter: d.Limits.FailClosedRetryAfter, Metrics: d.Metrics, Logger: d.Logger}.ToMiddleware()
 	if err != nil {

@@ -173,7 +173,7 @@ local remaining, reset = {}, {}
 for i = 1, n do
   local c = counts[i]
   reset[i] = (indexes[i] + 1) * windows[i] - now                   -- until this window ends
-  if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
+  if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     c = c + 1                                                      -- record; a refusal is never counted
     redis.call('SET', keys[i], string.format('%d:%d', indexes[i], c),
       'PX', ceil(reset[i] / 1000))                            -- the count dies with its window

@@ -6,7 +6,7 @@
 -- once, but an admission may be a turn later: requests leave one every pace T = window / limit,
 -- and at most `places` (the burst argument: Policy.Queue) wait for theirs. A request that finds
 -- a place is given its turn, max(now, last turn + T), and its replica holds it until then
--- (Limiter.Wait); one that finds every place taken, or whose turn would come later than it can
+-- (package queue); one that finds every place taken, or whose turn would come later than it can
 -- wait (max_wait, from its deadline), is refused, recording nothing.
 --
 -- The key is a sorted set of places: member = the request's id, score = its turn (µs). Those

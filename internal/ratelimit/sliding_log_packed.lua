@@ -239,7 +239,7 @@ for i = 1, n do
   local log, count, limit, window = live[i], counts[i], limits[i], windows[i]
   ref = now                                                        -- the live times lie within a window of now
   local last = count > 0 and at(log, count)                        -- the newest, when any is live (an older one's quarter is over)
-  if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
+  if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     local t = max(now, last or now)                                -- a clock that steps back never reorders the log
     log, count = log .. pack(t), count + 1                         -- record the admission; a refusal writes nothing
     if last and quarter(last, window) == quarter(t, window) then

@@ -141,7 +141,7 @@ end
 local remaining, reset = {}, {}
 for i = 1, n do
   local interval, burst, t = intervals[i], bursts[i], tats[i]
-  if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
+  if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     t = t + interval                                               -- admit: the schedule moves one interval
     store(i, t)
   end

@@ -139,7 +139,7 @@ end
 local remaining, reset = {}, {}
 for i = 1, n do
   local key, limit, window, count = keys[i], limits[i], windows[i], counts[i]
-  if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
+  if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     count = count + redis.call('ZADD', key, 'NX', now, id)         -- record the admission (ids are unique: adds 1)
     redis.call('PEXPIRE', key, window / 1000)                      -- the newest entry outlives the rest; so does the key, no longer
   end

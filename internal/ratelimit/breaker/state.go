@@ -78,7 +78,7 @@ func (b *breaker) startProbeLocked() {
 	go b.runProbe()
 }
 
-// stop ends the probes for good (Limiter.Close) and waits for one in flight.
+// stop ends the probes for good (Breaker.Close) and waits for one in flight.
 func (b *breaker) stop() {
 	b.mu.Lock()
 	b.stopped = true

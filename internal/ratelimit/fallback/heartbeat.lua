@@ -7,7 +7,7 @@
 -- ARGV[2]  the TTL, ms: a replica silent for longer is no longer counted
 -- reply    the fleet's size
 --
---   redis-cli --eval internal/ratelimit/heartbeat.lua pixlimit:{fleet} , replica-1 5000
+--   redis-cli --eval internal/ratelimit/fallback/heartbeat.lua pixlimit:{fleet} , replica-1 5000
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZADD', KEYS[1], now, ARGV[1])

@@ -64,7 +64,7 @@ local remaining, reset = {}, {}
 for i = 1, n do
   local limit, window, prev, curr = limits[i], windows[i], prevs[i], currs[i]
   local elapsed = now - indexes[i] * window
-  if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
+  if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     curr = curr + 1                                                -- record; a refusal is never counted
     redis.call('SET', keys[i], string.format('%d:%d:%d', indexes[i], prev, curr),
       'PX', ceil((2 * window - elapsed) / 1000))              -- needed until the next window ends

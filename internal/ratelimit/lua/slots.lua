@@ -7,7 +7,7 @@
 -- keys[i]      the holders: a sorted set of members "<name>:<holder>", scored by when their lease
 --              ends, in µs. A slot is a name (a PIX's Idempotency-Key): requests of one name share
 --              it, each holding it under a member of its own
--- id           "<name>:<holder>", this request's (Limiter.Holder)
+-- id           "<name>:<holder>", this request's (Holder)
 -- limits[i]    the slots: distinct names
 -- windows[i]   the lease, in µs: a slot whose replica died holding it is free again after it
 -- cost         1 (decide) takes a slot, or shares the one already of its name (a replay of a

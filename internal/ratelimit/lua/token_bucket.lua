@@ -17,7 +17,7 @@
 -- atomic step before it answers, so requests sent together buy no more answers than one by one.
 --
 -- A negative cost (the operation 'r<k>', refund) gives k tokens back, never above the capacity, and is never refused:
--- a refund (Limiter.Refund), such as the token a PIX payment returns to the look-up bucket that
+-- a refund (RefundStep), such as the token a PIX payment returns to the look-up bucket that
 -- preceded it.
 --
 -- level(i) is keys[i]'s scaled tokens now, refilled since they were stored; an absent key is full.

@@ -116,7 +116,7 @@ local decisions = {}
 -- atomic step before it answers, so requests sent together buy no more answers than one by one.
 --
 -- A negative cost (the operation 'r<k>', refund) gives k tokens back, never above the capacity, and is never refused:
--- a refund (Limiter.Refund), such as the token a PIX payment returns to the look-up bucket that
+-- a refund (RefundStep), such as the token a PIX payment returns to the look-up bucket that
 -- preceded it.
 --
 -- level(i) is keys[i]'s scaled tokens now, refilled since they were stored; an absent key is full.
@@ -191,7 +191,7 @@ end
 -- keys[i]      the holders: a sorted set of members "<name>:<holder>", scored by when their lease
 --              ends, in µs. A slot is a name (a PIX's Idempotency-Key): requests of one name share
 --              it, each holding it under a member of its own
--- id           "<name>:<holder>", this request's (Limiter.Holder)
+-- id           "<name>:<holder>", this request's (Holder)
 -- limits[i]    the slots: distinct names
 -- windows[i]   the lease, in µs: a slot whose replica died holding it is free again after it
 -- cost         1 (decide) takes a slot, or shares the one already of its name (a replay of a
@@ -290,7 +290,7 @@ end
 local remaining, reset = {}, {}
 for i = 1, n do
   local key, limit, window, count = keys[i], limits[i], windows[i], counts[i]
-  if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
+  if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     count = count + redis.call('ZADD', key, 'NX', now, id)         -- record the admission (ids are unique: adds 1)
     redis.call('PEXPIRE', key, window / 1000)                      -- the newest entry outlives the rest; so does the key, no longer
   end

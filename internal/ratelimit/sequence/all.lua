@@ -141,7 +141,7 @@ end
 local remaining, reset = {}, {}
 for i = 1, n do
   local key, limit, window, count = keys[i], limits[i], windows[i], counts[i]
-  if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
+  if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     count = count + redis.call('ZADD', key, 'NX', now, id)         -- record the admission (ids are unique: adds 1)
     redis.call('PEXPIRE', key, window / 1000)                      -- the newest entry outlives the rest; so does the key, no longer
   end
@@ -272,7 +272,7 @@ for i = 1, n do
   local log, count, limit, window = live[i], counts[i], limits[i], windows[i]
   ref = now                                                        -- the live times lie within a window of now
   local last = count > 0 and at(log, count)                        -- the newest, when any is live (an older one's quarter is over)
-  if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
+  if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     local t = max(now, last or now)                                -- a clock that steps back never reorders the log
     log, count = log .. pack(t), count + 1                         -- record the admission; a refusal writes nothing
     if last and quarter(last, window) == quarter(t, window) then
@@ -364,7 +364,7 @@ local remaining, reset = {}, {}
 for i = 1, n do
   local limit, window, prev, curr = limits[i], windows[i], prevs[i], currs[i]
   local elapsed = now - indexes[i] * window
-  if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
+  if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     curr = curr + 1                                                -- record; a refusal is never counted
     redis.call('SET', keys[i], string.format('%d:%d:%d', indexes[i], prev, curr),
       'PX', ceil((2 * window - elapsed) / 1000))              -- needed until the next window ends
@@ -431,7 +431,7 @@ local remaining, reset = {}, {}
 for i = 1, n do
   local c = counts[i]
   reset[i] = (indexes[i] + 1) * windows[i] - now                   -- until this window ends
-  if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
+  if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     c = c + 1                                                      -- record; a refusal is never counted
     redis.call('SET', keys[i], string.format('%d:%d', indexes[i], c),
       'PX', ceil(reset[i] / 1000))                            -- the count dies with its window
@@ -462,7 +462,7 @@ end
 -- atomic step before it answers, so requests sent together buy no more answers than one by one.
 --
 -- A negative cost (the operation 'r<k>', refund) gives k tokens back, never above the capacity, and is never refused:
--- a refund (Limiter.Refund), such as the token a PIX payment returns to the look-up bucket that
+-- a refund (RefundStep), such as the token a PIX payment returns to the look-up bucket that
 -- preceded it.
 --
 -- level(i) is keys[i]'s scaled tokens now, refilled since they were stored; an absent key is full.
@@ -574,7 +574,7 @@ end
 local remaining, reset = {}, {}
 for i = 1, n do
   local interval, burst, t = intervals[i], bursts[i], tats[i]
-  if not full and cost > 0 then                                    -- cost 0 only asks (Limiter.AskAll): it records nothing
+  if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     t = t + interval                                               -- admit: the schedule moves one interval
     store(i, t)
   end
@@ -596,7 +596,7 @@ end
 -- once, but an admission may be a turn later: requests leave one every pace T = window / limit,
 -- and at most `places` (the burst argument: Policy.Queue) wait for theirs. A request that finds
 -- a place is given its turn, max(now, last turn + T), and its replica holds it until then
--- (Limiter.Wait); one that finds every place taken, or whose turn would come later than it can
+-- (package queue); one that finds every place taken, or whose turn would come later than it can
 -- wait (max_wait, from its deadline), is refused, recording nothing.
 --
 -- The key is a sorted set of places: member = the request's id, score = its turn (µs). Those
@@ -722,7 +722,7 @@ end
 -- keys[i]      the holders: a sorted set of members "<name>:<holder>", scored by when their lease
 --              ends, in µs. A slot is a name (a PIX's Idempotency-Key): requests of one name share
 --              it, each holding it under a member of its own
--- id           "<name>:<holder>", this request's (Limiter.Holder)
+-- id           "<name>:<holder>", this request's (Holder)
 -- limits[i]    the slots: distinct names
 -- windows[i]   the lease, in µs: a slot whose replica died holding it is free again after it
 -- cost         1 (decide) takes a slot, or shares the one already of its name (a replay of a
