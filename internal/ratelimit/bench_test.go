@@ -30,20 +30,10 @@ import (
 //
 //	go test -run '^$' -bench Decision -benchtime 3s ./internal/ratelimit
 func BenchmarkDecision(b *testing.B) {
-	srv := redistest.Start(b)
-	rdb := srv.Client(func(o *redis.Options) { ClientOptions(o, time.Second); o.PoolSize = 32 })
-	l, err := New(rdb, Options{KeySecret: benchSecret, Timeout: time.Second, Runner: batch.New(rdb, Scripts(rdb), 32)}) // batching, as a replica does
-	if err != nil {
-		b.Fatal(err)
-	}
+	rdb, l, peer, ids := benchSetup(b)
 	alone, err := New(rdb, Options{KeySecret: benchSecret, Timeout: time.Second})
 	if err != nil {
 		b.Fatal(err)
-	}
-	peer := redis_rate.NewLimiter(rdb)
-	ids := make([]string, 10_000)
-	for i := range ids {
-		ids[i] = "user-" + strconv.Itoa(i)
 	}
 	ctx := context.Background()
 	// Every invocation of a benchmark function starts on fresh keys, so keys hold about
@@ -246,6 +236,23 @@ func redisCPUSeconds(b *testing.B, rdb *redis.Client) float64 {
 		}
 	}
 	return total
+}
+
+// benchSetup is a private redis-server's client, a Limiter on it that batches as a replica does,
+// the peer (redis_rate) on the same client, and 10,000 identities to take in turn.
+func benchSetup(b *testing.B) (*redis.Client, *Limiter, *redis_rate.Limiter, []string) {
+	b.Helper()
+	srv := redistest.Start(b)
+	rdb := srv.Client(func(o *redis.Options) { ClientOptions(o, time.Second); o.PoolSize = 32 })
+	l, err := New(rdb, Options{KeySecret: benchSecret, Timeout: time.Second, Runner: batch.New(rdb, Scripts(rdb), 32)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids := make([]string, 10_000)
+	for i := range ids {
+		ids[i] = "user-" + strconv.Itoa(i)
+	}
+	return rdb, l, redis_rate.NewLimiter(rdb), ids
 }
 
 // benchSecret keys the benchmarks' Limiters.

@@ -4,18 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
-	"github.com/redis/go-redis/v9"
 
 	. "github.com/pixlimit/pixlimit/internal/ratelimit"
-	"github.com/pixlimit/pixlimit/internal/ratelimit/batch"
-	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
 // BenchmarkVersus compares one key's batched sliding log (and its packed form) with
@@ -28,18 +24,8 @@ import (
 //
 //	go test -run '^$' -bench Versus -benchtime 1x ./internal/ratelimit
 func BenchmarkVersus(b *testing.B) {
-	srv := redistest.Start(b)
-	rdb := srv.Client(func(o *redis.Options) { ClientOptions(o, time.Second); o.PoolSize = 32 })
-	l, err := New(rdb, Options{KeySecret: benchSecret, Timeout: time.Second, Runner: batch.New(rdb, Scripts(rdb), 32)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	peer := redis_rate.NewLimiter(rdb)
+	_, l, peer, ids := benchSetup(b)
 	ctx := context.Background()
-	ids := make([]string, 10_000)
-	for i := range ids {
-		ids[i] = "user-" + strconv.Itoa(i)
-	}
 	const rounds = 30
 	for _, a := range []Algorithm{SlidingLog, SlidingLogPacked} {
 		for _, par := range []int{1, 16, 64} {
