@@ -265,3 +265,46 @@ func readLines(t *testing.T, path, text, note string) int {
 	}
 	return sum
 }
+
+// TestCopyingTheLimiterTakesWhatTheREADMESays: README's "Copying the limiter" says internal/ratelimit
+// is about so many lines of Go importing go-redis alone; the package's own files are counted and
+// their imports read (the standard library's have no dot in their first element).
+func TestCopyingTheLimiterTakesWhatTheREADMESays(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`Copy that folder: its Go \(about ([0-9,]+)\s+lines, importing go-redis alone\)`).FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README's Copying the limiter no longer says how many lines the core is: say it, or drop this test")
+	}
+	said, _ := strconv.Atoi(strings.ReplaceAll(string(m[1]), ",", ""))
+	files, err := filepath.Glob("internal/ratelimit/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines += strings.Count(string(src), "\n")
+		parsed, err := parser.ParseFile(token.NewFileSet(), f, src, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range parsed.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") && path != "github.com/redis/go-redis/v9" {
+				t.Errorf("%s imports %s: README says the core imports go-redis alone", f, path)
+			}
+		}
+	}
+	if math.Abs(float64(lines-said)) > 0.1*float64(said) {
+		t.Errorf("README says about %d lines of Go in internal/ratelimit; it has %d", said, lines)
+	}
+}

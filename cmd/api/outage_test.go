@@ -45,6 +45,15 @@ func TestRedisOutage(t *testing.T) {
 		if r.Status != http.StatusTooManyRequests || r.JSON(t)["error"] != "rate_limiter_unavailable" {
 			t.Errorf("%s, PIX: %v, want 429 rate_limiter_unavailable", outage.name, r)
 		}
+		// The key look-up (its DICT buckets fail closed, no variable changes that) and the settings
+		// routes (SETTINGS_FAIL_MODE, closed by default) refuse as the login does: README's table.
+		for _, path := range []string{"/v1/pix/keys/bruno@example.com", "/v1/limits"} {
+			r = a.Do(http.MethodGet, path, nil, "Authorization", "Bearer "+ana)
+			within(path, r)
+			if r.Status != http.StatusTooManyRequests || r.JSON(t)["error"] != "rate_limiter_unavailable" {
+				t.Errorf("%s, %s: %v, want 429 rate_limiter_unavailable", outage.name, path, r)
+			}
+		}
 		// The statement decides in its fallback (its default fail mode), at its share: a replica alone
 		// assumes the floor, RATELIMIT_FLEET_SIZE (2), and says so in its headers.
 		r = a.Statement(ana)

@@ -292,19 +292,6 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 	return nil
 }
 
-// Ready runs /readyz's probes: nil when the replica can decide and reach its ledger.
-func (r *Replica) Ready(ctx context.Context) error {
-	var errs []error
-	for _, p := range r.probes {
-		pctx, cancel := context.WithTimeout(ctx, p.Timeout)
-		if err := p.Ping(pctx); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", p.Name, err))
-		}
-		cancel()
-	}
-	return errors.Join(errs...)
-}
-
 // Close releases what the replica opened, in reverse order. A ledger handed in Deps stays open.
 func (r *Replica) Close() {
 	for i := len(r.closers) - 1; i >= 0; i-- {

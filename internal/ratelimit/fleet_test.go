@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -23,14 +22,6 @@ func world(t *testing.T, newClient func() redis.Scripter, prefix string, replica
 		ls[i] = l
 	}
 	return ls
-}
-
-// sameWait allows the sliding window its one microsecond of integer rounding, which may fall on
-// either side once the deadline crosses into the next calendar window.
-func sameWait(a, b time.Duration) bool { return (a - b).Abs() <= time.Microsecond }
-
-func sameResult(a, b Result) bool {
-	return a.Policy == b.Policy && a.Remaining == b.Remaining && sameWait(a.Reset, b.Reset) && sameWait(a.RetryAfter, b.RetryAfter)
 }
 
 // client makes clients of srv with the generous budget.

@@ -91,7 +91,7 @@ type Options struct {
 	// KeySecret keys the HMAC that turns identities into Redis keys, so that no CPF or IP is
 	// stored in clear. At least 16 bytes; every replica must use the same one.
 	KeySecret []byte
-	// Prefix starts every key. Default "rl".
+	// Prefix starts every key. Default DefaultPrefix.
 	Prefix string
 	// Timeout is the budget of one decision, Redis round trip included. Default 100ms.
 	Timeout time.Duration
@@ -153,7 +153,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		return nil, errors.New("ratelimit: negative duration in options")
 	}
 	if opts.Prefix == "" {
-		opts.Prefix = "rl"
+		opts.Prefix = DefaultPrefix
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = 100 * time.Millisecond
@@ -219,11 +219,11 @@ func (l *Limiter) Ready(ctx context.Context) error {
 	return Probe(ctx, l.rdb, l.keys.prefix)
 }
 
-// Probe runs probe.lua on rdb, on the key prefix+":probe" (prefix "" is the default, "rl"): what
+// Probe runs probe.lua on rdb, on the key prefix+":probe" (prefix "" is DefaultPrefix): what
 // Ready asks, and what a layer that must know whether Redis can decide asks (the breaker's
 // probe). The error wraps ErrUnavailable.
 func Probe(ctx context.Context, rdb redis.Scripter, prefix string) error {
-	if err := probeScript.Run(ctx, rdb, []string{cmp.Or(prefix, "rl") + ":probe"}).Err(); err != nil {
+	if err := probeScript.Run(ctx, rdb, []string{cmp.Or(prefix, DefaultPrefix) + ":probe"}).Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -259,8 +259,12 @@ func (l *Limiter) Forget(ctx context.Context, c Check) error {
 }
 
 // ForgetChannel is the Redis channel Forget publishes each forgotten key on, for keys of prefix
-// ("" is the default, "rl").
-func ForgetChannel(prefix string) string { return cmp.Or(prefix, "rl") + ":{fleet}:forget" }
+// ("" is DefaultPrefix).
+func ForgetChannel(prefix string) string { return cmp.Or(prefix, DefaultPrefix) + ":{fleet}:forget" }
+
+// DefaultPrefix starts every key of a Limiter whose Options name no Prefix, and the fleet's
+// channels and roster of its layers.
+const DefaultPrefix = "rl"
 
 // Key is the Redis key of c: the policy and the keyed hash of the identity (never the identity
 // in clear), as a support desk's audit names it.

@@ -96,7 +96,7 @@ func New(l *ratelimit.Limiter, rdb redis.Scripter, q *queue.Queue, opts Options)
 		opts.LogSize = 100_000
 	}
 	if opts.Prefix == "" {
-		opts.Prefix = "rl"
+		opts.Prefix = ratelimit.DefaultPrefix
 	}
 	f.memory, f.roster = newMemory(opts.LogSize), opts.Prefix+":{fleet}"
 	f.fleet.Store(f.floor)

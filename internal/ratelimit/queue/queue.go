@@ -17,6 +17,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -67,14 +68,8 @@ type Queue struct {
 // New returns a Queue in front of next, whose Limiter keeps its state in rdb. When rdb can
 // subscribe, the Queue hears the turns that moved on the other replicas.
 func New(next ratelimit.Decider, rdb redis.Scripter, opts Options) *Queue {
-	q := &Queue{next: next, rdb: rdb, id: rand.Text(), channel: Channel(opts.Prefix), timeout: opts.Timeout,
-		now: opts.Now, waiters: newWaiters(opts.MaxWaiting)}
-	if q.timeout <= 0 {
-		q.timeout = 100 * time.Millisecond
-	}
-	if opts.MaxWaiting <= 0 {
-		q.waiters = newWaiters(1000)
-	}
+	q := &Queue{next: next, rdb: rdb, id: rand.Text(), channel: Channel(opts.Prefix), timeout: cmp.Or(opts.Timeout, 100*time.Millisecond),
+		now: opts.Now, waiters: newWaiters(cmp.Or(opts.MaxWaiting, 1000))}
 	if s, ok := rdb.(interface {
 		Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 	}); ok {
@@ -93,10 +88,7 @@ func New(next ratelimit.Decider, rdb redis.Scripter, opts Options) *Queue {
 // Channel is the Redis channel on which a replica announces the turns that moved up when one of
 // its waiters left, for keys of prefix ("": the default).
 func Channel(prefix string) string {
-	if prefix == "" {
-		prefix = "rl"
-	}
-	return prefix + ":{fleet}:queue"
+	return cmp.Or(prefix, ratelimit.DefaultPrefix) + ":{fleet}:queue"
 }
 
 // AllowAll is next's, refused at once for a queue's request while this replica holds its most
