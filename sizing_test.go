@@ -18,6 +18,8 @@ import (
 	"github.com/pixlimit/pixlimit/internal/dict"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/batch"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/sequence"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/slots"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
@@ -43,13 +45,17 @@ func BenchmarkSizing(b *testing.B) {
 	long := func(p ratelimit.Policy) ratelimit.Policy { p.Window = time.Hour; return p }
 	lim := cfg.Limits
 	pixP, stmtP, ipP, docP := long(lim.PIX.Policy), long(lim.Statement.Policy), long(lim.LoginIP.Policy), long(lim.LoginAccount.Policy)
-	bucketP, bankP, slotP, voucherP := long(lim.PIXLookup.Policy), long(lim.LookupParticipant.Policy), long(lim.PIXConcurrency.Policy), long(dict.VoucherPolicy)
-	markP := ratelimit.Policy{Name: "pix-original", Limit: 1, Window: time.Hour}
+	bucketP, bankP := long(lim.PIXLookup.Policy), long(lim.LookupParticipant.Policy)
+	slotP := lim.PIXConcurrency.Policy
+	inflight := slots.Slots{Name: slotP.Name, Count: slotP.Limit, Lease: time.Hour}
+	vouchers := dict.Vouchers
+	vouchers.Lifetime = time.Hour
+	marks := slots.Slots{Name: "pix-original", Count: 1, Lease: time.Hour}
 
 	srv := redistest.Start(b)
 	rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, 10*time.Second); o.PoolSize = 32 })
 	l, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: []byte(rand.Text() + rand.Text()), Timeout: 10 * time.Second,
-		Runner: batch.New(rdb, ratelimit.Scripts(rdb), 32)})
+		Runner: batch.New(rdb, ratelimit.Scripts(rdb), 32), Sequences: sequence.New(rdb)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -58,16 +64,15 @@ func BenchmarkSizing(b *testing.B) {
 	visit := func(i int) (decisions int, err error) {
 		ip, doc, acct := fmt.Sprintf("ip-%d", i), fmt.Sprintf("doc-%d", i), fmt.Sprintf("acct-%d", i)
 		payer := ratelimit.Check{Policy: bucketP, Identity: doc}
-		voucher := ratelimit.Check{Policy: voucherP, Identity: doc + "|key"}
-		slot, mark := ratelimit.Check{Policy: slotP, Identity: acct}, ratelimit.Check{Policy: markP, Identity: acct + ":idem"}
-		holder := ratelimit.Holder("idem")
+		voucher, mark := doc+"|key", acct+":idem"
+		holder := slots.Holder("idem")
 		calls := [][]ratelimit.Step{
 			{ratelimit.AllowStep(ratelimit.Check{Policy: ipP, Identity: ip}, ratelimit.Check{Policy: docP, Identity: doc})}, // the login
 			{ratelimit.AskStep(payer, bank)}, // the look-up: asked, then paid and granted
-			{ratelimit.ChargeStep(payer, 1), ratelimit.ChargeStep(bank, 1), ratelimit.GrantStep(voucher)},
-			{ratelimit.AskStep(payer, bank), ratelimit.AskHoldStep(slot, holder), ratelimit.AllowStep(ratelimit.Check{Policy: pixP, Identity: acct}),
-				ratelimit.HoldStep(slot, holder), ratelimit.HoldStep(mark, "original")}, // the PIX's admission
-			{ratelimit.RedeemStep(voucher), ratelimit.RefundStep(1, payer, bank), ratelimit.ReleaseStep(slot, holder), ratelimit.ReleaseStep(mark, "original")},
+			{ratelimit.ChargeStep(payer, 1), ratelimit.ChargeStep(bank, 1), vouchers.Grant(voucher)},
+			{ratelimit.AskStep(payer, bank), inflight.Ask(acct, holder), ratelimit.AllowStep(ratelimit.Check{Policy: pixP, Identity: acct}),
+				inflight.Hold(acct, holder), marks.Hold(mark, "original")}, // the PIX's admission
+			{vouchers.Redeem(voucher), ratelimit.RefundStep(1, payer, bank), inflight.Release(acct, holder), marks.Release(mark, "original")},
 			{ratelimit.AllowStep(ratelimit.Check{Policy: stmtP, Identity: acct})}, // the statement
 		}
 		for _, steps := range calls {

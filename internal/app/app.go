@@ -29,7 +29,10 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit/breaker"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/fallback"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/grants"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/queue"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/sequence"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/slots"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/withdraw"
 )
 
@@ -228,6 +231,7 @@ func replicaSecret(cfg config.Config, logger *slog.Logger) []byte {
 //	batch.New(…)         sends decisions in batches under load (not on a cluster)
 //	withdraw.New(…)      takes back what a caller did not get (on a cluster, decides keys apart)
 //	ratelimit.New(…)     the limiter: policies, keys, one script per decision
+//	  sequence.New(rdb)  runs a request's several steps in one script (its Options.Sequences)
 //	denycache.New(…)     refuses a key known to be full from memory (unless off)
 //	queue.New(…)         holds a queue's admissions until their turns: the Stack
 //	fallback.New(…)      decides in memory while Redis cannot (beside the stack)
@@ -258,6 +262,8 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 		LogEvery: opts.OutageLogEvery})
 	r.closers = append(r.closers, func() { _ = r.Withdrawals.Close() }) // after the Limiter's: it decides no more
 	opts.Runner = r.Withdrawals
+	sequences := sequence.New(rdb)
+	opts.Sequences = sequences
 	var err error
 	if r.Limiter, err = ratelimit.New(rdb, opts); err != nil {
 		return err
@@ -281,7 +287,7 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 	// Before serving: the scripts loaded on every master, the slot map known, connections
 	// dialed, so the first burst's decisions pay for none of it inside their budget.
 	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)
-	err = ratelimit.Warm(warmCtx, rdb, warmConns)
+	err = ratelimit.Warm(warmCtx, rdb, warmConns, append(sequences.Scripts(), slots.Script(), grants.Script())...)
 	if batches != nil { // loaded even if a dial failed: a batch then pays no NOSCRIPT
 		err = errors.Join(err, batches.Load(warmCtx))
 	}

@@ -27,7 +27,7 @@ import (
 
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
-	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/grants"
 )
 
 // Rules are the bank's DICT buckets, as configured.
@@ -95,15 +95,13 @@ func (p Payer) Refund() (payer, participant int) {
 	return 1, 1
 }
 
-// VoucherPolicy keeps each look-up answered 200, per payer and key, for the payment that may
-// follow it within 10 minutes to give its tokens back once (ratelimit.GrantStep, RedeemStep); a
-// key holds at most 100 such look-ups.
-var VoucherPolicy = ratelimit.Policy{Name: "pix-lookup-voucher", Limit: 100, Window: 10 * time.Minute}
+// Vouchers keep each look-up answered 200, per payer and key, for the payment that may follow
+// it within 10 minutes to give its tokens back once (package grants); a key holds at most 100
+// such look-ups.
+var Vouchers = grants.Vouchers{Name: "pix-lookup-voucher", Max: 100, Lifetime: 10 * time.Minute}
 
-// Voucher is the check of p's look-ups of key that a payment may redeem.
-func Voucher(p Payer, key string) ratelimit.Check {
-	return ratelimit.Check{Policy: VoucherPolicy, Identity: p.ID + "|" + key}
-}
+// Voucher is the identity of p's look-ups of key that a payment may redeem (in Vouchers).
+func Voucher(p Payer, key string) string { return p.ID + "|" + key }
 
 // Category is DICT's table of the participant's bucket (ENTRIES_READ_PARTICIPANT_ANTISCAN;
 // Manual Operacional do DICT, §13.1, 2025) for a category, A to H: its refill per minute and

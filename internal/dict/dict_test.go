@@ -11,6 +11,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/sequence"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
@@ -64,7 +65,7 @@ func TestBucketsPricesAndRefunds(t *testing.T) {
 	if _, id := rules.ParticipantBucket(); id != "ispb:"+pix.ISPB {
 		t.Errorf("the bank's bucket is %q, want one for the bank", id)
 	}
-	if a, b := dict.Voucher(person, "bruno@example.com"), dict.Voucher(company, "bruno@example.com"); a.Identity == b.Identity {
+	if a, b := dict.Voucher(person, "bruno@example.com"), dict.Voucher(company, "bruno@example.com"); a == b {
 		t.Error("two payers' look-ups of one key share a voucher")
 	}
 	for name, want := range map[string][2]int{"A": {25_000, 50_000}, "D": {8_000, 16_000}, "H": {2, 50}} {
@@ -83,8 +84,9 @@ func TestBucketsPricesAndRefunds(t *testing.T) {
 func TestAScannerDrainsItsOwnBucketFirst(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	l, err := ratelimit.New(srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, time.Second) }),
-		ratelimit.Options{KeySecret: []byte("a test secret of 32 bytes, long."), Timeout: time.Second})
+	rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, time.Second) })
+	l, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: []byte("a test secret of 32 bytes, long."), Timeout: time.Second,
+		Sequences: sequence.New(rdb)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,11 +113,11 @@ func newAdmission(user, bank, own check, held *slot, orig *mark) admission {
 	a.steps = []ratelimit.Step{a.ask}
 	switch {
 	case held != nil && !a.queued && own.limit.Shadow:
-		a.takeSlot = ratelimit.HoldStep(checks([]check{held.check})[0], held.name)
+		a.takeSlot = held.hold()
 		a.steps = append(a.steps, a.takeSlot, a.limit)
 	case held != nil && !a.queued:
-		a.askSlot = ratelimit.AskHoldStep(checks([]check{held.check})[0], held.name)
-		a.takeSlot = ratelimit.HoldStep(checks([]check{held.check})[0], held.name)
+		a.askSlot = held.ask()
+		a.takeSlot = held.hold()
 		a.steps = append(a.steps, a.askSlot, a.limit, a.takeSlot)
 	default:
 		a.steps = append(a.steps, a.limit)
@@ -155,7 +155,7 @@ func (l lookupLimiter) atTurn(c echo.Context, ctx context.Context, own check, d 
 	}
 	if held != nil {
 		start := time.Now()
-		hds, err := l.core.Decide(context.WithoutCancel(ctx), ratelimit.HoldStep(checks([]check{held.check})[0], held.name))
+		hds, err := l.core.Decide(context.WithoutCancel(ctx), held.hold())
 		if err := held.answer(c, l.limiter, own, hds.Last(), err, time.Since(start)); err != nil {
 			return err
 		}
@@ -174,7 +174,7 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 	release := append(t.held.release(), t.orig.release()...)
 	switch {
 	case errors.Is(err, pix.ErrKeyNotFound):
-		if payErr := t.l.charge(t.c, t.user, false, true, nil, release...); payErr != nil {
+		if payErr := t.l.charge(t.c, t.user, false, true, "", release...); payErr != nil {
 			return payErr
 		}
 	case err == nil && !r.Replayed:

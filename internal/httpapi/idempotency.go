@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/slots"
 )
 
 // originals lets one PIX per account and Idempotency-Key be in progress on this replica: the
@@ -78,27 +78,28 @@ func (o *originals) enter(ctx context.Context, key string, deadline time.Time) (
 // died holding it. originals above keeps the same order among one replica's requests without
 // asking Redis.
 type mark struct {
-	check check
-	name  string
+	slots    slots.Slots
+	identity string
+	name     string
 }
 
 // markOf is the mark of s's account's PIX named idem, leased for lease (the in-flight slots'
 // lease, which outlasts the longest PIX).
 func markOf(lease time.Duration, account, idem string) *mark {
-	p := ratelimit.Policy{Name: "pix-original", Limit: 1, Window: lease}
 	// A name of its own (a holder of a holder): no other request shares the slot.
-	return &mark{check: check{enforce.RouteLimit{Policy: p}, account + ":" + idem}, name: ratelimit.Holder(ratelimit.Holder("original"))}
+	return &mark{slots: slots.Slots{Name: "pix-original", Count: 1, Lease: lease}, identity: account + ":" + idem,
+		name: slots.Holder(slots.Holder("original"))}
 }
 
 // take is the step that takes the mark.
-func (m *mark) take() ratelimit.Step { return ratelimit.HoldStep(checks([]check{m.check})[0], m.name) }
+func (m *mark) take() ratelimit.Step { return m.slots.Hold(m.identity, m.name) }
 
 // release is the step that drops the mark, or none.
 func (m *mark) release() []ratelimit.Step {
 	if m == nil {
 		return nil
 	}
-	return []ratelimit.Step{ratelimit.ReleaseStep(checks([]check{m.check})[0], m.name)}
+	return []ratelimit.Step{m.slots.Release(m.identity, m.name)}
 }
 
 // markPoll is how often a PIX refused its mark asks again: a PIX's ledger time is a few
@@ -112,7 +113,7 @@ const markPoll = 20 * time.Millisecond
 func (m *mark) wait(ctx context.Context, core *ratelimit.Limiter, deadline time.Time, askFirst bool) {
 	for ask := askFirst; ; ask = true {
 		if ask {
-			ds, err := core.Decide(context.WithoutCancel(ctx), ratelimit.HoldStep(checks([]check{m.check})[0], m.name))
+			ds, err := core.Decide(context.WithoutCancel(ctx), m.take())
 			d := ds.Last()
 			if err != nil || d.Allowed || !time.Now().Before(deadline) {
 				return

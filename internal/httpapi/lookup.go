@@ -153,17 +153,17 @@ func (l lookupLimiter) exhausted(bank enforce.RouteLimit, retryAfter time.Durati
 // never refused that share it, such as a PIX's slot given back): the payer's
 // bucket (user) then, unless it refused, the bank's; found costs 1 of each, a miss the payer's
 // miss cost and the bank's. A found key's look-up is also granted, in that call, to the payment
-// it may lead to (grant is its voucher; none for a PIX, which is the payment). The payer's
+// it may lead to (grant is its voucher's identity; "" for a PIX, which is the payment). The payer's
 // refusal is 429, reporting its bucket (with quiet, an admission sets no RateLimit headers); the
 // bank's is 503 lookup_capacity_exhausted, without them, logged and counted.
-func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, grant *ratelimit.Check, first ...ratelimit.Step) error {
+func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, grant string, first ...ratelimit.Step) error {
 	userCost, bankCost := l.rules.Price(found)
 	bank := l.bank()
 	payUser, payBank := ratelimit.ChargeStep(checks([]check{user})[0], userCost), ratelimit.ChargeStep(checks([]check{bank})[0], bankCost)
 	steps := append(first, payUser, payBank)
 	var granted ratelimit.Step
-	if grant != nil {
-		granted = ratelimit.GrantStep(*grant)
+	if grant != "" {
+		granted = dict.Vouchers.Grant(grant)
 		steps = append(steps, granted)
 	}
 	// On a context the client cannot cancel: a scanner that hangs up once the ledger has answered
@@ -183,8 +183,8 @@ func (l lookupLimiter) charge(c echo.Context, user check, found, quiet bool, gra
 	}, refuse: func(shown ratelimit.Decision) *Error { return l.exhausted(bank.limit, shown.Worst.RetryAfter) }}
 	_, payErr := l.answerStep(c, bankReport, []check{bank}, paid, payBank)
 	if payErr == nil && granted != nil && !paid.admitted(granted) {
-		l.events.log("grant:"+dict.VoucherPolicy.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
-			"policy", dict.VoucherPolicy.Name)
+		l.events.log("grant:"+dict.Vouchers.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
+			"policy", dict.Vouchers.Name)
 	}
 	return payErr
 }
@@ -198,9 +198,9 @@ func (l lookupLimiter) refund(ctx context.Context, s auth.Subject, user check, k
 	payer := l.payer(s)
 	toUser, toBank := payer.Refund()
 	bank := l.bank()
-	steps := []ratelimit.Step{ratelimit.RedeemStep(dict.Voucher(payer, key)), ratelimit.RefundStep(toUser, checks([]check{user, bank})...)}
+	steps := []ratelimit.Step{dict.Vouchers.Redeem(dict.Voucher(payer, key)), ratelimit.RefundStep(toUser, checks([]check{user, bank})...)}
 	if toUser != toBank {
-		steps = []ratelimit.Step{ratelimit.RedeemStep(dict.Voucher(payer, key)),
+		steps = []ratelimit.Step{dict.Vouchers.Redeem(dict.Voucher(payer, key)),
 			ratelimit.RefundStep(toUser, checks([]check{user})...), ratelimit.RefundStep(toBank, checks([]check{bank})...)}
 	}
 	if _, err := l.decider().Decide(ctx, append(first, steps...)...); err != nil {
@@ -243,12 +243,11 @@ func handleLookup(ledger pix.Payments, share *pix.Share, lookups lookupLimiter) 
 		p, err := lookupKey(c.Request().Context(), ledger, share, s.Account, key)
 		switch {
 		case errors.Is(err, pix.ErrKeyNotFound):
-			if err := lookups.charge(c, user, false, false, nil); err != nil {
+			if err := lookups.charge(c, user, false, false, ""); err != nil {
 				return err
 			}
 		case err == nil:
-			grant := dict.Voucher(lookups.payer(s), key)
-			if err := lookups.charge(c, user, true, false, &grant); err != nil {
+			if err := lookups.charge(c, user, true, false, dict.Voucher(lookups.payer(s), key)); err != nil {
 				return err
 			}
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/sequence"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
@@ -88,7 +89,7 @@ func newServerWith(t testing.TB, srv *redistest.Server, limits enforce.RouteLimi
 		t.Fatal(err)
 	}
 	rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, time.Second) })
-	opts.KeySecret, opts.Timeout = auth.RateLimitKey(secret), time.Second
+	opts.KeySecret, opts.Timeout, opts.Sequences = auth.RateLimitKey(secret), time.Second, sequence.New(rdb)
 	limiter, err := ratelimit.New(rdb, opts)
 	if err != nil {
 		t.Fatal(err)

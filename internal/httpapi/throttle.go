@@ -12,6 +12,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/queue"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/slots"
 )
 
 // Throttling: a route whose limit is a queue (leaky_bucket) holds an admitted request until its
@@ -82,12 +83,12 @@ func slotOf(limit enforce.RouteLimit, account, idem string) *slot {
 	if limit.Policy.Limit < 1 {
 		return nil
 	}
-	return &slot{check: check{limit, account}, name: ratelimit.Holder(idem)}
+	return &slot{check: check{limit, account}, name: slots.Holder(idem)}
 }
 
 type slot struct {
 	check check
-	name  string // this request's hold (ratelimit.Holder): a replay shares the slot, never the hold
+	name  string // this request's hold (slots.Holder): a replay shares the slot, never the hold
 }
 
 // full is the 429 of a PIX whose account has every slot in use: Retry-After 1 (a slot frees when
@@ -115,10 +116,21 @@ func (s *slot) answer(c echo.Context, r limiter, own check, d ratelimit.Decision
 	return s.full(c, own)
 }
 
+// slots are the account's slots: the limit's policy counts them (its limit) and leases them (its
+// window).
+func (s *slot) slots() slots.Slots {
+	p := s.check.limit.Policy
+	return slots.Slots{Name: p.Name, Count: p.Limit, Lease: p.Window}
+}
+
+// hold and ask are the steps that take the slot and ask whether it would be taken.
+func (s *slot) hold() ratelimit.Step { return s.slots().Hold(s.check.identity, s.name) }
+func (s *slot) ask() ratelimit.Step  { return s.slots().Ask(s.check.identity, s.name) }
+
 // release is the step that gives the slot back, or none.
 func (s *slot) release() []ratelimit.Step {
 	if s == nil {
 		return nil
 	}
-	return []ratelimit.Step{ratelimit.ReleaseStep(checks([]check{s.check})[0], s.name)}
+	return []ratelimit.Step{s.slots().Release(s.check.identity, s.name)}
 }

@@ -5,10 +5,10 @@
 // and what a caller makes of it (an answer to a client, a fail mode) is the caller's.
 //
 // The API is small: a Policy says what is counted, a Check names the identity counted, and a
-// Limiter decides. AllowAll decides one request; Decide decides steps one after another in one
-// call, stopping at the first refusal: a request (AllowStep), an ask that takes nothing
-// (AskStep), a cost of several tokens of a bucket (ChargeStep) or their refund (RefundStep), a
-// voucher (GrantStep, RedeemStep) and an in-flight slot (HoldStep, ReleaseStep). Forget clears
+// Limiter decides. AllowAll decides one request; Decide decides steps one after another,
+// stopping at the first refusal: a request (AllowStep), an ask that takes nothing (AskStep), a
+// cost of several tokens of a bucket (ChargeStep) or their refund (RefundStep), and the steps
+// layers define (package slots' in-flight slots, package grants' vouchers). Forget clears
 // a key, Key names it, Ready says whether decisions can be made now, and Stats tells what it did;
 // Warm readies a replica's Redis client for its first burst. A Limiter starts nothing in the
 // background: there is nothing to close.
@@ -23,10 +23,12 @@
 // admissions of a decision split per key), package denycache (a Decider in front of a Limiter
 // that refuses a key known to be full from memory), package queue (a Decider that holds a
 // queue's admissions until their turns), package fallback (decides in memory while Redis cannot,
-// at each replica's share). A Limiter reaches Redis to decide through a Runner (Options.Runner;
-// Scripts by default) and through the client it is given, and is a Decider that a layer may
-// stand in front of, so an application takes the layers it wants: internal/app shows the
-// stack. In-flight slots, vouchers and sequences of steps are still in this package.
+// at each replica's share), package sequence (runs a Decide's several steps in one script call,
+// atomic), package slots (in-flight slots: requests of an identity in progress at once) and
+// package grants (vouchers a later request redeems once). A Limiter reaches Redis to decide
+// through a Runner (Options.Runner; Scripts by default), a SequenceRunner (Options.Sequences) and
+// the client it is given, and is a Decider that a layer may stand in front of, so an application
+// takes the layers it wants: internal/app shows the stack.
 //
 // # The sliding-window log
 //
@@ -61,7 +63,7 @@
 // format once, for deciding and for withdrawing alike. Its scripts are generated from those
 // parts and committed: alone (sliding_log.lua: lua/args.lua reads a call's arguments, the same a
 // person gives redis-cli --eval), batched (package batch's: lua/batch.lua reads each member's)
-// and in sequences (sequence/).
+// and in sequences (package sequence's).
 //
 // # Refused requests are not recorded
 //
@@ -92,19 +94,10 @@
 // # Late answers are withdrawn
 //
 // A decision that misses its budget was answered by the fail mode, but its script was sent: a
-// slow or frozen Redis may run it afterwards and record a request that the client was told could
-// not be decided. With the sorted-set sliding log each admission is the request's own entry, so
-// package withdraw's Runner removes it by its id in the background (the Limiter tells it of a
-// sequence's failed call too: LateWithdrawer): tried again until Redis answers, then a few more times
-// over about 2.6 s in case the script runs after an attempt. That is exact: removing an id the
-// script refused, or never ran, removes nothing. The counting algorithms store counts, not
-// requests: they cannot tell whether this request was counted, and giving back a unit it did not
-// take would admit past the limit. Their late admissions stay counted until they leave the
-// window, on the strict side.
-//
-// Withdrawals, these and a cluster split's, wait in one queue bounded by memory, never dropped
-// because Redis is slow or many wait; one given up (the queue full, Close, or a counter's attempt
-// that timed out and may have run) is counted (withdraw.Runner.Lost) and logged.
+// slow Redis may run it afterwards. With the sorted-set log each admission is the request's own
+// entry, so a Runner that withdraws (package withdraw's) removes it by its id, exactly; the
+// counting algorithms cannot tell whether a request was counted, and their late admissions stay
+// counted, on the strict side.
 //
 // # Keys
 //

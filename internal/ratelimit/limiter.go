@@ -109,6 +109,9 @@ type Options struct {
 	// cluster client needs: it decides each key apart). Every other call (a probe, a sequence)
 	// runs its script alone.
 	Runner Runner
+	// Sequences, when set, runs a Decide of several steps on one Redis in one script call,
+	// atomic (package sequence's). Without it each step is a call of its own.
+	Sequences SequenceRunner
 	// Now, when set, is the time every call gives its script instead of Redis's clock, and the
 	// Limiter's own clock: tests step through windows without sleeping. Never in production,
 	// where the replicas' clocks differ and Redis's is the one they share.
@@ -126,8 +129,10 @@ type Limiter struct {
 	outages *outageLog
 	logger  *slog.Logger
 
-	// runner runs the decisions' scripts (Options.Runner).
-	runner Runner
+	// runner runs the decisions' scripts (Options.Runner); sequences, a Decide's several steps
+	// (Options.Sequences).
+	runner    Runner
+	sequences SequenceRunner
 	// stats counts what the limiter did, for Stats.
 	stats stats
 	// down is set while the last decision could not reach Redis (Stats.RedisUp).
@@ -173,6 +178,8 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 		logger:  opts.Logger,
 		args:    make(map[Policy][3]any),
 		now:     opts.Now,
+
+		sequences: opts.Sequences,
 	}
 	l.outages = newOutageLog(opts.Logger, opts.OutageLogEvery, l.clock)
 	if l.runner = opts.Runner; l.runner == nil {
@@ -348,12 +355,12 @@ func (l *Limiter) decide(ctx context.Context, o Op, checks []Check, keys []strin
 	if err != nil {
 		return Decision{}, err
 	}
-	return l.decisionOf(r, checks, keys, c), nil
+	return decisionOf(r, checks, keys, c), nil
 }
 
 // decisionOf is the Decision of the reply r to call c over checks and their keys: a queue's
 // admission also holds its place, for Wait.
-func (l *Limiter) decisionOf(r Reply, checks []Check, keys []string, c Call) Decision {
+func decisionOf(r Reply, checks []Check, keys []string, c Call) Decision {
 	d := NewDecision(r.Allowed, r.Pairs, checks)
 	if queued(checks) && r.Wait > 0 {
 		d.Wait = time.Duration(r.Wait) * time.Microsecond
@@ -419,10 +426,10 @@ func NewDecision(allowed bool, pairs []int64, checks []Check) Decision {
 	return d
 }
 
-// requestID returns a fresh random member for the sorted sets: 72 bits, so two requests never
+// RequestID returns a fresh random member for the sorted sets: 72 bits, so two requests never
 // share one, even in the same microsecond, and 12 characters, so a key stays small. It needs to
 // be unique, not secret, so math/rand/v2's per-thread generator serves, with no system call.
-func requestID() string {
+func RequestID() string {
 	var b [9]byte
 	binary.LittleEndian.PutUint64(b[:], mrand.Uint64())
 	b[8] = byte(mrand.Uint32())

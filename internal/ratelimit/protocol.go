@@ -55,7 +55,6 @@ const (
 	opCharge                 // admit one request that takes n tokens (token_bucket), even into debt
 	opRefund                 // give n tokens back, never above capacity (token_bucket); never refused
 	opWithdraw               // take back the admission made at `at`
-	opGrant                  // record a voucher, named by the call's id (voucher.lua)
 	opQueue                  // take a place in a queue (leaky_bucket) whose turn is at most `within` away
 )
 
@@ -70,11 +69,18 @@ func cost(n int) Op {
 	return Op{kind: opCharge, n: n}
 }
 
+// The operations a step of a layer's own (package slots, grants) gives its script: its body
+// reads them as prelude.lua's operation decodes them (cost 1, 0 or -n; undo_at).
+func TakeOp() Op             { return Op{kind: opDecide} }
+func AskOp() Op              { return Op{kind: opAsk} }
+func GiveOp(n int) Op        { return Op{kind: opRefund, n: n} }
+func WithdrawOp(at int64) Op { return Op{kind: opWithdraw, at: at} }
+
 // Takes says whether the op can admit something that a withdrawal would take back.
 func (o Op) Takes() bool { return o.kind == opDecide || o.kind == opCharge || o.kind == opQueue }
 
 // Arg encodes the op as ARGV[3]: "" decides (the common case, sent as the least bytes), "a"
-// asks, "c<n>" charges n, "r<n>" refunds n, "w<at>" withdraws, "g" grants, "q<µs>" queues.
+// asks, "c<n>" charges n, "r<n>" refunds (gives) n, "w<at>" withdraws, "q<µs>" queues.
 func (o Op) Arg() any {
 	switch o.kind {
 	case opQueue:
@@ -82,8 +88,6 @@ func (o Op) Arg() any {
 			return "" // no deadline: as long as the queue, as a plain decision
 		}
 		return "q" + strconv.FormatInt(o.within, 10)
-	case opGrant:
-		return "g"
 	case opAsk:
 		return "a"
 	case opCharge:
@@ -161,7 +165,7 @@ func NewCall(checks ...Check) Call {
 	a := checks[0].Policy.algorithm()
 	c := Call{Op: Op{kind: opDecide}, Settings: make([][3]any, len(checks))}
 	if a == SlidingLog || a == LeakyBucket {
-		c.ID = requestID()
+		c.ID = RequestID()
 	}
 	for i, ch := range checks {
 		c.Settings[i] = [3]any{ch.Policy.Limit, ch.Policy.Window.Milliseconds(), ch.Policy.Capacity()}
@@ -220,7 +224,7 @@ func (l *Limiter) clockArg() int64 {
 func (l *Limiter) newCall(a Algorithm, o Op, checks []Check) Call {
 	c := Call{ID: "", Now: l.clockArg(), Op: o, Settings: make([][3]any, len(checks))}
 	if a == SlidingLog || a == LeakyBucket {
-		c.ID = requestID() // only the sorted sets record the request itself
+		c.ID = RequestID() // only the sorted sets record the request itself
 	}
 	for i, ch := range checks {
 		c.Settings[i] = l.policyArgs(ch.Policy)

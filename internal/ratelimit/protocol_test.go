@@ -28,7 +28,7 @@ return {undo_at or -1, cost}`)
 		{Op{kind: opRefund, n: 2}, -1, -2},
 		{Op{kind: opWithdraw, at: 1_764_000_000_123_456}, 1_764_000_000_123_456, 1},
 		{Op{kind: opWithdraw}, 0, 1}, // the sorted-set log finds its entry by id
-		{Op{kind: opGrant}, -1, -1},
+		{GiveOp(1), -1, -1},          // a voucher's grant (package grants)
 		{cost(0), -1, 0},
 		{cost(1), -1, 1},
 		{cost(3), -1, 3},

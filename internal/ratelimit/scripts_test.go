@@ -61,12 +61,12 @@ func parts(t *testing.T, name string) (doc, functions, decision string) {
 
 // usage is the part of a lone script's header that says how to run it.
 var usage = map[string]string{
-	"voucher": `--   redis-cli --eval internal/ratelimit/voucher.lua KEY , MAX WINDOW_MS GRANT_ID '' '' g   (grant)
---   redis-cli --eval internal/ratelimit/voucher.lua KEY , MAX WINDOW_MS                    (redeem)
+	"voucher": `--   redis-cli --eval internal/ratelimit/grants/voucher.lua KEY , MAX WINDOW_MS GRANT_ID '' '' r1   (grant)
+--   redis-cli --eval internal/ratelimit/grants/voucher.lua KEY , MAX WINDOW_MS                     (redeem)
 --
 -- reply  {allowed, grants left, 0, now_us, 0}`,
-	"slots": `--   redis-cli --eval internal/ratelimit/slots.lua KEY , SLOTS LEASE_MS NAME:HOLDER             (hold)
---   redis-cli --eval internal/ratelimit/slots.lua KEY , SLOTS LEASE_MS NAME:HOLDER '' '' w    (release)
+	"slots": `--   redis-cli --eval internal/ratelimit/slots/slots.lua KEY , SLOTS LEASE_MS NAME:HOLDER             (hold)
+--   redis-cli --eval internal/ratelimit/slots/slots.lua KEY , SLOTS LEASE_MS NAME:HOLDER '' '' w    (release)
 --
 -- reply  {allowed, free slots, reset_ms (the first lease's end), now_us, reset_us}`,
 	string(LeakyBucket): `--   redis-cli --eval internal/ratelimit/leaky_bucket.lua KEY , LIMIT WINDOW_MS [ID [PLACES]]
@@ -74,14 +74,41 @@ var usage = map[string]string{
 -- reply  {allowed, free places, reset_ms, now_us, reset_us, wait_us (until this request's turn)}`,
 }
 
+// lone is where each body's lone script is written: an algorithm's here, a layer's in its
+// package.
+var lone = map[string]string{"voucher": "grants/voucher.lua", "slots": "slots/slots.lua"}
+
+// sequences are package sequence's scripts and the bodies each holds, in the order a reader
+// meets them: a PIX's admission asks its look-up buckets (token_bucket) and its slot, then
+// decides its limit (sliding_log); its settlement redeems a voucher, refunds a bucket and gives
+// the slot back; all holds every body (a tier's other algorithm).
+var sequences = []struct {
+	name   string
+	bodies []string
+}{
+	{"admission", []string{string(TokenBucket), "slots", string(SlidingLog)}},
+	{"settlement", []string{"voucher", string(TokenBucket), "slots"}},
+	{"all", append(algorithmNames(), "voucher", "slots")},
+}
+
+func algorithmNames() []string {
+	var out []string
+	for _, a := range Algorithms() {
+		out = append(out, string(a))
+	}
+	return out
+}
+
 // generatedScripts are the generated scripts by file name: each algorithm's (and the voucher's
 // and the slots') lone decision, each algorithm's batch, and the sequences.
 func generatedScripts(t *testing.T) map[string]string {
 	out := map[string]string{}
 	prelude, args := part(t, "prelude"), part(t, "args")
-	lone := append(Algorithms(), "voucher", "slots")
-	for _, a := range lone {
-		name := string(a)
+	for _, name := range append(algorithmNames(), "voucher", "slots") {
+		file := name + ".lua"
+		if f, ok := lone[name]; ok {
+			file = f
+		}
 		doc, functions, decision := parts(t, name)
 		how, ok := usage[name]
 		if !ok {
@@ -89,7 +116,7 @@ func generatedScripts(t *testing.T) map[string]string {
 --
 -- reply  {allowed, remaining_1, reset_ms_1, ..., remaining_n, reset_ms_n, now_us, reset_us_1, ...}`, name)
 		}
-		out[name+".lua"] = fmt.Sprintf(generatedBy, "lua/prelude.lua, lua/args.lua and lua/"+name+".lua") + doc +
+		out[file] = fmt.Sprintf(generatedBy, "lua/prelude.lua, lua/args.lua and lua/"+name+".lua") + doc +
 			"--\n-- Run it alone on any Redis 7, with the first arguments the replicas send (args.lua, below):\n--\n" +
 			how + "\n\n" + prelude + args + functions + decision
 	}
@@ -103,19 +130,17 @@ func generatedScripts(t *testing.T) map[string]string {
 			prelude + functions + "local function decide()\n" + decision + "\nend\n\n" + batch
 	}
 	sequence := part(t, "sequence")
-	names := append(Algorithms(), "voucher", "slots")
-	for _, s := range sequenceBodies {
-		var from, held []string
+	for _, s := range sequences {
+		var from []string
 		var b strings.Builder
-		for _, body := range s.bodies {
-			name := string(names[body-1])
-			from, held = append(from, "lua/"+name+".lua"), append(held, fmt.Sprintf("%d %s", body, name))
+		for _, name := range s.bodies {
+			from = append(from, "lua/"+name+".lua")
 			doc, functions, decision := parts(t, name)
-			fmt.Fprintf(&b, "%s\n%sdecisions[%d] = function()\n%s\nend\n\n", doc, functions, body, decision)
+			fmt.Fprintf(&b, "%s\n%sdecisions['%s'] = function()\n%s\nend\n\n", doc, functions, name, decision)
 		}
 		out["sequence/"+s.name+".lua"] = fmt.Sprintf(generatedBy, "lua/prelude.lua, "+strings.Join(from, ", ")+" and lua/sequence.lua") +
-			"-- The " + s.name + " sequence: steps of these bodies, by number, decided one after another in one call\n" +
-			"-- (sequence.lua's loop, at the end): " + strings.Join(held, ", ") + ".\n\n" +
+			"-- The " + s.name + " sequence: steps of these bodies, by name, decided one after another in one call\n" +
+			"-- (sequence.lua's loop, at the end): " + strings.Join(s.bodies, ", ") + ".\n\n" +
 			prelude + "local decisions = {}\n\n" + b.String() + sequence
 	}
 	return out

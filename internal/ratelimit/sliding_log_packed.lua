@@ -90,9 +90,8 @@ end
 --   'q<µs>'  decide one, whose turn is at most µs away (leaky_bucket)  nil, 1, µs
 --   'a'      ask, taking nothing                     nil, 0
 --   'c<n>'   charge n tokens (token_bucket)          nil, n
---   'r<n>'   refund n tokens (token_bucket)          nil, -n
+--   'r<n>'   refund n tokens (token_bucket), give n   nil, -n
 --   'w<at>'  withdraw the admission made at `at`     at, 1
---   'g'      grant a voucher (voucher.lua)           nil, -1
 local function operation(op)
   if op == '' then return nil, 1 end
   local kind, v = byte(op), tonumber(sub(op, 2))
@@ -101,7 +100,6 @@ local function operation(op)
   if kind == 99 and v and v >= 1 then return nil, v end            -- 'c'
   if kind == 114 and v and v >= 1 then return nil, -v end          -- 'r'
   if kind == 119 then return v, 1 end                              -- 'w'
-  if kind == 103 then return nil, -1 end                           -- 'g'
   return error('pixlimit: unknown operation ' .. op)
 end
 

@@ -15,17 +15,15 @@ import (
 // before the replica listens:
 // the first decisions of a cold replica otherwise pay, inside their budget, for dialing Redis,
 // for a cluster's slot map and for NOSCRIPT, the script sent in full after its hash was refused.
-// Warm loads every script that decides (each algorithm's, the sequences',
-// the voucher's, the slots' and the readiness probe) into Redis, on every node of a cluster; it
+// Warm loads every script of the core that decides (each algorithm's and the readiness probe),
+// and the layers' scripts it is given (package sequence's, slots', grants'), into Redis, on every
+// node of a cluster; it
 // learns the slot map; and it opens conns connections to each master, so that a burst finds
 // them dialed. The error says what could not be readied; a replica may still start,
 // its decisions then follow the fail modes until Redis answers.
-func Warm(ctx context.Context, rdb redis.Scripter, conns int) error {
+func Warm(ctx context.Context, rdb redis.Scripter, conns int, layers ...*redis.Script) error {
 	all := slices.Collect(maps.Values(scripts))
-	for _, s := range sequenceScripts {
-		all = append(all, s.script)
-	}
-	for _, s := range append(all, probeScript, voucherScript, slotScript) {
+	for _, s := range append(append(all, probeScript), layers...) {
 		if err := s.Load(ctx, rdb).Err(); err != nil {
 			return fmt.Errorf("ratelimit: warm: load scripts: %w", err)
 		}

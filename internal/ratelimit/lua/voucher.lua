@@ -1,13 +1,13 @@
 -- voucher.lua: grants that a later request redeems, each once, within a window (a look-up that
 -- a payment may turn into a refund, as DICT gives a look-up's token back when it led to a
 -- payment). Not a rate-limit algorithm, but written as their bodies are (prelude.lua's locals,
--- its reply), so that a sequence can redeem a voucher and refund in one call (sequence.lua).
+-- its reply), so that a sequence can redeem a voucher and refund in one call (package sequence).
 --
 -- keys[i]      the grants: a sorted set of members scored by the time each was granted, in µs
 -- limits[i]    the most grants the key holds: past it the oldest are dropped, so memory is bounded
 -- windows[i]   the window in µs: a grant older than that can no longer be redeemed
 -- cost         1 (decide) redeems a grant, the oldest live one, and is admitted when there was
---              one; 0 (ask) says whether there is one; -1 (the operation 'g', grant) records a
+--              one; 0 (ask) says whether there is one; -1 (the operation 'r1', give) records a
 --              grant, named by id, and is always admitted
 --
 -- remaining_i is how many grants keys[i] holds after the operation; reset_i is 0.

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/sequence"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/clocktest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
@@ -773,7 +774,7 @@ func TestALateSequenceLeavesNothing(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	c := &lateReplies{Scripter: srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, generous) })}
-	l, r := limiter(t, c, false, generous, ratelimit.Options{}, nil)
+	l, r := limiter(t, c, false, generous, ratelimit.Options{Sequences: sequence.New(c)}, nil)
 	ctx := context.Background()
 	bucket := Check{Policy: Policy{Name: "bucket", Limit: 2, Window: time.Minute, Algorithm: TokenBucket, Burst: 5}, Identity: "x"}
 	log := Check{Policy: Policy{Name: "log", Limit: 3, Window: time.Minute}, Identity: "x"}

@@ -2,21 +2,21 @@
 -- voucher.lua: grants that a later request redeems, each once, within a window (a look-up that
 -- a payment may turn into a refund, as DICT gives a look-up's token back when it led to a
 -- payment). Not a rate-limit algorithm, but written as their bodies are (prelude.lua's locals,
--- its reply), so that a sequence can redeem a voucher and refund in one call (sequence.lua).
+-- its reply), so that a sequence can redeem a voucher and refund in one call (package sequence).
 --
 -- keys[i]      the grants: a sorted set of members scored by the time each was granted, in µs
 -- limits[i]    the most grants the key holds: past it the oldest are dropped, so memory is bounded
 -- windows[i]   the window in µs: a grant older than that can no longer be redeemed
 -- cost         1 (decide) redeems a grant, the oldest live one, and is admitted when there was
---              one; 0 (ask) says whether there is one; -1 (the operation 'g', grant) records a
+--              one; 0 (ask) says whether there is one; -1 (the operation 'r1', give) records a
 --              grant, named by id, and is always admitted
 --
 -- remaining_i is how many grants keys[i] holds after the operation; reset_i is 0.
 --
 -- Run it alone on any Redis 7, with the first arguments the replicas send (args.lua, below):
 --
---   redis-cli --eval internal/ratelimit/voucher.lua KEY , MAX WINDOW_MS GRANT_ID '' '' g   (grant)
---   redis-cli --eval internal/ratelimit/voucher.lua KEY , MAX WINDOW_MS                    (redeem)
+--   redis-cli --eval internal/ratelimit/grants/voucher.lua KEY , MAX WINDOW_MS GRANT_ID '' '' r1   (grant)
+--   redis-cli --eval internal/ratelimit/grants/voucher.lua KEY , MAX WINDOW_MS                     (redeem)
 --
 -- reply  {allowed, grants left, 0, now_us, 0}
 
@@ -81,9 +81,8 @@ end
 --   'q<µs>'  decide one, whose turn is at most µs away (leaky_bucket)  nil, 1, µs
 --   'a'      ask, taking nothing                     nil, 0
 --   'c<n>'   charge n tokens (token_bucket)          nil, n
---   'r<n>'   refund n tokens (token_bucket)          nil, -n
+--   'r<n>'   refund n tokens (token_bucket), give n   nil, -n
 --   'w<at>'  withdraw the admission made at `at`     at, 1
---   'g'      grant a voucher (voucher.lua)           nil, -1
 local function operation(op)
   if op == '' then return nil, 1 end
   local kind, v = byte(op), tonumber(sub(op, 2))
@@ -92,7 +91,6 @@ local function operation(op)
   if kind == 99 and v and v >= 1 then return nil, v end            -- 'c'
   if kind == 114 and v and v >= 1 then return nil, -v end          -- 'r'
   if kind == 119 then return v, 1 end                              -- 'w'
-  if kind == 103 then return nil, -1 end                           -- 'g'
   return error('pixlimit: unknown operation ' .. op)
 end
 

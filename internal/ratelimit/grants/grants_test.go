@@ -1,0 +1,89 @@
+package grants_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/grants"
+	"github.com/pixlimit/pixlimit/internal/testing/clocktest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// limiter is a Limiter on a Redis of its own, at the clock's time.
+func limiter(t *testing.T, clk *clocktest.Clock) *ratelimit.Limiter {
+	t.Helper()
+	rdb := redistest.Start(t).Client(func(o *redis.Options) { ratelimit.ClientOptions(o, time.Second) })
+	l, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: []byte("0123456789abcdef0123456789abcdef"), Timeout: time.Second, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestVouchers: a grant is redeemed once; two grants twice; a grant older than the window not
+// at all; and the key holds at most Max of them. Grants redeemed by 20 goroutines
+// at once are taken exactly once each.
+func TestVouchers(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New()
+	l := limiter(t, clk)
+	ctx := context.Background()
+	v := grants.Vouchers{Name: "voucher", Max: 3, Lifetime: 10 * time.Minute}
+	const c = "payer|key"
+	redeem := func() bool {
+		t.Helper()
+		ds, err := l.Decide(ctx, v.Redeem(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds.Last().Allowed
+	}
+	grant := func(n int) {
+		t.Helper()
+		for range n {
+			if _, err := l.Decide(ctx, v.Grant(c)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if redeem() {
+		t.Error("redeemed a voucher never granted")
+	}
+	grant(2)
+	if !redeem() || !redeem() || redeem() {
+		t.Error("two grants: want two redemptions, then none")
+	}
+	grant(1)
+	clk.Add(10*time.Minute + time.Microsecond)
+	if redeem() {
+		t.Error("redeemed a grant older than the window")
+	}
+	grant(5)
+	got := 0
+	for redeem() {
+		got++
+	}
+	if got != v.Max {
+		t.Errorf("5 grants held as %d, want the most held, %d", got, v.Max)
+	}
+
+	grant(3)
+	var taken atomic.Int64
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if ds, err := l.Decide(ctx, v.Redeem(c)); err == nil && ds.Last().Allowed {
+				taken.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := taken.Load(); n != 3 {
+		t.Errorf("20 concurrent redemptions of 3 grants took %d, want 3", n)
+	}
+}

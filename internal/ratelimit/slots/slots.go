@@ -1,0 +1,86 @@
+// Package slots owns in-flight slots: at most Count requests of one identity in progress at
+// once, fleet-wide, each holding its slot under a lease (a company's payroll cannot hold every
+// ledger connection). A rate limit counts requests that started; a slot counts those that have
+// not ended, which no window foretells.
+//
+// What it buys: a bound on one identity's share of a scarce resource (the ledger's connections)
+// that holds across every replica. What it costs: a slot is taken and given back, two steps
+// more per request (on one Redis they ride in the request's other calls: package sequence), and
+// a replica that dies holding one keeps it until its lease ends.
+//
+// Its script is slots.lua, generated from lua/slots.lua with the algorithms' prelude, so that
+// the same body runs alone and in a sequence's script.
+package slots
+
+import (
+	_ "embed"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed slots.lua
+var source string
+
+// Script is slots.lua, which holds, asks and releases slots alone: what ratelimit.Warm loads.
+func Script() *redis.Script { return script }
+
+var script = redis.NewScript(source)
+
+// Slots are an identity's in-flight slots: Count of them, each held under a lease of Lease (a
+// slot whose replica died holding it frees when its lease ends). Name names their keys.
+type Slots struct {
+	Name  string
+	Count int
+	Lease time.Duration
+}
+
+// Holder names one request's hold on the slot called name (a PIX's Idempotency-Key, of
+// [A-Za-z0-9_-]): requests of one name share one slot, each with a hold of its own, so that each
+// gives back only its own.
+func Holder(name string) string { return name + ":" + ratelimit.RequestID() }
+
+// Hold takes one of identity's slots for a request about to start, as holder (Holder): refused
+// while every slot is held by other requests. A request whose slot's name is already held (a
+// replay of a request still in progress) shares it, never refused. The caller gives its hold back
+// with Release when the request ends. Slots bypass the deny cache: they free when requests end,
+// which no Reset foretells.
+func (s Slots) Hold(identity, holder string) ratelimit.Step {
+	return &step{s.check(identity), holder, ratelimit.TakeOp()}
+}
+
+// Ask asks whether Hold(identity, holder) would take its slot, taking nothing: a PIX asks
+// before its own limit decides and takes the slot after it, in one Decide, so that neither a
+// refused limit holds a slot nor a full slot records a PIX.
+func (s Slots) Ask(identity, holder string) ratelimit.Step {
+	return &step{s.check(identity), holder, ratelimit.AskOp()}
+}
+
+// Release gives back holder's hold of identity's slot (Hold). It is never refused; when Redis
+// does not answer, the hold ends with its lease.
+func (s Slots) Release(identity, holder string) ratelimit.Step {
+	return &step{s.check(identity), holder, ratelimit.WithdrawOp(0)}
+}
+
+// check is the slots' key and settings as a step's check: the count as its limit, the lease as
+// its window (what slots.lua reads).
+func (s Slots) check(identity string) ratelimit.Check {
+	return ratelimit.Check{Policy: ratelimit.Policy{Name: s.Name, Limit: s.Count, Window: s.Lease}, Identity: identity}
+}
+
+// step is a hold, an ask or a release of one slot.
+type step struct {
+	c      ratelimit.Check
+	holder string
+	op     ratelimit.Op
+}
+
+func (s *step) Checks() []ratelimit.Check { return []ratelimit.Check{s.c} }
+func (s *step) Cacheable() bool           { return false }
+func (s *step) Refunds() bool             { return false }
+func (s *step) Queues() bool              { return false }
+
+func (s *step) Script() ratelimit.StepScript {
+	return ratelimit.StepScript{Body: "slots", Alone: script, ID: s.holder, Op: s.op}
+}

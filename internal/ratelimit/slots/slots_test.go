@@ -1,0 +1,156 @@
+package slots_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/sequence"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/slots"
+	"github.com/pixlimit/pixlimit/internal/testing/clocktest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// replicas are n Limiters on srv, each with its own client, at the clock's time when it is not
+// nil, running several steps as one sequence (package sequence).
+func replicas(t *testing.T, srv *redistest.Server, n int, clk *clocktest.Clock) []*ratelimit.Limiter {
+	t.Helper()
+	ls := make([]*ratelimit.Limiter, n)
+	for i := range ls {
+		rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, time.Second) })
+		o := ratelimit.Options{KeySecret: []byte("0123456789abcdef0123456789abcdef"), Timeout: time.Second, Sequences: sequence.New(rdb)}
+		if clk != nil {
+			o.Now = clk.Now
+		}
+		l, err := ratelimit.New(rdb, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls[i] = l
+	}
+	return ls
+}
+
+// lastOf is the last decision of a Decide.
+func lastOf(ds ratelimit.Decisions, err error) (ratelimit.Decision, error) { return ds.Last(), err }
+
+// TestSlotsHoldExactlyAcrossReplicas: 30 requests of one account at once over three replicas,
+// two slots: exactly two hold one; a replay of one of them (its name) shares it; once both are
+// given back, two more hold.
+func TestSlotsHoldExactlyAcrossReplicas(t *testing.T) {
+	ls := replicas(t, redistest.Start(t), 3, nil)
+	s := slots.Slots{Name: "inflight", Count: 2, Lease: 10 * time.Second}
+	var held sync.Map // holder by name
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 30 {
+		wg.Go(func() {
+			name := fmt.Sprint("pix-", i)
+			holder := slots.Holder(name)
+			d, err := lastOf(ls[i%3].Decide(context.Background(), s.Hold("company", holder)))
+			if err != nil {
+				t.Error(err)
+			}
+			if d.Allowed {
+				n.Add(1)
+				held.Store(name, holder)
+			}
+		})
+	}
+	wg.Wait()
+	if got := n.Load(); got != 2 {
+		t.Fatalf("%d of 30 concurrent requests hold a slot, want exactly 2", got)
+	}
+	var replays []string
+	held.Range(func(k, _ any) bool {
+		replay := slots.Holder(k.(string))
+		if d, err := lastOf(ls[2].Decide(context.Background(), s.Hold("company", replay))); err != nil || !d.Allowed {
+			t.Errorf("a replay of %s, in progress: %+v, %v; want it to share its original's slot", k, d, err)
+		}
+		replays = append(replays, replay)
+		return true
+	})
+	if d, _ := lastOf(ls[0].Decide(context.Background(), s.Hold("company", slots.Holder("another")))); d.Allowed || d.Worst.RetryAfter <= 0 {
+		t.Errorf("a third request while two are in progress: %+v, want refused", d)
+	}
+	// A replay that ends first gives back its own hold, never its original's slot.
+	for _, r := range replays {
+		if _, err := ls[1].Decide(context.Background(), s.Release("company", r)); err != nil {
+			t.Error(err)
+		}
+	}
+	if d, _ := lastOf(ls[0].Decide(context.Background(), s.Hold("company", slots.Holder("another")))); d.Allowed {
+		t.Errorf("the replays ended, the originals run: a third request was admitted")
+	}
+	held.Range(func(_, h any) bool {
+		if _, err := ls[1].Decide(context.Background(), s.Release("company", h.(string))); err != nil {
+			t.Error(err)
+		}
+		return true
+	})
+	for _, name := range []string{"a", "b"} {
+		if d, _ := lastOf(ls[0].Decide(context.Background(), s.Hold("company", slots.Holder(name)))); !d.Allowed {
+			t.Errorf("after both were given back, %s was refused", name)
+		}
+	}
+}
+
+// TestASlotOfADeadReplicaFreesAtItsLease: a slot never given back (its replica died) is free
+// again when its lease ends, and not before.
+func TestASlotOfADeadReplicaFreesAtItsLease(t *testing.T) {
+	clk := clocktest.New()
+	l := replicas(t, redistest.Start(t), 1, clk)[0]
+	s := slots.Slots{Name: "lease", Count: 1, Lease: 10 * time.Second}
+	if d, _ := lastOf(l.Decide(context.Background(), s.Hold("company", slots.Holder("dies")))); !d.Allowed {
+		t.Fatal("the first request was refused")
+	}
+	clk.Add(10*time.Second - time.Millisecond)
+	if d, _ := lastOf(l.Decide(context.Background(), s.Hold("company", slots.Holder("next")))); d.Allowed {
+		t.Fatal("admitted before the dead request's lease ended")
+	}
+	clk.Add(time.Millisecond)
+	if d, _ := lastOf(l.Decide(context.Background(), s.Hold("company", slots.Holder("next")))); !d.Allowed {
+		t.Fatal("refused once the dead request's lease ended")
+	}
+}
+
+// TestASlotIsAskedBeforeTheLimitAndTakenAfter: in one sequence, a full slot refuses before the
+// limit records anything, and a refused limit takes no slot.
+func TestASlotIsAskedBeforeTheLimitAndTakenAfter(t *testing.T) {
+	l := replicas(t, redistest.Start(t), 1, nil)[0]
+	s := slots.Slots{Name: "inflight", Count: 1, Lease: 10 * time.Second}
+	limit := ratelimit.Check{Policy: ratelimit.Policy{Name: "pix", Limit: 1, Window: time.Minute}, Identity: "co"}
+	ctx := context.Background()
+	holders := map[string]string{}
+	pix := func(name string) ratelimit.Decisions {
+		holders[name] = slots.Holder(name)
+		ds, err := l.Decide(ctx, s.Ask("co", holders[name]), ratelimit.AllowStep(limit), s.Hold("co", holders[name]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+	if ds := pix("one"); ds.Ran() != 3 || !ds.Last().Allowed {
+		t.Fatalf("the first PIX: %d steps ran, want 3 admitted", ds.Ran())
+	}
+	if ds := pix("two"); ds.Ran() != 1 || ds.Last().Allowed {
+		t.Fatalf("a second PIX while the first holds the slot: %d steps ran, want the ask refused alone", ds.Ran())
+	}
+	if d, _ := lastOf(l.Decide(ctx, ratelimit.AskStep(limit))); d.Worst.Remaining != 0 {
+		t.Fatalf("the limit has %d left, want 0 (the first PIX only)", d.Worst.Remaining)
+	}
+	if _, err := l.Decide(ctx, s.Release("co", holders["one"])); err != nil {
+		t.Fatal(err)
+	}
+	if ds := pix("three"); ds.Ran() != 2 || ds.Last().Allowed {
+		t.Fatalf("a PIX over its limit: %d steps ran, want its limit refused", ds.Ran())
+	}
+	if d, _ := lastOf(l.Decide(ctx, s.Hold("co", slots.Holder("four")))); !d.Allowed {
+		t.Error("a PIX refused by its limit kept a slot")
+	}
+}

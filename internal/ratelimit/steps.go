@@ -1,0 +1,275 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Step is one decision of Decide: an algorithm's (AllowStep, AskStep, ChargeStep,
+// RefundStep), or one a layer defines (package slots' in-flight slots, package grants'
+// vouchers), each a type of its own that knows its checks and how it runs. Decide's Decisions
+// are read by the step that asked (Decisions.Of): keep the step to read its decision.
+type Step interface {
+	// Checks are the step's checks, in order.
+	Checks() []Check
+	// Script is how the step runs: its body, the script that runs it alone, and its call's id
+	// and operation. A Decide calls it once per step.
+	Script() StepScript
+	// Cacheable says whether a refusal of the step says its keys are full until their Reset,
+	// as an algorithm's does (what a deny cache may remember, package denycache): a voucher with
+	// no grant and a held slot are no full key, and a refund is never refused.
+	Cacheable() bool
+	// Refunds says whether the step gives tokens back (RefundStep): room its keys had not.
+	Refunds() bool
+	// Queues says whether the step takes a place in a queue (an AllowStep of a LeakyBucket
+	// policy): its caller then holds the request until its turn (package queue).
+	Queues() bool
+}
+
+// A StepScript is how a step runs on Redis: alone by its script Alone, whose body is the file
+// lua/<Body>.lua, or as the body Body of a sequence's script (package sequence), with its call's
+// ID and Op (the time and each key's policy are the Limiter's to add).
+type StepScript struct {
+	Body   string        // the body's name: an algorithm's, "slots", "voucher"
+	Alone  *redis.Script // the script that runs the step alone
+	Queued bool          // its reply holds a queue's wait (LeakyBucket)
+	ID     string        // the call's id: the request's ("" for the algorithms that record none)
+	Op     Op            // what the call does
+}
+
+// decideStep is an algorithm's decision over its checks: AllowStep, AskStep, ChargeStep or
+// RefundStep.
+type decideStep struct {
+	cs     []Check
+	op     Op
+	tokens bool // a charge or a refund: token_bucket policies only
+}
+
+// AllowStep is AllowAll(checks...) as a step.
+func AllowStep(checks ...Check) Step { return &decideStep{cs: checks, op: Op{kind: opDecide}} }
+
+// AskStep asks whether a request would be admitted by every check, taking nothing, for any
+// algorithm: the keys' state (Remaining, Reset) as a decision sees it, and which key is full. A
+// request that must pass several buckets (a key look-up: the payer's and the bank's) asks them
+// together before it does its work, then pays each its own price (ChargeStep); a support desk
+// reads a key's state with it. A sequence goes on past it only if it would admit.
+func AskStep(checks ...Check) Step { return &decideStep{cs: checks, op: Op{kind: opAsk}} }
+
+// ChargeStep decides one request of c that costs n tokens of a TokenBucket policy: it is admitted
+// while the bucket holds at least one token, as any request, and then takes all n at once, even
+// into debt (the bucket then refuses until its refill has paid the debt back). n = 0 asks
+// (AskStep); n = 1 is AllowStep.
+//
+// A request whose price depends on its answer (a PIX key look-up: 1 if the key exists, 20 if
+// not) asks before it does the work, so that a refused one costs nothing more, and pays its price
+// with ChargeStep once it knows it, before it answers: each answer is then admitted and paid in
+// one atomic step, and requests sent together can never buy more answers than the same requests
+// one by one (as they could if each passed a one-token check and paid the rest after answering).
+func ChargeStep(c Check, n int) Step { return &decideStep{cs: []Check{c}, op: cost(n), tokens: true} }
+
+// RefundStep gives n tokens (1 or more) back to each check's TokenBucket bucket, never above
+// their capacities: a price paid for something that turned out to be worth it (DICT gives back
+// the token of a key look-up that a payment followed). It is never refused; a deny cache
+// (package denycache) forgets the keys here, and another replica's may refuse on the strict side
+// for at most its hold, never admit one too many.
+func RefundStep(n int, checks ...Check) Step {
+	return &decideStep{cs: checks, op: Op{kind: opRefund, n: n}, tokens: true}
+}
+
+func (s *decideStep) Checks() []Check { return s.cs }
+func (s *decideStep) Cacheable() bool { return s.op.kind != opRefund }
+func (s *decideStep) Refunds() bool   { return s.op.kind == opRefund }
+func (s *decideStep) Queues() bool    { return queued(s.cs) && s.op.kind == opDecide }
+
+func (s *decideStep) Script() StepScript {
+	a := s.cs[0].Policy.algorithm()
+	st := StepScript{Body: string(a), Alone: scripts[a], Queued: a == LeakyBucket, Op: s.op}
+	if a == SlidingLog || a == LeakyBucket {
+		st.ID = RequestID() // only the sorted sets record the request itself
+	}
+	return st
+}
+
+// validate checks what the step's lone call would check.
+func (s *decideStep) validate() error {
+	if len(s.cs) == 0 {
+		return errors.New("ratelimit: a step needs checks")
+	}
+	if err := oneQueue(s.cs); err != nil {
+		return err
+	}
+	for _, c := range s.cs {
+		if s.tokens && (c.Policy.algorithm() != TokenBucket || s.op.kind == opRefund && s.op.n < 1 || s.op.n < 0) {
+			return fmt.Errorf("ratelimit: %d tokens of %s: want a token_bucket policy, and 1 or more to refund", s.op.n, c.Policy.Name)
+		}
+	}
+	return nil
+}
+
+// Decisions are what Decide decided: each step's decision, read by the step that asked for
+// it. The steps after a refusal did not run.
+type Decisions struct {
+	steps []Step
+	ds    []Decision
+}
+
+// DecisionsOf are the Decisions of steps of which the first len(ds) ran, deciding ds: what a
+// layer that answers steps itself returns (package denycache's refusal of the first).
+func DecisionsOf(steps []Step, ds ...Decision) Decisions { return Decisions{steps: steps, ds: ds} }
+
+// Of is s's decision, and whether s ran.
+func (d Decisions) Of(s Step) (Decision, bool) {
+	i := slices.Index(d.steps, s)
+	if i < 0 || i >= len(d.ds) {
+		return Decision{}, false
+	}
+	return d.ds[i], true
+}
+
+// Ran is how many steps ran: all of them, or up to the first refusal.
+func (d Decisions) Ran() int { return len(d.ds) }
+
+// Last is the decision of the last step that ran: the refusal that ended the sequence, if one did.
+func (d Decisions) Last() Decision {
+	if len(d.ds) == 0 {
+		return Decision{}
+	}
+	return d.ds[len(d.ds)-1]
+}
+
+// Decide decides steps one after another, as each decided alone in that order would, and stops
+// at the first that refuses: AllowStep is what AllowAll decides, AskStep asks without taking,
+// ChargeStep takes n tokens, RefundStep gives them back (and a layer's steps do what they say:
+// package slots, grants). Its Decisions hold the decision of each step that ran, read by the
+// step (Decisions.Of): not every step ran when one refused, and the last that ran
+// (Decisions.Last) is that refusal.
+//
+// Each step is a call of its own (one step is AllowAll's call, batched by the Runner), so
+// another request may come between two steps. With Options.Sequences (package sequence), the
+// steps of a Decide on one Redis are one script call instead, atomic: a PIX asks its look-up
+// buckets, then decides its own limit, and a refused ask records nothing anywhere. On a cluster,
+// whose keys live apart, each step stays a call of its own.
+//
+// The error wraps ErrUnavailable when Redis did not answer; the decisions returned with it are
+// of the steps that ran before the one that failed. A sequence's call that failed ran none of
+// them that anyone will know of: its sliding-log admissions are withdrawn when the Runner
+// withdraws (LateWithdrawer: package withdraw's).
+func (l *Limiter) Decide(ctx context.Context, steps ...Step) (Decisions, error) {
+	if len(steps) == 0 {
+		return Decisions{}, errors.New("ratelimit: no steps")
+	}
+	for _, s := range steps {
+		if err := validate(s); err != nil {
+			return Decisions{}, err
+		}
+	}
+	if l.sequences != nil && !l.cluster && len(steps) > 1 {
+		return l.sequence(ctx, steps)
+	}
+	var ds []Decision
+	for _, s := range steps {
+		var d Decision
+		var err error
+		if a, ok := s.(*decideStep); ok {
+			d, err = l.do(ctx, a.op, a.cs) // by the Runner: batched
+		} else {
+			d, err = l.alone(ctx, s)
+		}
+		if err != nil {
+			return Decisions{steps, ds}, err
+		}
+		if ds = append(ds, d); !d.Allowed {
+			break
+		}
+	}
+	return Decisions{steps, ds}, nil
+}
+
+// validate checks a step's policies, and what an algorithm's step's lone call would check.
+func validate(s Step) error {
+	if a, ok := s.(*decideStep); ok {
+		return a.validate()
+	}
+	for _, c := range s.Checks() {
+		if err := c.Policy.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A StepCall is one step of a sequence as its script reads it: its body, its keys and its call.
+type StepCall struct {
+	Body   string
+	Queued bool // its reply holds a queue's wait
+	Keys   []string
+	Call   Call
+}
+
+// A SequenceRunner runs several steps in one script call, one after another, stopping after
+// the first that refuses, and replies for each that ran (package sequence): what Decide sends
+// when Options.Sequences is set. Its error wraps ErrUnavailable when Redis did not answer.
+type SequenceRunner interface {
+	RunSequence(ctx context.Context, steps []StepCall) ([]Reply, error)
+}
+
+// stepCall is step s's call: its script's, at the Limiter's time, with each key's policy.
+func (l *Limiter) stepCall(ctx context.Context, s Step, st StepScript) StepCall {
+	c := Call{ID: st.ID, Now: l.clockArg(), Op: st.Op, Settings: make([][3]any, len(s.Checks()))}
+	if s.Queues() {
+		c.Op = l.queueOp(ctx, c.Op)
+	}
+	for i, ch := range s.Checks() {
+		c.Settings[i] = l.policyArgs(ch.Policy)
+	}
+	return StepCall{Body: st.Body, Queued: st.Queued, Keys: l.keysOf(s.Checks()), Call: c}
+}
+
+// alone decides a layer's step by its own script, within the budget.
+func (l *Limiter) alone(ctx context.Context, s Step) (Decision, error) {
+	st := s.Script()
+	sc := l.stepCall(ctx, s, st)
+	l.stats.redis.Add(1)
+	budget, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	r, err := runScript(budget, l.rdb, st.Alone, st.Queued, sc.Keys, sc.Call)
+	l.called(ctx, err, s.Checks())
+	if err != nil {
+		return Decision{}, fmt.Errorf("%s: %w", st.Body, err)
+	}
+	return decisionOf(r, s.Checks(), sc.Keys, sc.Call), nil
+}
+
+// sequence decides steps in one call of the SequenceRunner, within the budget.
+func (l *Limiter) sequence(ctx context.Context, steps []Step) (Decisions, error) {
+	calls := make([]StepCall, len(steps))
+	var all []Check
+	for i, s := range steps {
+		calls[i] = l.stepCall(ctx, s, s.Script())
+		all = append(all, s.Checks()...)
+	}
+	l.stats.redis.Add(1)
+	budget, cancel := context.WithTimeout(ctx, l.timeout)
+	replies, err := l.sequences.RunSequence(budget, calls)
+	cancel()
+	l.called(ctx, err, all)
+	if err != nil {
+		if w, ok := l.runner.(LateWithdrawer); ok {
+			for i, s := range steps {
+				if a, ok := s.(*decideStep); ok {
+					w.WithdrawLate(a.cs[0].Policy.algorithm(), calls[i].Keys, calls[i].Call, err)
+				}
+			}
+		}
+		return Decisions{steps: steps}, err
+	}
+	ds := make([]Decision, len(replies))
+	for i, r := range replies {
+		ds[i] = decisionOf(r, steps[i].Checks(), calls[i].Keys, calls[i].Call)
+	}
+	return Decisions{steps, ds}, nil
+}
