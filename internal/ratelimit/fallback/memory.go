@@ -16,7 +16,7 @@ type memory struct {
 
 	mu     sync.Mutex
 	keys   map[string]*fallbackKey
-	queues map[string]*ratelimit.MemoryQueue // a queue's places (LeakyBucket), as its script keeps them
+	queues map[string]*memoryQueue // a queue's places (LeakyBucket), as its script keeps them
 }
 
 type fallbackKey struct {
@@ -26,7 +26,7 @@ type fallbackKey struct {
 }
 
 func newMemory(max int) *memory {
-	return &memory{max: max, keys: map[string]*fallbackKey{}, queues: map[string]*ratelimit.MemoryQueue{}}
+	return &memory{max: max, keys: map[string]*fallbackKey{}, queues: map[string]*memoryQueue{}}
 }
 
 // allow admits a request at now if every key holds fewer than its policy's Limit admissions in
@@ -103,12 +103,12 @@ func (l *memory) forget() {
 		l.keys = map[string]*fallbackKey{}
 	}
 	if len(l.queues) > 0 {
-		l.queues = map[string]*ratelimit.MemoryQueue{}
+		l.queues = map[string]*memoryQueue{}
 	}
 }
 
 // queue decides one request of key's queue under p at now, taking a place named id when
-// admitted; within < 0 waits as long as the queue (ratelimit.MemoryQueue.Take).
+// admitted; within < 0 waits as long as the queue (memoryQueue.Take).
 func (l *memory) queue(now time.Time, key string, p ratelimit.Policy, within int64, id string) (bool, int64, int64, int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -117,7 +117,7 @@ func (l *memory) queue(now time.Time, key string, p ratelimit.Policy, within int
 		if len(l.queues) >= l.max {
 			l.dropServedQueues(now.UnixMicro())
 		}
-		q = &ratelimit.MemoryQueue{}
+		q = &memoryQueue{}
 		l.queues[key] = q
 	}
 	return q.Take(now.UnixMicro(), p, within, id, true)
@@ -138,7 +138,7 @@ func (l *memory) dropServedQueues(now int64) {
 	}
 }
 
-// leave gives id's place in key's queue of p back at now (µs); see ratelimit.MemoryQueue.Leave.
+// leave gives id's place in key's queue of p back at now (µs); see memoryQueue.Leave.
 func (l *memory) leave(key, id string, now int64, p ratelimit.Policy) (turn, moved int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

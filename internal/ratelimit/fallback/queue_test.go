@@ -1,22 +1,33 @@
-package ratelimit
+package fallback
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
-// TestQueueScriptMatchesItsModel drives leaky_bucket.lua and MemoryQueue (the Go statement of it,
-// which the fallback also runs) through the same random trace of takes, asks and leaves, with
+// TestQueueScriptMatchesItsModel drives leaky_bucket.lua and memoryQueue (the Go statement of it,
+// which the fallback runs) through the same random trace of takes, asks and leaves, with
 // injected time and deadlines, and requires the same reply at every step: admitted, remaining,
 // reset, wait; for a leave, its turn and how far the others moved.
 func TestQueueScriptMatchesItsModel(t *testing.T) {
-	l, _, _ := newTestLimiter(t)
-	p := Policy{Name: "q", Limit: 10, Window: 7 * time.Second, Algorithm: LeakyBucket, Queue: 4} // a pace of 700 ms
-	key := l.Key(Check{p, "x"})
-	var m MemoryQueue
+	rdb := redistest.Start(t).Client(nil)
+	p := ratelimit.Policy{Name: "q", Limit: 10, Window: 7 * time.Second, Algorithm: ratelimit.LeakyBucket, Queue: 4} // a pace of 700 ms
+	const key = "q"
+	// The script's arguments as its header lays them out: limit, window in ms, the request's id,
+	// places, now in µs, the operation ('' takes a place, 'q<µs>' one whose turn is at most µs
+	// away, 'a' asks, 'w0' leaves).
+	run := func(id string, now int64, op string) ([]int64, error) {
+		return ratelimit.Script(ratelimit.LeakyBucket).Run(context.Background(), rdb, []string{key},
+			p.Limit, p.Window.Milliseconds(), id, p.Capacity(), now, op).Int64Slice()
+	}
+	var m memoryQueue
 	rng := rand.New(rand.NewPCG(40, 4))
 	start, base := time.Now(), int64(1_800_000_000_000_000)
 	var jumps int64
@@ -25,15 +36,13 @@ func TestQueueScriptMatchesItsModel(t *testing.T) {
 	for step := range 3000 {
 		jumps += int64(rng.IntN(400_000))
 		now := base + time.Since(start).Microseconds() + jumps // never behind the real clock: TTLs hold
-		c := l.newCall(LeakyBucket, Op{kind: opQueue, within: -1}, []Check{{p, "x"}})
-		c.Now = now
+		id, op, within := ratelimit.RequestID(), "", int64(-1)
 		switch r := rng.IntN(10); {
 		case r < 3 && len(held) > 0: // a request leaves: mostly a recent one, still waiting
 			i := max(0, len(held)-1-rng.IntN(6))
-			id := held[i]
+			id = held[i]
 			held = slices.Delete(held, i, i+1)
-			c.ID, c.Op = id, Op{kind: opWithdraw}
-			got, err := scripts[LeakyBucket].Run(context.Background(), l.rdb, []string{key}, c.Args()...).Int64Slice()
+			got, err := run(id, now, "w0")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,26 +60,27 @@ func TestQueueScriptMatchesItsModel(t *testing.T) {
 			}
 			continue
 		case r < 4:
-			c.Op = Op{kind: opAsk}
+			op = "a"
 		case r < 7:
-			c.Op.within = int64(rng.IntN(3_000_000)) // a deadline within 3 s: some turns come past it
+			within = int64(rng.IntN(3_000_000)) // a deadline within 3 s: some turns come past it
+			op = fmt.Sprintf("q%d", within)
 		}
-		got, err := run(context.Background(), l.rdb, LeakyBucket, []string{key}, c)
+		vals, err := run(id, now, op)
 		if err != nil {
 			t.Fatal(err)
 		}
-		within := c.Op.within
-		if c.Op.kind == opAsk {
-			within = -1
+		got, err := ratelimit.ParseReply(vals, 1, true)
+		if err != nil {
+			t.Fatal(err)
 		}
-		admitted, remaining, reset, wait := m.Take(now, p, within, c.ID, c.Op.kind != opAsk)
-		want := Reply{Allowed: admitted, Pairs: []int64{remaining, reset}, Now: now, Wait: wait}
+		admitted, remaining, reset, wait := m.Take(now, p, within, id, op != "a")
+		want := ratelimit.Reply{Allowed: admitted, Pairs: []int64{remaining, reset}, Now: now, Wait: wait}
 		if got.Allowed != want.Allowed || !slices.Equal(got.Pairs, want.Pairs) || got.Wait != want.Wait {
-			t.Fatalf("step %d (op %q): script %+v, model %+v", step, c.Op.Arg(), got, want)
+			t.Fatalf("step %d (op %q): script %+v, model %+v", step, op, got, want)
 		}
 		switch {
-		case admitted && c.Op.kind != opAsk:
-			held = append(held, c.ID)
+		case admitted && op != "a":
+			held = append(held, id)
 			seen["admitted"]++
 			if wait > 0 {
 				seen["waits"]++
