@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"mime"
@@ -38,33 +39,32 @@ func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 // a proxy, a WAF or an audit log read 1. json/v2 rejects duplicate names and matches case
 // exactly by default, and RejectUnknownMembers rejects the rest; no hand-written token scanning.
 func decodeJSON(c echo.Context, v any) error {
-	mt, _, err := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
-	if err != nil || mt != echo.MIMEApplicationJSON {
-		return &Error{Code: CodeUnsupportedMediaType}
-	}
-	dec := jsontext.NewDecoder(c.Request().Body) // rejects duplicate names and invalid UTF-8
-	body, err := dec.ReadValue()
-	switch {
-	case errors.Is(err, io.EOF):
-		return invalid("request body is required", nil)
-	case err == nil && body.Kind() != '{':
-		return invalid("request body is not a single JSON object", nil)
-	case err == nil:
-		body = body.Clone()                                   // valid only until the next read otherwise
-		if _, err = dec.ReadValue(); errors.Is(err, io.EOF) { // nothing may follow the object
-			err = json.Unmarshal(body, v, json.RejectUnknownMembers(true))
-		} else if err == nil {
-			err = errors.New("trailing data")
+	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != echo.MIMEApplicationJSON { // the common case, without parsing
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationJSON {
+			return &Error{Code: CodeUnsupportedMediaType}
 		}
 	}
-	var (
+	// One pass: the body read whole (within maxBody), then unmarshalled, which rejects duplicate
+	// names, invalid UTF-8 and anything after the object.
+	body, err := io.ReadAll(c.Request().Body)
+	if err == nil {
+		switch body = bytes.TrimLeft(body, " \t\r\n"); {
+		case len(body) == 0:
+			return invalid("request body is required", nil)
+		case body[0] != '{':
+			return invalid("request body is not a single JSON object", nil)
+		}
+		err = json.Unmarshal(body, v, json.RejectUnknownMembers(true))
+	}
+	if err == nil {
+		return nil
+	}
+	var ( // declared past the nil case: errors.As moves them to the heap
 		tooLarge  *http.MaxBytesError
 		semantic  *json.SemanticError
 		syntactic *jsontext.SyntacticError
 	)
 	switch {
-	case err == nil:
-		return nil
 	case errors.As(err, &tooLarge):
 		return &Error{Code: CodeRequestTooLarge}
 	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syntactic):

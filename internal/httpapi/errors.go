@@ -168,6 +168,9 @@ var echoCodes = map[int]Code{
 // toError turns any error into the *Error to answer with. ledgerRetryAfter is the Retry-After of
 // the ledger's 503s.
 func toError(err error, ledgerRetryAfter time.Duration) *Error {
+	if e, ok := err.(*Error); ok { // the common case, before errors.As moves e and he to the heap
+		return e
+	}
 	var (
 		e  *Error
 		he *echo.HTTPError
@@ -217,6 +220,33 @@ type errorBody struct {
 	RemainingCents    *int64            `json:"remaining_cents,omitempty"`
 }
 
+// appendPlain is the body as c.JSON writes it (encoding/json, and a newline), written without
+// reflection when it is plain: no fields, no cents, and a code and message that need no escaping
+// (most refusals). ok is false otherwise, and c.JSON writes it.
+func (b errorBody) appendPlain() (out []byte, ok bool) {
+	if b.Fields != nil || b.RemainingCents != nil || !plain(string(b.Error)) || !plain(b.Message) {
+		return nil, false
+	}
+	out = make([]byte, 0, 64+len(b.Error)+len(b.Message))
+	out = append(append(append(out, `{"error":"`...), b.Error...), `","message":"`...)
+	out = append(append(out, b.Message...), '"')
+	if b.RetryAfterSeconds != 0 {
+		out = strconv.AppendInt(append(out, `,"retry_after_seconds":`...), b.RetryAfterSeconds, 10)
+	}
+	return append(out, "}\n"...), true
+}
+
+// plain says whether s is printable ASCII that encoding/json writes as it is: no quote,
+// backslash, or <, > and & (which it escapes for HTML).
+func plain(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
 // errorHandler is the one place where errors become HTTP responses.
 func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
@@ -238,11 +268,15 @@ func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTP
 		body := errorBody{Error: e.Code, Message: e.message(), Fields: e.Fields, RemainingCents: e.RemainingCents}
 		if e.RetryAfter > 0 {
 			body.RetryAfterSeconds = retrySeconds(e.RetryAfter)
-			h.Set("Retry-After", strconv.FormatInt(body.RetryAfterSeconds, 10))
+			h["Retry-After"] = []string{strconv.FormatInt(body.RetryAfterSeconds, 10)} // canonical already
 		}
-		if c.Request().Method == http.MethodHead {
+		switch b, plain := body.appendPlain(); {
+		case c.Request().Method == http.MethodHead:
 			err = c.NoContent(status)
-		} else {
+		case plain:
+			h["Content-Type"] = []string{echo.MIMEApplicationJSON} // as c.JSON sets it, without canonicalizing
+			err = c.Blob(status, echo.MIMEApplicationJSON, b)
+		default:
 			err = c.JSON(status, body)
 		}
 		if err != nil {

@@ -119,6 +119,7 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		AccountID   string `json:"account_id"`
 		DeviceToken string `json:"device_token"`
 	}
+	reports := [2]*report{loginReport(limits, false), loginReport(limits, true)} // made once, not per login
 	return func(c echo.Context) error {
 		var req request
 		decodeErr := decodeJSON(c, &req)
@@ -144,7 +145,11 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		case decodeErr == nil && docErr == nil:
 			checks = append(checks, check{limits.LoginAccount, document})
 		}
-		if err := limiter.enforce(c, loginReport(limits, v6 && device != ""), checks...); err != nil {
+		netSkipped := 0
+		if v6 && device != "" {
+			netSkipped = 1
+		}
+		if err := limiter.enforce(c, reports[netSkipped], checks...); err != nil {
 			return err
 		}
 		if decodeErr != nil {

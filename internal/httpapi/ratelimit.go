@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -37,34 +36,55 @@ import (
 // refusal, is the error handler's to write.)
 func setHeaders(h http.Header, d ratelimit.Decision) {
 	w := d.Worst
-	// The keys in their canonical form (textproto's: "Ratelimit-Limit"), assigned directly: Set
-	// would canonicalize each on every response, a measurable share of what a refusal costs.
-	h["Ratelimit-Limit"] = []string{strconv.Itoa(w.Capacity)}
-	h["Ratelimit-Remaining"] = []string{strconv.Itoa(w.Remaining)}
-	h["Ratelimit-Reset"] = []string{strconv.FormatInt(seconds(w.Reset), 10)}
-	var p strings.Builder
+	reset := seconds(w.Reset)
+	// Every value is a piece of one string, written in one buffer: a refusal is answered at a
+	// 429's price, not at a few allocations per header (BenchmarkRefusal).
+	b := make([]byte, 0, 256)
+	var ends [5]int
+	b = strconv.AppendInt(b, int64(w.Capacity), 10)
+	ends[0] = len(b)
+	b = strconv.AppendInt(b, int64(w.Remaining), 10)
+	ends[1] = len(b)
+	b = strconv.AppendInt(b, reset, 10)
+	ends[2] = len(b)
 	for i, r := range d.Results {
 		if i > 0 {
-			p.WriteString(", ")
+			b = append(b, ", "...)
 		}
-		p.WriteString(policyItem(r.Policy))
+		b = appendPolicyItem(b, r.Policy)
 	}
-	h["Ratelimit-Policy"] = []string{p.String()}
-	h["Ratelimit"] = []string{`"` + w.Policy.Name + `";r=` + strconv.Itoa(w.Remaining) + ";t=" + strconv.FormatInt(seconds(w.Reset), 10)}
+	ends[3] = len(b)
+	b = append(append(append(b, '"'), w.Policy.Name...), `";r=`...)
+	b = append(strconv.AppendInt(b, int64(w.Remaining), 10), ";t="...)
+	b = strconv.AppendInt(b, reset, 10)
+	ends[4] = len(b)
+	all, v := string(b), make([]string, len(ends)) // the header's five values, one backing array
+	for i, start := 0, 0; i < len(ends); start, i = ends[i], i+1 {
+		v[i] = all[start:ends[i]]
+	}
+	// The keys in their canonical form (textproto's: "Ratelimit-Limit"), assigned directly: Set
+	// would canonicalize each on every response.
+	h["Ratelimit-Limit"], h["Ratelimit-Remaining"], h["Ratelimit-Reset"] = v[0:1:1], v[1:2:2], v[2:3:3]
+	h["Ratelimit-Policy"], h["Ratelimit"] = v[3:4:4], v[4:5:5]
 }
 
 // policyItem is p as one item of RateLimit-Policy: "pix";q=10;w=60. q and w stay the sustained
 // rate; a bucket's burst and a queue's places are implementation parameters, which draft-12 asks
 // to be vendor-prefixed.
-func policyItem(p ratelimit.Policy) string {
-	item := `"` + p.Name + `";q=` + strconv.Itoa(p.Limit) + ";w=" + strconv.FormatInt(seconds(p.Window), 10)
+func policyItem(p ratelimit.Policy) string { return string(appendPolicyItem(nil, p)) }
+
+// appendPolicyItem appends policyItem(p) to b.
+func appendPolicyItem(b []byte, p ratelimit.Policy) []byte {
+	b = append(append(append(b, '"'), p.Name...), `";q=`...)
+	b = append(strconv.AppendInt(b, int64(p.Limit), 10), ";w="...)
+	b = strconv.AppendInt(b, seconds(p.Window), 10)
 	switch {
 	case p.Algorithm.Bursty():
-		item += ";pixlimit-burst=" + strconv.Itoa(p.Capacity())
+		b = strconv.AppendInt(append(b, ";pixlimit-burst="...), int64(p.Capacity()), 10)
 	case p.Algorithm == ratelimit.LeakyBucket:
-		item += ";pixlimit-queue=" + strconv.Itoa(p.Queue)
+		b = strconv.AppendInt(append(b, ";pixlimit-queue="...), int64(p.Queue), 10)
 	}
-	return item
+	return b
 }
 
 // seconds rounds d up to whole seconds.
@@ -140,9 +160,10 @@ func (r limiter) knownFull(checks ...ratelimit.Check) (ratelimit.Decision, bool)
 // admitted (shadow_refused, logged without identity), and their responses carry no RateLimit
 // headers at all: a limit that is not in force is not advertised.
 func (r limiter) enforce(c echo.Context, rep *report, cs ...check) error {
-	_, err := r.apply(c, rep, cs, func(ctx context.Context) (ratelimit.Decision, error) {
-		return r.decider().AllowAll(ctx, checks(cs)...)
-	})
+	decided := checks(cs)
+	start := time.Now()
+	d, err := r.decider().AllowAll(c.Request().Context(), decided...)
+	_, err = r.answerChecks(c, rep, cs, decided, d, err, time.Since(start))
 	return err
 }
 
@@ -160,7 +181,12 @@ func (r limiter) apply(c echo.Context, rep *report, cs []check,
 // ratelimit.Limiter.Decide, whose call's time each step reports.
 func (r limiter) answer(c echo.Context, rep *report, cs []check,
 	d ratelimit.Decision, err error, took time.Duration) (ratelimit.Decision, error) {
-	decided := checks(cs)
+	return r.answerChecks(c, rep, cs, checks(cs), d, err, took)
+}
+
+// answerChecks is answer with cs's ratelimit.Checks already made (decided).
+func (r limiter) answerChecks(c echo.Context, rep *report, cs []check, decided []ratelimit.Check,
+	d ratelimit.Decision, err error, took time.Duration) (ratelimit.Decision, error) {
 	if err != nil {
 		if !errors.Is(err, ratelimit.ErrUnavailable) || c.Request().Context().Err() != nil {
 			return ratelimit.Decision{}, err // a client that left: nothing to fail open or closed
@@ -259,17 +285,26 @@ func newEventLog(logger *slog.Logger, every time.Duration) *eventLog {
 
 // log logs msg with attrs unless the event key was logged less than every ago.
 func (s *eventLog) log(key string, level slog.Level, msg string, attrs ...any) {
+	if held, due := s.due(key); due {
+		s.logger.Log(context.Background(), level, msg, append(attrs, "held_back", held)...)
+	}
+}
+
+// due says whether the event key is to be logged now, with how many were held back since it
+// last was, and counts it as held back otherwise: a caller on a hot path builds its line only
+// when one is due (the edge's refusals).
+func (s *eventLog) due(key string) (held int, due bool) {
 	if s == nil {
-		return
+		return 0, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if now := time.Now(); now.Sub(s.last[key]) >= s.every {
-		s.logger.Log(context.Background(), level, msg, append(attrs, "held_back", s.held[key])...)
-		s.last[key], s.held[key] = now, 0
-		return
+		held, s.last[key], s.held[key] = s.held[key], now, 0
+		return held, true
 	}
 	s.held[key]++
+	return 0, false
 }
 
 // RateLimitConfig configures the middleware that limits a route by one policy, in the manner of

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -325,4 +326,37 @@ func FuzzSetHeaders(f *testing.F) {
 			t.Fatalf("RateLimit-Policy %q lists %d policies, want %d", h.Get("RateLimit-Policy"), got, len(rs))
 		}
 	})
+}
+
+// TestPlainErrorBodiesAreWhatEncodingJSONWrites: the error bodies written without reflection
+// (errorBody.appendPlain) are byte for byte what c.JSON writes, and the others are left to it:
+// every code with its message, with and without Retry-After, and messages that need escaping.
+func TestPlainErrorBodiesAreWhatEncodingJSONWrites(t *testing.T) {
+	var bodies []errorBody
+	for code := range codes {
+		e := &Error{Code: code}
+		bodies = append(bodies, errorBody{Error: code, Message: e.message()}, errorBody{Error: code, Message: e.message(), RetryAfterSeconds: 600})
+	}
+	cents := int64(5)
+	bodies = append(bodies, errorBody{Error: CodeInvalidRequest, Message: "a <b> & \"c\" \\ é\n"},
+		errorBody{Error: CodeInvalidRequest, Message: "m", Fields: map[string]string{"a": "b"}},
+		errorBody{Error: CodeInvalidRequest, Message: "m", RemainingCents: &cents})
+	plains := 0
+	for _, b := range bodies {
+		var want bytes.Buffer
+		if err := json.NewEncoder(&want).Encode(b); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := b.appendPlain()
+		if !ok {
+			continue
+		}
+		plains++
+		if string(got) != want.String() {
+			t.Errorf("%+v: wrote %q, encoding/json %q", b, got, want.String())
+		}
+	}
+	if plains < len(codes) {
+		t.Errorf("only %d of %d bodies written plain: the common refusals should be", plains, len(bodies))
+	}
 }

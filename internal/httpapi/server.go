@@ -176,7 +176,10 @@ func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]b
 			took := time.Since(start)
 			m.observe(route, method, c.Response().Status, took)
 			if c.Response().Status == http.StatusTooManyRequests {
-				floods.log("refused:"+route, slog.LevelInfo, "requests refused", "route", route, "status", http.StatusTooManyRequests)
+				if held, due := floods.due(route); due { // floods holds the refusals alone: the route is the key
+					logger.LogAttrs(c.Request().Context(), slog.LevelInfo, "requests refused", slog.String("route", route),
+						slog.Int("status", http.StatusTooManyRequests), slog.Int("held_back", held))
+				}
 				return nil
 			}
 			level := slog.LevelInfo

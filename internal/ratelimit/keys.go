@@ -25,15 +25,21 @@ import (
 // identity lives in one slot.
 type keyer struct {
 	prefix string
-	macs   sync.Pool // of hash.Hash; hmac.New allocates more than the hashing costs
+	macs   sync.Pool // of *mac; hmac.New allocates more than the hashing costs
 }
 
 func newKeyer(prefix string, secret []byte) *keyer {
 	secret = append([]byte(nil), secret...)
 	return &keyer{
 		prefix: prefix,
-		macs:   sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }},
+		macs:   sync.Pool{New: func() any { return &mac{h: hmac.New(sha256.New, secret)} }},
 	}
+}
+
+// mac is a pooled HMAC and the buffer it hashes an identity from.
+type mac struct {
+	h   hash.Hash
+	buf []byte
 }
 
 const hashLen = 16 // bytes of the HMAC kept in the key
@@ -43,12 +49,13 @@ func (k *keyer) key(p Policy, identity string) string {
 	if a := p.algorithm(); a != SlidingLog {
 		policy += ":" + a.keyTag()
 	}
-	mac := k.macs.Get().(hash.Hash)
-	mac.Reset()
-	mac.Write([]byte(identity))
+	m := k.macs.Get().(*mac)
+	m.h.Reset()
+	m.buf = append(m.buf[:0], identity...) // []byte(identity) would allocate: Write's argument escapes
+	m.h.Write(m.buf)
 	var sum [sha256.Size]byte
-	mac.Sum(sum[:0])
-	k.macs.Put(mac)
+	m.h.Sum(sum[:0])
+	k.macs.Put(m)
 
 	enc := base64.RawURLEncoding
 	var b strings.Builder // one allocation: the key itself

@@ -1,0 +1,62 @@
+package httpapi
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+)
+
+// TestDecodeJSONAnswers: each kind of bad body gets its own answer (status, message and the
+// field it names), and a good one decodes.
+func TestDecodeJSONAnswers(t *testing.T) {
+	type pix struct {
+		Key    string `json:"key"`
+		Amount int64  `json:"amount_cents"`
+	}
+	tests := []struct {
+		body, contentType string
+		code              Code
+		message, field    string
+	}{
+		{`{"key":"k","amount_cents":1}`, "application/json", "", "", ""},
+		{` {"key":"k"} ` + "\n", "application/json; charset=utf-8", "", "", ""},
+		{``, "application/json", CodeInvalidRequest, "request body is required", ""},
+		{"  \n", "application/json", CodeInvalidRequest, "request body is required", ""},
+		{`[1]`, "application/json", CodeInvalidRequest, "request body is not a single JSON object", ""},
+		{`null`, "application/json", CodeInvalidRequest, "request body is not a single JSON object", ""},
+		{`{"key":"k"} {}`, "application/json", CodeInvalidRequest, "request body is not a single JSON object", ""},
+		{`{"key":"k"`, "application/json", CodeInvalidRequest, "request body is not a single JSON object", ""},
+		{`{"key":"k","key":"j"}`, "application/json", CodeInvalidRequest, "duplicate member name", "key"},
+		{`{"key":"k","from":"x"}`, "application/json", CodeInvalidRequest, "unknown field", "from"},
+		{`{"KEY":"k"}`, "application/json", CodeInvalidRequest, "unknown field", "KEY"},
+		{`{"amount_cents":"1"}`, "application/json", CodeInvalidRequest, "invalid field", "amount_cents"},
+		{"{\"key\":\"\xff\"}", "application/json", CodeInvalidRequest, "request body is not a single JSON object", ""},
+		{`{"key":"` + strings.Repeat("k", maxBody) + `"}`, "application/json", CodeRequestTooLarge, "", ""},
+		{`{"key":"k"}`, "text/plain", CodeUnsupportedMediaType, "", ""},
+	}
+	e := echo.New()
+	for _, tt := range tests {
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(tt.body))
+		req.Header.Set("Content-Type", tt.contentType)
+		rec := httptest.NewRecorder()
+		req.Body = http.MaxBytesReader(rec, req.Body, maxBody)
+		var v pix
+		err := decodeJSON(e.NewContext(req, rec), &v)
+		var got Error
+		if err != nil {
+			got = *toError(err, 0)
+		}
+		if got.Code != tt.code || tt.message != "" && got.Message != tt.message {
+			t.Errorf("%.40q: %s %q, want %s %q", tt.body, got.Code, got.Message, tt.code, tt.message)
+		}
+		if _, ok := got.Fields[tt.field]; tt.field != "" && !ok {
+			t.Errorf("%.40q: fields %v, want %q named", tt.body, got.Fields, tt.field)
+		}
+		if tt.code == "" && v.Key != "k" {
+			t.Errorf("%.40q: decoded %+v", tt.body, v)
+		}
+	}
+}
