@@ -614,3 +614,52 @@ func TestTheMigrationRemembersRegisteredDevices(t *testing.T) {
 		}
 	}
 }
+
+// TestATransferIsTwoRoundTripsAndItsCommit counts what one transfer sends PostgreSQL, at a gate
+// that counts round trips (a Sync or a simple query each), once the connection has prepared its
+// statements: the locks, the replay, the payer's settings and what it sent, in one; the money
+// moved, in one; COMMIT, in one. A payer whose night starts at another time than the rules'
+// pays one more (its sums asked again), and a replay one round trip and its ROLLBACK.
+func TestATransferIsTwoRoundTripsAndItsCommit(t *testing.T) {
+	t.Parallel()
+	gate := pgtest.NewGate(t, pgtest.URL(t))
+	r := defaultRules(t)
+	clock := &testClock{now: time.Date(2026, 11, 30, 21, 0, 0, 0, r.Night.Location)} // a night, begun at the rules' start
+	l, err := OpenPostgres(context.Background(), gate.URL+"&pool_max_conns=1", 0, demo(), WithRules(r), WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	ctx := context.Background()
+	pay := func(from, key string) int64 {
+		t.Helper()
+		before := gate.RoundTrips()
+		if _, err := l.Transfer(ctx, TransferRequest{From: from, ToKey: key, AmountCents: 1, IdempotencyKey: newKey(), Device: "phone"}); err != nil {
+			t.Fatal(err)
+		}
+		return gate.RoundTrips() - before
+	}
+	pay("acct-diego", "ana@example.com") // the connection prepares its statements
+	if got, want := pay("acct-diego", "ana@example.com"), int64(3); got != want {
+		t.Errorf("a transfer: %d round trips, want %d", got, want)
+	}
+	later := 22 * time.Hour // a shorter night: in force after the delay
+	if _, err := l.SetLimits(ctx, "acct-diego", MoneyLimitsChange{NightStart: &later}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(r.IncreaseDelay + time.Minute) // 21:01 the next day: its night has not begun, the rules' has
+	if got, want := pay("acct-diego", "ana@example.com"), int64(4); got != want {
+		t.Errorf("a transfer of a payer whose night starts at 22:00: %d round trips, want %d", got, want)
+	}
+	req := TransferRequest{From: "acct-diego", ToKey: "ana@example.com", AmountCents: 1, IdempotencyKey: newKey()}
+	if _, err := l.Transfer(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	before := gate.RoundTrips()
+	if rec, err := l.Transfer(ctx, req); err != nil || !rec.Replayed {
+		t.Fatalf("a replay: %+v, %v", rec, err)
+	}
+	if got, want := gate.RoundTrips()-before, int64(2); got != want {
+		t.Errorf("a replay: %d round trips, want %d", got, want)
+	}
+}

@@ -407,19 +407,27 @@ func outcomeWait(timeout time.Duration) time.Duration { return min(timeout, time
 // transfer is one attempt of Transfer: its statements under steps, its COMMIT under a wait of
 // its own that ctx's cancellation does not cut short (a client that left does not make the
 // outcome unknown).
+//
+// The transaction is begun in its first round trip (statements), on a connection of its own:
+// pgx.Tx would spend one on BEGIN alone. Released still in a transaction (a ROLLBACK that could
+// not be sent), the connection is closed, not pooled (pgxpool), and the server rolls back.
 func (l *PostgresLedger) transfer(steps, ctx context.Context, r TransferRequest) (Receipt, error) {
-	tx, err := l.pool.Begin(steps)
+	conn, err := l.pool.Acquire(steps)
 	if err != nil {
 		return Receipt{}, err
 	}
-	receipt, replayed, err := l.statements(steps, tx, r)
+	defer conn.Release()
+	receipt, replayed, err := l.statements(steps, conn, r)
 	if err != nil || replayed {
-		rollback(tx) // a replay wrote nothing: nothing to commit
+		rollback(conn) // a replay wrote nothing: nothing to commit
 		return receipt, err
 	}
 	commit, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
 	defer cancel()
-	err = tx.Commit(commit)
+	tag, err := conn.Exec(commit, "commit") // as pgx.Tx.Commit sends it: a simple query
+	if err == nil && tag.String() == "ROLLBACK" {
+		err = pgx.ErrTxCommitRollback // the transaction had failed: COMMIT rolled it back
+	}
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
@@ -436,10 +444,12 @@ func (l *PostgresLedger) transfer(steps, ctx context.Context, r TransferRequest)
 // rollback ends a transaction that failed before COMMIT, on a short deadline of its own: the
 // statements' may have passed. If the rollback cannot be sent, pgx closes the connection, and
 // the server rolls back when the session ends.
-func rollback(tx pgx.Tx) {
+func rollback(conn *pgxpool.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = tx.Rollback(ctx)
+	if _, err := conn.Exec(ctx, "rollback"); err != nil {
+		_ = conn.Conn().Close(ctx) // its transaction ends with its session
+	}
 }
 
 // outcomeOf learns, if it can, the outcome of r whose COMMIT went unanswered (commitErr): the
@@ -456,103 +466,186 @@ func (l *PostgresLedger) outcomeOf(ctx context.Context, r TransferRequest, commi
 	return Receipt{}, fmt.Errorf("%w: COMMIT sent, no answer (%w); look-up: found %t, %v", ErrOutcomeUnknown, commitErr, found, err)
 }
 
-// statements runs one attempt's statements in tx, up to COMMIT. It is a little over sixty lines
-// on purpose: one transaction whose steps read in order, each depending on the locks the one
-// before took. replayed reports that the request's idempotency key was already recorded:
-// receipt is then the earlier one, and tx wrote nothing.
-func (l *PostgresLedger) statements(ctx context.Context, tx pgx.Tx, r TransferRequest) (receipt Receipt, replayed bool, err error) {
-	if prior, found, err := findReplay(ctx, tx, r); err != nil || found {
-		return prior, found, err
-	}
-	var payee, payeeName, payeeDocument string
-	err = tx.QueryRow(ctx, `SELECT a.id, a.name, a.document FROM pix_keys k JOIN accounts a ON a.id = k.account_id WHERE k.key = $1`, r.ToKey).
-		Scan(&payee, &payeeName, &payeeDocument)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Receipt{}, false, keyNotFound(ctx, tx, r.From)
-	}
-	if err != nil {
+// statements begins a transaction on conn and runs one attempt's statements, up to COMMIT, in
+// two round trips: each sends at once what needs nothing from the others (a pgx.Batch), and
+// each depends on the locks the one before took. replayed reports that the request's
+// idempotency key was already recorded: receipt is then the earlier one, and nothing was written.
+//
+//  1. BEGIN; the payer's and the payee's rows locked, in id order; then, under the locks, the
+//     request's idempotency key looked up (a concurrent request with this key that committed
+//     while this one waited is answered as its replay, not judged against the balance it spent,
+//     and a replay is answered even if its key has since left its account), the payer's
+//     devices and money limits read, and what it sent in the periods its limits count (guessed:
+//     checkLimits asks again, in a round trip of its own, for a payer whose night starts at
+//     another time, or when a period began while this one waited for the locks);
+//  2. the money moved and the transfer recorded, in one statement that moves nothing when the
+//     balance is short.
+//
+// The device is judged registered as of before the locks (asked), on the strict side: the
+// transfer's own time (now) is read once they are held, so that one payer's transfers, which
+// the locks put in order, are stamped in that order.
+func (l *PostgresLedger) statements(ctx context.Context, conn *pgxpool.Conn, r TransferRequest) (receipt Receipt, replayed bool, err error) {
+	var prior replayRow
+	var locked []lockedAccount
+	var registered bool
+	var stored accountLimits
+	asked := l.now().UTC().Truncate(time.Microsecond)
+	b := &pgx.Batch{}
+	b.Queue("begin")
+	b.Queue(`SELECT a.id, a.name, a.document, coalesce(a.id = (SELECT account_id FROM pix_keys WHERE key = $2), false)
+		FROM accounts a WHERE a.id = $1 OR a.id = (SELECT account_id FROM pix_keys WHERE key = $2)
+		ORDER BY a.id FOR UPDATE`, r.From, r.ToKey).Query(func(rows pgx.Rows) error {
+		var err error
+		locked, err = pgx.CollectRows(rows, pgx.RowToStructByPos[lockedAccount])
+		return err
+	})
+	prior.queue(b, r)
+	queueSettings(b, r, asked, &registered, &stored)
+	// What the payer sent, in the periods of a night that starts when the rules' nights do: the
+	// limits in force, read in this same batch, confirm the guess, or checkLimits asks again.
+	guess := sentIn{w: l.window(asked, l.rules.Night.Start)}
+	b.Queue(sentSQL, r.From, guess.w.night, guess.w.day, guess.w.since).QueryRow(guess.scan)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return Receipt{}, false, err
 	}
-	if payee == r.From {
-		return Receipt{}, false, ErrSameAccount
+	if rec, found, err := prior.receipt(r); err != nil || found {
+		return rec, found, err
 	}
-	rows, err := tx.Query(ctx, "SELECT id FROM accounts WHERE id = ANY($1) ORDER BY id FOR UPDATE", []string{r.From, payee})
+	payer, payee, err := parties(locked, r.From)
 	if err != nil {
 		return Receipt{}, false, err
-	}
-	locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return Receipt{}, false, err
-	}
-	if !slices.Contains(locked, r.From) {
-		return Receipt{}, false, ErrAccountNotFound
-	}
-	// Looked up again under the payer's lock: a concurrent request with this key that committed
-	// while this one waited for the lock is found now, and answered as its replay, rather than
-	// judged against the balance it already spent.
-	if prior, found, err := findReplay(ctx, tx, r); err != nil || found {
-		return prior, found, err
 	}
 	now := l.now().UTC().Truncate(time.Microsecond)
-	registered, err := l.checkLimits(ctx, tx, r, payeeDocument, now)
-	if err != nil {
+	if err := l.checkLimits(ctx, conn, r, payer.Document, payee.Document, registered, stored, now, guess); err != nil {
 		return Receipt{}, false, err
 	}
-	var balance int64
-	var payerName string
-	err = tx.QueryRow(ctx, `UPDATE accounts SET balance_cents = balance_cents - $2
-		WHERE id = $1 AND balance_cents >= $2 RETURNING balance_cents, name`, r.From, r.AmountCents).Scan(&balance, &payerName)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Receipt{}, false, ErrInsufficientFunds
-	}
-	if err != nil {
-		return Receipt{}, false, err
-	}
-	if _, err := tx.Exec(ctx, "UPDATE accounts SET balance_cents = balance_cents + $2 WHERE id = $1", payee, r.AmountCents); err != nil {
-		return Receipt{}, false, err // 22003 numeric overflow: unreachable while money is only moved
-	}
-	receipt, err = l.record(ctx, tx, r, payee, payerName, payeeName, balance, now, registered)
+	receipt, err = l.move(ctx, conn, r, payer, payee, now, registered)
 	return receipt, false, err
+}
+
+// settingsSQL is, in one statement, whether a device the payer registered is r's (and its
+// registration no longer pending at a time), and what the payer set of its money limits,
+// pending increases included.
+const settingsSQL = `SELECT
+		EXISTS (SELECT 1 FROM devices WHERE account_id = $1 AND device_id = $2 AND (pending_until IS NULL OR pending_until <= $3)),
+		l.night_limit_cents, l.day_limit_cents, l.night_start,
+		coalesce(p.fields, '{}'), coalesce(p.vals, '{}'), coalesce(p.effective, '{}')
+	FROM (SELECT 1) one
+	LEFT JOIN account_limits l ON l.account_id = $1
+	LEFT JOIN (SELECT array_agg(field) fields, array_agg(value) vals, array_agg(effective_at) effective
+		FROM pending_limits WHERE account_id = $1) p ON true`
+
+// queueSettings queues settingsSQL for r's payer and device at t into b, filling registered and
+// limits.
+func queueSettings(b *pgx.Batch, r TransferRequest, t time.Time, registered *bool, limits *accountLimits) {
+	b.Queue(settingsSQL, r.From, r.Device, t).QueryRow(func(row pgx.Row) error {
+		var night, day, start *int64
+		var fields []string
+		var values []int64
+		var effective []time.Time
+		if err := row.Scan(registered, &night, &day, &start, &fields, &values, &effective); err != nil {
+			return err
+		}
+		*registered = *registered && r.Device != ""
+		*limits = limitsOf(night, day, start, fields, values, effective)
+		return nil
+	})
+}
+
+// lockedAccount is an account row a transfer locked; Payee says the PIX key is its.
+type lockedAccount struct {
+	ID, Name, Document string
+	Payee              bool
+}
+
+// parties are the payer and the payee among the rows a transfer locked, or the error of a
+// transfer they do not allow: no account owns the key (ErrKeyNotFound, or ErrAccountNotFound
+// when the payer's account does not exist either: a valid token for an account since removed is
+// an authentication failure, whatever key it names), the key is the payer's own, or the payer is
+// gone.
+func parties(locked []lockedAccount, from string) (payer, payee lockedAccount, err error) {
+	var found [2]bool
+	for _, a := range locked {
+		if a.Payee {
+			payee, found[1] = a, true
+		}
+		if a.ID == from {
+			payer, found[0] = a, true
+		}
+	}
+	switch {
+	case !found[1] && !found[0]:
+		return payer, payee, ErrAccountNotFound
+	case !found[1]:
+		return payer, payee, ErrKeyNotFound
+	case payee.ID == from:
+		return payer, payee, ErrSameAccount
+	case !found[0]:
+		return payer, payee, ErrAccountNotFound
+	}
+	return payer, payee, nil
 }
 
 // checkLimits applies the money limits (Rules) under the payer's row lock, which the transaction
 // holds: no other transfer of the payer can commit between the sums and this transfer, so
-// concurrent transfers can never sum past a limit. It reports whether the transfer comes from a
-// registered device, which the transfer records.
-func (l *PostgresLedger) checkLimits(ctx context.Context, tx pgx.Tx, r TransferRequest, payeeDocument string, now time.Time) (bool, error) {
-	var payerDocument string
-	var registered bool
-	if err := tx.QueryRow(ctx, `SELECT a.document, EXISTS (SELECT 1 FROM devices d WHERE d.account_id = a.id AND d.device_id = $2
-		AND (d.pending_until IS NULL OR d.pending_until <= $3)) FROM accounts a WHERE a.id = $1`, r.From, r.Device, now).Scan(&payerDocument, &registered); err != nil {
-		return false, err
-	}
-	stored, err := loadLimits(ctx, tx, r.From)
-	if err != nil {
-		return false, err
-	}
+// concurrent transfers can never sum past a limit. guess is what the payer sent in the periods
+// statements guessed; asked again here when the periods of the limits in force at now differ.
+func (l *PostgresLedger) checkLimits(ctx context.Context, q querier, r TransferRequest, payerDocument, payeeDocument string,
+	registered bool, stored accountLimits, now time.Time, guess sentIn) error {
 	facts := transferFacts{now: now, amount: r.AmountCents, betweenPersons: betweenPersons(payerDocument, payeeDocument),
-		deviceRegistered: registered && r.Device != "", limits: l.rules.inForce(stored, now)}
-	night, day := l.rules.periods(now, facts.limits.NightStart)
+		deviceRegistered: registered, limits: l.rules.inForce(stored, now)}
+	s := guess
+	if w := l.window(now, facts.limits.NightStart); !w.same(guess.w) {
+		s = sentIn{w: w}
+		if err := s.scan(q.QueryRow(ctx, sentSQL, r.From, w.night, w.day, w.since)); err != nil {
+			return err
+		}
+	}
+	return l.rules.check(facts, s.s)
+}
+
+// window is the periods the money limits count at now for a night that starts at start: since
+// tonight's night began (endOfTime by day: nothing counts as tonight's), since the day began,
+// and the earlier of the two.
+type window struct{ night, day, since time.Time }
+
+// endOfTime is later than every transfer.
+func endOfTime() time.Time { return time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC) }
+
+// same says whether w and o are the same periods.
+func (w window) same(o window) bool {
+	return w.night.Equal(o.night) && w.day.Equal(o.day) && w.since.Equal(o.since)
+}
+
+func (l *PostgresLedger) window(now time.Time, start time.Duration) window {
+	night, day := l.rules.periods(now, start)
 	if night.IsZero() {
-		night = now.Add(time.Hour) // by day nothing counts as tonight's
+		night = endOfTime() // by day nothing counts as tonight's
 	}
 	since := day
 	if night.Before(day) {
 		since = night
 	}
-	var s sent
-	// The payee's document tells a payment to another person (the night cap's) from one to a
-	// company; transfers_payer_time makes it one index range scan.
-	if err := tx.QueryRow(ctx, `SELECT
-			coalesce(sum(t.amount_cents) FILTER (WHERE t.created_at >= $2 AND length(a.document) = 11 AND a.document <> $5), 0),
-			coalesce(sum(t.amount_cents) FILTER (WHERE t.created_at >= $3), 0),
-			coalesce(sum(t.amount_cents) FILTER (WHERE t.created_at >= $3 AND NOT t.from_registered_device), 0)
-		FROM transfers t JOIN accounts a ON a.id = t.payee_id WHERE t.payer_id = $1 AND t.created_at >= $4`,
-		r.From, night, day, since, payerDocument).Scan(&s.night, &s.day, &s.unregistered); err != nil {
-		return false, err
-	}
-	return facts.deviceRegistered, l.rules.check(facts, s)
+	return window{night: night, day: day, since: since}
 }
+
+// sentSQL is what a payer sent in a window: tonight to other persons (the payee's document
+// tells a person from a company), today, and today from devices it has not registered;
+// transfers_payer_time makes it one index range scan.
+const sentSQL = `SELECT
+		coalesce(sum(t.amount_cents) FILTER (WHERE t.created_at >= $2 AND length(a.document) = 11
+			AND a.document <> (SELECT document FROM accounts WHERE id = $1)), 0),
+		coalesce(sum(t.amount_cents) FILTER (WHERE t.created_at >= $3), 0),
+		coalesce(sum(t.amount_cents) FILTER (WHERE t.created_at >= $3 AND NOT t.from_registered_device), 0)
+	FROM transfers t JOIN accounts a ON a.id = t.payee_id WHERE t.payer_id = $1 AND t.created_at >= $4`
+
+// sentIn is what a payer sent in a window.
+type sentIn struct {
+	w window
+	s sent
+}
+
+func (s *sentIn) scan(row pgx.Row) error { return row.Scan(&s.s.night, &s.s.day, &s.s.unregistered) }
 
 // collectAudit reads admin_audit rows.
 func collectAudit(rows pgx.Rows) ([]AuditRecord, error) {
@@ -566,35 +659,29 @@ func collectAudit(rows pgx.Rows) ([]AuditRecord, error) {
 
 // loadLimits reads what an account set and its pending increases.
 func loadLimits(ctx context.Context, q pgx.Tx, account string) (accountLimits, error) {
-	a := accountLimits{pending: map[string]PendingLimit{}}
-	var night, day, start *int64
-	err := q.QueryRow(ctx, "SELECT night_limit_cents, day_limit_cents, night_start FROM account_limits WHERE account_id = $1", account).
-		Scan(&night, &day, &start)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return a, err
-	}
-	a.night, a.day = night, day
+	var registered bool
+	var a accountLimits
+	b := &pgx.Batch{}
+	queueSettings(b, TransferRequest{From: account}, time.Time{}, &registered, &a)
+	return a, q.SendBatch(ctx, b).Close()
+}
+
+// limitsOf is what an account set (night, day, start: nil where it set nothing) and its pending
+// increases (field, value, effective time, one of each per increase), as the database keeps them.
+func limitsOf(night, day, start *int64, fields []string, values []int64, effective []time.Time) accountLimits {
+	a := accountLimits{night: night, day: day, pending: map[string]PendingLimit{}}
 	if start != nil {
 		d := time.Duration(*start) * time.Minute
 		a.start = &d
 	}
-	rows, err := q.Query(ctx, "SELECT field, value, effective_at FROM pending_limits WHERE account_id = $1", account)
-	if err != nil {
-		return a, err
-	}
-	pending, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PendingLimit, error) {
-		var p PendingLimit
-		err := row.Scan(&p.Field, &p.Value, &p.EffectiveAt)
-		if p.Field == FieldNightStart {
+	for i, f := range fields {
+		p := PendingLimit{Field: f, Value: values[i], EffectiveAt: effective[i].UTC()}
+		if f == FieldNightStart {
 			p.Value = int64(time.Duration(p.Value) * time.Minute)
 		}
-		p.EffectiveAt = p.EffectiveAt.UTC()
-		return p, err
-	})
-	for _, p := range pending {
-		a.pending[p.Field] = p
+		a.pending[f] = p
 	}
-	return a, err
+	return a
 }
 
 // storeLimits writes what an account set and its pending increases, replacing what was there.
@@ -712,35 +799,35 @@ func (l *PostgresLedger) changeLimits(ctx context.Context, account string, chang
 	return out, nil
 }
 
-// keyNotFound is the error for a transfer whose key has no owner: ErrAccountNotFound when the
-// payer's account does not exist either (a valid token for an account since removed is an
-// authentication failure, whatever key it names), else ErrKeyNotFound.
-func keyNotFound(ctx context.Context, q querier, payer string) error {
-	var exists bool
-	if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)", payer).Scan(&exists); err != nil {
-		return err
-	}
-	if !exists {
-		return ErrAccountNotFound
-	}
-	return ErrKeyNotFound
-}
-
-// record writes a transfer whose money has moved: the transfer row (the idempotency record) and
-// its two statement entries, and returns its receipt.
-func (l *PostgresLedger) record(ctx context.Context, tx pgx.Tx, r TransferRequest, payee, payerName, payeeName string, balance int64, now time.Time, registered bool) (Receipt, error) {
+// move moves the money and records the transfer, in one statement: the payer's balance taken
+// (only if it holds the amount: ErrInsufficientFunds otherwise, and nothing below runs), the
+// payee's given, the transfer row (the idempotency record) and its two statement entries, the
+// payer's first. It returns the receipt.
+func (l *PostgresLedger) move(ctx context.Context, tx querier, r TransferRequest, payer, payee lockedAccount, now time.Time, registered bool) (Receipt, error) {
 	id := NewEndToEndID(now)
-	if _, err := tx.Exec(ctx, `INSERT INTO transfers (end_to_end_id, payer_id, payee_id, to_key, amount_cents,
-		description, idempotency_key, payer_balance_after, created_at, from_registered_device) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-		id, r.From, payee, r.ToKey, r.AmountCents, r.Description, r.IdempotencyKey, balance, now, registered); err != nil {
-		return Receipt{}, err
+	var balance int64
+	err := tx.QueryRow(ctx, `WITH payer AS (
+			UPDATE accounts SET balance_cents = balance_cents - $3 WHERE id = $1 AND balance_cents >= $3 RETURNING balance_cents),
+		payee AS (
+			UPDATE accounts SET balance_cents = balance_cents + $3 WHERE id = $2 AND EXISTS (SELECT FROM payer)),
+		transfer AS (
+			INSERT INTO transfers (end_to_end_id, payer_id, payee_id, to_key, amount_cents, description, idempotency_key,
+				payer_balance_after, created_at, from_registered_device)
+			SELECT $4, $1, $2, $5, $3, $6, $7, balance_cents, $8, $9 FROM payer),
+		entries AS (
+			INSERT INTO entries (account_id, end_to_end_id, direction, amount_cents, counterparty, description, created_at)
+			SELECT e.account, $4, e.direction, $3, e.counterparty, $6, $8 FROM payer,
+				(VALUES (1, $1::text, 'out', $10::text), (2, $2::text, 'in', $11::text)) AS e(n, account, direction, counterparty)
+			ORDER BY e.n)
+		SELECT balance_cents FROM payer`,
+		r.From, payee.ID, r.AmountCents, id, r.ToKey, r.Description, r.IdempotencyKey, now, registered, payee.Name, payer.Name).Scan(&balance)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Receipt{}, ErrInsufficientFunds
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO entries (account_id, end_to_end_id, direction, amount_cents, counterparty, description, created_at)
-		VALUES ($1, $3, 'out', $5, $7, $6, $8), ($2, $3, 'in', $5, $4, $6, $8)`,
-		r.From, payee, id, payerName, r.AmountCents, r.Description, payeeName, now); err != nil {
-		return Receipt{}, err
+	if err != nil {
+		return Receipt{}, err // 22003 numeric overflow: unreachable while money is only moved
 	}
-	return Receipt{EndToEndID: id, AmountCents: r.AmountCents, BalanceCents: balance, ToKey: r.ToKey, ToName: payeeName, CreatedAt: now}, nil
+	return Receipt{EndToEndID: id, AmountCents: r.AmountCents, BalanceCents: balance, ToKey: r.ToKey, ToName: payee.Name, CreatedAt: now}, nil
 }
 
 // replay answers a request whose idempotency key is already recorded.
@@ -756,29 +843,54 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// replaySQL is the transfer recorded under a payer's idempotency key, and its payee's name.
+const replaySQL = `SELECT t.end_to_end_id, t.to_key, t.amount_cents, t.description, t.payer_balance_after, t.created_at, a.name
+	FROM transfers t JOIN accounts a ON a.id = t.payee_id WHERE t.payer_id = $1 AND t.idempotency_key = $2`
+
+// replayRow is what replaySQL found, if anything.
+type replayRow struct {
+	found           bool
+	rec             Receipt
+	amount          int64
+	desc, payeeName string
+}
+
+func (p *replayRow) scan(row pgx.Row) error {
+	err := row.Scan(&p.rec.EndToEndID, &p.rec.ToKey, &p.amount, &p.desc, &p.rec.BalanceCents, &p.rec.CreatedAt, &p.payeeName)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	p.found = err == nil
+	return err
+}
+
+// queue queues the look-up of r's idempotency key into b.
+func (p *replayRow) queue(b *pgx.Batch, r TransferRequest) {
+	b.Queue(replaySQL, r.From, r.IdempotencyKey).QueryRow(p.scan)
+}
+
+// receipt is the receipt of the transfer found, if r is the same request as it:
+// ErrIdempotencyConflict if not.
+func (p *replayRow) receipt(r TransferRequest) (Receipt, bool, error) {
+	if !p.found {
+		return Receipt{}, false, nil
+	}
+	if p.rec.ToKey != r.ToKey || p.amount != r.AmountCents || p.desc != r.Description {
+		return Receipt{}, true, ErrIdempotencyConflict
+	}
+	rec := p.rec
+	rec.AmountCents, rec.ToName, rec.CreatedAt, rec.Replayed = p.amount, p.payeeName, rec.CreatedAt.UTC(), true
+	return rec, true, nil
+}
+
 // findReplay looks up the transfer recorded under r's idempotency key: its receipt if r is the
 // same request, ErrIdempotencyConflict if not.
 func findReplay(ctx context.Context, q querier, r TransferRequest) (Receipt, bool, error) {
-	var (
-		rec       Receipt
-		amount    int64
-		desc      string
-		payeeName string
-	)
-	err := q.QueryRow(ctx, `SELECT t.end_to_end_id, t.to_key, t.amount_cents, t.description, t.payer_balance_after, t.created_at, a.name
-		FROM transfers t JOIN accounts a ON a.id = t.payee_id WHERE t.payer_id = $1 AND t.idempotency_key = $2`,
-		r.From, r.IdempotencyKey).Scan(&rec.EndToEndID, &rec.ToKey, &amount, &desc, &rec.BalanceCents, &rec.CreatedAt, &payeeName)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Receipt{}, false, nil
-	}
-	if err != nil {
+	var p replayRow
+	if err := p.scan(q.QueryRow(ctx, replaySQL, r.From, r.IdempotencyKey)); err != nil {
 		return Receipt{}, false, err
 	}
-	if rec.ToKey != r.ToKey || amount != r.AmountCents || desc != r.Description {
-		return Receipt{}, true, ErrIdempotencyConflict
-	}
-	rec.AmountCents, rec.ToName, rec.CreatedAt, rec.Replayed = amount, payeeName, rec.CreatedAt.UTC(), true
-	return rec, true, nil
+	return p.receipt(r)
 }
 
 // LookupKey implements Ledger.

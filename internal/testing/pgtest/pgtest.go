@@ -19,6 +19,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -140,6 +141,8 @@ type Gate struct {
 	stranded  map[net.Conn]bool
 	blackhole bool
 	ending    bool
+
+	trips atomic.Int64 // round trips the clients began (RoundTrips)
 
 	holding bool // COMMITs wait at the gate
 	held    int  // COMMITs waiting now
@@ -301,6 +304,10 @@ func (g *Gate) endHold(drop bool) {
 	g.open.Broadcast()
 }
 
+// RoundTrips is how many round trips the gate's clients began: each simple query, and each Sync
+// (the end of an extended-protocol exchange, however many statements a pipeline put before it).
+func (g *Gate) RoundTrips() int64 { return g.trips.Load() }
+
 // passCommit waits while a COMMIT is held and reports whether to send it.
 func (g *Gate) passCommit() bool {
 	g.mu.Lock()
@@ -350,6 +357,9 @@ func (g *Gate) fromClient(server, client net.Conn) {
 			startup = n == 4 && (binary.BigEndian.Uint32(body) == 80877103 || binary.BigEndian.Uint32(body) == 80877104)
 		} else if head[0] == 'Q' && strings.EqualFold(strings.Trim(string(body), "\x00; "), "commit") && !g.passCommit() {
 			return
+		}
+		if len(head) > 0 && (head[0] == 'S' || head[0] == 'Q') {
+			g.trips.Add(1) // a Sync ends what a client sends before it waits; a simple query is one alone
 		}
 		g.waitOpen(client)
 		if _, err := server.Write(msg); err != nil {
