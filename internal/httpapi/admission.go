@@ -64,7 +64,7 @@ func (l lookupLimiter) admit(c echo.Context, s auth.Subject, t pix.KeyType, key 
 	// refuses nothing, so its memory of a full key ends no admission.)
 	if !own.limit.Shadow {
 		if d, full := l.knownFull(checks([]check{own})...); full {
-			_, err := l.answer(c, nil, []check{own}, d, nil, 0)
+			_, err := l.answer(c, nil, []check{own}, checks([]check{own}), d, nil, 0)
 			return tk, err
 		}
 	}

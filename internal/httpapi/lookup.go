@@ -113,7 +113,7 @@ func (s sequence) refused(step ratelimit.Step) bool {
 // answerStep is limiter.answer for step of s.
 func (l lookupLimiter) answerStep(c echo.Context, rep *report, cs []check, s sequence, step ratelimit.Step) (ratelimit.Decision, error) {
 	d, err := s.of(step)
-	return l.answer(c, rep, cs, d, err, s.took)
+	return l.answer(c, rep, cs, checks(cs), d, err, s.took)
 }
 
 // answerAsk answers the ask of the payer's bucket (user) and the bank's (bank), step of asked

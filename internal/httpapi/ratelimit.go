@@ -163,7 +163,7 @@ func (r limiter) enforce(c echo.Context, rep *report, cs ...check) error {
 	decided := checks(cs)
 	start := time.Now()
 	d, err := r.decider().AllowAll(c.Request().Context(), decided...)
-	_, err = r.answerChecks(c, rep, cs, decided, d, err, time.Since(start))
+	_, err = r.answer(c, rep, cs, decided, d, err, time.Since(start))
 	return err
 }
 
@@ -174,18 +174,12 @@ func (r limiter) apply(c echo.Context, rep *report, cs []check,
 	decide func(ctx context.Context) (ratelimit.Decision, error)) (ratelimit.Decision, error) {
 	start := time.Now()
 	d, err := decide(c.Request().Context())
-	return r.answer(c, rep, cs, d, err, time.Since(start))
+	return r.answer(c, rep, cs, checks(cs), d, err, time.Since(start))
 }
 
-// answer is apply for a decision already made (d, or err), in took: one step of a
-// ratelimit.Limiter.Decide, whose call's time each step reports.
-func (r limiter) answer(c echo.Context, rep *report, cs []check,
-	d ratelimit.Decision, err error, took time.Duration) (ratelimit.Decision, error) {
-	return r.answerChecks(c, rep, cs, checks(cs), d, err, took)
-}
-
-// answerChecks is answer with cs's ratelimit.Checks already made (decided).
-func (r limiter) answerChecks(c echo.Context, rep *report, cs []check, decided []ratelimit.Check,
+// answer is apply for a decision already made (d, or err) over cs (as decided: checks(cs)), in
+// took: one step of a ratelimit.Limiter.Decide, whose call's time each step reports.
+func (r limiter) answer(c echo.Context, rep *report, cs []check, decided []ratelimit.Check,
 	d ratelimit.Decision, err error, took time.Duration) (ratelimit.Decision, error) {
 	if err != nil {
 		if !errors.Is(err, ratelimit.ErrUnavailable) || c.Request().Context().Err() != nil {
