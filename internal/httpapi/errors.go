@@ -270,13 +270,14 @@ func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTP
 			body.RetryAfterSeconds = retrySeconds(e.RetryAfter)
 			h["Retry-After"] = []string{strconv.FormatInt(body.RetryAfterSeconds, 10)} // canonical already
 		}
-		switch b, plain := body.appendPlain(); {
-		case c.Request().Method == http.MethodHead:
+		if c.Request().Method == http.MethodHead {
 			err = c.NoContent(status)
-		case plain:
-			h["Content-Type"] = []string{echo.MIMEApplicationJSON} // as c.JSON sets it, without canonicalizing
+		} else if b, plain := body.appendPlain(); plain {
+			if len(h["Content-Type"]) == 0 { // as c.JSON sets it (only when unset), without canonicalizing
+				h["Content-Type"] = []string{echo.MIMEApplicationJSON}
+			}
 			err = c.Blob(status, echo.MIMEApplicationJSON, b)
-		default:
+		} else {
 			err = c.JSON(status, body)
 		}
 		if err != nil {

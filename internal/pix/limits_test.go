@@ -615,12 +615,12 @@ func TestTheMigrationRemembersRegisteredDevices(t *testing.T) {
 	}
 }
 
-// TestATransferIsTwoRoundTripsAndItsCommit counts what one transfer sends PostgreSQL, at a gate
+// TestATransferIsThreeRoundTrips counts what one transfer sends PostgreSQL, at a gate
 // that counts round trips (a Sync or a simple query each), once the connection has prepared its
 // statements: the locks, the replay, the payer's settings and what it sent, in one; the money
 // moved, in one; COMMIT, in one. A payer whose night starts at another time than the rules'
 // pays one more (its sums asked again), and a replay one round trip and its ROLLBACK.
-func TestATransferIsTwoRoundTripsAndItsCommit(t *testing.T) {
+func TestATransferIsThreeRoundTrips(t *testing.T) {
 	t.Parallel()
 	gate := pgtest.NewGate(t, pgtest.URL(t))
 	r := defaultRules(t)

@@ -343,8 +343,8 @@ func (l *PostgresLedger) account(ctx context.Context, query, arg string) (Accoun
 const maxAttempts = 5
 
 // Transfer implements Ledger in one transaction: lock both accounts in id order (so two opposite
-// transfers cannot deadlock), look for an earlier transfer with the idempotency key again now
-// that no other transfer of the payer can commit, debit only if the balance covers the amount,
+// transfers cannot deadlock), look for an earlier transfer with the idempotency key now that no
+// other transfer of the payer can commit, debit only if the balance covers the amount,
 // credit, record the transfer with its idempotency key and both entries; all of it commits or
 // none does.
 //
@@ -409,25 +409,30 @@ func outcomeWait(timeout time.Duration) time.Duration { return min(timeout, time
 // outcome unknown).
 //
 // The transaction is begun in its first round trip (statements), on a connection of its own:
-// pgx.Tx would spend one on BEGIN alone. Released still in a transaction (a ROLLBACK that could
-// not be sent), the connection is closed, not pooled (pgxpool), and the server rolls back.
+// pgx.Tx would spend one on BEGIN alone. The connection ends as pgx.Tx leaves one: closed when
+// COMMIT or ROLLBACK went unanswered (its session's end decides the transaction), and given back
+// before the look-up of an unknown outcome, which needs one of the pool's.
 func (l *PostgresLedger) transfer(steps, ctx context.Context, r TransferRequest) (Receipt, error) {
 	conn, err := l.pool.Acquire(steps)
 	if err != nil {
 		return Receipt{}, err
 	}
-	defer conn.Release()
 	receipt, replayed, err := l.statements(steps, conn, r)
 	if err != nil || replayed {
 		rollback(conn) // a replay wrote nothing: nothing to commit
+		conn.Release()
 		return receipt, err
 	}
 	commit, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
 	defer cancel()
 	tag, err := conn.Exec(commit, "commit") // as pgx.Tx.Commit sends it: a simple query
-	if err == nil && tag.String() == "ROLLBACK" {
+	switch {
+	case err == nil && tag.String() == "ROLLBACK":
 		err = pgx.ErrTxCommitRollback // the transaction had failed: COMMIT rolled it back
+	case err != nil && conn.Conn().PgConn().TxStatus() != 'I':
+		_ = conn.Conn().Close(commit) // as pgx.Tx.Commit does
 	}
+	conn.Release() // a closed connection is dropped, not pooled
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
@@ -442,8 +447,8 @@ func (l *PostgresLedger) transfer(steps, ctx context.Context, r TransferRequest)
 }
 
 // rollback ends a transaction that failed before COMMIT, on a short deadline of its own: the
-// statements' may have passed. If the rollback cannot be sent, pgx closes the connection, and
-// the server rolls back when the session ends.
+// statements' may have passed. If the rollback cannot be sent, the connection is closed, and the
+// server rolls back when the session ends.
 func rollback(conn *pgxpool.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -467,14 +472,16 @@ func (l *PostgresLedger) outcomeOf(ctx context.Context, r TransferRequest, commi
 }
 
 // statements begins a transaction on conn and runs one attempt's statements, up to COMMIT, in
-// two round trips: each sends at once what needs nothing from the others (a pgx.Batch), and
-// each depends on the locks the one before took. replayed reports that the request's
+// two round trips (three when checkLimits asks the sums again): each sends at once what needs
+// nothing from the others (a pgx.Batch), and each depends on the locks the one before took. replayed reports that the request's
 // idempotency key was already recorded: receipt is then the earlier one, and nothing was written.
 //
 //  1. BEGIN; the payer's and the payee's rows locked, in id order; then, under the locks, the
 //     request's idempotency key looked up (a concurrent request with this key that committed
 //     while this one waited is answered as its replay, not judged against the balance it spent,
-//     and a replay is answered even if its key has since left its account), the payer's
+//     and a replay is answered even if its key has since left its account: a replay, a miss and
+//     a payment to oneself take the locks too, and wait behind the payer's transfers in
+//     flight), the payer's
 //     devices and money limits read, and what it sent in the periods its limits count (guessed:
 //     checkLimits asks again, in a round trip of its own, for a payer whose night starts at
 //     another time, or when a period began while this one waited for the locks);
@@ -657,7 +664,8 @@ func collectAudit(rows pgx.Rows) ([]AuditRecord, error) {
 	})
 }
 
-// loadLimits reads what an account set and its pending increases.
+// loadLimits reads what an account set and its pending increases: settingsSQL, whose answer of
+// a device (none here) it does not read.
 func loadLimits(ctx context.Context, q pgx.Tx, account string) (accountLimits, error) {
 	var registered bool
 	var a accountLimits

@@ -79,7 +79,7 @@ func WithdrawOp(at int64) Op { return Op{kind: opWithdraw, at: at} }
 // Takes says whether the op can admit something that a withdrawal would take back.
 func (o Op) Takes() bool { return o.kind == opDecide || o.kind == opCharge || o.kind == opQueue }
 
-// Arg encodes the op as ARGV[3]: "" decides (the common case, sent as the least bytes), "a"
+// Arg encodes the op as ARGV[6] (args.lua): "" decides (the common case, sent as the least bytes), "a"
 // asks, "c<n>" charges n, "r<n>" refunds (gives) n, "w<at>" withdraws, "q<µs>" queues.
 func (o Op) Arg() any {
 	switch o.kind {

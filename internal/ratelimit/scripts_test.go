@@ -66,7 +66,7 @@ var usage = map[string]string{
 --
 -- reply  {allowed, grants left, 0, now_us, 0}`,
 	"slots": `--   redis-cli --eval internal/ratelimit/slots/slots.lua KEY , SLOTS LEASE_MS NAME:HOLDER             (hold)
---   redis-cli --eval internal/ratelimit/slots/slots.lua KEY , SLOTS LEASE_MS NAME:HOLDER '' '' w    (release)
+--   redis-cli --eval internal/ratelimit/slots/slots.lua KEY , SLOTS LEASE_MS NAME:HOLDER '' '' w0   (release)
 --
 -- reply  {allowed, free slots, reset_ms (the first lease's end), now_us, reset_us}`,
 	string(LeakyBucket): `--   redis-cli --eval internal/ratelimit/leaky_bucket.lua KEY , LIMIT WINDOW_MS [ID [PLACES]]

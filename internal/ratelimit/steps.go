@@ -35,7 +35,7 @@ type Step interface {
 // ID and Op (the time and each key's policy are the Limiter's to add).
 type StepScript struct {
 	Body   string        // the body's name: an algorithm's, "slots", "voucher"
-	Alone  *redis.Script // the script that runs the step alone
+	Alone  *redis.Script // the script that runs the step alone (an algorithm's goes by the Runner)
 	Queued bool          // its reply holds a queue's wait (LeakyBucket)
 	ID     string        // the call's id: the request's ("" for the algorithms that record none)
 	Op     Op            // what the call does
@@ -258,7 +258,7 @@ func (l *Limiter) sequence(ctx context.Context, steps []Step) (Decisions, error)
 	cancel()
 	l.called(ctx, err, all)
 	if err != nil {
-		if w, ok := l.runner.(LateWithdrawer); ok {
+		if w, ok := l.runner.(LateWithdrawer); ok && errors.Is(err, ErrUnavailable) { // else it was never sent
 			for i, s := range steps {
 				if a, ok := s.(*decideStep); ok {
 					w.WithdrawLate(a.cs[0].Policy.algorithm(), calls[i].Keys, calls[i].Call, err)

@@ -74,7 +74,7 @@ end
 --   'q<µs>'  decide one, whose turn is at most µs away (leaky_bucket)  nil, 1, µs
 --   'a'      ask, taking nothing                     nil, 0
 --   'c<n>'   charge n tokens (token_bucket)          nil, n
---   'r<n>'   refund n tokens (token_bucket), give n   nil, -n
+--   'r<n>'   refund (give) n tokens (token_bucket)   nil, -n
 --   'w<at>'  withdraw the admission made at `at`     at, 1
 local function operation(op)
   if op == '' then return nil, 1 end

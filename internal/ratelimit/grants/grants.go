@@ -37,15 +37,15 @@ type Vouchers struct {
 	Lifetime time.Duration
 }
 
-// Grant records a voucher for identity. It is never refused.
+// Grant records a voucher for identity, named afresh each time it is decided. It is never refused.
 func (v Vouchers) Grant(identity string) ratelimit.Step {
-	return &step{v.check(identity), ratelimit.RequestID(), ratelimit.GiveOp(1)}
+	return &step{v.check(identity), true, ratelimit.GiveOp(1)}
 }
 
 // Redeem takes one of identity's vouchers: admitted when it took one, refused (ending a
 // Decide's steps) when there was none. Each is redeemed once.
 func (v Vouchers) Redeem(identity string) ratelimit.Step {
-	return &step{v.check(identity), "", ratelimit.TakeOp()}
+	return &step{v.check(identity), false, ratelimit.TakeOp()}
 }
 
 // check is the vouchers' key and settings as a step's check: the most grants as its limit, their
@@ -54,11 +54,11 @@ func (v Vouchers) check(identity string) ratelimit.Check {
 	return ratelimit.Check{Policy: ratelimit.Policy{Name: v.Name, Limit: v.Max, Window: v.Lifetime}, Identity: identity}
 }
 
-// step is a grant (named id) or a redemption of one voucher.
+// step is a grant or a redemption of one voucher.
 type step struct {
-	c  ratelimit.Check
-	id string
-	op ratelimit.Op
+	c     ratelimit.Check
+	grant bool
+	op    ratelimit.Op
 }
 
 func (s *step) Checks() []ratelimit.Check { return []ratelimit.Check{s.c} }
@@ -67,5 +67,9 @@ func (s *step) Refunds() bool             { return false }
 func (s *step) Queues() bool              { return false }
 
 func (s *step) Script() ratelimit.StepScript {
-	return ratelimit.StepScript{Body: "voucher", Alone: script, ID: s.id, Op: s.op}
+	st := ratelimit.StepScript{Body: "voucher", Alone: script, Op: s.op}
+	if s.grant {
+		st.ID = ratelimit.RequestID() // the grant's name: one step decided twice grants two
+	}
+	return st
 }

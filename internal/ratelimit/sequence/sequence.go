@@ -20,6 +20,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"io/fs"
 	"regexp"
 	"slices"
 
@@ -29,9 +30,6 @@ import (
 
 //go:embed *.lua
 var files embed.FS
-
-// order is the scripts' order of preference: the smallest that holds a sequence's bodies.
-var order = []string{"admission.lua", "settlement.lua", "all.lua"}
 
 // A Runner runs sequences on rdb.
 type Runner struct {
@@ -48,20 +46,20 @@ type script struct {
 // body finds a script's bodies: the lines that define decisions['<name>'].
 var body = regexp.MustCompile(`(?m)^decisions\['([a-z_]+)'\] = function\(\)$`)
 
-// New returns the Runner of sequences on rdb (a breaker's client, say).
+// New returns the Runner of sequences on rdb (a breaker's client, say): every script of this
+// directory, those that hold the fewest bodies first.
 func New(rdb redis.Scripter) *Runner {
 	r := &Runner{rdb: rdb}
-	for _, name := range order {
-		src, err := files.ReadFile(name)
-		if err != nil {
-			panic("sequence: no script " + name)
-		}
+	names, _ := fs.Glob(files, "*.lua")
+	for _, name := range names {
+		src, _ := files.ReadFile(name)
 		s := script{s: redis.NewScript(string(src))}
 		for _, m := range body.FindAllStringSubmatch(string(src), -1) {
 			s.bodies = append(s.bodies, m[1])
 		}
 		r.scripts = append(r.scripts, s)
 	}
+	slices.SortStableFunc(r.scripts, func(a, b script) int { return len(a.bodies) - len(b.bodies) })
 	return r
 }
 

@@ -22,7 +22,7 @@
 -- Run it alone on any Redis 7, with the first arguments the replicas send (args.lua, below):
 --
 --   redis-cli --eval internal/ratelimit/slots/slots.lua KEY , SLOTS LEASE_MS NAME:HOLDER             (hold)
---   redis-cli --eval internal/ratelimit/slots/slots.lua KEY , SLOTS LEASE_MS NAME:HOLDER '' '' w    (release)
+--   redis-cli --eval internal/ratelimit/slots/slots.lua KEY , SLOTS LEASE_MS NAME:HOLDER '' '' w0   (release)
 --
 -- reply  {allowed, free slots, reset_ms (the first lease's end), now_us, reset_us}
 
@@ -87,7 +87,7 @@ end
 --   'q<µs>'  decide one, whose turn is at most µs away (leaky_bucket)  nil, 1, µs
 --   'a'      ask, taking nothing                     nil, 0
 --   'c<n>'   charge n tokens (token_bucket)          nil, n
---   'r<n>'   refund n tokens (token_bucket), give n   nil, -n
+--   'r<n>'   refund (give) n tokens (token_bucket)   nil, -n
 --   'w<at>'  withdraw the admission made at `at`     at, 1
 local function operation(op)
   if op == '' then return nil, 1 end
