@@ -3,6 +3,7 @@ package pixlimit_test
 import (
 	"crypto/rand"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -114,6 +115,7 @@ func drive(b *testing.B, want int, request func(i int64) *http.Request) {
 					failed.Add(1)
 				}
 				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body) // read to its end: a body left unread closes the connection
 					resp.Body.Close()
 				}
 			}
