@@ -16,29 +16,31 @@ import (
 type Step interface {
 	// Checks are the step's checks, in order.
 	Checks() []Check
-	// Script is how the step runs: its body, the script that runs it alone, and its call's id
-	// and operation. A Decide calls it once per step.
+	// Script is how the step runs, and what a layer in front of the Limiter reads of it.
 	Script() StepScript
-	// Cacheable says whether a refusal of the step says its keys are full until their Reset,
-	// as an algorithm's does (what a deny cache may remember, package denycache): a voucher with
-	// no grant and a held slot are no full key, and a refund is never refused.
-	Cacheable() bool
-	// Refunds says whether the step gives tokens back (RefundStep): room its keys had not.
-	Refunds() bool
-	// Queues says whether the step takes a place in a queue (an AllowStep of a LeakyBucket
-	// policy): its caller then holds the request until its turn (package queue).
-	Queues() bool
 }
 
 // A StepScript is how a step runs on Redis: alone by its script Alone, whose body is the file
 // lua/<Body>.lua, or as the body Body of a sequence's script (package sequence), with its call's
-// ID and Op (the time and each key's policy are the Limiter's to add).
+// ID and Op (the time and each key's policy are the Limiter's to add); and what a layer in front
+// of the Limiter reads of it.
 type StepScript struct {
 	Body   string        // the body's name: an algorithm's, "slots", "voucher"
 	Alone  *redis.Script // the script that runs the step alone (an algorithm's goes by the Runner)
 	Queued bool          // its reply holds a queue's wait (LeakyBucket)
-	ID     string        // the call's id: the request's ("" for the algorithms that record none)
+	ID     string        // the call's id ("" for the algorithms that record no request)
+	NewID  bool          // the id is a fresh one per call (RequestID): the request's, a grant's name
 	Op     Op            // what the call does
+
+	// Cacheable: a refusal says the step's keys are full until their Reset, as an algorithm's
+	// does (what a deny cache may remember, package denycache); a voucher with no grant and a
+	// held slot are no full key, and a refund is never refused.
+	Cacheable bool
+	// Refunds: the step gives tokens back (RefundStep): room its keys had not.
+	Refunds bool
+	// Queues: the step takes a place in a queue (an AllowStep of a LeakyBucket policy), and its
+	// caller holds the request until its turn (package queue).
+	Queues bool
 }
 
 // decideStep is an algorithm's decision over its checks: AllowStep, AskStep, ChargeStep or
@@ -81,17 +83,12 @@ func RefundStep(n int, checks ...Check) Step {
 }
 
 func (s *decideStep) Checks() []Check { return s.cs }
-func (s *decideStep) Cacheable() bool { return s.op.kind != opRefund }
-func (s *decideStep) Refunds() bool   { return s.op.kind == opRefund }
-func (s *decideStep) Queues() bool    { return queued(s.cs) && s.op.kind == opDecide }
 
 func (s *decideStep) Script() StepScript {
 	a := s.cs[0].Policy.algorithm()
-	st := StepScript{Body: string(a), Alone: scripts[a], Queued: a == LeakyBucket, Op: s.op}
-	if a == SlidingLog || a == LeakyBucket {
-		st.ID = RequestID() // only the sorted sets record the request itself
-	}
-	return st
+	return StepScript{Body: string(a), Alone: scripts[a], Queued: a == LeakyBucket, Op: s.op,
+		NewID:     a == SlidingLog || a == LeakyBucket, // only the sorted sets record the request itself
+		Cacheable: s.op.kind != opRefund, Refunds: s.op.kind == opRefund, Queues: a == LeakyBucket && s.op.kind == opDecide}
 }
 
 // validate checks what the step's lone call would check.
@@ -220,7 +217,10 @@ type SequenceRunner interface {
 // stepCall is step s's call: its script's, at the Limiter's time, with each key's policy.
 func (l *Limiter) stepCall(ctx context.Context, s Step, st StepScript) StepCall {
 	c := Call{ID: st.ID, Now: l.clockArg(), Op: st.Op, Settings: make([][3]any, len(s.Checks()))}
-	if s.Queues() {
+	if st.NewID {
+		c.ID = RequestID()
+	}
+	if st.Queues {
 		c.Op = l.queueOp(ctx, c.Op)
 	}
 	for i, ch := range s.Checks() {

@@ -112,14 +112,14 @@ func (c *Cache) Decide(ctx context.Context, steps ...ratelimit.Step) (ratelimit.
 	sent := c.now() // before asking Redis, which decides later: deadlines from here are never late
 	refunds := false
 	for _, s := range steps {
-		if s.Refunds() {
+		if s.Script().Refunds {
 			refunds = true
 			for _, ch := range s.Checks() {
 				c.entries.forget(c.l.Key(ch)) // the refund makes room
 			}
 		}
 	}
-	if len(steps) > 0 && steps[0].Cacheable() {
+	if len(steps) > 0 && steps[0].Script().Cacheable {
 		if d, ok := c.refuse(steps[0].Checks(), sent); ok {
 			return ratelimit.DecisionsOf(steps, d), nil
 		}
@@ -127,7 +127,7 @@ func (c *Cache) Decide(ctx context.Context, steps ...ratelimit.Step) (ratelimit.
 	ds, err := c.l.Decide(ctx, steps...)
 	if !refunds {
 		for _, s := range steps {
-			if d, ran := ds.Of(s); ran && s.Cacheable() {
+			if d, ran := ds.Of(s); ran && s.Script().Cacheable {
 				c.learn(d, s.Checks(), sent)
 			}
 		}

@@ -62,14 +62,9 @@ type step struct {
 }
 
 func (s *step) Checks() []ratelimit.Check { return []ratelimit.Check{s.c} }
-func (s *step) Cacheable() bool           { return false }
-func (s *step) Refunds() bool             { return false }
-func (s *step) Queues() bool              { return false }
 
+// Script: a grant is named afresh by each call (one step decided twice grants two); a key with
+// no voucher is no full key, so a deny cache never remembers one.
 func (s *step) Script() ratelimit.StepScript {
-	st := ratelimit.StepScript{Body: "voucher", Alone: script, Op: s.op}
-	if s.grant {
-		st.ID = ratelimit.RequestID() // the grant's name: one step decided twice grants two
-	}
-	return st
+	return ratelimit.StepScript{Body: "voucher", Alone: script, NewID: s.grant, Op: s.op}
 }

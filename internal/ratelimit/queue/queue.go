@@ -107,7 +107,7 @@ func (q *Queue) AllowAll(ctx context.Context, checks ...ratelimit.Check) (rateli
 // keys' capacity as Remaining, and it refused.
 func (q *Queue) Decide(ctx context.Context, steps ...ratelimit.Step) (ratelimit.Decisions, error) {
 	for i, s := range steps {
-		if !s.Queues() {
+		if !s.Script().Queues {
 			continue
 		}
 		if d, full := q.Refusal(s.Checks()[0]); full {

@@ -77,10 +77,9 @@ type step struct {
 }
 
 func (s *step) Checks() []ratelimit.Check { return []ratelimit.Check{s.c} }
-func (s *step) Cacheable() bool           { return false }
-func (s *step) Refunds() bool             { return false }
-func (s *step) Queues() bool              { return false }
 
+// Script: a slot is no full key (it frees when a request ends, which no Reset foretells), so a
+// deny cache never remembers one.
 func (s *step) Script() ratelimit.StepScript {
 	return ratelimit.StepScript{Body: "slots", Alone: script, ID: s.holder, Op: s.op}
 }
