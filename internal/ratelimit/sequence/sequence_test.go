@@ -37,13 +37,13 @@ func limiter(t *testing.T, clk *clocktest.Clock, fused bool) *ratelimit.Limiter 
 // grants and redemptions; 12 identities; time stepping by random amounts) is decided twice, on
 // two Redis servers at the same injected times: as one Decide, and step by step with the lone
 // calls, stopping at the first refusal. Every step that ran is decided the same, key by key, and
-// the same steps run: a sequence decides exactly as its steps sent one by one. Without a
-// sequence runner (as on a cluster: each step its own call), the same again. (On a real cluster a
-// step's keys are decided apart too, by the Runner: package withdraw's tests hold that split to
-// one script.)
+// the same steps run: a sequence decides exactly as its steps sent one by one, in one call.
+// Without a sequence runner (as on a cluster), the same again, in a call per step run. (On a
+// real cluster a step's keys are decided apart too, by the Runner: package withdraw's tests hold
+// that split to one script.)
 func TestSequencesDecideAsOneByOne(t *testing.T) {
 	t.Parallel()
-	for _, fused := range []bool{true} {
+	for _, fused := range []bool{true, false} {
 		t.Run(map[bool]string{true: "one call", false: "apart"}[fused], func(t *testing.T) {
 			t.Parallel()
 			sequencesDecideAsOneByOne(t, fused)
@@ -125,9 +125,14 @@ func sequencesDecideAsOneByOne(t *testing.T, fused bool) {
 			trace[j] = step()
 			steps[j] = trace[j].step
 		}
+		before := seq.Stats().Redis
 		got, err := seq.Decide(ctx, steps...)
 		if err != nil {
 			t.Fatalf("sequence %d: %v", i, err)
+		}
+		// One call for the whole sequence with a SequenceRunner; without one, a call per step run.
+		if calls, want := seq.Stats().Redis-before, int64(got.Ran()); fused && len(steps) > 1 && calls != 1 || !fused && calls != want {
+			t.Fatalf("sequence %d of %d steps (%d ran, fused %v): %d calls", i, len(steps), got.Ran(), fused, calls)
 		}
 		var want []ratelimit.Decision
 		for _, s := range trace {
