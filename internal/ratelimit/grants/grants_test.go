@@ -72,6 +72,17 @@ func TestVouchers(t *testing.T) {
 		t.Errorf("5 grants held as %d, want the most held, %d", got, v.Max)
 	}
 
+	// One grant step decided twice grants twice: each call names its grant afresh.
+	g := v.Grant(c)
+	for range 2 {
+		if _, err := l.Decide(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !redeem() || !redeem() || redeem() {
+		t.Error("one grant step decided twice: want two redemptions, then none")
+	}
+
 	grant(3)
 	var taken atomic.Int64
 	var wg sync.WaitGroup
