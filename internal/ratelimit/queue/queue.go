@@ -102,7 +102,7 @@ func (q *Queue) AllowAll(ctx context.Context, checks ...ratelimit.Check) (rateli
 	return q.next.AllowAll(ctx, checks...)
 }
 
-// Decide is next's, stopped at a step that takes a place in a queue (Step.Queues) while this
+// Decide is next's, stopped at a step that takes a place in a queue (StepScript.Queues) while this
 // replica holds its most waiters: the steps before it are reported admitted, unasked, with their
 // keys' capacity as Remaining, and it refused.
 func (q *Queue) Decide(ctx context.Context, steps ...ratelimit.Step) (ratelimit.Decisions, error) {
