@@ -249,34 +249,6 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	return l.do(ctx, Op{kind: opDecide}, checks)
 }
 
-// Forget clears c's key in Redis, on every replica at once: the identity starts afresh (a
-// support desk unblocking a customer). The key is announced on ForgetChannel, where the
-// replicas' deny caches (package denycache) hear of it and drop it.
-func (l *Limiter) Forget(ctx context.Context, c Check) error {
-	key := l.keys.key(c.Policy, c.Identity)
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	if _, err := forgetScript.Run(ctx, l.rdb, []string{key}).Result(); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
-	}
-	if err := publishScript.Run(ctx, l.rdb, []string{ForgetChannel(l.keys.prefix)}, key).Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
-	}
-	return nil
-}
-
-// ForgetChannel is the Redis channel Forget publishes each forgotten key on, for keys of prefix
-// ("" is DefaultPrefix).
-func ForgetChannel(prefix string) string { return cmp.Or(prefix, DefaultPrefix) + ":{fleet}:forget" }
-
-// DefaultPrefix starts every key of a Limiter whose Options name no Prefix, and the fleet's
-// channels and roster of its layers.
-const DefaultPrefix = "rl"
-
-// Key is the Redis key of c: the policy and the keyed hash of the identity (never the identity
-// in clear), as a support desk's audit names it.
-func (l *Limiter) Key(c Check) string { return l.keys.key(c.Policy, c.Identity) }
-
 // do is the one path of every call that asks Redis (AllowAll, a Decide of one step): the outage
 // log, the Redis-up flag and the counters apply to each alike. o is what the script does.
 func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error) {
@@ -321,30 +293,6 @@ func (l *Limiter) called(ctx context.Context, err error, checks []Check) {
 	}
 }
 
-// clock is the replica's time: the monotonic clock, or the injected one in tests.
-func (l *Limiter) clock() time.Time {
-	if l.now != nil {
-		return l.now()
-	}
-	return time.Now()
-}
-
-// Stats is what a Limiter did since it was made, and what it holds now.
-type Stats struct {
-	// Redis is how many decisions this Limiter sent to its client (a breaker around the client may
-	// have failed some without asking Redis: its ShortCircuited counts those, with its other calls).
-	Redis int64
-	// RedisUp says the last decision that asked Redis got an answer (true before any).
-	RedisUp bool
-}
-
-type stats struct{ redis atomic.Int64 }
-
-// Stats returns the Limiter's counters.
-func (l *Limiter) Stats() Stats {
-	return Stats{Redis: l.stats.redis.Load(), RedisUp: !l.down.Load()}
-}
-
 // decide runs the checks' script for o over their keys.
 func (l *Limiter) decide(ctx context.Context, o Op, checks []Check, keys []string) (Decision, error) {
 	a := checks[0].Policy.algorithm()
@@ -369,6 +317,58 @@ func decisionOf(r Reply, checks []Check, keys []string, c Call) Decision {
 		}
 	}
 	return d
+}
+
+// Forget clears c's key in Redis, on every replica at once: the identity starts afresh (a
+// support desk unblocking a customer). The key is announced on ForgetChannel, where the
+// replicas' deny caches (package denycache) hear of it and drop it.
+func (l *Limiter) Forget(ctx context.Context, c Check) error {
+	key := l.keys.key(c.Policy, c.Identity)
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	if _, err := forgetScript.Run(ctx, l.rdb, []string{key}).Result(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
+	}
+	if err := publishScript.Run(ctx, l.rdb, []string{ForgetChannel(l.keys.prefix)}, key).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// ForgetChannel is the Redis channel Forget publishes each forgotten key on, for keys of prefix
+// ("" is DefaultPrefix).
+func ForgetChannel(prefix string) string { return cmp.Or(prefix, DefaultPrefix) + ":{fleet}:forget" }
+
+// DefaultPrefix starts every key of a Limiter whose Options name no Prefix, and the fleet's
+// channels and roster of its layers.
+const DefaultPrefix = "rl"
+
+// Key is the Redis key of c: the policy and the keyed hash of the identity (never the identity
+// in clear), as a support desk's audit names it.
+func (l *Limiter) Key(c Check) string { return l.keys.key(c.Policy, c.Identity) }
+
+// clock is the replica's time: the monotonic clock, or the injected one in tests.
+func (l *Limiter) clock() time.Time {
+	if l.now != nil {
+		return l.now()
+	}
+	return time.Now()
+}
+
+// Stats is what a Limiter did since it was made, and what it holds now.
+type Stats struct {
+	// Redis is how many decisions this Limiter sent to its client (a breaker around the client may
+	// have failed some without asking Redis: its ShortCircuited counts those, with its other calls).
+	Redis int64
+	// RedisUp says the last decision that asked Redis got an answer (true before any).
+	RedisUp bool
+}
+
+type stats struct{ redis atomic.Int64 }
+
+// Stats returns the Limiter's counters.
+func (l *Limiter) Stats() Stats {
+	return Stats{Redis: l.stats.redis.Load(), RedisUp: !l.down.Load()}
 }
 
 // queueOp is a queue's decision op: a place whose turn comes within ctx's deadline, if it has one,
