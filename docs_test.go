@@ -196,7 +196,7 @@ func TestTheReadingTableCountsItsLines(t *testing.T) {
 	if !ok {
 		t.Fatal("README.md has no section \"Read it in this order\"")
 	}
-	rows := 0
+	rows, sum := 0, 0
 	inTable := false
 	for _, row := range strings.Split(table, "\n") {
 		if inTable && !strings.HasPrefix(row, "|") {
@@ -215,12 +215,21 @@ func TestTheReadingTableCountsItsLines(t *testing.T) {
 			continue
 		}
 		got := readLines(t, link[2], link[1], cells[4])
+		sum += got
 		if math.Abs(float64(got-stated)) > 0.1*float64(got) {
 			t.Errorf("README reading table: %s says %d lines, the code has %d", strings.TrimSpace(cells[2]), stated, got)
 		}
 	}
 	if rows == 0 {
 		t.Error("the reading table has no rows")
+	}
+	// The sentence above the table says how much it is in all.
+	about := regexp.MustCompile(`About ([0-9,]+) lines, the table's`).FindStringSubmatch(table)
+	if about == nil {
+		t.Fatal("README's reading section does not say how many lines the table is: \"About N lines, the table's\"")
+	}
+	if stated, _ := strconv.Atoi(strings.ReplaceAll(about[1], ",", "")); math.Abs(float64(sum-stated)) > 0.1*float64(sum) {
+		t.Errorf("README says about %d lines to read; the table's rows are %d", stated, sum)
 	}
 }
 

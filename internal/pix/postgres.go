@@ -507,7 +507,7 @@ func (l *PostgresLedger) statements(ctx context.Context, conn *pgxpool.Conn, r T
 		return err
 	})
 	prior.queue(b, r)
-	queueSettings(b, r, asked, &registered, &stored)
+	queueSettings(b, r.From, r.Device, asked, &registered, &stored)
 	// What the payer sent, in the periods of a night that starts when the rules' nights do: the
 	// limits in force, read in this same batch, confirm the guess, or checkLimits asks again.
 	guess := sentIn{w: l.window(asked, l.rules.Night.Start)}
@@ -542,10 +542,10 @@ const settingsSQL = `SELECT
 	LEFT JOIN (SELECT array_agg(field) fields, array_agg(value) vals, array_agg(effective_at) effective
 		FROM pending_limits WHERE account_id = $1) p ON true`
 
-// queueSettings queues settingsSQL for r's payer and device at t into b, filling registered and
-// limits.
-func queueSettings(b *pgx.Batch, r TransferRequest, t time.Time, registered *bool, limits *accountLimits) {
-	b.Queue(settingsSQL, r.From, r.Device, t).QueryRow(func(row pgx.Row) error {
+// queueSettings queues settingsSQL for account and device ("" for none) at t into b, filling
+// registered and limits.
+func queueSettings(b *pgx.Batch, account, device string, t time.Time, registered *bool, limits *accountLimits) {
+	b.Queue(settingsSQL, account, device, t).QueryRow(func(row pgx.Row) error {
 		var night, day, start *int64
 		var fields []string
 		var values []int64
@@ -553,7 +553,7 @@ func queueSettings(b *pgx.Batch, r TransferRequest, t time.Time, registered *boo
 		if err := row.Scan(registered, &night, &day, &start, &fields, &values, &effective); err != nil {
 			return err
 		}
-		*registered = *registered && r.Device != ""
+		*registered = *registered && device != ""
 		*limits = limitsOf(night, day, start, fields, values, effective)
 		return nil
 	})
@@ -664,13 +664,12 @@ func collectAudit(rows pgx.Rows) ([]AuditRecord, error) {
 	})
 }
 
-// loadLimits reads what an account set and its pending increases: settingsSQL, whose answer of
-// a device (none here) it does not read.
+// loadLimits reads what an account set and its pending increases (settingsSQL, with no device).
 func loadLimits(ctx context.Context, q pgx.Tx, account string) (accountLimits, error) {
 	var registered bool
 	var a accountLimits
 	b := &pgx.Batch{}
-	queueSettings(b, TransferRequest{From: account}, time.Time{}, &registered, &a)
+	queueSettings(b, account, "", time.Time{}, &registered, &a)
 	return a, q.SendBatch(ctx, b).Close()
 }
 
