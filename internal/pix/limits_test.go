@@ -22,7 +22,10 @@ func rulesBackends(t *testing.T, r Rules, clock func() time.Time) map[string]Led
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg, err := OpenPostgres(context.Background(), pgtest.URL(t), 0, demo(), WithRules(r), WithClock(clock))
+	// A generous budget: twenty transfers of one payer wait for its row lock one after another
+	// (TestMoneyLimitsUnderConcurrency), and on a machine beside four CPU burners the last of them
+	// once outwaited the default 2 s. A timeout is not what these tests test.
+	pg, err := OpenPostgres(context.Background(), pgtest.URL(t), 10*time.Second, demo(), WithRules(r), WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
