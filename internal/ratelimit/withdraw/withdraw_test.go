@@ -135,72 +135,98 @@ func meters() []Algorithm {
 type freezer struct {
 	redis.Scripter
 	srv     *redistest.Server
-	trigger map[string]bool
+	trigger map[string]bool // written before armed, read only after
 	thaw    time.Duration
 	armed   atomic.Bool
+	frozen  atomic.Bool
 	once    sync.Once
-	thawed  chan struct{}
+	thawed  chan struct{} // closed once the freeze is over
 }
 
 func (f *freezer) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	cmd := f.Scripter.EvalSha(ctx, sha, keys, args...)
 	if f.armed.Load() && len(keys) == 1 && f.trigger[keys[0]] && cmd.Err() == nil {
 		f.once.Do(func() {
+			f.frozen.Store(true)
 			f.srv.Pause()
-			time.AfterFunc(f.thaw, func() { f.srv.Resume(); close(f.thawed) })
+			time.AfterFunc(f.thaw, func() { defer close(f.thawed); f.srv.Resume() })
 		})
 	}
 	return cmd
 }
 
-// frozenSplit builds a Limiter that splits (as on a cluster, forced on one node) over a freezer, fills
-// the key full, and sends n two-key decisions (open_i, full) at once, the freezer armed on the
-// open keys: each decision is refused by full or fails in the freeze, so the first open key's
+// waitThawed waits for the freeze to end, if it began.
+func (f *freezer) waitThawed(t *testing.T) {
+	t.Helper()
+	if !f.frozen.Load() {
+		return
+	}
+	select {
+	case <-f.thawed:
+	case <-time.After(f.thaw + time.Minute):
+		t.Fatalf("the server was not thawed %v after its freeze", f.thaw+time.Minute)
+	}
+}
+
+// frozenRounds bounds frozenSplit's bursts: a burst whose every open key's call fails in the
+// budget (a starved machine) admits nothing, so nothing triggers the freeze; the next burst, on
+// fresh keys, tries again.
+const frozenRounds = 10
+
+// frozenSplit builds a Limiter that splits (as on a cluster, forced on one node) over a freezer,
+// fills the key full, and sends n two-key decisions (open, full) at once, the freezer armed on
+// the open keys: each decision is refused by full or fails in the freeze, so the first open key's
 // admission, and every other one answered before the freeze, must be withdrawn while Redis is
-// frozen. It returns the Limiter, the open keys' policy and the freezer.
-func frozenSplit(t *testing.T, a Algorithm, n int, thaw time.Duration, logs *apitest.Logs, withdrawn func(time.Duration)) (*ratelimit.Limiter, *Runner, Policy, *freezer) {
+// frozen. It returns the Limiter, the open keys' policy and identities and the freezer.
+func frozenSplit(t *testing.T, a Algorithm, n int, thaw time.Duration, logs *apitest.Logs, withdrawn func(time.Duration)) (*ratelimit.Limiter, *Runner, Policy, []string, *freezer) {
 	t.Helper()
 	srv := redistest.Start(t)
 	f := &freezer{Scripter: srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, budget) }), srv: srv, thaw: thaw, thawed: make(chan struct{})}
-	t.Cleanup(func() {
-		if f.armed.Load() {
-			<-f.thawed // a frozen server cannot be stopped
-		}
-	})
+	t.Cleanup(func() { f.waitThawed(t) }) // a frozen server cannot be stopped
 	// An injected clock: no refill, no window passing: what a key holds is what was not taken back.
 	l, r := limiter(t, f, true, budget, ratelimit.Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Now: newClock().Now}, withdrawn)
 	open := Policy{Name: "open", Limit: 5, Window: time.Hour, Algorithm: a}
 	full := Check{Policy: Policy{Name: "full", Limit: 1, Window: time.Hour, Algorithm: a}, Identity: "x"}
 	warm(t, l, full) // the one admission that fills it
 	f.trigger = map[string]bool{}
-	for i := range n {
-		f.trigger[l.Key(Check{Policy: open, Identity: fmt.Sprint("open", i)})] = true
+	for round := range frozenRounds {
+		for i := range n {
+			f.trigger[l.Key(Check{Policy: open, Identity: fmt.Sprintf("open%d-%d", round, i)})] = true
+		}
 	}
 	f.armed.Store(true)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			if d, err := l.AllowAll(context.Background(), Check{Policy: open, Identity: fmt.Sprint("open", i)}, full); err == nil && d.Allowed {
-				t.Errorf("decision %d admitted with a full key", i)
-			}
-		})
+	var ids []string
+	for round := 0; !f.frozen.Load(); round++ {
+		if round == frozenRounds {
+			t.Fatalf("%d bursts of %d decisions and no open key answered within %v: the freeze never began", round, n, budget)
+		}
+		var wg sync.WaitGroup
+		for i := range n {
+			id := fmt.Sprintf("open%d-%d", round, i)
+			ids = append(ids, id)
+			wg.Go(func() {
+				if d, err := l.AllowAll(context.Background(), Check{Policy: open, Identity: id}, full); err == nil && d.Allowed {
+					t.Errorf("decision %s admitted with a full key", id)
+				}
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
-	return l, r, open, f
+	return l, r, open, ids, f
 }
 
-// held is how much of their capacity the n open keys hold, as Redis says (asked through l, which
+// held is how much of their capacity the open keys hold, as Redis says (asked through l, which
 // takes nothing; after Close too, since asking starts no withdrawal). Each key gets three tries
 // within the tight budget: on a busy machine a just-thawed server's first answers can miss it
 // (an "i/o timeout" failed this beside four CPU burners).
-func held(t *testing.T, l *ratelimit.Limiter, open Policy, n int) (total int) {
+func held(t *testing.T, l *ratelimit.Limiter, open Policy, ids []string) (total int) {
 	t.Helper()
-	for i := range n {
+	for _, id := range ids {
 		var d Decision
 		var err error
 		for range 3 {
 			var ds ratelimit.Decisions
-			if ds, err = l.Decide(context.Background(), ratelimit.AskStep(Check{Policy: open, Identity: fmt.Sprint("open", i)})); err == nil {
+			if ds, err = l.Decide(context.Background(), ratelimit.AskStep(Check{Policy: open, Identity: id})); err == nil {
 				d = ds.Last()
 				break
 			}
@@ -211,6 +237,27 @@ func held(t *testing.T, l *ratelimit.Limiter, open Policy, n int) (total int) {
 		total += d.Worst.Capacity - d.Worst.Remaining
 	}
 	return total
+}
+
+// settled waits until r's withdrawals settled. A withdrawal Redis never answers is tried until its
+// admission leaves the window (an hour in some tests): a bound turns such a wait into a failure
+// that says what still waits, not a test binary killed at its timeout.
+func settled(t *testing.T, rs ...*Runner) {
+	t.Helper()
+	for _, r := range rs {
+		done := make(chan struct{})
+		go func() { r.pending.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			q := r.q
+			q.mu.Lock()
+			waiting, inflight, allowed, workers := len(q.items), q.inflight, q.allowed, q.workers
+			q.mu.Unlock()
+			t.Fatalf("withdrawals unsettled after 2m: %d waiting, %d in flight of %d allowed, %d workers, %d lost",
+				waiting, inflight, allowed, workers, r.Lost())
+		}
+	}
 }
 
 // TestWithdrawalsOutlastAFrozenRedis: on a cluster, 40 logins whose document key is full are
@@ -224,11 +271,11 @@ func TestWithdrawalsOutlastAFrozenRedis(t *testing.T) {
 	var logs apitest.Logs
 	var heldMu sync.Mutex
 	var longest time.Duration
-	l, r, open, f := frozenSplit(t, SlidingLog, n, thaw, &logs,
+	l, r, open, ids, f := frozenSplit(t, SlidingLog, n, thaw, &logs,
 		func(d time.Duration) { heldMu.Lock(); longest = max(longest, d); heldMu.Unlock() })
-	<-f.thawed
+	f.waitThawed(t)
 	settledQueue(t, r)
-	if got := held(t, l, open, n); got != 0 {
+	if got := held(t, l, open, ids); got != 0 {
 		t.Errorf("the open keys hold %d admissions after the thaw, want 0: withdrawals were lost\n%s", got, logs.String())
 	}
 	if lost := r.Lost(); lost != 0 {
@@ -249,18 +296,18 @@ func TestLostWithdrawalsAreCountedAndLogged(t *testing.T) {
 	t.Parallel()
 	const n = 20
 	var logs apitest.Logs
-	l, r, open, f := frozenSplit(t, FixedWindow, n, 3*time.Second, &logs, nil)
+	l, r, open, ids, f := frozenSplit(t, FixedWindow, n, 3*time.Second, &logs, nil)
 	start := time.Now()
 	_ = r.Close()
 	if took := time.Since(start); took > r.closeDrain()+2*time.Second {
 		t.Errorf("Close took %v with Redis frozen, want about its drain (%v)", took, r.closeDrain())
 	}
-	<-f.thawed
+	f.waitThawed(t)
 	lost := r.Lost()
 	if lost == 0 {
 		t.Fatalf("no withdrawal counted lost with Redis frozen through Close\n%s", logs.String())
 	}
-	t.Logf("%d withdrawals lost; the open keys hold %d admissions (late ones too, which a counter cannot withdraw)", lost, held(t, l, open, n))
+	t.Logf("%d withdrawals lost; the open keys hold %d admissions (late ones too, which a counter cannot withdraw)", lost, held(t, l, open, ids))
 	if !strings.Contains(logs.String(), "could not withdraw admissions") {
 		t.Errorf("the losses were not logged:\n%s", logs.String())
 	}
@@ -271,7 +318,7 @@ func TestLostWithdrawalsAreCountedAndLogged(t *testing.T) {
 // attempt out of flight just after the attempt settles its withdrawal: that count is not checked.)
 func settledQueue(t *testing.T, r *Runner) {
 	t.Helper()
-	r.pending.Wait()
+	settled(t, r)
 	q := r.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -320,7 +367,7 @@ func TestALateDecisionIsWithdrawn(t *testing.T) {
 	}
 	wg.Wait()
 	srv.Resume()
-	r.pending.Wait() // the withdrawals, with their backoff (Close would cut it short)
+	settled(t, r) // the withdrawals, with their backoff (Close would cut it short)
 	if n := srv.Client(nil).ZCard(context.Background(), l.Key(c)).Val(); n != 1 {
 		t.Errorf("%d entries after 8 late decisions, want 1: late admissions consumed quota", n)
 	}
@@ -337,7 +384,7 @@ func TestSplitDecisionWithdraws(t *testing.T) {
 			full := Check{Policy: Policy{Name: "full", Limit: 1, Window: time.Minute, Algorithm: a}, Identity: "x"}
 			mustAllow(t, l, full)
 			for i := range 5 {
-				r.pending.Wait() // else the last request's admission may still be held (see split)
+				settled(t, r) // else the last request's admission may still be held (see split)
 				d := mustAllow(t, l, open, full)
 				if d.Allowed {
 					t.Fatalf("request %d admitted with a full key", i+1)
@@ -346,7 +393,7 @@ func TestSplitDecisionWithdraws(t *testing.T) {
 					t.Errorf("request %d: open key reports %d remaining, want 4 (its admission given back)", i+1, got)
 				}
 			}
-			r.pending.Wait()
+			settled(t, r)
 			if d := mustAllow(t, l, open); !d.Allowed || d.Worst.Remaining != 3 {
 				t.Errorf("after 5 refused requests: allowed=%v remaining=%d, want true, 3: the refusals consumed quota", d.Allowed, d.Worst.Remaining)
 			}
@@ -375,7 +422,7 @@ func TestSplitAskWithdrawsNothing(t *testing.T) {
 			t.Fatalf("asking with the bank's bucket empty: %+v, %v; want refused by it, the user's at 2", d, err)
 		}
 	}
-	r.pending.Wait()
+	settled(t, r)
 	if ds, _ := l.Decide(ctx, ratelimit.AskStep(user)); !ds.Last().Allowed || ds.Last().Worst.Remaining != 2 {
 		t.Errorf("after three refused asks: %+v, want the user's bucket at 2, as before", ds.Last().Worst)
 	}
@@ -440,7 +487,7 @@ func TestClusterExactness(t *testing.T) {
 	wg.Wait()
 	settle := func() {
 		for _, r := range rs {
-			r.pending.Wait()
+			settled(t, r)
 		}
 	}
 	settle()
@@ -787,7 +834,7 @@ func TestALateSequenceLeavesNothing(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("a sequence whose reply was lost: %v, want ErrUnavailable", err)
 	}
-	r.pending.Wait()
+	settled(t, r)
 	ds, err := l.Decide(ctx, ratelimit.AskStep(log))
 	d := ds.Last()
 	if err != nil {
@@ -853,9 +900,7 @@ func TestPackedLogDecidesAsTheSortedSetOnACluster(t *testing.T) {
 			checks[i].Policy.Algorithm = SlidingLogPacked
 		}
 		got := mustAllow(t, packed[r], checks...)
-		for _, w := range append(sortedRs, packedRs...) {
-			w.pending.Wait() // split refusals are withdrawn in the background: let both land
-		}
+		settled(t, append(sortedRs, packedRs...)...) // split refusals are withdrawn in the background: let both land
 		if !want.Allowed {
 			refused++
 		}
