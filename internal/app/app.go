@@ -30,6 +30,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/fallback"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/grants"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/outages"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/queue"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/sequence"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/slots"
@@ -233,11 +234,12 @@ func replicaSecret(cfg config.Config, logger *slog.Logger) []byte {
 //	ratelimit.New(…)     the limiter: policies, keys, one script per decision
 //	  sequence.New(rdb)  runs a request's several steps in one script (its Options.Sequences)
 //	denycache.New(…)     refuses a key known to be full from memory (unless off)
+//	outages.New(…)       logs each policy's outage and its recovery
 //	queue.New(…)         holds a queue's admissions until their turns: the Stack
 //	fallback.New(…)      decides in memory while Redis cannot (beside the stack)
 func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, secret []byte, logger *slog.Logger) error {
 	opts := cfg.Limiter
-	opts.KeySecret, opts.Logger = auth.RateLimitKey(secret), logger
+	opts.KeySecret = auth.RateLimitKey(secret)
 	var batches *batch.Runner
 	runner := ratelimit.Scripts(rdb)
 	_, cluster := rdb.(*redis.ClusterClient)
@@ -258,8 +260,7 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 		runner = batch.New(rdb, ratelimit.Scripts(rdb), cfg.BatchMax)
 		batches, _ = runner.(*batch.Runner)
 	}
-	r.Withdrawals = withdraw.New(rdb, runner, withdraw.Options{Split: cluster, Timeout: opts.Timeout, Logger: logger,
-		LogEvery: opts.OutageLogEvery})
+	r.Withdrawals = withdraw.New(rdb, runner, withdraw.Options{Split: cluster, Timeout: opts.Timeout, Logger: logger})
 	r.closers = append(r.closers, func() { _ = r.Withdrawals.Close() }) // after the Limiter's: it decides no more
 	opts.Runner = r.Withdrawals
 	sequences := sequence.New(rdb)
@@ -278,6 +279,7 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 	if r.DenyCache != nil {
 		r.Stack = r.DenyCache
 	}
+	r.Stack = outages.New(r.Stack, outages.Options{Logger: logger})
 	qo := queue.Options{MaxWaiting: cfg.MaxWaiting, Prefix: opts.Prefix, Timeout: opts.Timeout}
 	r.Queue = queue.New(r.Stack, rdb, qo)
 	r.Stack = r.Queue

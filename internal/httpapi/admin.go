@@ -344,7 +344,7 @@ func (d *desk) deleteKey(c echo.Context) error {
 
 // state reads the key's state from Redis, taking nothing and changing nothing a route answers:
 // an ask of the Limiter, beneath the deny cache, which it neither consults nor teaches. (It
-// counts in the Limiter's Stats.Redis, and a failure in its RedisUp and outage log, as any call.)
+// counts in the Limiter's Stats.Redis, and a failure in its RedisUp, as any call; made beside the stack, it is in no outage report.)
 func (d *desk) state(c echo.Context, chk ratelimit.Check) (keyState, error) {
 	ds, err := d.Limiter.Decide(c.Request().Context(), ratelimit.AskStep(chk))
 	dec := ds.Last()

@@ -154,7 +154,7 @@ func (r limiter) knownFull(checks ...ratelimit.Check) (ratelimit.Decision, bool)
 // When Redis cannot decide in time the limits' fail modes apply (failMode): closed refuses the
 // request with rate_limiter_unavailable; local decides it in the replica's memory at its share
 // of each limit, and answers as any decision (headers, 429); open lets it proceed with no
-// RateLimit headers, since nothing was decided. The limiter logs the outage, enforce the mode.
+// RateLimit headers, since nothing was decided. Package outages, in the stack, logs the outage; enforce applies the mode.
 //
 // Limits in shadow mode are decided and counted as usual, but a refusal is served as if
 // admitted (shadow_refused, logged without identity), and their responses carry no RateLimit

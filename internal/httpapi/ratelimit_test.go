@@ -19,6 +19,7 @@ import (
 
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/outages"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 	"github.com/pixlimit/pixlimit/internal/testing/stalls"
@@ -27,10 +28,10 @@ import (
 // budget is the decision budget of the fail-mode test, which measures it.
 const budget = 100 * time.Millisecond
 
-func newLimiter(t *testing.T, srv *redistest.Server, timeout time.Duration, logger *slog.Logger) *ratelimit.Limiter {
+func newLimiter(t *testing.T, srv *redistest.Server, timeout time.Duration) *ratelimit.Limiter {
 	t.Helper()
 	c := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, timeout) })
-	l, err := ratelimit.New(c, ratelimit.Options{KeySecret: []byte(rand.Text()), Timeout: timeout, Logger: logger, OutageLogEvery: time.Hour})
+	l, err := ratelimit.New(c, ratelimit.Options{KeySecret: []byte(rand.Text()), Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,13 +44,16 @@ func policy(name string, limit int, window time.Duration) ratelimit.Policy {
 
 // limitedServer serves GET /r limited by p, keyed by the X-Account header, with the API's error
 // handler; the handler answers 400 when asked by X-Status, so tests see headers on handler
-// errors too.
+// errors too. The logger, if given, hears the fail modes and, as a replica's does, the outages
+// (package outages, in front of l).
 func limitedServer(t *testing.T, l *ratelimit.Limiter, p enforce.RouteLimit, logger ...*slog.Logger) *echo.Echo {
 	t.Helper()
+	lg := append(logger, slog.New(slog.DiscardHandler))[0]
 	mw, err := RateLimitConfig{
 		Limiter:              l,
+		Stack:                outages.New(l, outages.Options{Logger: lg, Every: time.Hour}),
 		RouteLimit:           p,
-		Logger:               append(logger, nil)[0],
+		Logger:               lg,
 		Identify:             func(c echo.Context) (string, error) { return c.Request().Header.Get("X-Account"), nil },
 		Skipper:              func(c echo.Context) bool { return c.Request().Header.Get("X-Skip") != "" },
 		FailClosedRetryAfter: 7 * time.Second,
@@ -81,7 +85,7 @@ func get(e *echo.Echo, header ...string) *httptest.ResponseRecorder {
 
 func TestMiddleware(t *testing.T) {
 	t.Parallel()
-	e := limitedServer(t, newLimiter(t, redistest.Start(t), time.Second, nil), enforce.RouteLimit{Policy: policy("pix", 2, time.Minute)})
+	e := limitedServer(t, newLimiter(t, redistest.Start(t), time.Second), enforce.RouteLimit{Policy: policy("pix", 2, time.Minute)})
 
 	rec := get(e)
 	if rec.Code != 200 || rec.Header().Get("RateLimit-Remaining") != "1" || rec.Header().Get("RateLimit-Policy") != `"pix";q=2;w=60` {
@@ -115,7 +119,7 @@ func TestMiddleware(t *testing.T) {
 
 func TestMiddlewareConfigErrors(t *testing.T) {
 	t.Parallel()
-	l := newLimiter(t, redistest.Start(t), time.Second, nil)
+	l := newLimiter(t, redistest.Start(t), time.Second)
 	for name, cfg := range map[string]RateLimitConfig{
 		"no limiter": {RouteLimit: enforce.RouteLimit{Policy: policy("pix", 1, time.Second)}},
 		"no policy":  {Limiter: l},
@@ -133,7 +137,7 @@ func TestFailModes(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	var logs apitest.Logs
-	l := newLimiter(t, srv, budget, slog.New(slog.NewTextHandler(&logs, nil)))
+	l := newLimiter(t, srv, budget)
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	closed := limitedServer(t, l, enforce.RouteLimit{Policy: policy("pix", 100, time.Minute), FailMode: enforce.FailClosed}, logger)
 	meter := stalls.Watch(t) // a loaded runner's stalls are not the budget's
@@ -203,12 +207,13 @@ func TestFailModes(t *testing.T) {
 func TestClientThatLeftIsNotAnOutage(t *testing.T) {
 	t.Parallel()
 	var logs apitest.Logs
-	l := newLimiter(t, redistest.Start(t), time.Second, slog.New(slog.NewTextHandler(&logs, nil)))
+	l := newLimiter(t, redistest.Start(t), time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	req := httptest.NewRequest(http.MethodGet, "/r", nil).WithContext(ctx)
 	c := echo.New().NewContext(req, httptest.NewRecorder())
-	err := limiter{core: l}.enforce(c, nil, check{enforce.RouteLimit{Policy: policy("pix", 2, time.Minute)}, "ana"})
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	err := limiter{core: l, stack: outages.New(l, outages.Options{Logger: logger}), events: newEventLog(logger, time.Hour)}.enforce(c, nil, check{enforce.RouteLimit{Policy: policy("pix", 2, time.Minute)}, "ana"})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("enforce for a client that left: %v, want context.Canceled (neither fail open nor closed)", err)
 	}

@@ -21,7 +21,8 @@
 // that fails calls at once while Redis keeps failing), package withdraw (a Runner that takes back
 // what a caller was told it did not get: a late decision's admission, and on a Redis Cluster the
 // admissions of a decision split per key), package denycache (a Decider in front of a Limiter
-// that refuses a key known to be full from memory), package queue (a Decider that holds a
+// that refuses a key known to be full from memory), package outages (a Decider that logs each
+// policy's outage and its recovery), package queue (a Decider that holds a
 // queue's admissions until their turns), package fallback (decides in memory while Redis cannot,
 // at each replica's share), package sequence (runs a Decide's several steps in one script call,
 // atomic), package slots (in-flight slots: requests of an identity in progress at once) and
@@ -113,9 +114,9 @@
 // ClientOptions bounds every dial, read, write and pool wait by it and disables retries, so no
 // request waits longer than the budget. Past it, AllowAll returns an error wrapping
 // ErrUnavailable and the caller decides what to do without a decision: refuse (a password or a
-// money route, where no limit is the bigger risk) or serve (where refusing is the bigger harm). Outages are logged per policy at most
-// once per Options.OutageLogEvery, with how many failures were held back, and recovery is logged
-// once. Nothing needs a restart: go-redis redials by itself and decisions resume.
+// money route, where no limit is the bigger risk) or serve (where refusing is the bigger harm);
+// package outages logs the outage. Nothing needs a restart: go-redis redials by itself and
+// decisions resume.
 //
 // # Other algorithms
 //

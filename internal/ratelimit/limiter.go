@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -99,11 +98,6 @@ type Options struct {
 	// live on different nodes. New recognizes a *redis.ClusterClient by itself; set Cluster
 	// when the client wraps one.
 	Cluster bool
-	// Logger receives outage reports, at most one per policy per OutageLogEvery. Default
-	// slog.Default().
-	Logger *slog.Logger
-	// OutageLogEvery throttles outage reports. Default 10s.
-	OutageLogEvery time.Duration
 	// Runner runs each decision's script: Scripts(rdb) by default, or layers around it that
 	// batch (package batch) or withdraw what a caller did not get (package withdraw, which a
 	// cluster client needs: it decides each key apart). Every other call (a probe, a sequence)
@@ -126,8 +120,6 @@ type Limiter struct {
 	cluster bool // keys of one decision may live on different nodes (its Runner splits them)
 	keys    *keyer
 	timeout time.Duration
-	outages *outageLog
-	logger  *slog.Logger
 
 	// runner runs the decisions' scripts (Options.Runner); sequences, a Decide's several steps
 	// (Options.Sequences).
@@ -154,8 +146,8 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if len(opts.KeySecret) < 16 {
 		return nil, fmt.Errorf("ratelimit: key secret of %d bytes: want at least 16", len(opts.KeySecret))
 	}
-	if opts.Timeout < 0 || opts.OutageLogEvery < 0 {
-		return nil, errors.New("ratelimit: negative duration in options")
+	if opts.Timeout < 0 {
+		return nil, errors.New("ratelimit: negative timeout")
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
@@ -163,25 +155,17 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = 100 * time.Millisecond
 	}
-	if opts.OutageLogEvery == 0 {
-		opts.OutageLogEvery = 10 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
 	_, isCluster := rdb.(*redis.ClusterClient)
 	l := &Limiter{
 		rdb:     rdb,
 		cluster: opts.Cluster || isCluster,
 		keys:    newKeyer(opts.Prefix, opts.KeySecret),
 		timeout: opts.Timeout,
-		logger:  opts.Logger,
 		args:    make(map[Policy][3]any),
 		now:     opts.Now,
 
 		sequences: opts.Sequences,
 	}
-	l.outages = newOutageLog(opts.Logger, opts.OutageLogEvery, l.clock)
 	if l.runner = opts.Runner; l.runner == nil {
 		if l.cluster {
 			return nil, errors.New("ratelimit: a cluster client needs a Runner that decides each key apart (package withdraw's, with Split)")
@@ -240,8 +224,8 @@ func Probe(ctx context.Context, rdb redis.Scripter, prefix string) error {
 // trip: the request is admitted only if every key has room, and is then recorded in every key;
 // otherwise it is recorded in none. The checks' policies must be valid and share an algorithm
 // (ValidateTogether, at startup). The error wraps ErrUnavailable when Redis did not answer
-// within the budget (or a breaker around the client is open); the caller then applies the fail mode, and the
-// outage is logged here.
+// within the budget (or a breaker around the client is open); the caller then applies the fail
+// mode (package outages logs the outage).
 func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, error) {
 	if len(checks) == 0 {
 		return Decision{}, errors.New("ratelimit: no checks")
@@ -249,8 +233,8 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	return l.do(ctx, Op{kind: opDecide}, checks)
 }
 
-// do is the one path of every call that asks Redis (AllowAll, a Decide of one step): the outage
-// log, the Redis-up flag and the counters apply to each alike. o is what the script does.
+// do is the one path of every call that asks Redis (AllowAll, a Decide of one step): the Redis-up
+// flag and the counter apply to each alike. o is what the script does.
 func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error) {
 	if err := oneQueue(checks); err != nil {
 		return Decision{}, err
@@ -261,7 +245,7 @@ func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error
 	}
 	l.stats.redis.Add(1)
 	d, err := l.decide(ctx, o, checks, keys)
-	l.called(ctx, err, checks)
+	l.called(ctx, err)
 	return d, err
 }
 
@@ -274,22 +258,15 @@ func (l *Limiter) keysOf(checks []Check) []string {
 	return keys
 }
 
-// called tells the Redis-up flag and the outage log how a call
-// over checks went.
-func (l *Limiter) called(ctx context.Context, err error, checks []Check) {
+// called tells the Redis-up flag how a call went.
+func (l *Limiter) called(ctx context.Context, err error) {
 	switch {
 	case err == nil:
 		if l.down.Load() { // a write on every decision would bounce one cache line between cores
 			l.down.Store(false)
 		}
-		for _, c := range checks {
-			l.outages.decided(c.Policy)
-		}
 	case errors.Is(err, ErrUnavailable) && ctx.Err() == nil: // a client that left is no outage
 		l.down.Store(true)
-		for _, c := range checks {
-			l.outages.failed(c.Policy, err)
-		}
 	}
 }
 

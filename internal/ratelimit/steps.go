@@ -237,7 +237,7 @@ func (l *Limiter) alone(ctx context.Context, s Step) (Decision, error) {
 	budget, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	r, err := runScript(budget, l.rdb, st.Alone, st.Queued, sc.Keys, sc.Call)
-	l.called(ctx, err, s.Checks())
+	l.called(ctx, err)
 	if err != nil {
 		return Decision{}, fmt.Errorf("%s: %w", st.Body, err)
 	}
@@ -247,16 +247,14 @@ func (l *Limiter) alone(ctx context.Context, s Step) (Decision, error) {
 // sequence decides steps in one call of the SequenceRunner, within the budget.
 func (l *Limiter) sequence(ctx context.Context, steps []Step) (Decisions, error) {
 	calls := make([]StepCall, len(steps))
-	var all []Check
 	for i, s := range steps {
 		calls[i] = l.stepCall(ctx, s, s.Script())
-		all = append(all, s.Checks()...)
 	}
 	l.stats.redis.Add(1)
 	budget, cancel := context.WithTimeout(ctx, l.timeout)
 	replies, err := l.sequences.RunSequence(budget, calls)
 	cancel()
-	l.called(ctx, err, all)
+	l.called(ctx, err)
 	if err != nil {
 		if w, ok := l.runner.(LateWithdrawer); ok && errors.Is(err, ErrUnavailable) { // else it was never sent
 			for i, s := range steps {

@@ -55,7 +55,7 @@ func limiter(t *testing.T, srv *redistest.Server, failures int, cooldown time.Du
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := ratelimit.New(b, ratelimit.Options{KeySecret: testSecret, Timeout: budget, Logger: logger})
+	l, err := ratelimit.New(b, ratelimit.Options{KeySecret: testSecret, Timeout: budget})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -328,7 +328,7 @@ func (r *Runner) attempt(w *withdrawal, closing bool) (answered bool) {
 	return answered
 }
 
-// lose gives up w: counted, and logged at most once per OutageLogEvery with how many were lost.
+// lose gives up w: counted, and logged at most once per Options.LogEvery with how many were lost.
 func (r *Runner) lose(w *withdrawal, cause error) {
 	defer r.pending.Done()
 	if w.late { // it may never have been recorded: nothing known to be lost

@@ -61,10 +61,11 @@ func newClock() *clock { return clocktest.New() }
 
 // limiter is a Limiter over rdb whose Runner withdraws, and splits every decision per key
 // (split: as on a cluster, forced on one node when rdb is no cluster client); opts sets its
-// options further (a clock, a deny cache, a logger).
-func limiter(t *testing.T, rdb redis.Scripter, split bool, timeout time.Duration, opts ratelimit.Options, withdrawn func(time.Duration)) (*ratelimit.Limiter, *Runner) {
+// options further (a clock, sequences), wo the Runner's (a logger, a report of each withdrawal).
+func limiter(t *testing.T, rdb redis.Scripter, split bool, timeout time.Duration, opts ratelimit.Options, wo Options) (*ratelimit.Limiter, *Runner) {
 	t.Helper()
-	r := New(rdb, ratelimit.Scripts(rdb), Options{Split: split, Timeout: timeout, Logger: opts.Logger, Withdrawn: withdrawn})
+	wo.Split, wo.Timeout = split, timeout
+	r := New(rdb, ratelimit.Scripts(rdb), wo)
 	opts.KeySecret, opts.Timeout, opts.Runner, opts.Cluster = testSecret, timeout, r, split
 	l, err := ratelimit.New(rdb, opts)
 	if err != nil {
@@ -79,7 +80,7 @@ func limiter(t *testing.T, rdb redis.Scripter, split bool, timeout time.Duration
 func single(t *testing.T, split bool, timeout time.Duration, opts ratelimit.Options) (*ratelimit.Limiter, *Runner, *redistest.Server) {
 	t.Helper()
 	srv := redistest.Start(t)
-	l, r := limiter(t, srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, timeout) }), split, timeout, opts, nil)
+	l, r := limiter(t, srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, timeout) }), split, timeout, opts, Options{})
 	return l, r, srv
 }
 
@@ -95,7 +96,7 @@ func clusterLimiters(t *testing.T, c *redistest.Cluster, n int, timeout time.Dur
 		ratelimit.UniversalClientOptions(opt, timeout) // as the API configures it
 		rc := redis.NewUniversalClient(opt)
 		t.Cleanup(func() { _ = rc.Close() })
-		ls[i], rs[i] = limiter(t, rc, true, timeout, ratelimit.Options{}, withdrawn)
+		ls[i], rs[i] = limiter(t, rc, true, timeout, ratelimit.Options{}, Options{Withdrawn: withdrawn})
 		cs[i] = rc
 	}
 	return ls, rs, cs
@@ -184,7 +185,8 @@ func frozenSplit(t *testing.T, a Algorithm, n int, thaw time.Duration, logs *api
 	f := &freezer{Scripter: srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, budget) }), srv: srv, thaw: thaw, thawed: make(chan struct{})}
 	t.Cleanup(func() { f.waitThawed(t) }) // a frozen server cannot be stopped
 	// An injected clock: no refill, no window passing: what a key holds is what was not taken back.
-	l, r := limiter(t, f, true, budget, ratelimit.Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Now: newClock().Now}, withdrawn)
+	l, r := limiter(t, f, true, budget, ratelimit.Options{Now: newClock().Now},
+		Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Withdrawn: withdrawn})
 	open := Policy{Name: "open", Limit: 5, Window: time.Hour, Algorithm: a}
 	full := Check{Policy: Policy{Name: "full", Limit: 1, Window: time.Hour, Algorithm: a}, Identity: "x"}
 	warm(t, l, full) // the one admission that fills it
@@ -821,7 +823,7 @@ func TestALateSequenceLeavesNothing(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	c := &lateReplies{Scripter: srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, generous) })}
-	l, r := limiter(t, c, false, generous, ratelimit.Options{Sequences: sequence.New(c)}, nil)
+	l, r := limiter(t, c, false, generous, ratelimit.Options{Sequences: sequence.New(c)}, Options{})
 	ctx := context.Background()
 	bucket := Check{Policy: Policy{Name: "bucket", Limit: 2, Window: time.Minute, Algorithm: TokenBucket, Burst: 5}, Identity: "x"}
 	log := Check{Policy: Policy{Name: "log", Limit: 3, Window: time.Minute}, Identity: "x"}
@@ -861,7 +863,7 @@ func TestPackedLogDecidesAsTheSortedSetOnACluster(t *testing.T) {
 			ratelimit.UniversalClientOptions(opt, generous)
 			rc := redis.NewUniversalClient(opt)
 			t.Cleanup(func() { _ = rc.Close() })
-			l, r := limiter(t, rc, true, generous, ratelimit.Options{Prefix: prefix, Now: clk.Now}, nil)
+			l, r := limiter(t, rc, true, generous, ratelimit.Options{Prefix: prefix, Now: clk.Now}, Options{})
 			ls, rs = append(ls, l), append(rs, r)
 		}
 		return ls, rs
