@@ -60,3 +60,29 @@ func TestDecodeJSONAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestReadBody: a body is read whole whatever length it declares: its own, none, more than it
+// holds (cut short: an error), or less than it holds (read on).
+func TestReadBody(t *testing.T) {
+	const body = `{"document":"x"}`
+	for _, tt := range []struct {
+		name     string
+		declared int64
+		want     string
+		fails    bool
+	}{
+		{"its length", int64(len(body)), body, false},
+		{"none", -1, body, false},
+		{"more than it holds", int64(len(body)) + 5, body, true},
+		{"less than it holds", 3, body, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+			req.ContentLength = tt.declared
+			got, err := readBody(req)
+			if string(got) != tt.want || (err != nil) != tt.fails {
+				t.Errorf("readBody = %q, %v; want %q, failing %v", got, err, tt.want, tt.fails)
+			}
+		})
+	}
+}
