@@ -197,6 +197,7 @@ func TestTheReadingTableCountsItsLines(t *testing.T) {
 		t.Fatal("README.md has no section \"Read it in this order\"")
 	}
 	rows, sum := 0, 0
+	byRow := map[int]int{} // each row's lines, by its number
 	inTable := false
 	for _, row := range strings.Split(table, "\n") {
 		if inTable && !strings.HasPrefix(row, "|") {
@@ -216,6 +217,8 @@ func TestTheReadingTableCountsItsLines(t *testing.T) {
 		}
 		got := readLines(t, link[2], link[1], cells[4])
 		sum += got
+		n, _ := strconv.Atoi(strings.TrimSpace(cells[1]))
+		byRow[n] = got
 		if math.Abs(float64(got-stated)) > 0.1*float64(got) {
 			t.Errorf("README reading table: %s says %d lines, the code has %d", strings.TrimSpace(cells[2]), stated, got)
 		}
@@ -230,6 +233,29 @@ func TestTheReadingTableCountsItsLines(t *testing.T) {
 	}
 	if stated, _ := strconv.Atoi(strings.ReplaceAll(about[1], ",", "")); math.Abs(float64(sum-stated)) > 0.1*float64(sum) {
 		t.Errorf("README says about %d lines to read; the table's rows are %d", stated, sum)
+	}
+	// And how much of it answers a newcomer's first questions: "Rows 1, 2 and 5–9, about N lines".
+	first := regexp.MustCompile(`Rows ([0-9, –and]+), about ([0-9,]+) lines`).FindStringSubmatch(table)
+	if first == nil {
+		t.Fatal("README's reading section does not say which rows answer the first questions: \"Rows 1, 2 and 5–9, about N lines\"")
+	}
+	part := 0
+	for _, item := range regexp.MustCompile(`\d+(–\d+)?`).FindAllString(first[1], -1) {
+		from, to, _ := strings.Cut(item, "–")
+		lo, _ := strconv.Atoi(from)
+		hi := lo
+		if to != "" {
+			hi, _ = strconv.Atoi(to)
+		}
+		for r := lo; r <= hi; r++ {
+			if _, ok := byRow[r]; !ok {
+				t.Errorf("README names row %d of the reading table, which has none", r)
+			}
+			part += byRow[r]
+		}
+	}
+	if stated, _ := strconv.Atoi(strings.ReplaceAll(first[2], ",", "")); math.Abs(float64(part-stated)) > 0.1*float64(part) {
+		t.Errorf("README says rows %s are about %d lines; they are %d", first[1], stated, part)
 	}
 }
 

@@ -120,14 +120,14 @@ func generatedScripts(t *testing.T) map[string]string {
 			"--\n-- Run it alone on any Redis 7, with the first arguments the replicas send (args.lua, below):\n--\n" +
 			how + "\n\n" + prelude + args + functions + decision
 	}
-	batch := part(t, "batch")
+	batch, members := part(t, "batch"), part(t, "members")
 	for _, a := range Algorithms() {
 		name := string(a)
 		doc, functions, decision := parts(t, name)
-		out["batch/"+name+".lua"] = fmt.Sprintf(generatedBy, "lua/prelude.lua, lua/"+name+".lua and lua/batch.lua") +
+		out["batch/"+name+".lua"] = fmt.Sprintf(generatedBy, "lua/prelude.lua, lua/members.lua, lua/"+name+".lua and lua/batch.lua") +
 			"-- " + name + "'s decisions, several in one call: its decision, below, wrapped in the function\n" +
 			"-- decide, which batch.lua's loop, at the end, runs once per member.\n--\n" + doc + "\n" +
-			prelude + functions + "local function decide()\n" + decision + "\nend\n\n" + batch
+			prelude + members + functions + "local function decide()\n" + decision + "\nend\n\n" + batch
 	}
 	sequence := part(t, "sequence")
 	for _, s := range sequences {
@@ -138,10 +138,10 @@ func generatedScripts(t *testing.T) map[string]string {
 			doc, functions, decision := parts(t, name)
 			fmt.Fprintf(&b, "%s\n%sdecisions['%s'] = function()\n%s\nend\n\n", doc, functions, name, decision)
 		}
-		out["sequence/"+s.name+".lua"] = fmt.Sprintf(generatedBy, "lua/prelude.lua, "+strings.Join(from, ", ")+" and lua/sequence.lua") +
+		out["sequence/"+s.name+".lua"] = fmt.Sprintf(generatedBy, "lua/prelude.lua, lua/members.lua, "+strings.Join(from, ", ")+" and lua/sequence.lua") +
 			"-- The " + s.name + " sequence: steps of these bodies, by name, decided one after another in one call\n" +
 			"-- (sequence.lua's loop, at the end): " + strings.Join(s.bodies, ", ") + ".\n\n" +
-			prelude + "local decisions = {}\n\n" + b.String() + sequence
+			prelude + members + "local decisions = {}\n\n" + b.String() + sequence
 	}
 	return out
 }

@@ -64,17 +64,6 @@ local function clock()
   return t[1] * 1000000 + t[2]                                     -- < 2^53, so exact in a Lua number
 end
 
--- member_now is the now of one decision of several in a call (batch.lua, sequence.lua): its own
--- injected time, or the Redis clock, read once per call, so that they decide at one instant, as
--- the same requests sent one by one within a microsecond would.
-local call_now
-local function member_now(arg)
-  local t = tonumber(arg)
-  if t then return t end
-  call_now = call_now or clock()
-  return call_now
-end
-
 -- operation decodes a call's operation (protocol.go's op.arg), the one place it is read. It
 -- returns undo_at, cost and max_wait:
 --   ''       decide one request                      nil, 1

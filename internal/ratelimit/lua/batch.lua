@@ -1,8 +1,8 @@
 -- batch.lua: several decisions in one call, decided one after another, in the order given, as
 -- the same decisions sent one by one in that order would be. A batch's script is prelude.lua,
--- the algorithm's functions, its decision wrapped in the function `decide`, and this loop: each
--- member runs the very decision a lone call runs, on its own locals, and its reply joins the
--- batch's.
+-- members.lua, the algorithm's functions, its decision wrapped in the function `decide`, and
+-- this loop: each member runs the very decision a lone call runs, on its own locals, and its
+-- reply joins the batch's.
 --
 -- ARGV[1]            how many decisions
 -- ARGV[2]            how many key settings

@@ -1,7 +1,7 @@
 -- sequence.lua: steps of different kinds decided one after another in one call, stopping after
 -- the first that refuses: a PIX asks its look-up buckets (token_bucket), then decides its own
 -- limit (sliding_log, say), and a payment redeems a voucher, then refunds. A sequence's script is
--- prelude.lua, then each body it may run (an algorithm's, the slots', the voucher's: lua/<name>.lua),
+-- prelude.lua and members.lua, then each body it may run (an algorithm's, the slots', the voucher's: lua/<name>.lua),
 -- its functions and its decision wrapped in the function decisions['<name>'], then this loop: each
 -- step runs the very decision a lone call of its kind runs, on its own locals, and its reply
 -- joins the sequence's.
