@@ -73,11 +73,16 @@ func setHeaders(h http.Header, d ratelimit.Decision) {
 // to be vendor-prefixed.
 func policyItem(p ratelimit.Policy) string { return string(appendPolicyItem(nil, p)) }
 
-// appendPolicyItem appends policyItem(p) to b.
+// appendPolicyItem appends policyItem(p) to b. A policy with no window counts requests in
+// progress (PIX_CONCURRENCY's slots), the draft's concurrent-requests quota unit:
+// "pix-concurrency";q=2;qu="concurrent-requests".
 func appendPolicyItem(b []byte, p ratelimit.Policy) []byte {
 	b = append(append(append(b, '"'), p.Name...), `";q=`...)
-	b = append(strconv.AppendInt(b, int64(p.Limit), 10), ";w="...)
-	b = strconv.AppendInt(b, seconds(p.Window), 10)
+	b = strconv.AppendInt(b, int64(p.Limit), 10)
+	if p.Window == 0 {
+		return append(b, `;qu="concurrent-requests"`...)
+	}
+	b = strconv.AppendInt(append(b, ";w="...), seconds(p.Window), 10)
 	switch {
 	case p.Algorithm.Bursty():
 		b = strconv.AppendInt(append(b, ";pixlimit-burst="...), int64(p.Capacity()), 10)

@@ -246,6 +246,13 @@ func TestSetHeaders(t *testing.T) {
 			want: map[string]string{"RateLimit-Remaining": "0", "RateLimit-Reset": "3", "RateLimit": `"pix";r=0;t=3`},
 		},
 		{
+			name: "every in-flight slot held: a quota of requests in progress, no window, beside the PIX's own",
+			d: decision(false, ratelimit.Result{Policy: pix, Capacity: 10, Remaining: 9},
+				ratelimit.Result{Policy: ratelimit.Policy{Name: "pix-concurrency", Limit: 2}, Capacity: 2, Reset: time.Second, RetryAfter: time.Second}),
+			want: map[string]string{"RateLimit-Limit": "2", "RateLimit-Remaining": "0", "RateLimit-Reset": "1",
+				"RateLimit-Policy": `"pix";q=10;w=60, "pix-concurrency";q=2;qu="concurrent-requests"`, "RateLimit": `"pix-concurrency";r=0;t=1`},
+		},
+		{
 			name: "a bucket: Limit is the burst, the policy says both",
 			d:    decision(true, ratelimit.Result{Policy: bucket, Capacity: 20, Remaining: 19, Reset: 6 * time.Second}),
 			want: map[string]string{"RateLimit-Limit": "20", "RateLimit-Policy": `"pix";q=10;w=60;pixlimit-burst=20`},

@@ -93,16 +93,13 @@ type slot struct {
 
 // full is the 429 of a PIX whose account has every slot in use: Retry-After 1 (a slot frees when
 // a PIX ends, which no clock foretells), and the slot's RateLimit headers beside the PIX's
-// policy, as the draft's concurrent-requests quota.
+// policy, as the draft's concurrent-requests quota: a policy with no window (appendPolicyItem).
 func (s *slot) full(c echo.Context, own check) error {
-	h := c.Response().Header()
-	q := strconv.Itoa(s.check.limit.Policy.Limit)
-	h["Ratelimit-Limit"] = []string{q}
-	h["Ratelimit-Remaining"] = []string{"0"}
-	h["Ratelimit-Reset"] = []string{"1"}
-	h["Ratelimit-Policy"] = []string{policyItem(own.limit.Policy) + `, "` + s.check.limit.Policy.Name + `";q=` + q + `;qu="concurrent-requests"`}
-	h["Ratelimit"] = []string{`"` + s.check.limit.Policy.Name + `";r=0;t=1`}
-	return &Error{Code: CodeRateLimitExceeded, RetryAfter: time.Second}
+	p := s.check.limit.Policy
+	inProgress := ratelimit.Result{Policy: ratelimit.Policy{Name: p.Name, Limit: p.Limit}, Capacity: p.Limit,
+		Reset: time.Second, RetryAfter: time.Second}
+	setHeaders(c.Response().Header(), ratelimit.Decision{Worst: inProgress, Results: []ratelimit.Result{{Policy: own.limit.Policy}, inProgress}})
+	return &Error{Code: CodeRateLimitExceeded, RetryAfter: inProgress.RetryAfter}
 }
 
 // answer answers a slot's step (its ask, or its hold at a queued PIX's turn), counting a
