@@ -131,11 +131,40 @@ type gated struct {
 	pix.Ledger
 	entered chan struct{}
 	gate    chan struct{}
+	once    sync.Once
 }
 
-func (g gated) Transfer(ctx context.Context, r pix.TransferRequest) (pix.Receipt, error) {
-	g.entered <- struct{}{}
-	<-g.gate
+// newGated is inner behind a closed gate. A test opens it when it ends, if not before, by
+// t.Cleanup(g.open) after its servers' cleanups (cleanups run last first): a test that fails with
+// PIX at the gate must not wait for them in its servers' Close.
+func newGated(inner pix.Ledger, buffered int) *gated {
+	return &gated{Ledger: inner, entered: make(chan struct{}, buffered), gate: make(chan struct{})}
+}
+
+// open opens the gate: the PIX held there go on, and the later ones pass.
+func (g *gated) open() { g.once.Do(func() { close(g.gate) }) }
+
+// arrived waits for one more PIX to reach the ledger (what: which), at most 30 s.
+func (g *gated) arrived(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: no PIX reached the ledger within 30s", what)
+	}
+}
+
+func (g *gated) Transfer(ctx context.Context, r pix.TransferRequest) (pix.Receipt, error) {
+	select {
+	case g.entered <- struct{}{}:
+	case <-ctx.Done():
+		return pix.Receipt{}, ctx.Err()
+	}
+	select {
+	case <-g.gate:
+	case <-ctx.Done(): // the client gave up: the test has failed
+		return pix.Receipt{}, ctx.Err()
+	}
 	return g.Ledger.Transfer(ctx, r)
 }
 
@@ -149,16 +178,17 @@ func TestAnAccountHasTwoPIXInProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger := gated{Ledger: inner, entered: make(chan struct{}, 16), gate: make(chan struct{})}
+	ledger := newGated(inner, 16)
 	replicas, _ := fleet(t, redistest.Start(t), ledger, 3, map[string]string{"REDIS_TIMEOUT": "1s",
 		"DB_TIMEOUT": "100ms"})
+	t.Cleanup(ledger.open) // before the servers close: a PIX held at the gate goes on
 	ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
 	keys := []string{apitest.NewIdempotencyKey(), apitest.NewIdempotencyKey()}
 	var wg sync.WaitGroup
 	var first [2]apitest.Response
 	for i, key := range keys {
 		wg.Go(func() { first[i] = replicas[i].PIX(ana, "bruno@example.com", 100, "Idempotency-Key", key) })
-		<-ledger.entered // in progress
+		ledger.arrived(t, "a PIX in progress")
 	}
 	third := replicas[2].PIX(ana, "bruno@example.com", 100)
 	if third.Status != http.StatusTooManyRequests || third.Header.Get("Retry-After") != "1" ||
@@ -168,8 +198,8 @@ func TestAnAccountHasTwoPIXInProgress(t *testing.T) {
 	}
 	var replay apitest.Response
 	wg.Go(func() { replay = replicas[2].PIX(ana, "bruno@example.com", 100, "Idempotency-Key", keys[0]) })
-	<-ledger.entered // the replay reached the ledger: not refused
-	close(ledger.gate)
+	ledger.arrived(t, "the replay") // it reached the ledger: not refused
+	ledger.open()
 	wg.Wait()
 	if first[0].Status != http.StatusCreated || first[1].Status != http.StatusCreated || replay.Status != http.StatusCreated {
 		t.Fatalf("the two PIX and the replay: %d, %d, %d; want 201 each", first[0].Status, first[1].Status, replay.Status)
@@ -230,9 +260,10 @@ func TestAKeyInProgressMakesNoOtherLedgerCall(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ledger := gated{Ledger: inner, entered: make(chan struct{}, 16), gate: make(chan struct{})}
+			ledger := newGated(inner, 16)
 			replicas, _ := fleet(t, redistest.Start(t), ledger, 2, map[string]string{"REDIS_TIMEOUT": "1s",
 				"PIX_LIMIT": "100", "PIX_CONCURRENCY": concurrency})
+			t.Cleanup(ledger.open) // before the servers close: a PIX held at the gate goes on
 			ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
 			key := apitest.NewIdempotencyKey()
 			var mu sync.Mutex
@@ -246,13 +277,13 @@ func TestAKeyInProgressMakesNoOtherLedgerCall(t *testing.T) {
 					mu.Unlock()
 				})
 			}
-			<-ledger.entered // the original, held at the gate
+			ledger.arrived(t, "the original") // held at the gate
 			select {
 			case <-ledger.entered:
 				t.Error("a second PIX of the key reached the ledger while its original was in progress")
 			case <-time.After(300 * time.Millisecond): // bounded: the others would have arrived by now
 			}
-			close(ledger.gate)
+			ledger.open()
 			wg.Wait()
 			if statuses[http.StatusCreated] != 1 || statuses[http.StatusConflict] != 15 {
 				t.Errorf("16 PIX of one key and 16 bodies: %v, want 1 × 201 and 15 × 409", statuses)
@@ -271,19 +302,20 @@ func TestALedgerBusyPIXSpendsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger := gated{Ledger: inner, entered: make(chan struct{}, 16), gate: make(chan struct{})}
+	ledger := newGated(inner, 16)
 	replicas, _ := fleet(t, redistest.Start(t), ledger, 1, map[string]string{"REDIS_TIMEOUT": "1s",
 		"DB_TIMEOUT": "200ms", "LEDGER_ACCOUNT_SHARE": "1", "PIX_LIMIT": "2", "PIX_CONCURRENCY": "1"})
+	t.Cleanup(ledger.open) // before the servers close: a PIX held at the gate goes on
 	a := replicas[0]
 	ana := a.Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
 	first := make(chan apitest.Response)
 	go func() { first <- a.PIX(ana, "bruno@example.com", 100) }()
-	<-ledger.entered // Ana's first PIX holds her one place, in the ledger
+	ledger.arrived(t, "Ana's first PIX") // it holds her one place, in the ledger
 	busy := a.PIX(ana, "bruno@example.com", 200)
 	if busy.Status != http.StatusServiceUnavailable || busy.JSON(t)["error"] != "ledger_busy" || busy.Header.Get("Retry-After") != "1" {
 		t.Errorf("Ana's second PIX while her share is held: %v, want 503 ledger_busy, Retry-After 1", busy)
 	}
-	close(ledger.gate)
+	ledger.open()
 	if r := <-first; r.Status != http.StatusCreated {
 		t.Fatalf("Ana's first PIX: %v", r)
 	}
@@ -312,21 +344,22 @@ func TestAShadowLimitStillWaitsForTheKeysOriginal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger := gated{Ledger: inner, entered: make(chan struct{}, 4), gate: make(chan struct{})}
+	ledger := newGated(inner, 4)
 	replicas, _ := fleet(t, redistest.Start(t), ledger, 2, map[string]string{"REDIS_TIMEOUT": "1s",
 		"PIX_LIMIT": "1", "PIX_MODE": "shadow"})
+	t.Cleanup(ledger.open) // before the servers close: a PIX held at the gate goes on
 	ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
 	key := apitest.NewIdempotencyKey()
 	first, second := make(chan apitest.Response, 1), make(chan apitest.Response, 1)
 	go func() { first <- replicas[0].PIX(ana, "bruno@example.com", 100, "Idempotency-Key", key) }()
-	<-ledger.entered // the original, held at the gate
+	ledger.arrived(t, "the original") // held at the gate
 	go func() { second <- replicas[1].PIX(ana, "bruno@example.com", 200, "Idempotency-Key", key) }()
 	select {
 	case <-ledger.entered:
 		t.Error("a PIX over its shadow limit reached the ledger while its key's original was in progress")
 	case <-time.After(300 * time.Millisecond):
 	}
-	close(ledger.gate)
+	ledger.open()
 	if r := <-first; r.Status != http.StatusCreated {
 		t.Errorf("the original: %v, want 201", r)
 	}

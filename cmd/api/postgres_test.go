@@ -305,6 +305,9 @@ func TestAPostgresRestartUnderLoadIsNeverA500(t *testing.T) {
 		wg       sync.WaitGroup
 	)
 	stop := make(chan struct{})
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }) }
+	defer func() { halt(); wg.Wait() }() // a Fatal below (the restart's) stops the load too: it must not outlive the test
 	for r := range replicas {
 		for g := range 4 {
 			wg.Go(func() {
@@ -351,7 +354,7 @@ func TestAPostgresRestartUnderLoadIsNeverA500(t *testing.T) {
 			break
 		}
 	}
-	close(stop)
+	halt()
 	wg.Wait()
 
 	t.Logf("statuses %v, codes %v", statuses, codes)

@@ -56,9 +56,11 @@ func TestLivePicture(t *testing.T) {
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil { // starts the browser, with no timeout of its own
+	start := time.AfterFunc(60*time.Second, cancelBrowser) // starting the browser has no timeout of its own
+	if err := chromedp.Do(bctx); err != nil {
 		t.Fatalf("starting chromium: %v", err)
 	}
+	start.Stop()
 	tctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
 	defer cancelTimeout()
 

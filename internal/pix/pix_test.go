@@ -328,6 +328,12 @@ func holdAccount(t *testing.T, l Ledger, id string, waiters int) (release func()
 	if err != nil {
 		t.Fatal(err)
 	}
+	failed := true
+	defer func() {
+		if failed { // a transaction left open would keep the ledger's Close waiting
+			_ = tx.Rollback(ctx)
+		}
+	}()
 	if _, err := tx.Exec(ctx, "SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE", id); err != nil {
 		t.Fatal(err)
 	}
@@ -335,6 +341,7 @@ func holdAccount(t *testing.T, l Ledger, id string, waiters int) (release func()
 	if err != nil {
 		t.Fatal(err)
 	}
+	failed = false
 	return func() {
 		defer watch.Close(ctx)
 		defer tx.Rollback(ctx) //nolint:errcheck // releasing is all that matters
@@ -749,6 +756,13 @@ func TestBusyWhenEveryConnectionIsInUse(t *testing.T) {
 		t.Fatal("busy before any call")
 	}
 	held := make([]*pgxpool.Conn, l.pool.Config().MaxConns)
+	t.Cleanup(func() { // a held connection would keep the ledger's Close waiting
+		for _, c := range held {
+			if c != nil {
+				c.Release()
+			}
+		}
+	})
 	for i := range held {
 		c, err := l.pool.Acquire(context.Background())
 		if err != nil {
@@ -760,11 +774,9 @@ func TestBusyWhenEveryConnectionIsInUse(t *testing.T) {
 		}
 	}
 	held[0].Release()
+	held[0] = nil
 	if l.Busy() {
 		t.Error("busy with a connection idle")
-	}
-	for _, c := range held[1:] {
-		c.Release()
 	}
 }
 

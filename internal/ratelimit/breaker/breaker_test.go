@@ -225,7 +225,7 @@ func TestBreakerProbesOneAtATime(t *testing.T) {
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	results := make(chan error)
+	results := make(chan error, 1) // a probe that never started fails the count below, not a hang here
 	var probes atomic.Int64
 	b := newBreaker(1, time.Second, time.Second, func(context.Context) error { probes.Add(1); return <-results }, clock, slog.New(slog.DiscardHandler))
 	b.after = func(time.Duration, func()) func() bool { return func() bool { return true } } // no timer: calls start the probe

@@ -42,6 +42,17 @@ func replicas(t *testing.T, srv *redistest.Server, n, maxWaiting int) []*Queue {
 }
 
 // mustAllow decides checks through q, failing the test on an error.
+// waitFor polls cond until it holds, and fails the test if it does not within 10 s (a state a
+// starved machine let pass by, or never reached).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %s", what)
+		}
+	}
+}
+
 func mustAllow(t *testing.T, q *Queue, checks ...Check) ratelimit.Decision {
 	t.Helper()
 	d, err := q.AllowAll(context.Background(), checks...)
@@ -157,7 +168,8 @@ func TestALeaverGivesItsPlaceBack(t *testing.T) {
 	srv := redistest.Start(t)
 	ls := replicas(t, srv, 2, 0)
 	subscribed(t, srv, 2)
-	p := Policy{Name: "leave", Limit: 5, Window: time.Second, Algorithm: ratelimit.LeakyBucket, Queue: 4} // a pace of 200 ms
+	// A pace of 500 ms: the four waiters register before the first turn even on a starved machine.
+	p := Policy{Name: "leave", Limit: 2, Window: time.Second, Algorithm: ratelimit.LeakyBucket, Queue: 4}
 	ctx := context.Background()
 	first := mustAllow(t, ls[0], Check{Policy: p, Identity: "co"})
 	if first.Wait != 0 {
@@ -190,9 +202,7 @@ func TestALeaverGivesItsPlaceBack(t *testing.T) {
 		}
 		go func() { errs[i] = l.Wait(wctx, ds[i]); done <- served{i, time.Since(start)} }()
 	}
-	for ls[0].Waiting() != 3 || ls[1].Waiting() != 1 {
-		time.Sleep(time.Millisecond) // the four are registered
-	}
+	waitFor(t, "the four waiters registered before the first turn", func() bool { return ls[0].Waiting() == 3 && ls[1].Waiting() == 1 })
 	leave()
 	var at []time.Duration
 	for range on {
@@ -222,7 +232,8 @@ func TestALeaverGivesItsPlaceBack(t *testing.T) {
 func TestAReplicaHoldsAtMostMaxWaiting(t *testing.T) {
 	srv := redistest.Start(t)
 	l := replicas(t, srv, 1, 2)[0]
-	p := Policy{Name: "few", Limit: 10, Window: time.Second, Algorithm: ratelimit.LeakyBucket, Queue: 10}
+	// A pace of a second: the first key's waiter is still waiting when the second key's registers.
+	p := Policy{Name: "few", Limit: 1, Window: time.Second, Algorithm: ratelimit.LeakyBucket, Queue: 10}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
@@ -230,9 +241,7 @@ func TestAReplicaHoldsAtMostMaxWaiting(t *testing.T) {
 		d := mustAllow(t, l, Check{Policy: p, Identity: id})
 		wg.Go(func() { _ = l.Wait(ctx, d) })
 	}
-	for l.Waiting() != 2 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "two waiters registered", func() bool { return l.Waiting() == 2 })
 	if d, err := l.AllowAll(context.Background(), Check{Policy: p, Identity: "third"}); err != nil || d.Allowed {
 		t.Errorf("a waiter on a third key of a replica that holds 2: allowed=%v (%v), want refused", d.Allowed, err)
 	}

@@ -38,7 +38,9 @@ func StartCluster(t testing.TB, masters, replicas int) *Cluster {
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
-	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // its join wait has no bound of its own
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
 	c.WaitHealthy(30 * time.Second)
