@@ -18,7 +18,7 @@ func main() {
 	defer stop()
 	// go-redis has one logger per process, so the process's owner sets it, once: its messages
 	// (each failed dial, during an outage) go to slog's default logger at debug level, since the
-	// limiter reports outages itself, throttled, at error level.
+	// replica reports outages itself (package outages), throttled, at error level.
 	redis.SetLogger(goRedisLogger{})
 	if err := run(ctx, os.Args, os.Environ(), os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)

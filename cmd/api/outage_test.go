@@ -88,7 +88,7 @@ func TestRedisOutage(t *testing.T) {
 		}
 		t.Logf("%s: limiting resumed %v after Redis came back", outage.name, time.Since(back).Round(time.Millisecond))
 	}
-	// The limiter logs the outage and its cause; each route the fail mode it applied.
+	// The outage log (package outages) says the outage and its cause; each route the fail mode it applied.
 	if logs := a.logs.String(); !strings.Contains(logs, `msg="rate limiter unavailable" policy=login-ip cause=`) ||
 		!strings.Contains(logs, "policy=login-ip fail_mode=closed") || !strings.Contains(logs, "policy=statement fail_mode=local") {
 		t.Errorf("outages not logged per policy and fail mode:\n%s", logs)

@@ -61,9 +61,10 @@ type Replica struct {
 	Handler http.Handler
 	// Limiter is the replica's rate limiter; its Stats tell what it did.
 	Limiter *ratelimit.Limiter
-	// DenyCache is the deny cache in front of the Limiter; nil when off. Queue, in front of it,
-	// holds a queue's admissions until their turns; Stack is the outermost, what every route
-	// decides through. Fallback decides in memory while Redis cannot.
+	// DenyCache is the deny cache in front of the Limiter; nil when off. The outage log (package
+	// outages) stands in front of it, and Queue in front of that, holding a queue's admissions
+	// until their turns; Stack is the outermost, what every route decides through. Fallback
+	// decides in memory while Redis cannot.
 	DenyCache *denycache.Cache
 	Queue     *queue.Queue
 	Stack     ratelimit.Decider

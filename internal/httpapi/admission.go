@@ -95,9 +95,9 @@ func (l lookupLimiter) admit(c echo.Context, s auth.Subject, t pix.KeyType, key 
 	if !a.queued {
 		switch {
 		case decided.refused(a.takeMark): // another replica's original is in progress
-			orig.wait(ctx, l.core, waitUntil, false)
+			orig.wait(ctx, l.decider(), waitUntil, false)
 		case !decided.admitted(a.takeMark) && decided.err == nil: // a shadow refusal ended the sequence before it
-			orig.wait(ctx, l.core, waitUntil, true)
+			orig.wait(ctx, l.decider(), waitUntil, true)
 		}
 		return tk, nil
 	}
@@ -155,12 +155,12 @@ func (l lookupLimiter) atTurn(c echo.Context, ctx context.Context, own check, d 
 	}
 	if held != nil {
 		start := time.Now()
-		hds, err := l.core.Decide(context.WithoutCancel(ctx), held.hold())
+		hds, err := l.decider().Decide(context.WithoutCancel(ctx), held.hold())
 		if err := held.answer(c, l.limiter, own, hds.Last(), err, time.Since(start)); err != nil {
 			return err
 		}
 	}
-	orig.wait(ctx, l.core, waitUntil, true)
+	orig.wait(ctx, l.decider(), waitUntil, true)
 	return nil
 }
 

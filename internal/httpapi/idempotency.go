@@ -110,10 +110,10 @@ const markPoll = 20 * time.Millisecond
 // ends it too. Past it, the PIX goes on without the mark: the ledger keeps the key's guarantees.
 // A PIX refused its mark in its admission waits a pause before asking again; a queued one, which
 // takes its mark at its turn, asks at once.
-func (m *mark) wait(ctx context.Context, core *ratelimit.Limiter, deadline time.Time, askFirst bool) {
+func (m *mark) wait(ctx context.Context, decider ratelimit.Decider, deadline time.Time, askFirst bool) {
 	for ask := askFirst; ; ask = true {
 		if ask {
-			ds, err := core.Decide(context.WithoutCancel(ctx), m.take())
+			ds, err := decider.Decide(context.WithoutCancel(ctx), m.take())
 			d := ds.Last()
 			if err != nil || d.Allowed || !time.Now().Before(deadline) {
 				return

@@ -68,14 +68,11 @@ func setHeaders(h http.Header, d ratelimit.Decision) {
 	h["Ratelimit-Policy"], h["Ratelimit"] = v[3:4:4], v[4:5:5]
 }
 
-// policyItem is p as one item of RateLimit-Policy: "pix";q=10;w=60. q and w stay the sustained
-// rate; a bucket's burst and a queue's places are implementation parameters, which draft-12 asks
-// to be vendor-prefixed.
-func policyItem(p ratelimit.Policy) string { return string(appendPolicyItem(nil, p)) }
-
-// appendPolicyItem appends policyItem(p) to b. A policy with no window counts requests in
-// progress (PIX_CONCURRENCY's slots), the draft's concurrent-requests quota unit:
-// "pix-concurrency";q=2;qu="concurrent-requests".
+// appendPolicyItem appends p as one item of RateLimit-Policy to b: "pix";q=10;w=60. q and w stay
+// the sustained rate; a bucket's burst and a queue's places are implementation parameters, which
+// draft-12 asks to be vendor-prefixed. No policy a Limiter decides has no window: slot.full's
+// report of the in-flight slots has none, and is written as the draft's quota of requests in
+// progress, "pix-concurrency";q=2;qu="concurrent-requests".
 func appendPolicyItem(b []byte, p ratelimit.Policy) []byte {
 	b = append(append(append(b, '"'), p.Name...), `";q=`...)
 	b = strconv.AppendInt(b, int64(p.Limit), 10)

@@ -127,7 +127,7 @@ func generatedScripts(t *testing.T) map[string]string {
 		out["batch/"+name+".lua"] = fmt.Sprintf(generatedBy, "lua/prelude.lua, lua/members.lua, lua/"+name+".lua and lua/batch.lua") +
 			"-- " + name + "'s decisions, several in one call: its decision, below, wrapped in the function\n" +
 			"-- decide, which batch.lua's loop, at the end, runs once per member.\n--\n" + doc + "\n" +
-			prelude + members + functions + "local function decide()\n" + decision + "\nend\n\n" + batch
+			prelude + "\n" + members + functions + "local function decide()\n" + decision + "\nend\n\n" + batch
 	}
 	sequence := part(t, "sequence")
 	for _, s := range sequences {
@@ -141,7 +141,7 @@ func generatedScripts(t *testing.T) map[string]string {
 		out["sequence/"+s.name+".lua"] = fmt.Sprintf(generatedBy, "lua/prelude.lua, lua/members.lua, "+strings.Join(from, ", ")+" and lua/sequence.lua") +
 			"-- The " + s.name + " sequence: steps of these bodies, by name, decided one after another in one call\n" +
 			"-- (sequence.lua's loop, at the end): " + strings.Join(s.bodies, ", ") + ".\n\n" +
-			prelude + members + "local decisions = {}\n\n" + b.String() + sequence
+			prelude + "\n" + members + "local decisions = {}\n\n" + b.String() + sequence
 	}
 	return out
 }

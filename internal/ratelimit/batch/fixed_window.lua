@@ -41,7 +41,7 @@
 -- An algorithm has two parts, split at the line "---- each decision": its functions, made once
 -- per script call, and its decision, run once per request: in a batch or a sequence, once per
 -- member, with these locals set to that member's. (The scripts are files made from these parts
--- by scripts_test.go: see lua/README.md.)
+-- by scripts_test.go, TestScriptsAreGenerated.)
 
 local id, now, undo_at, cost, max_wait, n, keys, limits, windows, bursts
 
@@ -91,6 +91,7 @@ local function reply(allowed, remaining, reset, wait)
   end
   return out
 end
+
 -- members.lua: what a script that decides several requests in one call (batch.lua, sequence.lua)
 -- adds to prelude.lua.
 

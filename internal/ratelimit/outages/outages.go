@@ -4,10 +4,11 @@
 //
 // What it buys: an outage of a minute at thousands of requests a second is a few lines per
 // policy, not a line per request, and it says how long each policy could not decide. What it
-// costs: an atomic load per decision while nothing fails, and a lock per failed one. It stands
-// right in front of the Limiter's deny cache (package denycache), so that a refusal from memory
-// during an outage is not taken for a recovery; calls made around it (a support desk's ask) are
-// not reported.
+// costs: an atomic load per decision while nothing fails, and a lock per failed one. It stands in
+// front of the deny cache (package denycache), whose refusals from memory it skips: they say
+// nothing of Redis, and one during an outage is no recovery. The routes decide through it, the
+// PIX's slot and key mark included; the support desk's ask, made on the Limiter itself, is not
+// reported.
 package outages
 
 import (
@@ -26,7 +27,8 @@ import (
 type Options struct {
 	// Logger receives the reports. Default slog.Default().
 	Logger *slog.Logger
-	// Every is the least time between two reports of one policy's outage. Default 10s.
+	// Every is the least time between two reports of one policy's outage. Default (and at or
+	// below zero) 10s.
 	Every time.Duration
 	// Now is the clock the outages are measured by. Default time.Now.
 	Now func() time.Time
@@ -55,8 +57,10 @@ type outage struct {
 
 // New returns a Log in front of next.
 func New(next ratelimit.Decider, opts Options) *Log {
-	o := &Log{next: next, logger: cmp.Or(opts.Logger, slog.Default()), every: cmp.Or(opts.Every, 10*time.Second),
-		now: opts.Now, policies: map[string]*outage{}}
+	o := &Log{next: next, logger: cmp.Or(opts.Logger, slog.Default()), every: opts.Every, now: opts.Now, policies: map[string]*outage{}}
+	if o.every <= 0 {
+		o.every = 10 * time.Second
+	}
 	if o.now == nil {
 		o.now = time.Now
 	}

@@ -41,7 +41,6 @@ func replicas(t *testing.T, srv *redistest.Server, n, maxWaiting int) []*Queue {
 	return qs
 }
 
-// mustAllow decides checks through q, failing the test on an error.
 // waitFor polls cond until it holds, and fails the test if it does not within 10 s (a state a
 // starved machine let pass by, or never reached).
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -53,6 +52,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// mustAllow decides checks through q, failing the test on an error.
 func mustAllow(t *testing.T, q *Queue, checks ...Check) ratelimit.Decision {
 	t.Helper()
 	d, err := q.AllowAll(context.Background(), checks...)
