@@ -218,20 +218,21 @@ func frozenSplit(t *testing.T, a Algorithm, n int, thaw time.Duration, logs *api
 }
 
 // held is how much of their capacity the open keys hold, as Redis says (asked through l, which
-// takes nothing; after Close too, since asking starts no withdrawal). Each key gets three tries
-// within the tight budget: on a busy machine a just-thawed server's first answers can miss it
-// (an "i/o timeout" failed this beside four CPU burners).
+// takes nothing; after Close too, since asking starts no withdrawal). Each key gets ten tries
+// within the tight budget, a growing pause apart: on a busy machine a just-thawed server's first
+// answers can miss it (three tries in a row timed out beside four CPU burners).
 func held(t *testing.T, l *ratelimit.Limiter, open Policy, ids []string) (total int) {
 	t.Helper()
 	for _, id := range ids {
 		var d Decision
 		var err error
-		for range 3 {
+		for try := range 10 {
 			var ds ratelimit.Decisions
 			if ds, err = l.Decide(context.Background(), ratelimit.AskStep(Check{Policy: open, Identity: id})); err == nil {
 				d = ds.Last()
 				break
 			}
+			time.Sleep(time.Duration(try+1) * 20 * time.Millisecond) // a just-thawed server, a starved machine
 		}
 		if err != nil {
 			t.Fatal(err)
