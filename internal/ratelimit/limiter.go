@@ -239,14 +239,17 @@ func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error
 	if err := oneQueue(checks); err != nil {
 		return Decision{}, err
 	}
-	keys := l.keysOf(checks)
-	if queued(checks) {
-		o = l.queueOp(ctx, o)
-	}
+	a := checks[0].Policy.algorithm()
+	sc := l.stepCall(ctx, checks, decideScript(a, o))
 	l.stats.redis.Add(1)
-	d, err := l.decide(ctx, o, checks, keys)
+	budget, cancel := context.WithTimeout(ctx, l.timeout)
+	r, err := l.runner.Run(budget, a, sc.Keys, sc.Call)
+	cancel()
 	l.called(ctx, err)
-	return d, err
+	if err != nil {
+		return Decision{}, err
+	}
+	return decisionOf(r, checks, sc.Keys, sc.Call), nil
 }
 
 // keysOf are the Redis keys of checks.
@@ -268,19 +271,6 @@ func (l *Limiter) called(ctx context.Context, err error) {
 	case errors.Is(err, ErrUnavailable) && ctx.Err() == nil: // a client that left is no outage
 		l.down.Store(true)
 	}
-}
-
-// decide runs the checks' script for o over their keys.
-func (l *Limiter) decide(ctx context.Context, o Op, checks []Check, keys []string) (Decision, error) {
-	a := checks[0].Policy.algorithm()
-	c := l.newCall(a, o, checks)
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	r, err := l.runner.Run(ctx, a, keys, c)
-	if err != nil {
-		return Decision{}, err
-	}
-	return decisionOf(r, checks, keys, c), nil
 }
 
 // decisionOf is the Decision of the reply r to call c over checks and their keys: a queue's

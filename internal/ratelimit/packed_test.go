@@ -127,7 +127,8 @@ func TestPackedLogSetsItsTTLOnceAQuarter(t *testing.T) {
 		t.Helper()
 		clk.Set(s.Add(at))
 		c := []Check{{p, "ana"}}
-		call := l.newCall(SlidingLogPacked, Op{kind: opDecide}, c)
+		call := NewCall(c...)
+		call.Now = l.clockArg()
 		r, err := run(context.Background(), l.rdb, SlidingLogPacked, []string{key}, call)
 		if err != nil || !r.Allowed {
 			t.Fatalf("admission at +%v: %v %v", at, r.Allowed, err)
@@ -142,7 +143,7 @@ func TestPackedLogSetsItsTTLOnceAQuarter(t *testing.T) {
 	ttl("+9s, the next quarter: the TTL set again", 21*time.Second) // until +10s, then a window
 	withdraw := func(at int64) {
 		t.Helper()
-		c := l.newCall(SlidingLogPacked, Op{kind: opDecide}, []Check{{p, "ana"}})
+		c := NewCall(Check{p, "ana"})
 		n, err := Script(SlidingLogPacked).Run(context.Background(), l.rdb, []string{key}, c.Withdrawal(at, l.clockArg()).Args()...).Int64()
 		if err != nil || n != 1 {
 			t.Fatalf("withdrawal: %d %v", n, err)

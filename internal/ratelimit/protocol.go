@@ -219,15 +219,3 @@ func (l *Limiter) clockArg() int64 {
 	}
 	return 0
 }
-
-// newCall is the call of op over checks.
-func (l *Limiter) newCall(a Algorithm, o Op, checks []Check) Call {
-	c := Call{ID: "", Now: l.clockArg(), Op: o, Settings: make([][3]any, len(checks))}
-	if a == SlidingLog || a == LeakyBucket {
-		c.ID = RequestID() // only the sorted sets record the request itself
-	}
-	for i, ch := range checks {
-		c.Settings[i] = l.policyArgs(ch.Policy)
-	}
-	return c
-}

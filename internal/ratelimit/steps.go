@@ -84,11 +84,13 @@ func RefundStep(n int, checks ...Check) Step {
 
 func (s *decideStep) Checks() []Check { return s.cs }
 
-func (s *decideStep) Script() StepScript {
-	a := s.cs[0].Policy.algorithm()
-	return StepScript{Body: string(a), Alone: scripts[a], Queued: a == LeakyBucket, Op: s.op,
+func (s *decideStep) Script() StepScript { return decideScript(s.cs[0].Policy.algorithm(), s.op) }
+
+// decideScript is how algorithm a's script runs op.
+func decideScript(a Algorithm, o Op) StepScript {
+	return StepScript{Body: string(a), Alone: scripts[a], Queued: a == LeakyBucket, Op: o,
 		NewID:     a == SlidingLog || a == LeakyBucket, // only the sorted sets record the request itself
-		Cacheable: s.op.kind != opRefund, Refunds: s.op.kind == opRefund, Queues: a == LeakyBucket && s.op.kind == opDecide}
+		Cacheable: o.kind != opRefund, Refunds: o.kind == opRefund, Queues: a == LeakyBucket && o.kind == opDecide}
 }
 
 // validate checks what the step's lone call would check.
@@ -214,25 +216,26 @@ type SequenceRunner interface {
 	RunSequence(ctx context.Context, steps []StepCall) ([]Reply, error)
 }
 
-// stepCall is step s's call: its script's, at the Limiter's time, with each key's policy.
-func (l *Limiter) stepCall(ctx context.Context, s Step, st StepScript) StepCall {
-	c := Call{ID: st.ID, Now: l.clockArg(), Op: st.Op, Settings: make([][3]any, len(s.Checks()))}
+// stepCall is the call of a step over checks that runs as st says: at the Limiter's time, with
+// each key's policy.
+func (l *Limiter) stepCall(ctx context.Context, checks []Check, st StepScript) StepCall {
+	c := Call{ID: st.ID, Now: l.clockArg(), Op: st.Op, Settings: make([][3]any, len(checks))}
 	if st.NewID {
 		c.ID = RequestID()
 	}
 	if st.Queues {
 		c.Op = l.queueOp(ctx, c.Op)
 	}
-	for i, ch := range s.Checks() {
+	for i, ch := range checks {
 		c.Settings[i] = l.policyArgs(ch.Policy)
 	}
-	return StepCall{Body: st.Body, Queued: st.Queued, Keys: l.keysOf(s.Checks()), Call: c}
+	return StepCall{Body: st.Body, Queued: st.Queued, Keys: l.keysOf(checks), Call: c}
 }
 
 // alone decides a layer's step by its own script, within the budget.
 func (l *Limiter) alone(ctx context.Context, s Step) (Decision, error) {
 	st := s.Script()
-	sc := l.stepCall(ctx, s, st)
+	sc := l.stepCall(ctx, s.Checks(), st)
 	l.stats.redis.Add(1)
 	budget, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
@@ -248,7 +251,7 @@ func (l *Limiter) alone(ctx context.Context, s Step) (Decision, error) {
 func (l *Limiter) sequence(ctx context.Context, steps []Step) (Decisions, error) {
 	calls := make([]StepCall, len(steps))
 	for i, s := range steps {
-		calls[i] = l.stepCall(ctx, s, s.Script())
+		calls[i] = l.stepCall(ctx, s.Checks(), s.Script())
 	}
 	l.stats.redis.Add(1)
 	budget, cancel := context.WithTimeout(ctx, l.timeout)
