@@ -34,6 +34,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit/queue"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/sequence"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/slots"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/warm"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/withdraw"
 )
 
@@ -290,7 +291,7 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 	// Before serving: the scripts loaded on every master, the slot map known, connections
 	// dialed, so the first burst's decisions pay for none of it inside their budget.
 	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)
-	err = ratelimit.Warm(warmCtx, rdb, warmConns, append(sequences.Scripts(), slots.Script(), grants.Script())...)
+	err = warm.Up(warmCtx, rdb, warmConns, append(sequences.Scripts(), slots.Script(), grants.Script())...)
 	if batches != nil { // loaded even if a dial failed: a batch then pays no NOSCRIPT
 		err = errors.Join(err, batches.Load(warmCtx))
 	}

@@ -9,27 +9,17 @@
 // stopping at the first refusal: a request (AllowStep), an ask that takes nothing (AskStep), a
 // cost of several tokens of a bucket (ChargeStep) or their refund (RefundStep), and the steps
 // layers define (package slots' in-flight slots, package grants' vouchers). Forget clears
-// a key, Key names it, Ready says whether decisions can be made now, and Stats tells what it did;
-// Warm readies a replica's Redis client for its first burst. A Limiter starts nothing in the
-// background: there is nothing to close.
+// a key, Key names it, Ready says whether decisions can be made now, and Stats tells what it
+// did. A Limiter starts nothing in the background: there is nothing to close.
 //
 // # What is not here
 //
-// Each production layer that can live outside is a package around this one, which this one never
-// imports, and whose documentation opens with what it buys and what it costs: package batch (a
-// Runner that sends decisions to Redis in batches under load), package breaker (a Redis client
-// that fails calls at once while Redis keeps failing), package withdraw (a Runner that takes back
-// what a caller was told it did not get: a late decision's admission, and on a Redis Cluster the
-// admissions of a decision split per key), package denycache (a Decider in front of a Limiter
-// that refuses a key known to be full from memory), package outages (a Decider that logs each
-// policy's outage and its recovery), package queue (a Decider that holds a
-// queue's admissions until their turns), package fallback (decides in memory while Redis cannot,
-// at each replica's share), package sequence (runs a Decide's several steps in one script call,
-// atomic), package slots (in-flight slots: requests of an identity in progress at once) and
-// package grants (vouchers a later request redeems once). A Limiter reaches Redis to decide
-// through a Runner (Options.Runner; Scripts by default), a SequenceRunner (Options.Sequences) and
-// the client it is given, and is a Decider that a layer may stand in front of, so an application
-// takes the layers it wants: internal/app shows the stack.
+// Each production layer is a package around this one, which this one never imports, whose
+// documentation opens with what it buys and what it costs: batch, breaker, withdraw (late
+// answers, and a Redis Cluster's split decisions), denycache, outages, queue, fallback, sequence,
+// slots, grants and warm. A Limiter reaches Redis through a Runner (Options.Runner), a SequenceRunner
+// (Options.Sequences) and the client it is given, and is a Decider a layer may stand in front of,
+// so an application takes the layers it wants: internal/app shows the stack.
 //
 // # The sliding-window log
 //
@@ -58,13 +48,9 @@
 //
 // The time is read inside the script from Redis TIME, never from the replica: replicas' clocks
 // drift, and a replica running 2 seconds fast would otherwise expire other replicas' entries
-// early. (Tests inject time, Options.Now, so they step through windows without sleeping.) Every script Redis runs is a .lua file of this directory, byte for byte
-// (scripts.go). An algorithm is written once, in lua/: what every script shares (the clock, one
-// decision's arguments, its reply) is lua/prelude.lua; each algorithm's body holds its stored
-// format once, for deciding and for withdrawing alike. Its scripts are generated from those
-// parts and committed: alone (sliding_log.lua: lua/args.lua reads a call's arguments, the same a
-// person gives redis-cli --eval), batched (package batch's: lua/batch.lua reads each member's)
-// and in sequences (package sequence's).
+// early. (Tests inject time, Options.Now, so they step through windows without sleeping.) Every
+// script Redis runs is a .lua file of this directory, byte for byte (scripts.go says how they
+// are made).
 //
 // # Refused requests are not recorded
 //
@@ -82,31 +68,14 @@
 // Decision.Worst is the key to report (least Remaining; on a tie the longer Reset): a refusal by
 // either key has the same shape, and Worst names the key that refused.
 //
-// In Redis Cluster, keys in different hash slots cannot share a script (CROSSSLOT). A cluster
-// client (recognized by New, or declared by Options.Cluster) needs a Runner that splits: package
-// withdraw's runs one script per key, all at once, under one request id and one budget. If any
-// refuses or cannot answer, the admissions the others made are withdrawn after the answer. A
-// refused request still consumes nothing in the end and no key admits past its limit; the price is
-// a moment on the strict side, until the withdrawal lands, when the refused request holds one
-// place in the keys that admitted it. After a failed decision that Runner asks go-redis to reload
-// the slot map, since a dead master redirects nobody. A split refusal is never cached (the deny
-// cache below): its withdrawals free room early.
-//
-// # Late answers are withdrawn
-//
-// A decision that misses its budget was answered by the fail mode, but its script was sent: a
-// slow Redis may run it afterwards. With the sorted-set log each admission is the request's own
-// entry, so a Runner that withdraws (package withdraw's) removes it by its id, exactly; the
-// counting algorithms cannot tell whether a request was counted, and their late admissions stay
-// counted, on the strict side.
+// In Redis Cluster, keys in different hash slots cannot share a script (CROSSSLOT): a cluster
+// client needs a Runner that decides each key apart and withdraws what a refused decision's other
+// keys admitted (package withdraw's), as it withdraws a late answer's admission.
 //
 // # Keys
 //
-// A key is prefix:policy:{hash}, where hash is HMAC-SHA256 of the identity under a secret
-// (Options.KeySecret), truncated to 128 bits. No CPF, account or IP appears in Redis in clear,
-// and without the secret a dump cannot be reversed by hashing every possible CPF (there are only
-// about 10^9). The braces are a Cluster hash tag. IPv6 clients are limited by their /64
-// (IPIdentity), since one subscriber is usually given a whole /64.
+// A key is prefix:policy:{hash}: the hash is a keyed HMAC of the identity (Options.KeySecret),
+// so no CPF, account or IP appears in Redis in clear (keys.go says why keyed and why 128 bits).
 //
 // # When Redis cannot answer
 //
@@ -127,15 +96,10 @@
 //
 //   - SlidingLog: Remaining = limit − requests in the last window; Reset = until the oldest of
 //     them leaves it.
-//   - SlidingLogPacked: the same log, deciding identically (TestPackedLogDecidesAsTheSortedSet,
-//     on one node and on a cluster), stored as one string of 4-byte admission times per key
-//     (sliding_log_packed.lua): a decision is one GET and at most one SET whatever the limit, and
-//     a key at limit 10 is 40 bytes of times. The sorted set keeps a member per request, which
-//     lets a late decision be withdrawn by its id and lets an operator see who was admitted: the
-//     textbook form. The packed string is the production form. Its windows are at most 28
-//     minutes (times are kept modulo 2^32 µs), and a key lives up to a quarter of a window
-//     longer than the sorted set's: its TTL is set once a quarter of a window, since setting
-//     it on every write cost Redis more than the rest of the decision.
+//   - SlidingLogPacked: the same log, deciding identically (TestPackedLogDecidesAsTheSortedSet),
+//     stored as one string of 4-byte admission times per key: one GET and at most one SET per
+//     decision whatever the limit. The sorted set, the textbook form, can withdraw a late
+//     decision by its id and shows who was admitted; the packed string is the production form.
 //   - SlidingWindow: Remaining = ⌊limit − estimate⌋ with estimate = previous × (W − elapsed)/W +
 //     current; Reset = until the estimate has decayed enough for one more. Up to 2 × limit in a
 //     window when the previous window's traffic sat at its very end (TestSlidingWindowErrorBound);

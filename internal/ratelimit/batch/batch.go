@@ -62,7 +62,7 @@ func (r *Runner) Run(ctx context.Context, a ratelimit.Algorithm, keys []string, 
 	return r.batchers[a].decide(ctx, keys, c)
 }
 
-// Load loads every batch script into Redis (ratelimit.Warm loads the core's), so that the
+// Load loads every batch script into Redis (package warm loads the algorithms'), so that the
 // first batches under a burst send only their scripts' hashes.
 func (r *Runner) Load(ctx context.Context) error {
 	for _, b := range r.batchers {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/warm"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
@@ -63,9 +64,9 @@ func limiter(t *testing.T, srv *redistest.Server, failures int, cooldown time.Du
 	return l, b, c
 }
 
-// warm makes l's first decision on c: connected, scripts loaded (three tries: on a busy machine
+// warmLimiter makes l's first decision on c: connected, scripts loaded (three tries: on a busy machine
 // the first can outlast the budget; two failures stay under the thresholds the tests set).
-func warm(t *testing.T, l *ratelimit.Limiter, c ratelimit.Check) {
+func warmLimiter(t *testing.T, l *ratelimit.Limiter, c ratelimit.Check) {
 	t.Helper()
 	for try := 1; ; try++ {
 		if _, err := l.AllowAll(context.Background(), c); err == nil {
@@ -89,7 +90,7 @@ func TestBreaker(t *testing.T) {
 	const cooldown = 300 * time.Millisecond
 	l, b, c := limiter(t, srv, 3, cooldown, slog.New(slog.NewTextHandler(&logs, nil)))
 	check := ratelimit.Check{Policy: ratelimit.Policy{Name: "statement", Limit: 100, Window: time.Minute}, Identity: "ana"}
-	warm(t, l, check)
+	warmLimiter(t, l, check)
 	srv.Pause()
 	// Three calls failing in a row open it, not two (this Limiter has no withdrawals, no
 	// heartbeat: its only calls are these decisions), and each of them asked the frozen Redis.
@@ -199,7 +200,7 @@ func TestTheFirstRequestAfterABlipIsDecided(t *testing.T) {
 	srv := redistest.Start(t)
 	l, b, _ := limiter(t, srv, 3, 300*time.Millisecond, slog.New(slog.DiscardHandler))
 	check := ratelimit.Check{Policy: ratelimit.Policy{Name: "login-ip", Limit: 100, Window: time.Minute}, Identity: "quiet"}
-	warm(t, l, check)
+	warmLimiter(t, l, check)
 	srv.Pause()
 	for range 3 {
 		_, _ = l.AllowAll(context.Background(), check)
@@ -259,7 +260,7 @@ func TestBreakerProbesOneAtATime(t *testing.T) {
 }
 
 // TestWarmDialsThroughTheBreaker: a Limiter over a Breaker warms its pool as over the bare client
-// (ratelimit.Warm dials its connections, a PING each at once, through the client it is given): a
+// (warm.Up dials its connections, a PING each at once, through the client it is given): a
 // burst after it finds them dialed. (Counted by PINGs: how many connections they open depends on
 // how they overlap.)
 func TestWarmDialsThroughTheBreaker(t *testing.T) {
@@ -267,7 +268,7 @@ func TestWarmDialsThroughTheBreaker(t *testing.T) {
 	_, b, c := limiter(t, redistest.Start(t), 5, time.Second, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := ratelimit.Warm(ctx, b, 8); err != nil {
+	if err := warm.Up(ctx, b, 8); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.pings.Load(); got != 8 {

@@ -24,7 +24,7 @@ import (
 //go:embed voucher.lua
 var source string
 
-// Script is voucher.lua, which grants and redeems alone: what ratelimit.Warm loads.
+// Script is voucher.lua, which grants and redeems alone: what package warm loads.
 func Script() *redis.Script { return script }
 
 var script = redis.NewScript(source)

@@ -63,7 +63,7 @@ func New(rdb redis.Scripter) *Runner {
 	return r
 }
 
-// Scripts are the sequences' scripts: what ratelimit.Warm loads.
+// Scripts are the sequences' scripts: what package warm loads.
 func (r *Runner) Scripts() []*redis.Script {
 	var out []*redis.Script
 	for _, s := range r.scripts {

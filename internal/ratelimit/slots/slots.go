@@ -23,7 +23,7 @@ import (
 //go:embed slots.lua
 var source string
 
-// Script is slots.lua, which holds, asks and releases slots alone: what ratelimit.Warm loads.
+// Script is slots.lua, which holds, asks and releases slots alone: what package warm loads.
 func Script() *redis.Script { return script }
 
 var script = redis.NewScript(source)

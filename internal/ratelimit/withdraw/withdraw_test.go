@@ -21,6 +21,7 @@ import (
 
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/sequence"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/warm"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/clocktest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
@@ -111,10 +112,10 @@ func mustAllow(t *testing.T, l *ratelimit.Limiter, checks ...Check) Decision {
 	return d
 }
 
-// warm makes l's first decision on c: connected, scripts loaded. Ten tries: beside four CPU
+// warmLimiter makes l's first decision on c: connected, scripts loaded. Ten tries: beside four CPU
 // burners three in a row outlasted the 100 ms budget; a late admission is withdrawn by id, and
 // a counter's (frozenSplit's full key, of limit 1) leaves the key as full as the warm-up would.
-func warm(t *testing.T, l *ratelimit.Limiter, c Check) {
+func warmLimiter(t *testing.T, l *ratelimit.Limiter, c Check) {
 	t.Helper()
 	for try := 1; ; try++ {
 		if _, err := l.AllowAll(context.Background(), c); err == nil {
@@ -189,7 +190,7 @@ func frozenSplit(t *testing.T, a Algorithm, n int, thaw time.Duration, logs *api
 		Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Withdrawn: withdrawn})
 	open := Policy{Name: "open", Limit: 5, Window: time.Hour, Algorithm: a}
 	full := Check{Policy: Policy{Name: "full", Limit: 1, Window: time.Hour, Algorithm: a}, Identity: "x"}
-	warm(t, l, full) // the one admission that fills it
+	warmLimiter(t, l, full) // the one admission that fills it
 	f.trigger = map[string]bool{}
 	for round := range frozenRounds {
 		for i := range n {
@@ -358,7 +359,7 @@ func TestALateDecisionIsWithdrawn(t *testing.T) {
 	t.Parallel()
 	l, r, srv := single(t, false, budget, ratelimit.Options{})
 	c := Check{Policy: Policy{Name: "login-account", Limit: 5, Window: time.Minute}, Identity: "52998224725"}
-	warm(t, l, c) // one entry
+	warmLimiter(t, l, c) // one entry
 	srv.Pause()
 	var wg sync.WaitGroup
 	for range 8 {
@@ -690,7 +691,7 @@ func TestClusterFailover(t *testing.T) {
 	counters, _, clients := clusterLimiters(t, c, 3, 10*time.Second, nil)
 	for _, rdb := range clients {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := ratelimit.Warm(ctx, rdb, 22); err != nil {
+		if err := warm.Up(ctx, rdb, 22); err != nil {
 			t.Fatal(err)
 		}
 		cancel()
@@ -737,7 +738,7 @@ func TestAColdFleetDecidesItsFirstBurst(t *testing.T) {
 		ls, _, clients := clusterLimiters(t, c, 1, generous, nil)
 		l, rdb := ls[0], clients[0]
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := ratelimit.Warm(ctx, rdb, 20)
+		err := warm.Up(ctx, rdb, 20)
 		cancel()
 		if err != nil {
 			t.Fatalf("fleet %d: warm: %v", fleet, err)
