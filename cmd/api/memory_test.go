@@ -81,6 +81,17 @@ func TestAFloodOfIdentitiesNeverMakesRedisForgetAFullKey(t *testing.T) {
 	if codes["rate_limiter_unavailable"] == 0 {
 		t.Errorf("maxmemory-policy %s: the flood filled Redis and no login said so (%v): want it to fail closed, loudly", policy, codes)
 	}
+	// Readiness follows what Redis can do now: once the flood's connections are idle, their
+	// buffers freed, Redis may hold a few kB under its maxmemory and take a write again, and the
+	// probe rightly passes. Held full (a maxmemory below what it holds), it refuses every write,
+	// so neither a decision nor the probe can pass.
+	if err := srv.Client(nil).ConfigSet(t.Context(), "maxmemory", "1mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := a.Do(http.MethodPost, "/v1/login", `{"document":"x","password":"x"}`, "X-Forwarded-For", "2001:db8:ffff::1")
+	if code, _ := r.JSON(t)["error"].(string); code != "rate_limiter_unavailable" {
+		t.Errorf("maxmemory-policy %s: a new site's login with Redis full: %v, want 429 rate_limiter_unavailable", policy, r)
+	}
 	if r := a.Do(http.MethodGet, "/readyz", nil); r.Status != http.StatusServiceUnavailable {
 		t.Errorf("maxmemory-policy %s: /readyz with Redis full: %v, want 503", policy, r)
 	}
