@@ -459,7 +459,7 @@ func (d *desk) lookupCheck(c echo.Context, doc string, person pix.Person, keyTyp
 	case !errors.Is(err, pix.ErrAccountNotFound):
 		return ratelimit.Check{}, err
 	}
-	chk := newLookupLimiter(limiter{}, d.Limits, d.Tiers).bucket(payer, keyType)
+	chk := newBuckets(limiter{}, d.Limits, d.Tiers).bucket(payer, keyType)
 	return ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, nil
 }
 

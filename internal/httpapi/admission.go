@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -31,10 +32,27 @@ import (
 // waits for its turn, then takes its slot and mark in a call of its own: it holds none while it
 // waits.
 
+// admissions admit PIX: a PIX's own limit (its account's tier's), its in-flight slot and its key's
+// mark, and the DICT buckets (package dict) it may pay.
+type admissions struct {
+	buckets
+	limit, inflight enforce.RouteLimit // the PIX's limit before its tier, and the account's in-flight slots
+	lease           time.Duration      // a mark outlasts the longest PIX, as a slot does (its lease)
+}
+
+func newAdmissions(b buckets, limit, inflight enforce.RouteLimit) admissions {
+	return admissions{buckets: b, limit: limit, inflight: inflight, lease: cmp.Or(inflight.Policy.Window, 15*time.Second)}
+}
+
+// own is s's PIX limit: its account's tier's.
+func (l admissions) own(s auth.Subject) check {
+	return check{limitOf(l.tiers, l.maxWait, l.limit, s, false), s.Account}
+}
+
 // ticket is an admitted PIX's hold on what its admission took (its slot and mark) and on the
 // bucket that pays for its key (user): settle gives them back.
 type ticket struct {
-	l    lookupLimiter
+	l    admissions
 	c    echo.Context
 	s    auth.Subject
 	user check // the payer's bucket of the key's type
@@ -53,13 +71,14 @@ type admission struct {
 	orig                        *mark
 }
 
-// admit decides s's PIX to key (of type t), under its own limit own, its slot held (nil: none)
-// and its key's mark orig: a refused or failed admission answers the PIX (an *Error, or the fail
-// mode's), and gives back what the call took. A PIX whose mark another replica's original holds
-// waits for that original to answer, at most until waitUntil (mark.wait).
-func (l lookupLimiter) admit(c echo.Context, s auth.Subject, t pix.KeyType, key string, own check, held *slot, orig *mark, waitUntil time.Time) (ticket, error) {
-	user, bank := l.bucket(s, t), l.bank()
-	tk := ticket{l: l, c: c, s: s, user: user, key: key, held: held, orig: orig}
+// admit decides s's PIX req under its own limit own (l.own), its in-flight slot and its key's
+// mark: a refused or failed admission answers the PIX (an *Error, or the fail mode's), and gives
+// back what the call took. A PIX whose mark another replica's original holds waits for that
+// original to answer, at most until waitUntil (mark.wait).
+func (l admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own check, waitUntil time.Time) (ticket, error) {
+	held, orig := slotOf(l.inflight, s.Account, req.IdempotencyKey), markOf(l.lease, s.Account, req.IdempotencyKey)
+	user, bank := l.bucket(s, req.keyType), l.bank()
+	tk := ticket{l: l, c: c, s: s, user: user, key: req.ToKey, held: held, orig: orig}
 	// Refused from memory: asking the buckets would change nothing. (Not a shadow limit's: it
 	// refuses nothing, so its memory of a full key ends no admission.)
 	if !own.limit.Shadow {
@@ -132,7 +151,7 @@ func newAdmission(user, bank, own check, held *slot, orig *mark) admission {
 // giveBack returns err, having given back, with a refused or failed admission, a hold its call
 // may have taken: one it took, or, when Redis did not answer, one it may have taken (the script
 // may have run; a hold's name is its own, so giving back one never taken changes nothing).
-func (l lookupLimiter) giveBack(c echo.Context, a admission, decided sequence, err error) error {
+func (l admissions) giveBack(c echo.Context, a admission, decided sequence, err error) error {
 	mayHold := func(s ratelimit.Step) bool {
 		return s != nil && (decided.admitted(s) || decided.err != nil && !decided.refused(s))
 	}
@@ -149,7 +168,7 @@ func (l lookupLimiter) giveBack(c echo.Context, a admission, decided sequence, e
 
 // atTurn holds a queued PIX, admitted by d over own in took, until its turn, then takes its slot
 // and its mark, as an unqueued PIX's call takes them.
-func (l lookupLimiter) atTurn(c echo.Context, ctx context.Context, own check, d ratelimit.Decision, took time.Duration, held *slot, orig *mark, waitUntil time.Time) error {
+func (l admissions) atTurn(c echo.Context, ctx context.Context, own check, d ratelimit.Decision, took time.Duration, held *slot, orig *mark, waitUntil time.Time) error {
 	if err := l.wait(c, ctx, []check{own}, d, took); err != nil {
 		return err
 	}
@@ -187,7 +206,7 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 
 // release gives a PIX's slot and mark back alone, on a context the client cannot cancel; a
 // release Redis does not answer is logged, and the slot or mark frees at its lease.
-func (l lookupLimiter) release(c echo.Context, steps ...ratelimit.Step) {
+func (l admissions) release(c echo.Context, steps ...ratelimit.Step) {
 	if len(steps) == 0 {
 		return
 	}

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -258,9 +257,8 @@ const maxDescription = 140
 // decides, per account (never per IP: a whole office shares one), at the account's tier, and the
 // slot is taken (a queued PIX waits for its turn first, and takes its slot then); the ledger
 // moves the money; and the look-up buckets are settled by the ledger's answer as the slot is
-// given back (admission.go: lookupLimiter.admit, and ticket.settle).
-func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxWait time.Duration, limit, inflight enforce.RouteLimit, lookups lookupLimiter) echo.HandlerFunc {
-	lease := cmp.Or(inflight.Policy.Window, 15*time.Second) // a mark outlasts the longest PIX, as a slot does (its lease)
+// given back (admission.go: admissions.admit, and ticket.settle).
+func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxWait time.Duration, pixes admissions) echo.HandlerFunc {
 	type payee struct {
 		Key  string `json:"key"`
 		Name string `json:"name"`
@@ -286,7 +284,7 @@ func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxW
 		waitUntil := time.Now().Add(maxWait)
 		// One PIX of this key in progress on this replica: the others wait for its answer.
 		defer originals.enter(c.Request().Context(), s.Account+"\x00"+req.IdempotencyKey, waitUntil)()
-		own, held := check{limitOf(lookups.tiers, lookups.maxWait, limit, s, false), s.Account}, slotOf(inflight, s.Account, req.IdempotencyKey)
+		own := pixes.own(s)
 		if share != nil && own.limit.Policy.Algorithm != ratelimit.LeakyBucket {
 			// One of the account's places of the ledger, held from before its admission: a PIX
 			// answered ledger_busy was decided by nothing, so it spent no quota and holds no slot.
@@ -299,8 +297,7 @@ func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxW
 			defer release()
 			c.SetRequest(c.Request().WithContext(ctx))
 		}
-		orig := markOf(lease, s.Account, req.IdempotencyKey)
-		admitted, err := lookups.admit(c, s, req.keyType, req.ToKey, own, held, orig, waitUntil) // admission.go
+		admitted, err := pixes.admit(c, s, req, own, waitUntil) // admission.go
 		if err != nil {
 			return err
 		}

@@ -385,3 +385,57 @@ func identifyByIP(c echo.Context) (string, error) {
 	}
 	return ratelimit.IPIdentity(addr), nil
 }
+
+// sequence is what a Decide returned (the decisions of the steps that ran,
+// its error) and how long the call took, for limiter.answer to answer each step.
+type sequence struct {
+	ds   ratelimit.Decisions
+	err  error
+	took time.Duration
+}
+
+// sequenceOf decides steps in one Decide.
+func (l limiter) sequenceOf(ctx context.Context, steps ...ratelimit.Step) sequence {
+	start := time.Now()
+	ds, err := l.decider().Decide(ctx, steps...)
+	return sequence{ds: ds, err: err, took: time.Since(start)}
+}
+
+// of is step's decision: the decision made, if the step ran (on a cluster, steps can run before
+// one fails); else the sequence's error; else, the sequence having stopped at an earlier refusal
+// that its route let through (a shadow limit), an ErrUnavailable, so that the step's fail mode
+// answers.
+func (s sequence) of(step ratelimit.Step) (ratelimit.Decision, error) {
+	d, ran := s.ds.Of(step)
+	return whatRan(d, ran, s.err, s.ds.Ran())
+}
+
+// whatRan is a step's answer (sequence.of): its decision d if it ran, else the sequence's error,
+// else (the sequence stopped after `stopped` steps) an ErrUnavailable.
+func whatRan(d ratelimit.Decision, ran bool, err error, stopped int) (ratelimit.Decision, error) {
+	switch {
+	case ran:
+		return d, nil
+	case err != nil:
+		return ratelimit.Decision{}, err
+	}
+	return ratelimit.Decision{}, fmt.Errorf("%w: a step of a sequence that stopped after %d", ratelimit.ErrUnavailable, stopped)
+}
+
+// admitted says whether step ran and was admitted.
+func (s sequence) admitted(step ratelimit.Step) bool {
+	d, ran := s.ds.Of(step)
+	return ran && d.Allowed
+}
+
+// refused says whether step ran and was refused.
+func (s sequence) refused(step ratelimit.Step) bool {
+	d, ran := s.ds.Of(step)
+	return ran && !d.Allowed
+}
+
+// answerStep is limiter.answer for step of s.
+func (l limiter) answerStep(c echo.Context, rep *report, cs []check, s sequence, step ratelimit.Step) (ratelimit.Decision, error) {
+	d, err := s.of(step)
+	return l.answer(c, rep, cs, checks(cs), d, err, s.took)
+}

@@ -32,7 +32,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	// One limiter for the routes that decide in their handlers.
 	decide := limiter{core: d.Limiter, stack: d.Stack, cache: d.DenyCache, queue: d.Queue, fallback: d.Fallback, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
 		events: newEventLog(d.Logger, 10*time.Second), maxWait: d.Limits.MaxWait, budget: d.Limits.Budget}
-	lookups := newLookupLimiter(decide, d.Limits, d.Tiers)
+	dictBuckets := newBuckets(decide, d.Limits, d.Tiers) // a look-up and a PIX pay them
 
 	e.GET("/healthz", handleHealthz())
 	if len(d.OpenAPI) > 0 {
@@ -45,13 +45,13 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	// ledger's deadline), within what the write timeout leaves.
 	maxWait := cmp.Or(d.Limits.MaxWait, defaultMaxWait)
 	originals := newOriginals(min(maxWait, pix.LongestTransfer(d.LedgerRetryAfter)))
-	e.POST("/v1/pix", handlePIX(d.Ledger, d.Share, originals, maxWait, d.Limits.PIX, d.Limits.PIXConcurrency, lookups), requireAccount)
-	e.GET("/v1/pix/keys/:key", handleLookup(d.Ledger, d.Share, lookups), requireAccount)
+	e.POST("/v1/pix", handlePIX(d.Ledger, d.Share, originals, maxWait, newAdmissions(dictBuckets, d.Limits.PIX, d.Limits.PIXConcurrency)), requireAccount)
+	e.GET("/v1/pix/keys/:key", handleLookup(d.Ledger, d.Share, dictBuckets), requireAccount)
 	e.GET("/v1/statement", handleStatement(d.Ledger, decide, d.Limits.Statement, d.Tiers), requireAccount)
 	e.PUT("/v1/limits", handlePutLimits(d.Ledger, decide, d.Limits.Settings), requireAccount) // limited in the handler, once the body is valid
 	e.DELETE("/v1/devices/:device_id", handleRemoveDevice(d.Ledger, d.Tiers), requireAccount, limitSettings)
 
-	e.GET("/v1/pix/keys/limits", handleLookupLimits(lookups), requireAccount, limitSettings)
+	e.GET("/v1/pix/keys/limits", handleLookupLimits(dictBuckets), requireAccount, limitSettings)
 	e.GET("/v1/limits", handleGetLimits(d.Ledger), requireAccount, limitSettings)
 	e.DELETE("/v1/limits/pending", handleCancelPending(d.Ledger), requireAccount, limitSettings)
 	e.POST("/v1/devices/current/register", handleRegisterDevice(decide, d.Limits, d.Ledger, d.Passwords, d.DeviceRegistrationDelay),
