@@ -2,9 +2,9 @@
 //
 // What it buys: a cold replica's first decisions otherwise pay, inside their budget, for dialing
 // Redis, for a cluster's slot map and for NOSCRIPT (the script sent in full after its hash was
-// refused): on a busy machine a cold burst failed up to 8 of 20 decisions closed. What it costs:
-// a moment at start, and the connections it opens stay in the pool (the client's idle settings
-// close them later). A Redis that cannot be warmed costs nothing more: the replica starts, and
+// refused), and on a busy machine a cold burst fails some of them by their fail modes
+// (docs/how-it-works.md, "Warm before listening"). What it costs: a moment at start, and the
+// connections it opens stay in the pool (the client's idle settings close them later). A Redis that cannot be warmed costs nothing more: the replica starts, and
 // its first decisions follow the fail modes until Redis answers.
 package warm
 
