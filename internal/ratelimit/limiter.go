@@ -233,8 +233,8 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	return l.do(ctx, Op{kind: opDecide}, checks)
 }
 
-// do is the one path of every call that asks Redis (AllowAll, a Decide of one step): the Redis-up
-// flag and the counter apply to each alike. o is what the script does.
+// do asks the Runner for one decision of checks by their algorithm's script: AllowAll's, and each
+// algorithm step's of a Decide run step by step. o is what the script does.
 func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error) {
 	if err := oneQueue(checks); err != nil {
 		return Decision{}, err
@@ -341,11 +341,8 @@ func (l *Limiter) Stats() Stats {
 // queueOp is a queue's decision op: a place whose turn comes within ctx's deadline, if it has one,
 // less the decision's own budget: the script reads its clock after the call's way there, and the
 // waiter starts its timer after the way back.
-func (l *Limiter) queueOp(ctx context.Context, o Op) Op {
-	if o.kind != opDecide {
-		return o
-	}
-	o = Op{kind: opQueue, within: -1}
+func (l *Limiter) queueOp(ctx context.Context) Op {
+	o := Op{kind: opQueue, within: -1}
 	if dl, ok := ctx.Deadline(); ok {
 		o.within = max(0, (time.Until(dl) - l.timeout).Microseconds())
 	}

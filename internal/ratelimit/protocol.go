@@ -159,8 +159,9 @@ type LateWithdrawer interface {
 // withdraw one of its calls.
 func Script(a Algorithm) *redis.Script { return scripts[a] }
 
-// NewCall is the Call that decides one request of checks (AllowAll's) by the Redis clock: what a
-// Limiter gives its Runner.
+// NewCall is a Call that decides one request of checks by the Redis clock, with the checks'
+// settings as they are: a layer's own call (a queue's withdrawal) or a test's. A Limiter builds
+// its calls itself, with its clock and each policy's arguments boxed once.
 func NewCall(checks ...Check) Call {
 	a := checks[0].Policy.algorithm()
 	c := Call{Op: Op{kind: opDecide}, Settings: make([][3]any, len(checks))}

@@ -224,7 +224,7 @@ func (l *Limiter) stepCall(ctx context.Context, checks []Check, st StepScript) S
 		c.ID = RequestID()
 	}
 	if st.Queues {
-		c.Op = l.queueOp(ctx, c.Op)
+		c.Op = l.queueOp(ctx)
 	}
 	for i, ch := range checks {
 		c.Settings[i] = l.policyArgs(ch.Policy)

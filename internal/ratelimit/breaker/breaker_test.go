@@ -272,6 +272,6 @@ func TestWarmDialsThroughTheBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := c.pings.Load(); got != 8 {
-		t.Errorf("Warm pinged %d times through the breaker, want 8 (one per connection it opens)", got)
+		t.Errorf("warm.Up pinged %d times through the breaker, want 8 (one per connection it opens)", got)
 	}
 }

@@ -4,14 +4,16 @@
 // Redis, for a cluster's slot map and for NOSCRIPT (the script sent in full after its hash was
 // refused), and on a busy machine a cold burst fails some of them by their fail modes
 // (docs/how-it-works.md, "Warm before listening"). What it costs: a moment at start, and the
-// connections it opens stay in the pool (the client's idle settings close them later). A Redis that cannot be warmed costs nothing more: the replica starts, and
-// its first decisions follow the fail modes until Redis answers.
+// connections it opens stay in the pool (the client's idle settings close them later). Its error
+// is for the caller to log: a replica may start anyway, and its first decisions then follow the
+// fail modes until Redis answers.
 package warm
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
@@ -19,14 +21,15 @@ import (
 )
 
 // Up loads every algorithm's script, and the layers' scripts it is given (package sequence's,
-// slots', grants'), into rdb, on every master of a cluster; learns a cluster's slot map; and
-// opens conns connections to each master at once, so that a burst finds them dialed. The error
-// says what could not be readied.
+// slots', grants'), into rdb, on every node of a cluster (masters and replicas); learns a
+// cluster's slot map; and opens conns connections to each master at once, so that a burst finds
+// them dialed. The error says what could not be readied.
 func Up(ctx context.Context, rdb redis.Scripter, conns int, layers ...*redis.Script) error {
+	all := slices.Clone(layers)
 	for _, a := range ratelimit.Algorithms() {
-		layers = append(layers, ratelimit.Script(a))
+		all = append(all, ratelimit.Script(a))
 	}
-	for _, s := range layers {
+	for _, s := range all {
 		if err := s.Load(ctx, rdb).Err(); err != nil {
 			return fmt.Errorf("warm: load scripts: %w", err)
 		}
