@@ -45,14 +45,14 @@ func newAdmissions(b buckets, limit, inflight enforce.RouteLimit) admissions {
 }
 
 // own is s's PIX limit: its account's tier's.
-func (l admissions) own(s auth.Subject) check {
-	return check{limitOf(l.tiers, l.maxWait, l.limit, s, false), s.Account}
+func (pa admissions) own(s auth.Subject) check {
+	return check{limitOf(pa.tiers, pa.maxWait, pa.limit, s, false), s.Account}
 }
 
 // ticket is an admitted PIX's hold on what its admission took (its slot and mark) and on the
 // bucket that pays for its key (user): settle gives them back.
 type ticket struct {
-	l    admissions
+	pa   admissions
 	c    echo.Context
 	s    auth.Subject
 	user check // the payer's bucket of the key's type
@@ -71,56 +71,56 @@ type admission struct {
 	orig                        *mark
 }
 
-// admit decides s's PIX req under its own limit own (l.own), its in-flight slot and its key's
+// admit decides s's PIX req under its own limit own (pa.own), its in-flight slot and its key's
 // mark: a refused or failed admission answers the PIX (an *Error, or the fail mode's), and gives
 // back what the call took. A PIX whose mark another replica's original holds waits for that
 // original to answer, at most until waitUntil (mark.wait).
-func (l admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own check, waitUntil time.Time) (ticket, error) {
-	held, orig := slotOf(l.inflight, s.Account, req.IdempotencyKey), markOf(l.lease, s.Account, req.IdempotencyKey)
-	user, bank := l.bucket(s, req.keyType), l.bank()
-	tk := ticket{l: l, c: c, s: s, user: user, key: req.ToKey, held: held, orig: orig}
+func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own check, waitUntil time.Time) (ticket, error) {
+	held, orig := slotOf(pa.inflight, s.Account, req.IdempotencyKey), markOf(pa.lease, s.Account, req.IdempotencyKey)
+	user, bank := pa.bucket(s, req.keyType), pa.bank()
+	tk := ticket{pa: pa, c: c, s: s, user: user, key: req.ToKey, held: held, orig: orig}
 	// Refused from memory: asking the buckets would change nothing. (Not a shadow limit's: it
 	// refuses nothing, so its memory of a full key ends no admission.)
 	if !own.limit.Shadow {
-		if d, full := l.knownFull(checks([]check{own})...); full {
-			_, err := l.answer(c, nil, []check{own}, checks([]check{own}), d, nil, 0)
+		if d, full := pa.knownFull(checks([]check{own})...); full {
+			_, err := pa.answer(c, nil, []check{own}, checks([]check{own}), d, nil, 0)
 			return tk, err
 		}
 	}
 	a := newAdmission(user, bank, own, held, orig)
-	ctx, cancel := l.throttle(c) // a queue's turn comes within it
+	ctx, cancel := pa.throttle(c) // a queue's turn comes within it
 	defer cancel()
 	// A client that hangs up does not cut the call short: a slot it took is then given back here.
 	deadline, _ := ctx.Deadline()
 	callCtx, cancelCall := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	decided := l.sequenceOf(callCtx, a.steps...)
+	decided := pa.sequenceOf(callCtx, a.steps...)
 	cancelCall()
 	asked := user
 	asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
-	if err := l.answerAsk(c, asked, bank, true, decided, a.ask); err != nil {
-		return tk, l.giveBack(c, a, decided, err)
+	if err := pa.answerAsk(c, asked, bank, true, decided, a.ask); err != nil {
+		return tk, pa.giveBack(c, a, decided, err)
 	}
 	for _, slot := range []ratelimit.Step{a.askSlot, a.takeSlot} { // the slot asked, or taken (on a cluster the take is a call of its own)
 		if d, ran := decided.ds.Of(slot); ran {
-			if err := held.answer(c, l.limiter, own, d, nil, decided.took); err != nil {
-				return tk, l.giveBack(c, a, decided, err)
+			if err := held.answer(c, pa.limiter, own, d, nil, decided.took); err != nil {
+				return tk, pa.giveBack(c, a, decided, err)
 			}
 		}
 	}
-	d, err := l.answerStep(c, nil, []check{own}, decided, a.limit)
+	d, err := pa.answerStep(c, nil, []check{own}, decided, a.limit)
 	if err != nil {
-		return tk, l.giveBack(c, a, decided, err)
+		return tk, pa.giveBack(c, a, decided, err)
 	}
 	if !a.queued {
 		switch {
 		case decided.refused(a.takeMark): // another replica's original is in progress
-			orig.wait(ctx, l.decider(), waitUntil, false)
+			orig.wait(ctx, pa.decider(), waitUntil, false)
 		case !decided.admitted(a.takeMark) && decided.err == nil: // a shadow refusal ended the sequence before it
-			orig.wait(ctx, l.decider(), waitUntil, true)
+			orig.wait(ctx, pa.decider(), waitUntil, true)
 		}
 		return tk, nil
 	}
-	return tk, l.atTurn(c, ctx, own, d, decided.took, held, orig, waitUntil)
+	return tk, pa.atTurn(c, ctx, own, d, decided.took, held, orig, waitUntil)
 }
 
 // newAdmission lays out the call: the buckets asked; then the slot asked, the limit, the slot
@@ -151,7 +151,7 @@ func newAdmission(user, bank, own check, held *slot, orig *mark) admission {
 // giveBack returns err, having given back, with a refused or failed admission, a hold its call
 // may have taken: one it took, or, when Redis did not answer, one it may have taken (the script
 // may have run; a hold's name is its own, so giving back one never taken changes nothing).
-func (l admissions) giveBack(c echo.Context, a admission, decided sequence, err error) error {
+func (pa admissions) giveBack(c echo.Context, a admission, decided sequence, err error) error {
 	mayHold := func(s ratelimit.Step) bool {
 		return s != nil && (decided.admitted(s) || decided.err != nil && !decided.refused(s))
 	}
@@ -162,24 +162,24 @@ func (l admissions) giveBack(c echo.Context, a admission, decided sequence, err 
 	if mayHold(a.takeMark) {
 		release = append(release, a.orig.release()...)
 	}
-	l.release(c, release...)
+	pa.release(c, release...)
 	return err
 }
 
 // atTurn holds a queued PIX, admitted by d over own in took, until its turn, then takes its slot
 // and its mark, as an unqueued PIX's call takes them.
-func (l admissions) atTurn(c echo.Context, ctx context.Context, own check, d ratelimit.Decision, took time.Duration, held *slot, orig *mark, waitUntil time.Time) error {
-	if err := l.wait(c, ctx, []check{own}, d, took); err != nil {
+func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ratelimit.Decision, took time.Duration, held *slot, orig *mark, waitUntil time.Time) error {
+	if err := pa.wait(c, ctx, []check{own}, d, took); err != nil {
 		return err
 	}
 	if held != nil {
 		start := time.Now()
-		hds, err := l.decider().Decide(context.WithoutCancel(ctx), held.hold())
-		if err := held.answer(c, l.limiter, own, hds.Last(), err, time.Since(start)); err != nil {
+		hds, err := pa.decider().Decide(context.WithoutCancel(ctx), held.hold())
+		if err := held.answer(c, pa.limiter, own, hds.Last(), err, time.Since(start)); err != nil {
 			return err
 		}
 	}
-	orig.wait(ctx, l.decider(), waitUntil, true)
+	orig.wait(ctx, pa.decider(), waitUntil, true)
 	return nil
 }
 
@@ -193,25 +193,25 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 	release := append(t.held.release(), t.orig.release()...)
 	switch {
 	case errors.Is(err, pix.ErrKeyNotFound):
-		if payErr := t.l.charge(t.c, t.user, false, true, "", release...); payErr != nil {
+		if payErr := t.pa.charge(t.c, t.user, false, true, "", release...); payErr != nil {
 			return payErr
 		}
 	case err == nil && !r.Replayed:
-		t.l.refund(context.WithoutCancel(t.c.Request().Context()), t.s, t.user, t.key, release...)
+		t.pa.refund(context.WithoutCancel(t.c.Request().Context()), t.s, t.user, t.key, release...)
 	default:
-		t.l.release(t.c, release...)
+		t.pa.release(t.c, release...)
 	}
 	return err
 }
 
 // release gives a PIX's slot and mark back alone, on a context the client cannot cancel; a
 // release Redis does not answer is logged, and the slot or mark frees at its lease.
-func (l admissions) release(c echo.Context, steps ...ratelimit.Step) {
+func (pa admissions) release(c echo.Context, steps ...ratelimit.Step) {
 	if len(steps) == 0 {
 		return
 	}
-	if _, err := l.decider().Decide(context.WithoutCancel(c.Request().Context()), steps...); err != nil {
-		l.events.log("release:pix-slots", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: it frees at its lease",
+	if _, err := pa.decider().Decide(context.WithoutCancel(c.Request().Context()), steps...); err != nil {
+		pa.events.log("release:pix-slots", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: it frees at its lease",
 			"cause", err.Error())
 	}
 }

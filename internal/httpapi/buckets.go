@@ -18,8 +18,8 @@ import (
 // per key type, and the bank's. A look-up (lookup.go) asks both, in one round trip, before the
 // ledger (a refused look-up costs no query), then pays its price, admission and payment in one
 // atomic step per bucket, before it answers: look-ups sent together cannot buy more answers than
-// the same look-ups one by one. A PIX (admission.go) asks them in its admission and pays after the
-// ledger.
+// the same look-ups one by one. A PIX (admission.go) asks them in its admission and settles them
+// after the ledger: a miss pays, a payment refunds its look-up.
 type buckets struct {
 	limiter
 	rules    dict.Rules
@@ -34,35 +34,35 @@ func newBuckets(l limiter, limits enforce.RouteLimits, tiers *pix.Tiers) buckets
 }
 
 // payer is s's payer, at its account's tier's capacity.
-func (l buckets) payer(s auth.Subject) dict.Payer {
-	_, _, capacity := tierLimits(l.tiers, s)
+func (b buckets) payer(s auth.Subject) dict.Payer {
+	_, _, capacity := tierLimits(b.tiers, s)
 	return dict.Payer{ID: s.Payer, Company: s.Person == string(pix.PJ), Capacity: capacity}
 }
 
 // bucket is s's payer's bucket for keys of type t.
-func (l buckets) bucket(s auth.Subject, t pix.KeyType) check {
-	limit, id := l.rules.PayerBucket(l.payer(s), t)
+func (b buckets) bucket(s auth.Subject, t pix.KeyType) check {
+	limit, id := b.rules.PayerBucket(b.payer(s), t)
 	return check{limit, id}
 }
 
 // bank is the participant's bucket.
-func (l buckets) bank() check {
-	limit, id := l.rules.ParticipantBucket()
+func (b buckets) bank() check {
+	limit, id := b.rules.ParticipantBucket()
 	return check{limit, id}
 }
 
 // askAll asks cs in a Decide of one step, for answerAsk: one step takes the batched path of any
 // lone decision.
-func (l buckets) askAll(ctx context.Context, cs ...check) (sequence, ratelimit.Step) {
+func (b buckets) askAll(ctx context.Context, cs ...check) (sequence, ratelimit.Step) {
 	step := ratelimit.AskStep(checks(cs)...)
-	return l.sequenceOf(ctx, step), step
+	return b.sequenceOf(ctx, step), step
 }
 
 // answerAsk answers the ask of the payer's bucket (user) and the bank's (bank), step of asked
 // taking nothing: an empty payer's bucket is a 429 reporting it, else an
 // empty bank's bucket is a 503 lookup_capacity_exhausted without RateLimit headers; the fail mode
 // is the payer bucket's. With quiet, an admission sets no RateLimit headers.
-func (l buckets) answerAsk(c echo.Context, user, bank check, quiet bool, asked sequence, step ratelimit.Step) error {
+func (b buckets) answerAsk(c echo.Context, user, bank check, quiet bool, asked sequence, step ratelimit.Step) error {
 	bank.limit.FailMode = user.limit.FailMode
 	rep := &report{show: func(d ratelimit.Decision) ratelimit.Decision {
 		switch {
@@ -78,15 +78,15 @@ func (l buckets) answerAsk(c echo.Context, user, bank check, quiet bool, asked s
 		if len(shown.Results) > 0 { // the payer's: a 429
 			return nil
 		}
-		return l.exhausted(bank.limit, shown.Worst.RetryAfter)
+		return b.exhausted(bank.limit, shown.Worst.RetryAfter)
 	}}
-	_, err := l.answerStep(c, rep, []check{user, bank}, asked, step)
+	_, err := b.answerStep(c, rep, []check{user, bank}, asked, step)
 	return err
 }
 
 // exhausted is the answer while the bank's bucket is empty, logged (at most once per interval).
-func (l buckets) exhausted(bank enforce.RouteLimit, retryAfter time.Duration) *Error {
-	l.events.log("exhausted:"+bank.Policy.Name, slog.LevelWarn, "the bank's DICT look-up quota is spent: look-ups answer 503",
+func (b buckets) exhausted(bank enforce.RouteLimit, retryAfter time.Duration) *Error {
+	b.events.log("exhausted:"+bank.Policy.Name, slog.LevelWarn, "the bank's DICT look-up quota is spent: look-ups answer 503",
 		"policy", bank.Policy.Name, "retry_after", retryAfter.String())
 	return &Error{Code: CodeLookupCapacityExhausted, RetryAfter: retryAfter}
 }
@@ -98,9 +98,9 @@ func (l buckets) exhausted(bank enforce.RouteLimit, retryAfter time.Duration) *E
 // it may lead to (grant is its voucher's identity; "" for a PIX, which is the payment). The payer's
 // refusal is 429, reporting its bucket (with quiet, an admission sets no RateLimit headers); the
 // bank's is 503 lookup_capacity_exhausted, without them, logged and counted.
-func (l buckets) charge(c echo.Context, user check, found, quiet bool, grant string, first ...ratelimit.Step) error {
-	userCost, bankCost := l.rules.Price(found)
-	bank := l.bank()
+func (b buckets) charge(c echo.Context, user check, found, quiet bool, grant string, first ...ratelimit.Step) error {
+	userCost, bankCost := b.rules.Price(found)
+	bank := b.bank()
 	payUser, payBank := ratelimit.ChargeStep(checks([]check{user})[0], userCost), ratelimit.ChargeStep(checks([]check{bank})[0], bankCost)
 	steps := append(first, payUser, payBank)
 	var granted ratelimit.Step
@@ -110,22 +110,22 @@ func (l buckets) charge(c echo.Context, user check, found, quiet bool, grant str
 	}
 	// On a context the client cannot cancel: a scanner that hangs up once the ledger has answered
 	// still pays its miss, and a PIX's slot goes back.
-	paid := l.sequenceOf(context.WithoutCancel(c.Request().Context()), steps...)
+	paid := b.sequenceOf(context.WithoutCancel(c.Request().Context()), steps...)
 	quietly := &report{show: func(d ratelimit.Decision) ratelimit.Decision {
 		if quiet && d.Allowed {
 			return ratelimit.Decision{Allowed: true}
 		}
 		return d
 	}}
-	if _, err := l.answerStep(c, quietly, []check{user}, paid, payUser); err != nil {
+	if _, err := b.answerStep(c, quietly, []check{user}, paid, payUser); err != nil {
 		return err
 	}
 	bankReport := &report{show: func(d ratelimit.Decision) ratelimit.Decision { // no RateLimit headers: not the customer's
 		return ratelimit.Decision{Allowed: d.Allowed, Worst: d.Worst}
-	}, refuse: func(shown ratelimit.Decision) *Error { return l.exhausted(bank.limit, shown.Worst.RetryAfter) }}
-	_, payErr := l.answerStep(c, bankReport, []check{bank}, paid, payBank)
+	}, refuse: func(shown ratelimit.Decision) *Error { return b.exhausted(bank.limit, shown.Worst.RetryAfter) }}
+	_, payErr := b.answerStep(c, bankReport, []check{bank}, paid, payBank)
 	if payErr == nil && granted != nil && !paid.admitted(granted) {
-		l.events.log("grant:"+dict.Vouchers.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
+		b.events.log("grant:"+dict.Vouchers.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
 			"policy", dict.Vouchers.Name)
 	}
 	return payErr
@@ -134,19 +134,20 @@ func (l buckets) charge(c echo.Context, user check, found, quiet bool, grant str
 // refund gives a look-up's tokens back after the payment it led to (DICT), in one limiter call:
 // when s's payer looked key up in the last 10 minutes and that look-up was not given back before
 // (its voucher is redeemed), 1 token (2 for a company) to the payer's bucket user and 1 to the
-// bank's; after first, steps never refused that share the call (a PIX's slot given back). It is best effort: a refund that cannot reach Redis is logged and lost, which costs the
-// customer a token, never the bank a look-up.
-func (l buckets) refund(ctx context.Context, s auth.Subject, user check, key string, first ...ratelimit.Step) {
-	payer := l.payer(s)
+// bank's; after first, steps never refused that share the call (a PIX's slot given back). It is
+// best effort: a refund that cannot reach Redis is logged and lost, which costs the customer a
+// token, never the bank a look-up.
+func (b buckets) refund(ctx context.Context, s auth.Subject, user check, key string, first ...ratelimit.Step) {
+	payer := b.payer(s)
 	toUser, toBank := payer.Refund()
-	bank := l.bank()
+	bank := b.bank()
 	steps := []ratelimit.Step{dict.Vouchers.Redeem(dict.Voucher(payer, key)), ratelimit.RefundStep(toUser, checks([]check{user, bank})...)}
 	if toUser != toBank {
 		steps = []ratelimit.Step{dict.Vouchers.Redeem(dict.Voucher(payer, key)),
 			ratelimit.RefundStep(toUser, checks([]check{user})...), ratelimit.RefundStep(toBank, checks([]check{bank})...)}
 	}
-	if _, err := l.decider().Decide(ctx, append(first, steps...)...); err != nil {
-		l.events.log("refund:"+user.limit.Policy.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
+	if _, err := b.decider().Decide(ctx, append(first, steps...)...); err != nil {
+		b.events.log("refund:"+user.limit.Policy.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
 			"policy", user.limit.Policy.Name, "cause", err.Error())
 	}
 }

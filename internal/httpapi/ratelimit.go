@@ -395,9 +395,9 @@ type sequence struct {
 }
 
 // sequenceOf decides steps in one Decide.
-func (l limiter) sequenceOf(ctx context.Context, steps ...ratelimit.Step) sequence {
+func (r limiter) sequenceOf(ctx context.Context, steps ...ratelimit.Step) sequence {
 	start := time.Now()
-	ds, err := l.decider().Decide(ctx, steps...)
+	ds, err := r.decider().Decide(ctx, steps...)
 	return sequence{ds: ds, err: err, took: time.Since(start)}
 }
 
@@ -435,7 +435,7 @@ func (s sequence) refused(step ratelimit.Step) bool {
 }
 
 // answerStep is limiter.answer for step of s.
-func (l limiter) answerStep(c echo.Context, rep *report, cs []check, s sequence, step ratelimit.Step) (ratelimit.Decision, error) {
+func (r limiter) answerStep(c echo.Context, rep *report, cs []check, s sequence, step ratelimit.Step) (ratelimit.Decision, error) {
 	d, err := s.of(step)
-	return l.answer(c, rep, cs, checks(cs), d, err, s.took)
+	return r.answer(c, rep, cs, checks(cs), d, err, s.took)
 }

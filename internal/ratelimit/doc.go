@@ -16,10 +16,10 @@
 //
 // Each production layer is a package around this one, which this one never imports, whose
 // documentation opens with what it buys and what it costs: batch, breaker, withdraw (late
-// answers, and a Redis Cluster's split decisions), denycache, outages, queue, fallback, sequence,
-// slots, grants and warm. A Limiter reaches Redis through a Runner (Options.Runner), a SequenceRunner
-// (Options.Sequences) and the client it is given, and is a Decider a layer may stand in front of,
-// so an application takes the layers it wants: internal/app shows the stack.
+// answers, and a Redis Cluster's split decisions), denycache, outages, queue, fallback,
+// sequence, slots, grants and warm. A Limiter reaches Redis through a Runner (Options.Runner),
+// a SequenceRunner (Options.Sequences) and the client it is given, and is a Decider a layer may
+// stand in front of, so an application takes the layers it wants: internal/app shows the stack.
 //
 // # The sliding-window log
 //
@@ -49,8 +49,8 @@
 // The time is read inside the script from Redis TIME, never from the replica: replicas' clocks
 // drift, and a replica running 2 seconds fast would otherwise expire other replicas' entries
 // early. (Tests inject time, Options.Now, so they step through windows without sleeping.) Every
-// script Redis runs is a .lua file of this directory, byte for byte (scripts.go says how they
-// are made).
+// script Redis runs is a .lua file, byte for byte: the algorithms' are in this directory, a
+// layer's in its package (scripts.go says how they are made).
 //
 // # Refused requests are not recorded
 //
@@ -70,7 +70,7 @@
 //
 // In Redis Cluster, keys in different hash slots cannot share a script (CROSSSLOT): a cluster
 // client needs a Runner that decides each key apart and withdraws what a refused decision's other
-// keys admitted (package withdraw's), as it withdraws a late answer's admission.
+// keys admitted (package withdraw's, which also withdraws a sorted-set log's late admission).
 //
 // # Keys
 //
@@ -99,7 +99,8 @@
 //   - SlidingLogPacked: the same log, deciding identically (TestPackedLogDecidesAsTheSortedSet),
 //     stored as one string of 4-byte admission times per key: one GET and at most one SET per
 //     decision whatever the limit. The sorted set, the textbook form, can withdraw a late
-//     decision by its id and shows who was admitted; the packed string is the production form.
+//     decision by its id and shows who was admitted; the packed string is the one recommended
+//     for high limits.
 //   - SlidingWindow: Remaining = ⌊limit − estimate⌋ with estimate = previous × (W − elapsed)/W +
 //     current; Reset = until the estimate has decayed enough for one more. Up to 2 × limit in a
 //     window when the previous window's traffic sat at its very end (TestSlidingWindowErrorBound);
@@ -109,9 +110,12 @@
 //   - TokenBucket and GCRA: Capacity = Burst, Remaining = whole tokens left; Reset = until one
 //     more token. They decide identically for the same Burst and rate: GCRA stores one number
 //     (the theoretical arrival time), the bucket two (tokens and time).
+//   - LeakyBucket: the queue, not a meter: an admission waits its turn (Decision.Wait) and the
+//     caller holds the request until then (package queue); Remaining = places left in the queue.
 //
-// Every key has a TTL, never longer than its algorithm needs the key but for the packed log's
-// quarter of a window (TestEveryAlgorithmKeepsTTLs), and RetryAfter is exact for every algorithm
-// (TestRetryAfterIsExact). Each script has a pure-Go model in model_test.go that the tests drive
-// alongside it through thousands of random steps.
+// Every key has a TTL, never longer than its algorithm needs the key, but for the packed log,
+// which renews its TTL once a quarter of a window and so may keep a key up to a quarter longer
+// (TestEveryAlgorithmKeepsTTLs). For every meter (all but LeakyBucket) RetryAfter is exact
+// (TestRetryAfterIsExact), and each script has a pure-Go model in model_test.go that the tests
+// drive alongside it through thousands of random steps.
 package ratelimit
