@@ -302,14 +302,15 @@ func readLines(t *testing.T, path, text, note string) int {
 }
 
 // TestCopyingTheLimiterTakesWhatTheREADMESays: README's "Copying the limiter" says internal/ratelimit
-// is about so many lines of Go importing go-redis alone; the package's own files are counted and
-// their imports read (the standard library's have no dot in their first element).
+// is about so many lines of Go importing go-redis alone, and names what its tests bring; the
+// package's own files are counted and their imports read (the standard library's have no dot in
+// their first element).
 func TestCopyingTheLimiterTakesWhatTheREADMESays(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`Copy that folder: its Go \(about ([0-9,]+)\s+lines, importing go-redis alone\)`).FindSubmatch(readme)
+	m := regexp.MustCompile("Copy `internal/ratelimit`: its Go \\(about ([0-9,]+)\\s+lines, importing go-redis alone\\)").FindSubmatch(readme)
 	if m == nil {
 		t.Fatal("README's Copying the limiter no longer says how many lines the core is: say it, or drop this test")
 	}
@@ -318,9 +319,32 @@ func TestCopyingTheLimiterTakesWhatTheREADMESays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What its tests bring along is named in the same paragraph: each package of the module, and
+	// each module other than go-redis, by its last element.
+	_, copying, _ := strings.Cut(string(readme), "**Copying the limiter.**")
+	copying, _, _ = strings.Cut(copying, "\n\n")
 	lines := 0
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
+			parsed, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range parsed.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				first, _, _ := strings.Cut(path, "/")
+				if !strings.Contains(first, ".") || path == "github.com/redis/go-redis/v9" || path == "github.com/pixlimit/pixlimit/internal/ratelimit" {
+					continue
+				}
+				name := path[strings.LastIndex(path, "/")+1:]
+				if regexp.MustCompile(`^v\d+$`).MatchString(name) { // a module's major version: name it by the element before
+					trimmed := path[:strings.LastIndex(path, "/")]
+					name = trimmed[strings.LastIndex(trimmed, "/")+1:]
+				}
+				if !strings.Contains(copying, "`"+name+"`") && !strings.Contains(copying, "/"+name+"`") {
+					t.Errorf("%s imports %s, which README's Copying the limiter does not name among what the tests bring", f, path)
+				}
+			}
 			continue
 		}
 		src, err := os.ReadFile(f)

@@ -88,9 +88,9 @@ func TestAFloodOfIdentitiesNeverMakesRedisForgetAFullKey(t *testing.T) {
 	if err := srv.Client(nil).ConfigSet(t.Context(), "maxmemory", "1mb").Err(); err != nil {
 		t.Fatal(err)
 	}
-	r := a.Do(http.MethodPost, "/v1/login", `{"document":"x","password":"x"}`, "X-Forwarded-For", "2001:db8:ffff::1")
-	if code, _ := r.JSON(t)["error"].(string); code != "rate_limiter_unavailable" {
-		t.Errorf("maxmemory-policy %s: a new site's login with Redis full: %v, want 429 rate_limiter_unavailable", policy, r)
+	login := a.Do(http.MethodPost, "/v1/login", `{"document":"x","password":"x"}`, "X-Forwarded-For", "2001:db8:ffff::1")
+	if code, _ := login.JSON(t)["error"].(string); code != "rate_limiter_unavailable" {
+		t.Errorf("maxmemory-policy %s: a new site's login with Redis full: %v, want 429 rate_limiter_unavailable", policy, login)
 	}
 	if r := a.Do(http.MethodGet, "/readyz", nil); r.Status != http.StatusServiceUnavailable {
 		t.Errorf("maxmemory-policy %s: /readyz with Redis full: %v, want 503", policy, r)

@@ -100,8 +100,8 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 	if err := pa.answerAsk(c, asked, bank, true, decided, a.ask); err != nil {
 		return tk, pa.giveBack(c, a, decided, err)
 	}
-	for _, slot := range []ratelimit.Step{a.askSlot, a.takeSlot} { // the slot asked, or taken (on a cluster the take is a call of its own)
-		if d, ran := decided.ds.Of(slot); ran {
+	for _, step := range []ratelimit.Step{a.askSlot, a.takeSlot} { // the slot asked, or taken (on a cluster the take is a call of its own)
+		if d, ran := decided.ds.Of(step); ran {
 			if err := held.answer(c, pa.limiter, own, d, nil, decided.took); err != nil {
 				return tk, pa.giveBack(c, a, decided, err)
 			}

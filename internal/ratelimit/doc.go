@@ -111,11 +111,13 @@
 //     more token. They decide identically for the same Burst and rate: GCRA stores one number
 //     (the theoretical arrival time), the bucket two (tokens and time).
 //   - LeakyBucket: the queue, not a meter: an admission waits its turn (Decision.Wait) and the
-//     caller holds the request until then (package queue); Remaining = places left in the queue.
+//     caller holds the request until then (package queue); Remaining = places left in the
+//     queue; Reset = until one more place frees (the first waiter's turn).
 //
-// Every key has a TTL, never longer than its algorithm needs the key, but for the packed log,
-// which renews its TTL once a quarter of a window and so may keep a key up to a quarter longer
-// (TestEveryAlgorithmKeepsTTLs). For every meter (all but LeakyBucket) RetryAfter is exact
-// (TestRetryAfterIsExact), and each script has a pure-Go model in model_test.go that the tests
-// drive alongside it through thousands of random steps.
+// The meters (every algorithm but LeakyBucket) are held to three promises by tests: each key has
+// a TTL never longer than its algorithm needs the key, but for the packed log, which renews its
+// TTL once a quarter of a window and so may keep a key up to a quarter longer
+// (TestEveryAlgorithmKeepsTTLs); RetryAfter is exact (TestRetryAfterIsExact); and each script
+// has a pure-Go model in model_test.go that the tests drive alongside it through thousands of
+// random steps. The queue has tests of its own (package queue's).
 package ratelimit

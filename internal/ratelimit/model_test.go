@@ -387,7 +387,7 @@ func TestBucketsBurstThenRefill(t *testing.T) {
 	}
 }
 
-// TestRetryAfterIsExact: for every algorithm, a full key refuses until exactly RetryAfter has
+// TestRetryAfterIsExact: for every meter, a full key refuses until exactly RetryAfter has
 // passed, then admits, and insisting in between does not move that moment.
 func TestRetryAfterIsExact(t *testing.T) {
 	for _, a := range meters() {
@@ -459,8 +459,8 @@ func TestSlidingWindowErrorBound(t *testing.T) {
 	}
 }
 
-// TestEveryAlgorithmKeepsTTLs: whatever the algorithm, and whether a request was admitted,
-// refused, or withdrawn, every key Redis holds has a TTL, no longer than the algorithm needs it:
+// TestEveryAlgorithmKeepsTTLs: whatever the meter, and whether a request was admitted or
+// refused, every key Redis holds has a TTL, no longer than the algorithm needs it:
 // a window (sliding log, fixed window), a window and a quarter (the packed log, which sets its
 // TTL once a quarter), two (sliding window: the previous count weighs during the next window),
 // or the time the bucket takes to fill (Burst/Limit windows).

@@ -165,7 +165,7 @@ func Script(a Algorithm) *redis.Script { return scripts[a] }
 func NewCall(checks ...Check) Call {
 	a := checks[0].Policy.algorithm()
 	c := Call{Op: Op{kind: opDecide}, Settings: make([][3]any, len(checks))}
-	if a == SlidingLog || a == LeakyBucket {
+	if decideScript(a, c.Op).NewID {
 		c.ID = RequestID()
 	}
 	for i, ch := range checks {

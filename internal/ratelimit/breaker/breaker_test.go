@@ -64,8 +64,8 @@ func limiter(t *testing.T, srv *redistest.Server, failures int, cooldown time.Du
 	return l, b, c
 }
 
-// warmLimiter makes l's first decision on c: connected, scripts loaded (three tries: on a busy machine
-// the first can outlast the budget; two failures stay under the thresholds the tests set).
+// warmLimiter makes l's first decision on c: connected, scripts loaded (three tries: on a busy
+// machine the first can outlast the budget; two failures stay under the thresholds the tests set).
 func warmLimiter(t *testing.T, l *ratelimit.Limiter, c ratelimit.Check) {
 	t.Helper()
 	for try := 1; ; try++ {

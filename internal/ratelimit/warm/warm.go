@@ -16,8 +16,9 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
 // Up loads every algorithm's script, and the layers' scripts it is given (package sequence's,

@@ -112,8 +112,8 @@ func mustAllow(t *testing.T, l *ratelimit.Limiter, checks ...Check) Decision {
 	return d
 }
 
-// warmLimiter makes l's first decision on c: connected, scripts loaded. Ten tries: beside four CPU
-// burners three in a row outlasted the 100 ms budget; a late admission is withdrawn by id, and
+// warmLimiter makes l's first decision on c: connected, scripts loaded. Ten tries: beside four
+// CPU burners three in a row outlasted the 100 ms budget; a late admission is withdrawn by id, and
 // a counter's (frozenSplit's full key, of limit 1) leaves the key as full as the warm-up would.
 func warmLimiter(t *testing.T, l *ratelimit.Limiter, c Check) {
 	t.Helper()
