@@ -334,6 +334,55 @@ func TestALedgerBusyPIXSpendsNothing(t *testing.T) {
 	}
 }
 
+// TestAQueuedPIXAnsweredLedgerBusyGivesItsTurnBack: on a queue (leaky_bucket, a turn every 5 s),
+// Ana's first PIX is served at once and held in the ledger, holding her one place of it; her
+// second waits for its turn, then finds her place still held and is answered 503 ledger_busy:
+// it moved nothing and gave its turn back, so the queue holds the first's place alone (a
+// place stays a pace after its turn: the next turn counts from it), and the turns after it
+// would have moved up.
+func TestAQueuedPIXAnsweredLedgerBusyGivesItsTurnBack(t *testing.T) {
+	t.Parallel()
+	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := newGated(inner, 16)
+	srv := redistest.Start(t)
+	replicas, _ := fleet(t, srv, ledger, 1, map[string]string{"REDIS_TIMEOUT": "1s", "DB_TIMEOUT": "200ms",
+		"LEDGER_ACCOUNT_SHARE": "1", "PIX_ALGORITHM": "leaky_bucket", "PIX_LIMIT": "2", "PIX_WINDOW": "10s", "PIX_QUEUE": "1"})
+	t.Cleanup(ledger.open) // before the servers close: a PIX held at the gate goes on
+	a := replicas[0]
+	ana := a.Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+	first := make(chan apitest.Response, 1)
+	go func() { first <- a.PIX(ana, "bruno@example.com", 100) }()
+	ledger.arrived(t, "Ana's first PIX") // served at once; it holds her one place, in the ledger
+	busy := a.PIX(ana, "bruno@example.com", 200)
+	if busy.Status != http.StatusServiceUnavailable || busy.JSON(t)["error"] != "ledger_busy" {
+		t.Fatalf("Ana's second PIX, at its turn, while her place of the ledger is held: %v, want 503 ledger_busy", busy)
+	}
+	// The queue's key lives until a pace after the last turn it gave (the second's, 5 s from the
+	// start): read before it goes.
+	rdb := srv.Client(nil)
+	keys := rdb.Keys(t.Context(), "rl:pix:leaky_bucket:*").Val()
+	if len(keys) != 1 {
+		t.Fatalf("the PIX queue's keys: %v, want one", keys)
+	}
+	if n := rdb.ZCard(t.Context(), keys[0]).Val(); n != 1 {
+		t.Errorf("the PIX queue holds %d places after the busy PIX, want 1 (the first's): the busy one gives its turn back", n)
+	}
+	ledger.open()
+	if r := <-first; r.Status != http.StatusCreated {
+		t.Fatalf("Ana's first PIX: %v", r)
+	}
+	st, err := inner.Statement(t.Context(), "acct-ana", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(st.Entries); n != 1 {
+		t.Errorf("Ana's statement holds %d transfers, want 1: the busy PIX moved nothing", n)
+	}
+}
+
 // TestAShadowLimitStillWaitsForTheKeysOriginal: with the PIX limit in shadow mode (1 a minute),
 // Ana's original PIX of a key is held in the ledger on one replica; a second PIX of the key on the
 // other replica, over the shadow limit (its refusal ends the admission's call before the mark),

@@ -59,6 +59,7 @@ type ticket struct {
 	key  string
 	held *slot // nil: PIX_CONCURRENCY off
 	orig *mark
+	turn ratelimit.Decision // a queued PIX's admission: its place, given back if the ledger is busy
 }
 
 // admission is the steps of one PIX's admission call, kept to read each one's decision.
@@ -120,6 +121,7 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 		}
 		return tk, nil
 	}
+	tk.turn = d
 	return tk, pa.atTurn(c, ctx, own, d, decided.took, held, orig, waitUntil)
 }
 
@@ -188,7 +190,9 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 // nobody has pays the miss, admitted and paid at once, before its 404 is sent (refused, it is a
 // 429 instead); a payment to a found key costs nothing, and its 201 gives back the tokens of the
 // look-up that led to it, if there was one (refund; a replayed 201, which moved nothing, gives
-// none). The slot goes back even when the client has left.
+// none). The slot goes back even when the client has left. A queued PIX answered ledger_busy
+// (it takes its place of the ledger at its turn, in the transfer's call) gives its turn back
+// too: like any PIX answered so, it spent no quota.
 func (t ticket) settle(r pix.Receipt, err error) error {
 	release := append(t.held.release(), t.orig.release()...)
 	switch {
@@ -199,6 +203,9 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 	case err == nil && !r.Replayed:
 		t.pa.refund(context.WithoutCancel(t.c.Request().Context()), t.s, t.user, t.key, release...)
 	default:
+		if errors.Is(err, pix.ErrLedgerBusy) && t.pa.queue != nil {
+			t.pa.queue.GiveBack(t.turn)
+		}
 		t.pa.release(t.c, release...)
 	}
 	return err

@@ -67,7 +67,8 @@ type Decision struct {
 	// Wait is, for a queue's decision (LeakyBucket), how long until the request's turn: an
 	// admission with a Wait above zero is held until then (package queue). Zero for the meters.
 	Wait time.Duration
-	// Place is an admitted queue decision's place in its queue, for the caller that waits.
+	// Place is an admitted queue decision's place in its queue, for the caller that waits, or
+	// that gives it back unused (package queue).
 	Place *Place
 }
 
@@ -274,10 +275,10 @@ func (l *Limiter) called(ctx context.Context, err error) {
 }
 
 // decisionOf is the Decision of the reply r to call c over checks and their keys: a queue's
-// admission also holds its place, for Wait.
+// admission also holds its wait and its place, to wait for or to give back.
 func decisionOf(r Reply, checks []Check, keys []string, c Call) Decision {
 	d := NewDecision(r.Allowed, r.Pairs, checks)
-	if queued(checks) && r.Wait > 0 {
+	if queued(checks) {
 		d.Wait = time.Duration(r.Wait) * time.Microsecond
 		if r.Allowed && c.Op.Takes() {
 			d.Place = &Place{Key: keys[0], Owner: checks[0].Identity, ID: c.ID, Turn: r.Now + r.Wait, Decided: r.Now, Policy: checks[0].Policy}

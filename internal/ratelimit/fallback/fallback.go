@@ -191,7 +191,7 @@ func (f *Fallback) queued(ctx context.Context, c ratelimit.Check, n int, now tim
 	allowed, remaining, reset, wait := f.memory.queue(now, key, q, within, id)
 	d := ratelimit.NewDecision(allowed, []int64{remaining, reset}, []ratelimit.Check{local})
 	d.Fallback = true
-	if allowed && wait > 0 {
+	if allowed {
 		d.Wait = time.Duration(wait) * time.Microsecond
 		d.Place = &ratelimit.Place{Key: key, Owner: c.Identity, ID: id, Turn: now.UnixMicro() + wait, Decided: now.UnixMicro(), Policy: q,
 			Leave: func() (turn, moved, at int64) {
