@@ -14,9 +14,10 @@ import (
 
 // The devices of an account, registered for PIX under the central bank's new-device rule: a
 // device not registered sends under the new-device caps. A phished password must not register
-// the phisher's phone: when the account has a registered device, a new one waits
-// DEVICE_REGISTRATION_DELAY (24 h) and then registers by itself, unless a registered device
-// approves it first, or the owner, seeing it pending in GET /v1/devices, removes it.
+// the phisher's phone: only the account's first registered device ever registers at once; once
+// the account has had one (even if the support desk revoked them all), a new one waits
+// DEVICE_REGISTRATION_DELAY (24 h) and then registers by itself, unless a registered device or the
+// support desk approves it first, or the owner, seeing it pending in GET /v1/devices, removes it.
 
 // deviceBody is a device as the routes show it.
 type deviceBody struct {
