@@ -190,13 +190,13 @@ func (c *Cache) learn(d ratelimit.Decision, checks []ratelimit.Check, sent time.
 			// Redis's TIME counts whole microseconds, so its now can be up to 1µs behind
 			// the true moment it decided: the entry stops answering that microsecond early.
 			if wait := r.RetryAfter - time.Microsecond; wait > 0 {
-				c.entries.block(c.l.Key(checks[i]), sent.Add(min(wait, c.hold)), sent.Add(r.RetryAfter))
+				c.entries.block(c.l.Key(checks[i]), checks[i].Policy, sent.Add(min(wait, c.hold)), sent.Add(r.RetryAfter))
 			}
 		}
 	case d.Allowed && len(checks) == 1 && checks[0].Policy.Algorithm == ratelimit.TokenBucket:
 		if r := d.Worst; r.Remaining == 0 && r.Reset > time.Microsecond {
 			wait := r.Reset - time.Microsecond
-			c.entries.block(c.l.Key(checks[0]), sent.Add(min(wait, c.hold)), sent.Add(r.Reset))
+			c.entries.block(c.l.Key(checks[0]), checks[0].Policy, sent.Add(min(wait, c.hold)), sent.Add(r.Reset))
 		}
 	}
 }
@@ -207,7 +207,7 @@ func (c *Cache) learn(d ratelimit.Decision, checks []ratelimit.Check, sent time.
 func (c *Cache) refuse(checks []ratelimit.Check, now time.Time) (ratelimit.Decision, bool) {
 	var d ratelimit.Decision // built only when a key is blocked: the common path allocates nothing here
 	for i, ch := range checks {
-		until, ok := c.entries.blockedUntil(c.l.Key(ch), now)
+		until, ok := c.entries.blockedUntil(c.l.Key(ch), ch.Policy, now)
 		if !ok {
 			continue
 		}

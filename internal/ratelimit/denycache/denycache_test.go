@@ -183,22 +183,43 @@ func TestADenyCachedKeyIsRefusedWhileRedisIsDown(t *testing.T) {
 	}
 }
 
+// TestARefusalLearntUnderAFormerPolicyRefusesNothing: a key the cache learnt full under one policy
+// (a limit of 2) is asked of Redis, not refused from memory, when checked under another of the
+// same name (the account's new tier: a limit of 5), however the refusal and the tier's change
+// raced; under the first policy it is still refused from memory.
+func TestARefusalLearntUnderAFormerPolicyRefusesNothing(t *testing.T) {
+	t.Parallel()
+	r := fleet(t, redistest.Start(t), "", 1, nil, &Options{})[0]
+	former := ratelimit.Policy{Name: "pix", Limit: 2, Window: time.Minute}
+	raised := former
+	raised.Limit = 5
+	for range 3 {
+		r.allow(t, ratelimit.Check{Policy: former, Identity: "ana"})
+	}
+	if d, full := r.c.KnownFull(ratelimit.Check{Policy: former, Identity: "ana"}); !full || !d.DenyCached {
+		t.Fatalf("under the policy that refused: known full %v, want true", full)
+	}
+	if d := r.allow(t, ratelimit.Check{Policy: raised, Identity: "ana"}); !d.Allowed || d.DenyCached || d.Worst.Remaining != 2 {
+		t.Errorf("under the raised policy: %+v, want admitted by Redis with 2 remaining (3 of 5 used)", d)
+	}
+}
+
 // TestDenyCacheIsBounded: at its size the cache drops what expires soonest, expired entries
 // first, and stays at its size.
 func TestDenyCacheIsBounded(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	c := newEntries(3)
-	c.block("expired", now.Add(-time.Second), now.Add(-time.Second))
-	c.block("soon", now.Add(time.Second), now.Add(time.Second))
-	c.block("late", now.Add(time.Hour), now.Add(time.Hour))
-	c.block("new", now.Add(time.Minute), now.Add(time.Minute)) // pushes out "expired"
-	c.block("newer", now.Add(time.Minute), now.Add(time.Minute))
+	c.block("expired", ratelimit.Policy{}, now.Add(-time.Second), now.Add(-time.Second))
+	c.block("soon", ratelimit.Policy{}, now.Add(time.Second), now.Add(time.Second))
+	c.block("late", ratelimit.Policy{}, now.Add(time.Hour), now.Add(time.Hour))
+	c.block("new", ratelimit.Policy{}, now.Add(time.Minute), now.Add(time.Minute)) // pushes out "expired"
+	c.block("newer", ratelimit.Policy{}, now.Add(time.Minute), now.Add(time.Minute))
 	if c.len() != 3 {
 		t.Fatalf("%d entries, want 3", c.len())
 	}
 	for key, want := range map[string]bool{"expired": false, "soon": false, "late": true, "new": true, "newer": true} {
-		if _, got := c.blockedUntil(key, now); got != want {
+		if _, got := c.blockedUntil(key, ratelimit.Policy{}, now); got != want {
 			t.Errorf("%s blocked = %v, want %v", key, got, want)
 		}
 	}
@@ -218,7 +239,7 @@ func TestDenyCacheMemory(t *testing.T) {
 	c := newEntries(n)
 	until := time.Now().Add(time.Hour)
 	for _, k := range keys {
-		c.block(k, until, until)
+		c.block(k, ratelimit.Policy{}, until, until)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

@@ -4,12 +4,14 @@ import (
 	"container/heap"
 	"sync"
 	"time"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
 // entries remember, per Redis key, until when this replica knows the key is full. Memory is
-// bounded by max entries (about 160 bytes each: the key, its map slot and its heap slot;
-// TestDenyCacheMemory measures it); when full, the entry that expires soonest goes first, which
-// is an expired one whenever there is one.
+// bounded by max entries (about 190 bytes each: the key, its policy, its map slot and its heap
+// slot; TestDenyCacheMemory measures it); when full, the entry that expires soonest goes first,
+// which is an expired one whenever there is one.
 type entries struct {
 	max int
 
@@ -20,24 +22,27 @@ type entries struct {
 
 type denied struct {
 	key      string
-	until    time.Time // when this entry stops answering: the deadline, or sooner (Options.Hold)
-	deadline time.Time // when the key can have room again, as Redis said
-	index    int       // in byUntil
+	policy   ratelimit.Policy // the policy that refused: a key checked under another (a new tier) is not known full
+	until    time.Time        // when this entry stops answering: the deadline, or sooner (Options.Hold)
+	deadline time.Time        // when the key can have room again, as Redis said
+	index    int              // in byUntil
 }
 
 func newEntries(max int) *entries {
 	return &entries{max: max, entries: make(map[string]*denied)}
 }
 
-// blockedUntil reports until when key is known to be full, if the entry still answers at now.
-func (c *entries) blockedUntil(key string, now time.Time) (time.Time, bool) {
+// blockedUntil reports until when key is known to be full under p, if the entry still answers at
+// now. An entry learnt under another policy (a decision made under the account's former tier,
+// that came back after the tier changed) answers nothing, and goes.
+func (c *entries) blockedUntil(key string, p ratelimit.Policy, now time.Time) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[key]
 	if !ok {
 		return time.Time{}, false
 	}
-	if !now.Before(e.until) {
+	if !now.Before(e.until) || e.policy != p {
 		heap.Remove(&c.byUntil, e.index)
 		delete(c.entries, key)
 		return time.Time{}, false
@@ -45,12 +50,13 @@ func (c *entries) blockedUntil(key string, now time.Time) (time.Time, bool) {
 	return e.deadline, true
 }
 
-// block records that key is full until deadline, an entry that answers until until (≤ deadline).
-func (c *entries) block(key string, until, deadline time.Time) {
+// block records that key is full under p until deadline, an entry that answers until until
+// (≤ deadline).
+func (c *entries) block(key string, p ratelimit.Policy, until, deadline time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[key]; ok {
-		e.until, e.deadline = until, deadline
+		e.policy, e.until, e.deadline = p, until, deadline
 		heap.Fix(&c.byUntil, e.index)
 		return
 	}
@@ -58,7 +64,7 @@ func (c *entries) block(key string, until, deadline time.Time) {
 		oldest := heap.Pop(&c.byUntil).(*denied)
 		delete(c.entries, oldest.key)
 	}
-	e := &denied{key: key, until: until, deadline: deadline}
+	e := &denied{key: key, policy: p, until: until, deadline: deadline}
 	heap.Push(&c.byUntil, e)
 	c.entries[key] = e
 }
