@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"fmt"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -15,6 +16,8 @@ import (
 // header (and the contract) says, admits 3 of 4 requests on a key with limit 3: remaining 2, 1,
 // 0, then a refusal whose reset_ms is within the window; a refusal recorded nothing; and two keys
 // decide together. The same file is what the replicas run (TestRedisRunsOnlyTheRepositorysScripts).
+// Every algorithm's script then runs alone the same way, with the two arguments a person types and
+// with every argument a replica sends (Call.Args).
 func TestTheTextbookScriptRunsAlone(t *testing.T) {
 	t.Parallel()
 	cli, err := exec.LookPath("redis-cli")
@@ -77,6 +80,28 @@ func TestTheTextbookScriptRunsAlone(t *testing.T) {
 		}
 		if !slices.Equal(allowed, want) {
 			t.Errorf("redis-cli --eval %s alone:%s , 3 60000, 5 times: allowed %v, want %v", file, a, allowed, want)
+		}
+
+		// And with every argument a replica sends (Call.Args: the id, the capacity, the Redis
+		// clock's "" and the plain decision's "" after the limit and the window), the same.
+		p := Policy{Name: "replica", Limit: 3, Window: time.Minute, Algorithm: a}
+		if a == LeakyBucket {
+			p.Queue = 3
+		}
+		allowed = nil
+		for range 5 {
+			args := []string{"replica:" + string(a), ","}
+			for _, v := range NewCall(Check{Policy: p, Identity: "ana"}).Args() {
+				args = append(args, fmt.Sprint(v))
+			}
+			got := eval(args...)
+			if len(got) < 4 {
+				t.Fatalf("%s with a replica's arguments %q: reply %v, want allowed, remaining, reset_ms, now and more", file, args[2:], got)
+			}
+			allowed = append(allowed, got[0])
+		}
+		if !slices.Equal(allowed, want) {
+			t.Errorf("redis-cli --eval %s with a replica's arguments, 5 times: allowed %v, want %v", file, allowed, want)
 		}
 	}
 }
