@@ -130,10 +130,13 @@ func meters() []Algorithm {
 	return slices.DeleteFunc(ratelimit.Algorithms(), func(a Algorithm) bool { return a == LeakyBucket })
 }
 
-// freezer is a Redis client that freezes the server (SIGSTOP) right after the first reply on a
-// trigger key, once armed, and thaws it thaw later: every call after that reply, the withdrawal
-// of the admission it answered included, meets a frozen Redis, whatever the machine's speed. It
-// stands for an overloaded Redis that stops answering in the middle of a burst.
+// freezer is a Redis client that freezes the server (SIGSTOP), once armed, right after a split
+// decision's keys have all answered, one a trigger key (an open key, admitted) and the other not
+// (the full key, refusing): the decision is then refused whole, and the withdrawal of its open
+// key's admission meets a frozen Redis, whatever the machine's speed. The calls of one decision
+// share its request's id (ARGV[3]); a counter's carry none, and freeze the server right after the
+// first reply on a trigger key. It thaws thaw later. It stands for an overloaded Redis that stops
+// answering in the middle of a burst.
 type freezer struct {
 	redis.Scripter
 	srv     *redistest.Server
@@ -143,18 +146,47 @@ type freezer struct {
 	frozen  atomic.Bool
 	once    sync.Once
 	thawed  chan struct{} // closed once the freeze is over
+
+	mu       sync.Mutex
+	answered map[string]int // per request id: 1 its open key answered, 2 its other key, 3 both
 }
 
 func (f *freezer) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	cmd := f.Scripter.EvalSha(ctx, sha, keys, args...)
-	if f.armed.Load() && len(keys) == 1 && f.trigger[keys[0]] && cmd.Err() == nil {
-		f.once.Do(func() {
-			f.frozen.Store(true)
-			f.srv.Pause()
-			time.AfterFunc(f.thaw, func() { defer close(f.thawed); f.srv.Resume() })
-		})
+	if !f.armed.Load() || len(keys) != 1 || len(args) < 3 || cmd.Err() != nil {
+		return cmd
+	}
+	id, _ := args[2].(string)
+	if id == "" { // a counter's call: no id pairs a decision's keys
+		if f.trigger[keys[0]] {
+			f.freeze()
+		}
+		return cmd
+	}
+	side := 2
+	if f.trigger[keys[0]] {
+		side = 1
+	}
+	f.mu.Lock()
+	if f.answered == nil {
+		f.answered = map[string]int{}
+	}
+	f.answered[id] |= side
+	both := f.answered[id] == 3
+	f.mu.Unlock()
+	if both {
+		f.freeze()
 	}
 	return cmd
+}
+
+// freeze pauses the server, once, and thaws it f.thaw later.
+func (f *freezer) freeze() {
+	f.once.Do(func() {
+		f.frozen.Store(true)
+		f.srv.Pause()
+		time.AfterFunc(f.thaw, func() { defer close(f.thawed); f.srv.Resume() })
+	})
 }
 
 // waitThawed waits for the freeze to end, if it began.
@@ -201,7 +233,7 @@ func frozenSplit(t *testing.T, a Algorithm, n int, thaw time.Duration, logs *api
 	var ids []string
 	for round := 0; !f.frozen.Load(); round++ {
 		if round == frozenRounds {
-			t.Fatalf("%d bursts of %d decisions and no open key answered within %v: the freeze never began", round, n, budget)
+			t.Fatalf("%d bursts of %d decisions and no decision had its keys answered within %v: the freeze never began", round, n, budget)
 		}
 		var wg sync.WaitGroup
 		for i := range n {
