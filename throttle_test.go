@@ -2,6 +2,7 @@ package pixlimit_test
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -334,52 +335,67 @@ func TestALedgerBusyPIXSpendsNothing(t *testing.T) {
 	}
 }
 
-// TestAQueuedPIXAnsweredLedgerBusyGivesItsTurnBack: on a queue (leaky_bucket, a turn every 5 s),
-// Ana's first PIX is served at once and held in the ledger, holding her one place of it; her
-// second waits for its turn, then finds her place still held and is answered 503 ledger_busy:
-// it moved nothing and gave its turn back, so the queue holds the first's place alone (a
-// place stays a pace after its turn: the next turn counts from it), and the turns after it
-// would have moved up.
-func TestAQueuedPIXAnsweredLedgerBusyGivesItsTurnBack(t *testing.T) {
+// TestAQueuedPIXRefusedAtItsTurnGivesItBack: on a queue (leaky_bucket, a turn every 5 s), Ana's
+// first PIX is served at once and held in the ledger, holding her one place of the ledger (or her
+// one in-flight slot); her second waits for its turn, then finds the place (or the slot) still
+// held and is answered 503 ledger_busy (or 429 pix-concurrency): it moved nothing and gave its
+// turn back, so the queue holds the first's place alone (a place stays a pace after its turn:
+// the next turn counts from it), and the turns after it would have moved up.
+func TestAQueuedPIXRefusedAtItsTurnGivesItBack(t *testing.T) {
 	t.Parallel()
-	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ledger := newGated(inner, 16)
-	srv := redistest.Start(t)
-	replicas, _ := fleet(t, srv, ledger, 1, map[string]string{"REDIS_TIMEOUT": "1s", "DB_TIMEOUT": "200ms",
-		"LEDGER_ACCOUNT_SHARE": "1", "PIX_ALGORITHM": "leaky_bucket", "PIX_LIMIT": "2", "PIX_WINDOW": "10s", "PIX_QUEUE": "1"})
-	t.Cleanup(ledger.open) // before the servers close: a PIX held at the gate goes on
-	a := replicas[0]
-	ana := a.Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
-	first := make(chan apitest.Response, 1)
-	go func() { first <- a.PIX(ana, "bruno@example.com", 100) }()
-	ledger.arrived(t, "Ana's first PIX") // served at once; it holds her one place, in the ledger
-	busy := a.PIX(ana, "bruno@example.com", 200)
-	if busy.Status != http.StatusServiceUnavailable || busy.JSON(t)["error"] != "ledger_busy" {
-		t.Fatalf("Ana's second PIX, at its turn, while her place of the ledger is held: %v, want 503 ledger_busy", busy)
-	}
-	// The queue's key lives until a pace after the last turn it gave (the second's, 5 s from the
-	// start): read before it goes.
-	rdb := srv.Client(nil)
-	keys := rdb.Keys(t.Context(), "rl:pix:leaky_bucket:*").Val()
-	if len(keys) != 1 {
-		t.Fatalf("the PIX queue's keys: %v, want one", keys)
-	}
-	if n := rdb.ZCard(t.Context(), keys[0]).Val(); n != 1 {
-		t.Errorf("the PIX queue holds %d places after the busy PIX, want 1 (the first's): the busy one gives its turn back", n)
-	}
-	ledger.open()
-	if r := <-first; r.Status != http.StatusCreated {
-		t.Fatalf("Ana's first PIX: %v", r)
-	}
-	st, err := inner.Statement(t.Context(), "acct-ana", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := len(st.Entries); n != 1 {
-		t.Errorf("Ana's statement holds %d transfers, want 1: the busy PIX moved nothing", n)
+	for _, tt := range []struct {
+		name         string
+		env          map[string]string
+		status       int
+		code, policy string
+	}{
+		{"ledger busy", map[string]string{"LEDGER_ACCOUNT_SHARE": "1"}, http.StatusServiceUnavailable, "ledger_busy", ""},
+		{"in-flight slot held", map[string]string{"PIX_CONCURRENCY": "1"}, http.StatusTooManyRequests, "rate_limit_exceeded", `"pix-concurrency"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ledger := newGated(inner, 16)
+			srv := redistest.Start(t)
+			env := map[string]string{"REDIS_TIMEOUT": "1s", "DB_TIMEOUT": "200ms",
+				"PIX_ALGORITHM": "leaky_bucket", "PIX_LIMIT": "2", "PIX_WINDOW": "10s", "PIX_QUEUE": "1"}
+			maps.Copy(env, tt.env)
+			replicas, _ := fleet(t, srv, ledger, 1, env)
+			t.Cleanup(ledger.open) // before the servers close: a PIX held at the gate goes on
+			a := replicas[0]
+			ana := a.Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+			first := make(chan apitest.Response, 1)
+			go func() { first <- a.PIX(ana, "bruno@example.com", 100) }()
+			ledger.arrived(t, "Ana's first PIX") // served at once, and held in the ledger
+			second := a.PIX(ana, "bruno@example.com", 200)
+			if second.Status != tt.status || second.JSON(t)["error"] != tt.code || !strings.Contains(second.Header.Get("RateLimit-Policy"), tt.policy) {
+				t.Fatalf("Ana's second PIX, at its turn: %v, want %d %s (%s)", second, tt.status, tt.code, tt.policy)
+			}
+			// The queue's key lives until a pace after the last turn it gave (the second's, 5 s
+			// from the start): read before it goes.
+			rdb := srv.Client(nil)
+			keys := rdb.Keys(t.Context(), "rl:pix:leaky_bucket:*").Val()
+			if len(keys) != 1 {
+				t.Fatalf("the PIX queue's keys: %v, want one", keys)
+			}
+			if n := rdb.ZCard(t.Context(), keys[0]).Val(); n != 1 {
+				t.Errorf("the PIX queue holds %d places after the refused PIX, want 1 (the first's): it gives its turn back", n)
+			}
+			ledger.open()
+			if r := <-first; r.Status != http.StatusCreated {
+				t.Fatalf("Ana's first PIX: %v", r)
+			}
+			st, err := inner.Statement(t.Context(), "acct-ana", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(st.Entries); n != 1 {
+				t.Errorf("Ana's statement holds %d transfers, want 1: the refused PIX moved nothing", n)
+			}
+		})
 	}
 }
 

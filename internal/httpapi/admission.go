@@ -169,7 +169,8 @@ func (pa admissions) giveBack(c echo.Context, a admission, decided sequence, err
 }
 
 // atTurn holds a queued PIX, admitted by d over own in took, until its turn, then takes its slot
-// and its mark, as an unqueued PIX's call takes them.
+// and its mark, as an unqueued PIX's call takes them. Refused its slot then, it gives its turn
+// back: as an unqueued PIX refused its slot, it spent nothing of its own limit.
 func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ratelimit.Decision, took time.Duration, held *slot, orig *mark, waitUntil time.Time) error {
 	if err := pa.wait(c, ctx, []check{own}, d, took); err != nil {
 		return err
@@ -178,6 +179,9 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 		start := time.Now()
 		hds, err := pa.decider().Decide(context.WithoutCancel(ctx), held.hold())
 		if err := held.answer(c, pa.limiter, own, hds.Last(), err, time.Since(start)); err != nil {
+			if pa.queue != nil {
+				pa.queue.GiveBack(d)
+			}
 			return err
 		}
 	}
