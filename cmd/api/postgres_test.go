@@ -440,12 +440,14 @@ func TestASlowCommitOnARealServer(t *testing.T) {
 // account may hold more), hold every connection of the replica's pool of four (the first's
 // COMMIT held at the gate, the others behind the rows it locked). Meanwhile Diego's statement is
 // answered at once 503 ledger_busy with Retry-After 1, and spends no quota; once the COMMIT is
-// let through, every PIX is 201: the payments kept the database.
+// let through, every PIX is 201: the payments kept the database. DB_TIMEOUT is the longest the
+// configuration accepts with the tests' REDIS_TIMEOUT of 1s (5.5 s): a PIX behind the held row
+// waits that long for its statement, and beside four CPU burners 5 s was once not enough.
 func TestReadsGiveWayToPayments(t *testing.T) {
 	t.Parallel()
 	gate := pgtest.NewGate(t, pgtest.URL(t))
 	a := startAPI(t, redistest.Start(t), map[string]string{"DATABASE_URL": gate.URL + "&pool_max_conns=4", "DEMO_ACCOUNTS": "true",
-		"DB_TIMEOUT": "5s", "PIX_LIMIT": "100", "STATEMENT_LIMIT": "100", "PIX_CONCURRENCY": "0"})
+		"DB_TIMEOUT": "5500ms", "PIX_LIMIT": "100", "STATEMENT_LIMIT": "100", "PIX_CONCURRENCY": "0"})
 	ana, carla, diego := a.Token(demo[0].Document, demo[0].Password), a.Token(demo[2].Document, demo[2].Password), a.Token(demo[3].Document, demo[3].Password)
 	meter := stalls.Watch(t)
 	gate.HoldCommits()
