@@ -179,9 +179,7 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 		start := time.Now()
 		hds, err := pa.decider().Decide(context.WithoutCancel(ctx), held.hold())
 		if err := held.answer(c, pa.limiter, own, hds.Last(), err, time.Since(start)); err != nil {
-			if pa.queue != nil {
-				pa.queue.GiveBack(d)
-			}
+			pa.giveTurnBack(d)
 			return err
 		}
 	}
@@ -207,8 +205,8 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 	case err == nil && !r.Replayed:
 		t.pa.refund(context.WithoutCancel(t.c.Request().Context()), t.s, t.user, t.key, release...)
 	default:
-		if errors.Is(err, pix.ErrLedgerBusy) && t.pa.queue != nil {
-			t.pa.queue.GiveBack(t.turn)
+		if errors.Is(err, pix.ErrLedgerBusy) {
+			t.pa.giveTurnBack(t.turn)
 		}
 		t.pa.release(t.c, release...)
 	}

@@ -76,6 +76,14 @@ func (r limiter) wait(c echo.Context, ctx context.Context, cs []check, d ratelim
 	return nil
 }
 
+// giveTurnBack gives back the turn of d, a queued request's admission that will not be served
+// after all though its turn came (package queue's GiveBack): it spent nothing of its limit.
+func (r limiter) giveTurnBack(d ratelimit.Decision) {
+	if r.queue != nil {
+		r.queue.GiveBack(d)
+	}
+}
+
 // slot is the in-flight slot a PIX of s's account named idem holds (nil when PIX_CONCURRENCY is
 // off): the request's Idempotency-Key names it, so that a replay of a PIX in progress shares its
 // original's slot and waits for its answer in the ledger, never refused.
