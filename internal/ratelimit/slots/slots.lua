@@ -142,38 +142,55 @@ local function name(member)
   return string.match(member, '^(.*):[^:]*$') or member
 end
 
--- held counts keys[i]'s slots in use, and says whether one is named mine.
-local function held(i, mine)
-  local names, count, taken = {}, 0, false
-  for _, m in ipairs(redis.call('ZRANGE', keys[i], 0, -1)) do
-    local x = name(m)
-    if not names[x] then
-      names[x], count = true, count + 1
+-- holders reads keys[i] once (every redis.call costs a microsecond of bridging, more than the
+-- command): the slots in use by holders other than this request's (distinct names: a count, and
+-- each name's), the first of their leases to end, and this request's own lease end if it holds
+-- one. Leases already ended are counted nowhere and dropped (their replicas stopped answering).
+local function holders(i)
+  local hs = redis.call('ZRANGE', keys[i], 0, -1, 'WITHSCORES')    -- {member, lease end, ...}, soonest end first
+  local names, count, first, own, ended = {}, 0, nil, nil, false
+  for j = 1, #hs, 2 do
+    local m, t = hs[j], tonumber(hs[j + 1])
+    if t <= now then
+      ended = true
+    elseif m == id then
+      own = t
+    else
+      first = first or t
+      local x = name(m)
+      if not names[x] then names[x], count = true, count + 1 end
     end
-    taken = taken or x == mine
   end
-  return count, taken
+  if ended then redis.call('ZREMRANGEBYSCORE', keys[i], '-inf', now) end
+  return names, count, first, own
 end
 
 ---- each decision: what follows runs once per request (what precedes it, once per call)
 local allowed, mine = true, name(id)
+local counts, firsts, owns, shared = {}, {}, {}, {}
 for i = 1, n do
-  redis.call('ZREMRANGEBYSCORE', keys[i], '-inf', now)            -- leases ended: their replicas stopped answering
-  if undo_at then
-    redis.call('ZREM', keys[i], id)
-  else
-    local count, shared = held(i, mine)
-    if not shared and count >= limits[i] then allowed = false end  -- every slot held by other requests
-  end
+  local names
+  names, counts[i], firsts[i], owns[i] = holders(i)
+  shared[i] = names[mine] or false
+  -- every slot held by other requests: refused, unless this request holds one already or shares its name's
+  if not undo_at and not shared[i] and not owns[i] and counts[i] >= limits[i] then allowed = false end
 end
 local remaining, reset = {}, {}
 for i = 1, n do
-  if allowed and not undo_at and cost > 0 then
-    redis.call('ZADD', keys[i], now + windows[i], id)
+  local own = owns[i]                                              -- this request's lease end after the operation
+  if undo_at then
+    if own then redis.call('ZREM', keys[i], id) end
+    own = nil
+  elseif allowed and cost > 0 then
+    own = now + windows[i]
+    redis.call('ZADD', keys[i], own, id)
     redis.call('PEXPIRE', keys[i], ceil(windows[i] / 1000))
   end
-  remaining[i], reset[i] = max(0, limits[i] - held(i, mine)), 0
-  local first = redis.call('ZRANGE', keys[i], 0, 0, 'WITHSCORES')[2]
-  if first then reset[i] = ceil(tonumber(first) - now) end
+  local count, first = counts[i], firsts[i]
+  if own then
+    if not shared[i] then count = count + 1 end
+    if not first or own < first then first = own end
+  end
+  remaining[i], reset[i] = max(0, limits[i] - count), first and ceil(first - now) or 0
 end
 return reply(allowed, remaining, reset)

@@ -3,6 +3,8 @@ package slots_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,5 +154,101 @@ func TestASlotIsAskedBeforeTheLimitAndTakenAfter(t *testing.T) {
 	}
 	if d, _ := lastOf(l.Decide(ctx, s.Hold("co", slots.Holder("four")))); !d.Allowed {
 		t.Error("a PIX refused by its limit kept a slot")
+	}
+}
+
+// slotsModel is the slots in Go, as slots.lua decides them: each holder's lease end; a holder's
+// slot is its name, what comes before its last ':'.
+type slotsModel struct {
+	s      slots.Slots
+	leases map[string]time.Time
+}
+
+// decide holds (take), asks or releases holder's slot at now, and returns the verdict, the free
+// slots after it and the time until the first lease ends.
+func (m slotsModel) decide(now time.Time, holder, op string) (allowed bool, remaining int, reset time.Duration) {
+	name := func(h string) string { return h[:strings.LastIndex(h, ":")] }
+	for h, end := range m.leases {
+		if !end.After(now) { // a lease ended: its replica stopped answering
+			delete(m.leases, h)
+		}
+	}
+	names := func() map[string]bool {
+		in := map[string]bool{}
+		for h := range m.leases {
+			in[name(h)] = true
+		}
+		return in
+	}
+	allowed = true
+	switch op {
+	case "release":
+		delete(m.leases, holder)
+	default:
+		in := names()
+		allowed = in[name(holder)] || len(in) < m.s.Count
+		if allowed && op == "hold" {
+			m.leases[holder] = now.Add(m.s.Lease)
+		}
+	}
+	for _, end := range m.leases {
+		if d := end.Sub(now); reset == 0 || d < reset {
+			reset = d
+		}
+	}
+	return allowed, max(0, m.s.Count-len(names())), reset
+}
+
+// TestSlotsFollowTheirModel: thousands of random holds, asks and releases by a few holders of a
+// few names, the clock stepping past leases, decided by slots.lua, alone and as a PIX's sequence
+// runs it (ask, then hold), and by slotsModel: every verdict, count of free slots and time to
+// the first lease's end agree.
+func TestSlotsFollowTheirModel(t *testing.T) {
+	clk := clocktest.New()
+	l := replicas(t, redistest.Start(t), 1, clk)[0]
+	s := slots.Slots{Name: "model", Count: 2, Lease: 3 * time.Second}
+	m := slotsModel{s: s, leases: map[string]time.Time{}}
+	rng := rand.New(rand.NewPCG(46, 47))
+	ctx := context.Background()
+	refused := 0
+	check := func(step int, what string, got ratelimit.Decision, holder, op string) {
+		t.Helper()
+		allowed, remaining, reset := m.decide(clk.Now(), holder, op)
+		if !allowed {
+			refused++
+		}
+		if got.Allowed != allowed || got.Worst.Remaining != remaining || got.Worst.Reset != reset {
+			t.Fatalf("step %d, %s %s: script allowed %v, %d free, reset %v; model %v, %d, %v",
+				step, what, holder, got.Allowed, got.Worst.Remaining, got.Worst.Reset, allowed, remaining, reset)
+		}
+	}
+	for i := range 3000 {
+		clk.Wander(rng, 200*time.Millisecond, 4*time.Second)
+		holder := fmt.Sprintf("n%d:h%d", rng.IntN(4), rng.IntN(3))
+		switch op := []string{"hold", "ask", "release", "pix"}[rng.IntN(4)]; op {
+		case "pix": // ask, then hold, in one call: the hold runs only if the ask was admitted
+			ask, hold := s.Ask("co", holder), s.Hold("co", holder)
+			ds, err := l.Decide(ctx, ask, hold)
+			if err != nil {
+				t.Fatal(err)
+			}
+			asked, _ := ds.Of(ask)
+			check(i, "pix ask", asked, holder, "ask")
+			if held, ran := ds.Of(hold); ran != asked.Allowed {
+				t.Fatalf("step %d: the ask admitted %v, the hold ran %v", i, asked.Allowed, ran)
+			} else if ran {
+				check(i, "pix hold", held, holder, "hold")
+			}
+		default:
+			step := map[string]func(string, string) ratelimit.Step{"hold": s.Hold, "ask": s.Ask, "release": s.Release}[op]
+			d, err := lastOf(l.Decide(ctx, step("co", holder)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(i, op, d, holder, op)
+		}
+	}
+	if refused < 100 {
+		t.Fatalf("%d refusals in 3000 steps: the trace hardly tried the slots' limit", refused)
 	}
 }
