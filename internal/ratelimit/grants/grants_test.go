@@ -2,6 +2,7 @@ package grants_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -96,5 +97,44 @@ func TestVouchers(t *testing.T) {
 	wg.Wait()
 	if n := taken.Load(); n != 3 {
 		t.Errorf("20 concurrent redemptions of 3 grants took %d, want 3", n)
+	}
+}
+
+// TestVouchersFollowTheirModel: thousands of random grants and redemptions, the clock stepping
+// past their lifetime, decided by voucher.lua and by a Go model (the grants' times, oldest
+// first): every verdict and count of grants held agree.
+func TestVouchersFollowTheirModel(t *testing.T) {
+	clk := clocktest.New()
+	l := limiter(t, clk)
+	v := grants.Vouchers{Name: "model", Max: 3, Lifetime: time.Second}
+	var held []time.Time // the model: each grant's time, oldest first
+	rng := rand.New(rand.NewPCG(48, 49))
+	ctx := context.Background()
+	redeemed, expired := 0, 0
+	for i := range 3000 {
+		clk.Wander(rng, 150*time.Millisecond, 3*time.Second)
+		now := clk.Now()
+		for len(held) > 0 && !held[0].After(now.Add(-v.Lifetime)) {
+			held, expired = held[1:], expired+1
+		}
+		grant := rng.IntN(2) == 0
+		step, want := v.Redeem("payer"), len(held) > 0
+		if grant {
+			step, want = v.Grant("payer"), true
+			held = append(held, now)
+			held = held[max(0, len(held)-v.Max):]
+		} else if want {
+			held, redeemed = held[1:], redeemed+1
+		}
+		ds, err := l.Decide(ctx, step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ds.Last(); got.Allowed != want || got.Worst.Remaining != len(held) {
+			t.Fatalf("step %d (grant %v): script allowed %v, %d held; model %v, %d", i, grant, got.Allowed, got.Worst.Remaining, want, len(held))
+		}
+	}
+	if redeemed < 100 || expired < 100 {
+		t.Fatalf("%d redeemed, %d expired in 3000 steps: the trace hardly tried either", redeemed, expired)
 	}
 }

@@ -690,26 +690,48 @@ local function expire(i)
   redis.call('ZREMRANGEBYSCORE', keys[i], '-inf', now - windows[i])
 end
 
+-- redeem takes keys[i]'s oldest live grant. The oldest of all is live unless it has expired, and
+-- then every expired one goes before the next is taken: so a redemption is one call while the
+-- oldest grant is live (or there is none), where expiring first would be two. It returns whether
+-- it took one, and whether the key held none at all.
+local function redeem(i)
+  local oldest = redis.call('ZPOPMIN', keys[i])                    -- {grant, granted at}, or {}
+  if #oldest == 0 then return false, true end
+  if tonumber(oldest[2]) <= now - windows[i] then
+    expire(i)
+    oldest = redis.call('ZPOPMIN', keys[i])
+  end
+  return #oldest > 0, false
+end
+
 decisions['voucher'] = function()
 ---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then return 0 end                                       -- nothing to withdraw: a grant is not an admission
 
 local allowed, remaining, reset = true, {}, {}
 for i = 1, n do
-  expire(i)
+  local held                                                       -- the grants keys[i] holds after the operation
   if cost < 0 then
+    expire(i)
     redis.call('ZADD', keys[i], now, id)
-    local held = redis.call('ZCARD', keys[i])
+    held = redis.call('ZCARD', keys[i])
     if held > limits[i] then
       redis.call('ZREMRANGEBYRANK', keys[i], 0, held - limits[i] - 1) -- the oldest beyond the bound
+      held = limits[i]
     end
     redis.call('PEXPIRE', keys[i], ceil(windows[i] / 1000))
   elseif cost == 0 then
-    allowed = allowed and redis.call('ZCARD', keys[i]) > 0
+    expire(i)
+    held = redis.call('ZCARD', keys[i])
+    allowed = allowed and held > 0
+  elseif allowed then                                              -- a refusal by an earlier key redeems nothing here
+    local empty
+    allowed, empty = redeem(i)
+    if empty then held = 0 end
   else
-    allowed = allowed and #redis.call('ZPOPMIN', keys[i]) > 0
+    expire(i)
   end
-  remaining[i], reset[i] = redis.call('ZCARD', keys[i]), 0
+  remaining[i], reset[i] = held or redis.call('ZCARD', keys[i]), 0
 end
 return reply(allowed, remaining, reset)
 
