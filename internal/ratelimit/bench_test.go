@@ -143,25 +143,37 @@ func measure(b *testing.B, rdb *redis.Client, par int, fn func(i int) error) {
 		return // a cluster: each node keeps its own statistics
 	}
 	b.ReportMetric((redisCPU()-redisBefore)*1e6/float64(b.N), "redis-cpu-µs/op")
-	stats, err := rdb.Info(ctx, "commandstats").Result()
+	// Redis's time in scripts per decision: EVALSHA's total over the decisions made (a batch is
+	// one call for several). And the decisions per call: how large the batches grew.
+	if calls, usec := evalshaStats(b, rdb); calls > 0 {
+		b.ReportMetric(float64(b.N)/calls, "decisions/call")
+		b.ReportMetric(usec/float64(b.N), "redis-µs/op")
+	}
+}
+
+// evalshaStats are Redis's EVALSHA calls so far and its time in them, µs (INFO commandstats):
+// zero before the first.
+func evalshaStats(b *testing.B, rdb *redis.Client) (calls, usec float64) {
+	b.Helper()
+	stats, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Redis's time in scripts per decision: EVALSHA's total over the decisions made (a batch is
-	// one call for several).
-	// And the decisions per call: how large the batches grew.
-	if _, rest, ok := strings.Cut(stats, "cmdstat_evalsha:calls="); ok {
-		calls, rest, _ := strings.Cut(rest, ",")
-		if n, err := strconv.ParseFloat(calls, 64); err == nil && n > 0 {
-			b.ReportMetric(float64(b.N)/n, "decisions/call")
-		}
-		if _, rest, ok = strings.Cut(rest, "usec="); ok {
-			usec, _, _ := strings.Cut(rest, ",")
-			if v, err := strconv.ParseFloat(usec, 64); err == nil {
-				b.ReportMetric(v/float64(b.N), "redis-µs/op")
-			}
+	_, rest, found := strings.Cut(stats, "cmdstat_evalsha:")
+	if !found {
+		return 0, 0
+	}
+	for _, field := range strings.Split(strings.SplitN(rest, "\r\n", 2)[0], ",") {
+		k, v, _ := strings.Cut(field, "=")
+		f, _ := strconv.ParseFloat(v, 64)
+		switch k {
+		case "calls":
+			calls = f
+		case "usec":
+			usec = f
 		}
 	}
+	return calls, usec
 }
 
 // BenchmarkCluster compares decisions on a 3-master Redis Cluster with decisions on one node,

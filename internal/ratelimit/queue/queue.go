@@ -186,8 +186,8 @@ func (q *Queue) Wait(ctx context.Context, d ratelimit.Decision) error {
 
 // GiveBack gives back the place of d, an admitted decision whose request will not be served
 // after all though its turn came (what it waited for could not be had: the ledger busy with its
-// account's other calls, or every in-flight slot of its account held), so that it spent no turn: the turns after it move up, as when a waiter
-// leaves. A place already served a pace ago is gone by itself; so is one given back twice.
+// account's other calls, or every in-flight slot of its account held), so that it spent no turn:
+// the turns after it move up, as when a waiter leaves. A place already served a pace ago is gone by itself; so is one given back twice.
 func (q *Queue) GiveBack(d ratelimit.Decision) {
 	if d.Allowed && d.Place != nil {
 		q.leave(d.Place)

@@ -143,12 +143,13 @@ local function name(member)
 end
 
 -- holders reads keys[i] once (every redis.call costs a microsecond of bridging, more than the
--- command): the slots in use by holders other than this request's (distinct names: a count, and
--- each name's), the first of their leases to end, and this request's own lease end if it holds
--- one. Leases already ended are counted nowhere and dropped (their replicas stopped answering).
-local function holders(i)
+-- command): how many slots holders other than this request hold (distinct names), whether one of
+-- them holds the slot named mine, the first of their leases to end, and this request's own lease
+-- end if it holds one. Leases already ended are counted nowhere and dropped (their replicas
+-- stopped answering).
+local function holders(i, mine)
   local hs = redis.call('ZRANGE', keys[i], 0, -1, 'WITHSCORES')    -- {member, lease end, ...}, soonest end first
-  local names, count, first, own, ended = {}, 0, nil, nil, false
+  local names, count, shared, first, own, ended = {}, 0, false, nil, nil, false
   for j = 1, #hs, 2 do
     local m, t = hs[j], tonumber(hs[j + 1])
     if t <= now then
@@ -159,19 +160,18 @@ local function holders(i)
       first = first or t
       local x = name(m)
       if not names[x] then names[x], count = true, count + 1 end
+      shared = shared or x == mine
     end
   end
   if ended then redis.call('ZREMRANGEBYSCORE', keys[i], '-inf', now) end
-  return names, count, first, own
+  return count, shared, first, own
 end
 
 ---- each decision: what follows runs once per request (what precedes it, once per call)
 local allowed, mine = true, name(id)
-local counts, firsts, owns, shared = {}, {}, {}, {}
+local counts, shared, firsts, owns = {}, {}, {}, {}
 for i = 1, n do
-  local names
-  names, counts[i], firsts[i], owns[i] = holders(i)
-  shared[i] = names[mine] or false
+  counts[i], shared[i], firsts[i], owns[i] = holders(i, mine)
   -- every slot held by other requests: refused, unless this request holds one already or shares its name's
   if not undo_at and not shared[i] and not owns[i] and counts[i] >= limits[i] then allowed = false end
 end
