@@ -120,14 +120,13 @@ func (m *Metrics) waited(checks []ratelimit.Check, outcome string, took, waited 
 	if m == nil {
 		return
 	}
+	// The wait first: a scrape that sees the outcome counted sees its wait too.
+	m.waitedOnly(checks, waited)
 	m.decided(checks, outcome, took)
-	for _, c := range checks {
-		m.waitSeconds.WithLabelValues(c.Policy.Name).Observe(waited.Seconds())
-	}
 }
 
-// waitedOnly measures the wait of a queued decision over checks counted under another outcome
-// (decided_local: the fallback's queue).
+// waitedOnly measures the wait of a queued decision over checks: for waited, and alone for one
+// counted under another outcome (decided_local: the fallback's queue).
 func (m *Metrics) waitedOnly(checks []ratelimit.Check, waited time.Duration) {
 	if m == nil {
 		return
