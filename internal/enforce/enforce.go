@@ -6,6 +6,7 @@ package enforce
 
 import (
 	"errors"
+	"net/netip"
 	"time"
 
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
@@ -74,7 +75,7 @@ type RouteLimits struct {
 	PIX, Statement, LoginIP, LoginAccount RouteLimit
 	// LoginDevice limits the logins of one trusted device, in place of LoginAccount.
 	LoginDevice RouteLimit
-	// LoginNet limits the logins of an IPv6 client's /48 (ratelimit.NetIdentity), beside its /64's
+	// LoginNet limits the logins of an IPv6 client's /48 (NetIdentity), beside its /64's
 	// LoginIP: one site cannot fill Redis with keys of its 65,536 /64s.
 	LoginNet RouteLimit
 	// Settings limits the account's settings routes (account-settings), per account and device:
@@ -107,4 +108,16 @@ type RouteLimits struct {
 	// Budget is one limiter decision's (REDIS_TIMEOUT): a queued request's wait is offered
 	// within its deadline less it, for the call's way there and back.
 	Budget time.Duration
+}
+
+// NetIdentity is the identity of addr's site: its /48 for an IPv6 address, as one site is
+// usually given (it holds 65,536 /64s, each a ratelimit.IPIdentity); ok is false for IPv4, whose address
+// is the client's. Counting a site's requests too keeps one site from minting keys without end.
+func NetIdentity(addr netip.Addr) (identity string, ok bool) {
+	addr = addr.Unmap()
+	if addr.Is4() {
+		return "", false
+	}
+	p, _ := addr.WithZone("").Prefix(48)
+	return p.String(), true
 }

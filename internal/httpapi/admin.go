@@ -384,7 +384,7 @@ func (d *desk) resolve(c echo.Context, policy, identity string) (ratelimit.Check
 		return ratelimit.Check{Policy: l.LoginIP.Policy, Identity: ratelimit.IPIdentity(addr)}, nil
 	case l.LoginNet.Policy.Name:
 		addr, err := netip.ParseAddr(identity)
-		net, ok := ratelimit.NetIdentity(addr)
+		net, ok := enforce.NetIdentity(addr)
 		if err != nil || !ok {
 			return ratelimit.Check{}, bad("an IPv6 client address (2001:db8::1): its /48")
 		}

@@ -134,7 +134,7 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		// A trusted device's login counts against neither the document nor the /48: a botnet
 		// filling either (a site's flood included) does not lock her out on a device she used.
 		checks := []check{{limits.LoginIP, ratelimit.IPIdentity(addr)}}
-		net, v6 := ratelimit.NetIdentity(addr) // IPv6: its /48 too
+		net, v6 := enforce.NetIdentity(addr) // IPv6: its /48 too
 		if v6 && device == "" {
 			checks = append(checks, check{limits.LoginNet, net})
 		}

@@ -71,18 +71,6 @@ func (k *keyer) key(p Policy, identity string) string {
 	return b.String()
 }
 
-// NetIdentity is the identity of addr's site: its /48 for an IPv6 address, as one site is
-// usually given (it holds 65,536 /64s, each an IPIdentity); ok is false for IPv4, whose address
-// is the client's. Counting a site's requests too keeps one site from minting keys without end.
-func NetIdentity(addr netip.Addr) (identity string, ok bool) {
-	addr = addr.Unmap()
-	if addr.Is4() {
-		return "", false
-	}
-	p, _ := addr.WithZone("").Prefix(48)
-	return p.String(), true
-}
-
 // IPIdentity is the identity of a client address for a Check. An IPv4 address (also one mapped
 // into IPv6) stands for itself. An IPv6 address stands for its /64: one subscriber usually holds
 // a whole /64 and can pick any address in it at will, so limiting single IPv6 addresses would
