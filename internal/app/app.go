@@ -272,7 +272,7 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 		return err
 	}
 	if cfg.DenyCacheSize > 0 {
-		if r.DenyCache, err = denycache.New(r.Limiter, rdb, opts.Prefix, denycache.Options{Size: cfg.DenyCacheSize, Cluster: cluster}); err != nil {
+		if r.DenyCache, err = denycache.New(r.Limiter, rdb, opts.Prefix, denycache.Options{Size: cfg.DenyCacheSize, Cluster: cluster, Timeout: cfg.RedisTimeout}); err != nil {
 			return err
 		}
 		r.closers = append(r.closers, func() { _ = r.DenyCache.Close() })

@@ -13,17 +13,20 @@ const (
 	// SlidingLog keeps one entry per admitted request: exact, no boundary burst, and an
 	// admission can be withdrawn by its request id; memory grows with the limit. The default.
 	SlidingLog Algorithm = "sliding_log"
-	// SlidingLogPacked is SlidingLog's exact log, deciding identically, packed into one string
-	// of 4-byte admission times per key: a decision is one GET and one SET whatever the limit,
-	// and a key costs a few bytes per admission instead of a sorted-set entry. No request ids:
-	// a late decision cannot be withdrawn (it stays counted, as with the counters). Windows
-	// up to 28 minutes.
+	// SlidingLogPacked is SlidingLog's exact log, deciding identically
+	// (TestPackedLogDecidesAsTheSortedSet), packed into one string of 4-byte admission times per
+	// key: a decision is one GET and one SET whatever the limit, and a key costs a few bytes per
+	// admission instead of a sorted-set entry. No request ids: a late decision cannot be
+	// withdrawn (it stays counted, as with the counters). Windows up to 28 minutes; its TTL is
+	// renewed once a quarter of a window, so a key may outlive its log by that much.
 	SlidingLogPacked Algorithm = "sliding_log_packed"
 	// SlidingWindow weighs the previous calendar window's count by how much of it the sliding
-	// window still covers: two counters, no boundary burst for the classic attack, approximate.
+	// window still covers: two counters, no boundary burst for the classic attack, approximate:
+	// up to twice the limit when the previous window's traffic sat at its very end
+	// (TestSlidingWindowErrorBound), exact when it was spread evenly.
 	SlidingWindow Algorithm = "sliding_window"
 	// FixedWindow counts per calendar window: one counter, and up to twice the limit across a
-	// window boundary.
+	// window boundary (TestBoundaryBursts).
 	FixedWindow Algorithm = "fixed_window"
 	// TokenBucket refills Limit tokens per Window, continuously, up to Burst: bursts of Burst,
 	// then the refill rate.

@@ -24,8 +24,9 @@
 // # The sliding-window log
 //
 // A policy admits at most Limit requests per identity in any interval of length Window. Each
-// identity has a Redis sorted set holding one entry per admitted request, scored by the time it
-// was admitted. To decide a request at time now, the script (sliding_log.lua) drops the entries
+// identity has a Redis sorted set, named by a keyed hash of the identity so that no CPF or IP is
+// stored in clear (keys.go), holding one entry per admitted request, scored by the time it was
+// admitted. To decide a request at time now, the script (sliding_log.lua) drops the entries
 // scored at or before now-Window, counts what is left and, only if the count is below Limit,
 // adds an entry for this request. That is the whole algorithm, and it is exact: the count is the
 // number of admissions in the last Window, not an estimate.
@@ -70,54 +71,22 @@
 //
 // In Redis Cluster, keys in different hash slots cannot share a script (CROSSSLOT): a cluster
 // client needs a Runner that decides each key apart and withdraws what a refused decision's other
-// keys admitted (package withdraw's, which also withdraws a sorted-set log's late admission).
-//
-// # Keys
-//
-// A key is prefix:policy:{hash}: the hash is a keyed HMAC of the identity (Options.KeySecret),
-// so no CPF, account or IP appears in Redis in clear (keys.go says why keyed and why 128 bits).
+// keys admitted (package withdraw's).
 //
 // # When Redis cannot answer
 //
-// Each decision has a budget (Options.Timeout): a context deadline covers the round trip, and
-// ClientOptions bounds every dial, read, write and pool wait by it and disables retries, so no
-// request waits longer than the budget. Past it, AllowAll returns an error wrapping
-// ErrUnavailable and the caller decides what to do without a decision: refuse (a password or a
-// money route, where no limit is the bigger risk) or serve (where refusing is the bigger harm);
-// package outages logs the outage. Nothing needs a restart: go-redis redials by itself and
-// decisions resume.
+// Each decision has a budget (Options.Timeout, and ClientOptions for the client), so no request
+// waits longer. Past it, AllowAll returns an error wrapping ErrUnavailable and the caller decides
+// without a decision: refuse (a password or a money route, where no limit is the bigger risk) or
+// serve (where refusing is the bigger harm). go-redis redials by itself and decisions resume.
 //
 // # Other algorithms
 //
-// Policy.Algorithm selects one of the others, each its own commented script with the same
-// contract: the Redis clock, one atomic decision over any number of keys, refusals never
-// recorded, the same Result, and the same key hashing (keys of a non-default algorithm carry its
-// name). What each reports:
-//
-//   - SlidingLog: Remaining = limit − requests in the last window; Reset = until the oldest of
-//     them leaves it.
-//   - SlidingLogPacked: the same log, deciding identically (TestPackedLogDecidesAsTheSortedSet),
-//     stored as one string of 4-byte admission times per key: one GET and at most one SET per
-//     decision whatever the limit. The sorted set, the textbook form, can withdraw a late
-//     decision by its id and shows who was admitted; the packed string is the one recommended
-//     for high limits.
-//   - SlidingWindow: Remaining = ⌊limit − estimate⌋ with estimate = previous × (W − elapsed)/W +
-//     current; Reset = until the estimate has decayed enough for one more. Up to 2 × limit in a
-//     window when the previous window's traffic sat at its very end (TestSlidingWindowErrorBound);
-//     exact when it was spread evenly.
-//   - FixedWindow: Remaining = limit − this calendar window's count; Reset = until the window
-//     ends (aligned to the epoch). It admits 2 × limit across a boundary (TestBoundaryBursts).
-//   - TokenBucket and GCRA: Capacity = Burst, Remaining = whole tokens left; Reset = until one
-//     more token. They decide identically for the same Burst and rate: GCRA stores one number
-//     (the theoretical arrival time), the bucket two (tokens and time).
-//   - LeakyBucket: the queue, not a meter: an admission waits its turn (Decision.Wait) and the
-//     caller holds the request until then (package queue); Remaining = places left in the
-//     queue; Reset = until one more place frees (the first waiter's turn).
-//
-// The meters (every algorithm but LeakyBucket) are held to three promises by tests: each key has
-// a TTL never longer than its algorithm needs the key, but for the packed log, which renews its
-// TTL once a quarter of a window and so may keep a key up to a quarter longer
-// (TestEveryAlgorithmKeepsTTLs); RetryAfter is exact (TestRetryAfterIsExact); and each script
-// has a pure-Go model in model_test.go that the tests drive alongside it through thousands of
-// random steps. The queue has tests of its own (package queue's).
+// Policy.Algorithm selects one of the others (algorithm.go says what each trades; each script's
+// header, what its Remaining and Reset mean), with the same contract: the Redis clock, one atomic
+// decision over any number of keys, refusals never recorded, the same Result and keys hashed
+// alike (keys.go). Tests hold every meter (all but LeakyBucket, the queue) to a TTL no longer
+// than its key is needed (TestEveryAlgorithmKeepsTTLs), an exact RetryAfter
+// (TestRetryAfterIsExact), and a pure-Go model in model_test.go driven beside its script through
+// thousands of random steps.
 package ratelimit

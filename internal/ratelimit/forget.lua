@@ -1,6 +1,5 @@
--- forget.lua: deletes a key (Limiter.Forget), the first of a forgetting's two calls; publish.lua
--- tells the fleet, on ForgetChannel. Two calls, not one: on a cluster the key and the channel live
--- in different slots.
+-- forget.lua: deletes a key (Limiter.Forget). A deny cache then tells the fleet's caches
+-- (package denycache's forgotten.lua).
 --
 -- KEYS[1]  the key
 -- reply    1 if it was there, else 0

@@ -19,13 +19,11 @@ import (
 // caller then applies its fail mode (serve the request unlimited, or refuse it).
 var ErrUnavailable = errors.New("rate limiter unavailable")
 
-// ErrNotSent is wrapped by the error of a call that a client between the Limiter and Redis failed
-// without sending it (an open breaker, package breaker): it surely did not run.
+// ErrNotSent is wrapped by the error of a call failed unsent (an open breaker): it did not run.
 var ErrNotSent = errors.New("not sent")
 
 // Check asks whether one more request of Identity fits Policy. Identity is anything stable that
-// names the client (an account id, a CPF, IPIdentity of an address); it is hashed before it
-// reaches Redis.
+// names the client (an account id, a CPF, IPIdentity of an address), hashed before Redis.
 type Check struct {
 	Policy   Policy
 	Identity string
@@ -33,18 +31,15 @@ type Check struct {
 
 // Result is the state of one check's key after a decision.
 type Result struct {
-	// Policy is the policy checked.
-	Policy Policy
-	// Capacity is the most requests the key admits at once: Policy.Capacity(), which is the
-	// burst for TokenBucket and GCRA and Policy.Limit otherwise. Remaining counts down from it.
-	Capacity int
+	Policy   Policy // the policy checked
+	Capacity int    // the most requests the key admits at once (Policy.Capacity)
 	// Remaining is how many more requests the key admits now, after this one if it was recorded.
 	Remaining int
 	// Reset is the time until the key admits one more request than Remaining says (with the
 	// sliding log, until its oldest counted request leaves the window). Zero only for an empty key.
 	Reset time.Duration
-	// RetryAfter is zero unless the request was refused and this key is full: it is then Reset,
-	// the earliest time at which the same request fits this key if no other traffic arrives.
+	// RetryAfter is Reset when the request was refused and this key is full, else zero: the
+	// earliest time the same request fits this key if no other traffic arrives.
 	RetryAfter time.Duration
 }
 
@@ -57,18 +52,15 @@ type Decision struct {
 	Worst Result
 	// Results holds one Result per check, in the order the checks were given.
 	Results []Result
-	// DenyCached says the request was refused by a deny cache (package denycache), without
-	// asking Redis: Worst is a key known to be full, and the Results of keys not known to be full
-	// carry their Capacity as Remaining, since nothing was asked of them.
+	// DenyCached says a deny cache refused it without asking Redis (package denycache): Worst is
+	// a key known to be full; keys not known full carry their Capacity as Remaining.
 	DenyCached bool
-	// Fallback says the request was decided in a replica's memory (package fallback), at its share
-	// of each limit, because Redis could not decide.
+	// Fallback says it was decided in a replica's memory, at its share of each limit, because
+	// Redis could not decide (package fallback).
 	Fallback bool
-	// Wait is, for a queue's decision (LeakyBucket), how long until the request's turn: an
-	// admission with a Wait above zero is held until then (package queue). Zero for the meters.
-	Wait time.Duration
-	// Place is an admitted queue decision's place in its queue, for the caller that waits, or
-	// that gives it back unused (package queue).
+	// Wait and Place are a queue's (LeakyBucket): how long until the request's turn, and an
+	// admission's place, to wait for or give back (package queue).
+	Wait  time.Duration
 	Place *Place
 }
 
@@ -79,8 +71,7 @@ func (d Decision) Only(i int) Decision {
 		Wait: d.Wait, Place: d.Place}
 }
 
-// A Decider decides requests: a Limiter, or a layer in front of one that answers some itself
-// (package denycache).
+// A Decider decides requests: a Limiter, or a layer in front of one (package denycache).
 type Decider interface {
 	AllowAll(ctx context.Context, checks ...Check) (Decision, error)
 	Decide(ctx context.Context, steps ...Step) (Decisions, error)
@@ -95,47 +86,36 @@ type Options struct {
 	Prefix string
 	// Timeout is the budget of one decision, Redis round trip included. Default 100ms.
 	Timeout time.Duration
-	// Cluster says that the client is a Redis Cluster client, whose keys of one decision may
-	// live on different nodes. New recognizes a *redis.ClusterClient by itself; set Cluster
-	// when the client wraps one.
+	// Cluster says that the keys of one decision may live on different nodes: New sees a
+	// *redis.ClusterClient by itself; set it when the client wraps one.
 	Cluster bool
-	// Runner runs each decision's script: Scripts(rdb) by default, or layers around it that
-	// batch (package batch) or withdraw what a caller did not get (package withdraw, which a
-	// cluster client needs: it decides each key apart). Every other call (a probe, a sequence)
-	// runs its script alone.
+	// Runner runs each decision's script: Scripts(rdb) by default, or a layer around it that
+	// batches (package batch) or withdraws what a caller did not get (package withdraw's, which
+	// a cluster needs: it decides each key apart).
 	Runner Runner
-	// Sequences, when set, runs a Decide of several steps on one Redis in one script call,
-	// atomic (package sequence's). Without it each step is a call of its own.
+	// Sequences, when set, runs a Decide of several steps in one atomic script call (package
+	// sequence's). Without it each step is a call of its own.
 	Sequences SequenceRunner
-	// Now, when set, is the time every call gives its script instead of Redis's clock, and the
-	// Limiter's own clock: tests step through windows without sleeping. Never in production,
-	// where the replicas' clocks differ and Redis's is the one they share.
+	// Now, when set, replaces Redis's clock: tests step through windows without sleeping. Never
+	// in production, where the replicas' clocks differ and Redis's is the one they share.
 	Now func() time.Time
 }
 
 // Limiter decides requests against policies whose state lives in Redis. It is safe for
-// concurrent use, and any number of Limiters on any number of hosts sharing one Redis and one
-// KeySecret enforce one limit together.
+// concurrent use; Limiters sharing one Redis and one KeySecret enforce one limit together.
 type Limiter struct {
-	rdb     redis.Scripter
-	cluster bool // keys of one decision may live on different nodes (its Runner splits them)
-	keys    *keyer
-	timeout time.Duration
-
-	// runner runs the decisions' scripts (Options.Runner); sequences, a Decide's several steps
-	// (Options.Sequences).
+	rdb       redis.Scripter
+	cluster   bool
+	keys      *keyer
+	timeout   time.Duration
 	runner    Runner
 	sequences SequenceRunner
-	// stats counts what the limiter did, for Stats.
-	stats stats
-	// down is set while the last decision could not reach Redis (Stats.RedisUp).
-	down atomic.Bool
-	// args holds each policy's script arguments, boxed once (policyArgs).
-	argsMu sync.RWMutex
-	args   map[Policy][3]any
+	now       func() time.Time // Options.Now
 
-	// now, when set (tests only: Options.Now), replaces the Redis clock.
-	now func() time.Time
+	redisCalls atomic.Int64 // Stats.Redis
+	down       atomic.Bool  // the last decision could not reach Redis (Stats.RedisUp)
+	argsMu     sync.RWMutex
+	args       map[Policy][3]any // each policy's script arguments, boxed once (policyArgs)
 }
 
 // New returns a Limiter that keeps its state in rdb. Configure the client with ClientOptions so
@@ -177,16 +157,14 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 }
 
 // ClientOptions tunes Redis client options for a decision budget: every dial, read, write and
-// pool wait ends by the budget, the context deadline is honoured, and neither a failed dial nor a
-// failed command is retried (the route's fail mode answers instead). Call it on options from
-// redis.ParseURL.
+// pool wait ends by the budget, the context deadline is honoured, and nothing is retried (the
+// route's fail mode answers instead).
 func ClientOptions(opt *redis.Options, budget time.Duration) {
 	budgeted(budget, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolTimeout,
 		&opt.ContextTimeoutEnabled, &opt.MaxRetries, &opt.DialerRetries)
 }
 
-// UniversalClientOptions is ClientOptions for the options of a cluster or sentinel client (a
-// type of go-redis's own that shares no fields with redis.Options).
+// UniversalClientOptions is ClientOptions for a cluster or sentinel client's options.
 func UniversalClientOptions(opt *redis.UniversalOptions, budget time.Duration) {
 	budgeted(budget, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolTimeout,
 		&opt.ContextTimeoutEnabled, &opt.MaxRetries, &opt.DialerRetries)
@@ -199,21 +177,17 @@ func budgeted(budget time.Duration, dial, read, write, pool *time.Duration, cont
 }
 
 // Ready reports whether the Limiter can decide now: Redis runs, within the budget, a script
-// that writes, as every decision does. The error wraps ErrUnavailable. A replica whose Limiter is
-// not ready answers its limited routes by their fail modes only, so a proxy should route
-// elsewhere.
-//
-// A Limiter over a breaker (package breaker) fails this probe at once while the breaker is open:
-// the breaker's own Ready asks Redis even then.
+// that writes, as every decision does (a breaker around the client, open, fails it at once).
+// The error wraps ErrUnavailable. A replica not ready answers by its fail modes only.
 func (l *Limiter) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	return Probe(ctx, l.rdb, l.keys.prefix)
 }
 
-// Probe runs probe.lua on rdb, on the key prefix+":probe" (prefix "" is DefaultPrefix): what
-// Ready asks, and what a layer that must know whether Redis can decide asks (the breaker's
-// probe). The error wraps ErrUnavailable.
+// Probe runs probe.lua on rdb, on the key prefix+":probe" ("" is DefaultPrefix): what Ready
+// asks, and a layer that must know whether Redis can decide (the breaker). The error wraps
+// ErrUnavailable.
 func Probe(ctx context.Context, rdb redis.Scripter, prefix string) error {
 	if err := probeScript.Run(ctx, rdb, []string{cmp.Or(prefix, DefaultPrefix) + ":probe"}).Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -225,8 +199,7 @@ func Probe(ctx context.Context, rdb redis.Scripter, prefix string) error {
 // trip: the request is admitted only if every key has room, and is then recorded in every key;
 // otherwise it is recorded in none. The checks' policies must be valid and share an algorithm
 // (ValidateTogether, at startup). The error wraps ErrUnavailable when Redis did not answer
-// within the budget (or a breaker around the client is open); the caller then applies the fail
-// mode (package outages logs the outage).
+// within the budget; the caller then applies its fail mode.
 func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, error) {
 	if len(checks) == 0 {
 		return Decision{}, errors.New("ratelimit: no checks")
@@ -234,15 +207,14 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	return l.do(ctx, Op{kind: opDecide}, checks)
 }
 
-// do asks the Runner for one decision of checks by their algorithm's script: AllowAll's, and each
-// algorithm step's of a Decide run step by step. o is what the script does.
+// do asks the Runner to decide checks by their algorithm's script doing o (AllowAll, a step).
 func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error) {
 	if err := oneQueue(checks); err != nil {
 		return Decision{}, err
 	}
 	a := checks[0].Policy.algorithm()
 	sc := l.stepCall(ctx, checks, decideScript(a, o))
-	l.stats.redis.Add(1)
+	l.redisCalls.Add(1)
 	budget, cancel := context.WithTimeout(ctx, l.timeout)
 	r, err := l.runner.Run(budget, a, sc.Keys, sc.Call)
 	cancel()
@@ -287,25 +259,16 @@ func decisionOf(r Reply, checks []Check, keys []string, c Call) Decision {
 	return d
 }
 
-// Forget clears c's key in Redis, on every replica at once: the identity starts afresh (a
-// support desk unblocking a customer). The key is announced on ForgetChannel, where the
-// replicas' deny caches (package denycache) hear of it and drop it.
+// Forget clears c's key in Redis: the identity starts afresh (a support desk unblocking a
+// customer). A deny cache's Forget also tells the fleet's caches (package denycache).
 func (l *Limiter) Forget(ctx context.Context, c Check) error {
-	key := l.keys.key(c.Policy, c.Identity)
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	if _, err := forgetScript.Run(ctx, l.rdb, []string{key}).Result(); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
-	}
-	if err := publishScript.Run(ctx, l.rdb, []string{ForgetChannel(l.keys.prefix)}, key).Err(); err != nil && !errors.Is(err, redis.Nil) {
+	if err := forgetScript.Run(ctx, l.rdb, []string{l.Key(c)}).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: forget: %w", ErrUnavailable, err)
 	}
 	return nil
 }
-
-// ForgetChannel is the Redis channel Forget publishes each forgotten key on, for keys of prefix
-// ("" is DefaultPrefix).
-func ForgetChannel(prefix string) string { return cmp.Or(prefix, DefaultPrefix) + ":{fleet}:forget" }
 
 // DefaultPrefix starts every key of a Limiter whose Options name no Prefix, and the fleet's
 // channels and roster of its layers.
@@ -315,29 +278,14 @@ const DefaultPrefix = "rl"
 // in clear), as a support desk's audit names it.
 func (l *Limiter) Key(c Check) string { return l.keys.key(c.Policy, c.Identity) }
 
-// clock is the replica's time: the monotonic clock, or the injected one in tests.
-func (l *Limiter) clock() time.Time {
-	if l.now != nil {
-		return l.now()
-	}
-	return time.Now()
-}
-
-// Stats is what a Limiter did since it was made, and what it holds now.
+// Stats is what a Limiter did since it was made.
 type Stats struct {
-	// Redis is how many decisions this Limiter sent to its client (a breaker around the client may
-	// have failed some without asking Redis: its ShortCircuited counts those, with its other calls).
-	Redis int64
-	// RedisUp says the last decision that asked Redis got an answer (true before any).
-	RedisUp bool
+	Redis   int64 // decisions sent to its client (a breaker may have failed some unsent)
+	RedisUp bool  // the last decision that asked Redis got an answer (true before any)
 }
-
-type stats struct{ redis atomic.Int64 }
 
 // Stats returns the Limiter's counters.
-func (l *Limiter) Stats() Stats {
-	return Stats{Redis: l.stats.redis.Load(), RedisUp: !l.down.Load()}
-}
+func (l *Limiter) Stats() Stats { return Stats{Redis: l.redisCalls.Load(), RedisUp: !l.down.Load()} }
 
 // queueOp is a queue's decision op: a place whose turn comes within ctx's deadline, if it has one,
 // less the decision's own budget: the script reads its clock after the call's way there, and the
@@ -392,17 +340,10 @@ func NewDecision(allowed bool, pairs []int64, checks []Check) Decision {
 }
 
 // RequestID returns a fresh random member for the sorted sets: 72 bits, so two requests never
-// share one, even in the same microsecond, and 12 characters, so a key stays small. It needs to
-// be unique, not secret, so math/rand/v2's per-thread generator serves, with no system call.
+// share one, in 12 characters. Unique, not secret: math/rand/v2 serves, with no system call.
 func RequestID() string {
 	var b [9]byte
 	binary.LittleEndian.PutUint64(b[:], mrand.Uint64())
 	b[8] = byte(mrand.Uint32())
 	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
-// Publish publishes msg on channel by publish.lua, a script as every call a Limiter's client
-// makes: what a layer tells the fleet (package queue's moved turns).
-func Publish(ctx context.Context, rdb redis.Scripter, channel, msg string) error {
-	return publishScript.Run(ctx, rdb, []string{channel}, msg).Err()
 }

@@ -129,7 +129,7 @@ func TestPackedLogSetsItsTTLOnceAQuarter(t *testing.T) {
 		c := []Check{{p, "ana"}}
 		call := NewCall(c...)
 		call.Now = l.clockArg()
-		r, err := run(context.Background(), l.rdb, SlidingLogPacked, []string{key}, call)
+		r, err := Scripts(l.rdb).Run(context.Background(), SlidingLogPacked, []string{key}, call)
 		if err != nil || !r.Allowed {
 			t.Fatalf("admission at +%v: %v %v", at, r.Allowed, err)
 		}

@@ -8,21 +8,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Call is one decision's script arguments as args.lua reads them (batch.lua reads the same,
-// laid out per member: batchArgs; sequence.lua per step), the one place the Go side of that
-// protocol is written. A lone Call's arguments begin with what a person types to run the
-// algorithm's script alone, and add the rest after them:
+// Call is one decision's script arguments as args.lua reads them (batch.lua and sequence.lua, the
+// same per member or step): the Go side of that protocol. They begin with what a person types to
+// run the algorithm's script alone:
 //
 //	ARGV[1], [2]  the first key's limit and window in ms
 //	ARGV[3]       id: the request's id (the sorted sets record it; "" for the others)
 //	ARGV[4]       the first key's capacity
 //	ARGV[5]       now in µs, or "" for the Redis clock (tests inject time; never production)
-//	ARGV[6]       the operation (op.arg; prelude.lua's operation decodes it)
+//	ARGV[6]       the operation (Op.Arg)
 //	ARGV[3i+1..]  per key from the second: limit, window in ms, capacity
 //
-// A decision replies {allowed, remaining_1, reset_ms_1, ..., now, reset_µs_1, ...} (decoded by
-// parseReply), and a queue's (LeakyBucket) one more value, its wait; a withdrawal, how many keys it took something
-// back from (a queue's: leave).
+// A decision replies {allowed, remaining_1, reset_ms_1, ..., now, reset_µs_1, ...} (ParseReply),
+// a queue's one more value, its wait; a withdrawal, how many keys it took something back from.
 type Call struct {
 	ID       string   // the request's id ("" for the algorithms that record no request)
 	Now      int64    // the injected time in µs (tests only); 0: the Redis clock
@@ -69,8 +67,7 @@ func cost(n int) Op {
 	return Op{kind: opCharge, n: n}
 }
 
-// The operations a step of a layer's own (package slots, grants) gives its script: its body
-// reads them as prelude.lua's operation decodes them (cost 1, 0 or -n; undo_at).
+// The operations of a layer's own step (package slots, grants), decoded by prelude.lua.
 func TakeOp() Op             { return Op{kind: opDecide} }
 func AskOp() Op              { return Op{kind: opAsk} }
 func GiveOp(n int) Op        { return Op{kind: opRefund, n: n} }
@@ -130,38 +127,33 @@ type Reply struct {
 	Wait    int64   // a queue's: µs from now until the request's turn
 }
 
-// A Runner runs a decision's Call over its keys on Redis and decodes the Reply: how a Limiter
-// reaches Redis to decide. Scripts runs each call alone, by its algorithm's script; a layer
-// around it (package batch) may send several calls in one, as long as each is decided exactly
-// as it would be alone.
+// A Runner runs a decision's Call over its keys on Redis and decodes the Reply: Scripts, or a
+// layer around it that sends several calls in one (package batch), each decided as it would be
+// alone.
 type Runner interface {
 	Run(ctx context.Context, a Algorithm, keys []string, c Call) (Reply, error)
 }
 
-// Scripts is the Runner that runs each call alone, by its algorithm's script (sliding_log.lua,
-// …): the default of Options.Runner.
+// Scripts is the Runner that runs each call alone, by its algorithm's script: the default.
 func Scripts(rdb redis.Scripter) Runner { return scriptRunner{rdb} }
 
 type scriptRunner struct{ rdb redis.Scripter }
 
 func (r scriptRunner) Run(ctx context.Context, a Algorithm, keys []string, c Call) (Reply, error) {
-	return run(ctx, r.rdb, a, keys, c)
+	return runScript(ctx, r.rdb, scripts[a], a == LeakyBucket, keys, c)
 }
 
-// A LateWithdrawer takes back, in the background, the admissions a call that failed may still
-// have made (package withdraw's Runner): a Limiter whose Runner is one tells it of the calls it
-// ran outside the Runner (a sequence's).
+// A LateWithdrawer takes back, in the background, what a failed call may still have admitted
+// (package withdraw's Runner): a Limiter tells it of a failed sequence's calls too.
 type LateWithdrawer interface {
 	WithdrawLate(a Algorithm, keys []string, c Call, cause error)
 }
 
-// Script is algorithm a's script, the file a.lua: what Scripts runs, and what a layer runs to
-// withdraw one of its calls.
+// Script is algorithm a's script, the file a.lua (a layer's withdrawal runs it too).
 func Script(a Algorithm) *redis.Script { return scripts[a] }
 
-// NewCall is a Call that decides one request of checks by the Redis clock, with the checks'
-// settings as they are: a layer's own call (a queue's withdrawal) or a test's. A Limiter builds
-// its calls itself, with its clock and each policy's arguments boxed once.
+// NewCall is a Call that decides one request of checks by the Redis clock: a layer's or a test's
+// (a Limiter's own box each policy's arguments once).
 func NewCall(checks ...Check) Call {
 	a := checks[0].Policy.algorithm()
 	c := Call{Op: Op{kind: opDecide}, Settings: make([][3]any, len(checks))}
@@ -174,13 +166,7 @@ func NewCall(checks ...Check) Call {
 	return c
 }
 
-// run runs an algorithm's script to decide c over keys, and decodes its reply.
-func run(ctx context.Context, rdb redis.Scripter, a Algorithm, keys []string, c Call) (Reply, error) {
-	return runScript(ctx, rdb, scripts[a], a == LeakyBucket, keys, c)
-}
-
-// runScript runs script, which takes args.lua's arguments, to decide c over keys, and decodes its
-// reply.
+// runScript runs script, which takes args.lua's arguments, to decide c over keys.
 func runScript(ctx context.Context, rdb redis.Scripter, script *redis.Script, queued bool, keys []string, c Call) (Reply, error) {
 	vals, err := script.Run(ctx, rdb, keys, c.Args()...).Int64Slice()
 	if err != nil {

@@ -37,10 +37,7 @@ func byAlgorithm() map[Algorithm]*redis.Script {
 var (
 	// scripts decide one request each (args.lua's arguments).
 	scripts = byAlgorithm()
-	// probeScript is what Ready and the breaker ask; forgetScript forgets a key (Forget);
-	// publishScript tells the fleet of a forgotten key, and a layer of what it must hear
-	// (Publish: package queue's moved turns).
-	probeScript   = script("probe.lua")
-	forgetScript  = script("forget.lua")
-	publishScript = script("publish.lua")
+	// probeScript is what Ready and the breaker ask; forgetScript forgets a key (Forget).
+	probeScript  = script("probe.lua")
+	forgetScript = script("forget.lua")
 )

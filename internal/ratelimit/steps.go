@@ -10,9 +10,8 @@ import (
 )
 
 // A Step is one decision of Decide: an algorithm's (AllowStep, AskStep, ChargeStep,
-// RefundStep), or one a layer defines (package slots' in-flight slots, package grants'
-// vouchers), each a type of its own that knows its checks and how it runs. Decide's Decisions
-// are read by the step that asked (Decisions.Of): keep the step to read its decision.
+// RefundStep) or a layer's (package slots', grants'), a type that knows its checks and how it
+// runs. Its decision is read by the step (Decisions.Of): keep it.
 type Step interface {
 	// Checks are the step's checks, in order.
 	Checks() []Check
@@ -20,27 +19,20 @@ type Step interface {
 	Script() StepScript
 }
 
-// A StepScript is how a step runs on Redis: alone by its script Alone, whose body is the file
-// lua/<Body>.lua, or as the body Body of a sequence's script (package sequence), with its call's
-// ID and Op (the time and each key's policy are the Limiter's to add); and what a layer in front
-// of the Limiter reads of it.
+// A StepScript is how a step runs on Redis: alone by Alone, or as the body lua/<Body>.lua of a
+// sequence's script (package sequence), with its call's ID and Op (the Limiter adds the time and
+// each key's policy); and what a layer in front of the Limiter reads of it.
 type StepScript struct {
 	Body   string        // the body's name: an algorithm's, "slots", "voucher"
-	Alone  *redis.Script // the script that runs the step alone (an algorithm's goes by the Runner)
+	Alone  *redis.Script // runs the step alone (an algorithm's goes by the Runner)
 	Queued bool          // its reply holds a queue's wait (LeakyBucket)
 	ID     string        // the call's id ("" for the algorithms that record no request)
-	NewID  bool          // the id is a fresh one per call (RequestID): the request's, a grant's name
-	Op     Op            // what the call does
+	NewID  bool          // a fresh id per call (RequestID): the request's, a grant's name
 
-	// Cacheable: a refusal says the step's keys are full until their Reset, as an algorithm's
-	// does (what a deny cache may remember, package denycache); a voucher with no grant and a
-	// held slot are no full key, and a refund is never refused.
-	Cacheable bool
-	// Refunds: the step gives tokens back (RefundStep): room its keys had not.
-	Refunds bool
-	// Queues: the step takes a place in a queue (an AllowStep of a LeakyBucket policy), and its
-	// caller holds the request until its turn (package queue).
-	Queues bool
+	Op        Op   // what the call does
+	Cacheable bool // a refusal means full keys until their Reset (what package denycache keeps)
+	Refunds   bool // it gives tokens back (RefundStep): room its keys had not
+	Queues    bool // it takes a place in a queue, held until its turn (package queue)
 }
 
 // decideStep is an algorithm's decision over its checks: AllowStep, AskStep, ChargeStep or
@@ -54,30 +46,21 @@ type decideStep struct {
 // AllowStep is AllowAll(checks...) as a step.
 func AllowStep(checks ...Check) Step { return &decideStep{cs: checks, op: Op{kind: opDecide}} }
 
-// AskStep asks whether a request would be admitted by every check, taking nothing, for any
-// algorithm: the keys' state (Remaining, Reset) as a decision sees it, and which key is full. A
-// request that must pass several buckets (a key look-up: the payer's and the bank's) asks them
-// together before it does its work, then pays each its own price (ChargeStep); a support desk
-// reads a key's state with it. A sequence goes on past it only if it would admit.
+// AskStep asks whether a request would be admitted by every check, taking nothing: the keys'
+// state as a decision sees it, and which key is full (a request that must pass several buckets
+// asks them before its work, then pays each its price with ChargeStep). A sequence goes on past
+// it only if it would admit.
 func AskStep(checks ...Check) Step { return &decideStep{cs: checks, op: Op{kind: opAsk}} }
 
-// ChargeStep decides one request of c that costs n tokens of a TokenBucket policy: it is admitted
-// while the bucket holds at least one token, as any request, and then takes all n at once, even
-// into debt (the bucket then refuses until its refill has paid the debt back). n = 0 asks
-// (AskStep); n = 1 is AllowStep.
-//
-// A request whose price depends on its answer (a PIX key look-up: 1 if the key exists, 20 if
-// not) asks before it does the work, so that a refused one costs nothing more, and pays its price
-// with ChargeStep once it knows it, before it answers: each answer is then admitted and paid in
-// one atomic step, and requests sent together can never buy more answers than the same requests
-// one by one (as they could if each passed a one-token check and paid the rest after answering).
+// ChargeStep decides one request of c that costs n tokens of a TokenBucket policy: admitted while
+// the bucket holds a token, it takes all n at once, even into debt (refusing until the refill has
+// paid it back). n = 0 asks (AskStep); n = 1 is AllowStep. A request whose price depends on its
+// answer (a PIX key look-up: 1 if the key exists, 20 if not) pays with it before it answers, so
+// requests sent together never buy more answers than the same requests one by one.
 func ChargeStep(c Check, n int) Step { return &decideStep{cs: []Check{c}, op: cost(n), tokens: true} }
 
-// RefundStep gives n tokens (1 or more) back to each check's TokenBucket bucket, never above
-// their capacities: a price paid for something that turned out to be worth it (DICT gives back
-// the token of a key look-up that a payment followed). It is never refused; a deny cache
-// (package denycache) forgets the keys here, and another replica's may refuse on the strict side
-// for at most its hold, never admit one too many.
+// RefundStep gives n tokens (1 or more) back to each check's TokenBucket bucket, never above its
+// capacity: a price paid for something worth it (a look-up a payment followed). Never refused.
 func RefundStep(n int, checks ...Check) Step {
 	return &decideStep{cs: checks, op: Op{kind: opRefund, n: n}, tokens: true}
 }
@@ -141,22 +124,13 @@ func (d Decisions) Last() Decision {
 }
 
 // Decide decides steps one after another, as each decided alone in that order would, and stops
-// at the first that refuses: AllowStep is what AllowAll decides, AskStep asks without taking,
-// ChargeStep takes n tokens, RefundStep gives them back (and a layer's steps do what they say:
-// package slots, grants). Its Decisions hold the decision of each step that ran, read by the
-// step (Decisions.Of): not every step ran when one refused, and the last that ran
-// (Decisions.Last) is that refusal.
-//
-// Each step is a call of its own (one step is AllowAll's call, batched by the Runner), so
-// another request may come between two steps. With Options.Sequences (package sequence), the
-// steps of a Decide on one Redis are one script call instead, atomic: a PIX asks its look-up
-// buckets, then decides its own limit, and a refused ask records nothing anywhere. On a cluster,
-// whose keys live apart, each step stays a call of its own.
+// at the first that refuses (Decisions.Last). Each step is a call of its own (an algorithm's by
+// the Runner, batched), so another request may come between two; with Options.Sequences
+// (package sequence) the steps are one atomic script call instead, but on a cluster.
 //
 // The error wraps ErrUnavailable when Redis did not answer; the decisions returned with it are
-// of the steps that ran before the one that failed. A sequence's call that failed ran none of
-// them that anyone will know of: its sliding-log admissions are withdrawn when the Runner
-// withdraws (LateWithdrawer: package withdraw's).
+// of the steps that ran before. A failed sequence's sliding-log admissions are withdrawn when the
+// Runner withdraws (LateWithdrawer).
 func (l *Limiter) Decide(ctx context.Context, steps ...Step) (Decisions, error) {
 	if len(steps) == 0 {
 		return Decisions{}, errors.New("ratelimit: no steps")
@@ -236,7 +210,7 @@ func (l *Limiter) stepCall(ctx context.Context, checks []Check, st StepScript) S
 func (l *Limiter) alone(ctx context.Context, s Step) (Decision, error) {
 	st := s.Script()
 	sc := l.stepCall(ctx, s.Checks(), st)
-	l.stats.redis.Add(1)
+	l.redisCalls.Add(1)
 	budget, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	r, err := runScript(budget, l.rdb, st.Alone, st.Queued, sc.Keys, sc.Call)
@@ -253,7 +227,7 @@ func (l *Limiter) sequence(ctx context.Context, steps []Step) (Decisions, error)
 	for i, s := range steps {
 		calls[i] = l.stepCall(ctx, s.Checks(), s.Script())
 	}
-	l.stats.redis.Add(1)
+	l.redisCalls.Add(1)
 	budget, cancel := context.WithTimeout(ctx, l.timeout)
 	replies, err := l.sequences.RunSequence(budget, calls)
 	cancel()

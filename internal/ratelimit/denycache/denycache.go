@@ -25,7 +25,9 @@ package denycache
 import (
 	"cmp"
 	"context"
+	_ "embed"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +48,8 @@ type Options struct {
 	// decision's sibling admissions are withdrawn, which frees room early, so such a refusal is
 	// never cached.
 	Cluster bool
+	// Timeout bounds Forget's announcement, as ratelimit.Options.Timeout a decision. Default 100ms.
+	Timeout time.Duration
 	// Now is the cache's clock, as ratelimit.Options.Now: tests only.
 	Now func() time.Time
 }
@@ -60,24 +64,27 @@ type Cache struct {
 	now     func() time.Time
 	refused atomic.Int64
 
+	rdb       redis.UniversalClient // announces and hears forgotten keys (nil: neither)
+	prefix    string
+	timeout   time.Duration
 	sub       *redis.PubSub
 	listening sync.WaitGroup
 }
 
 // New returns a deny cache in front of l. When rdb can subscribe, the cache hears at once of a
-// key forgotten on any replica (ratelimit.ForgetChannel of prefix, l's key prefix: "" is the
+// key forgotten on any replica (ForgetChannel of prefix, l's key prefix: "" is the
 // default); a message missed while the subscription reconnects is forgotten within the hold.
 func New(l *ratelimit.Limiter, rdb redis.UniversalClient, prefix string, opts Options) (*Cache, error) {
 	if opts.Size < 0 || opts.Hold < 0 {
 		return nil, errors.New("denycache: negative size or hold")
 	}
 	c := &Cache{l: l, entries: newEntries(cmp.Or(opts.Size, 100_000)), hold: cmp.Or(opts.Hold, 5*time.Second),
-		cluster: opts.Cluster, now: opts.Now}
+		cluster: opts.Cluster, now: opts.Now, rdb: rdb, prefix: prefix, timeout: cmp.Or(opts.Timeout, 100*time.Millisecond)}
 	if c.now == nil {
 		c.now = time.Now
 	}
 	if rdb != nil {
-		c.sub = rdb.Subscribe(context.Background(), ratelimit.ForgetChannel(prefix))
+		c.sub = rdb.Subscribe(context.Background(), ForgetChannel(prefix))
 		c.listening.Add(1) // Close waits for it
 		go func() {
 			defer c.listening.Done()
@@ -143,13 +150,33 @@ func (c *Cache) KnownFull(checks ...ratelimit.Check) (ratelimit.Decision, bool) 
 	return c.refuse(checks, c.now())
 }
 
-// Forget is ratelimit.Limiter.Forget, and this replica forgets the key at once; the others hear
-// of it on the fleet's channel.
+// Forget is ratelimit.Limiter.Forget, and every replica's cache forgets the key: this one at
+// once, the others when they hear of it on ForgetChannel (forgotten.lua).
 func (c *Cache) Forget(ctx context.Context, ch ratelimit.Check) error {
+	key := c.l.Key(ch)
 	err := c.l.Forget(ctx, ch)
-	c.entries.forget(c.l.Key(ch))
-	return err
+	c.entries.forget(key)
+	if err != nil || c.rdb == nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if err := forgotten.Run(ctx, c.rdb, []string{ForgetChannel(c.prefix)}, key).Err(); err != nil {
+		return fmt.Errorf("%w: forget: %w", ratelimit.ErrUnavailable, err)
+	}
+	return nil
 }
+
+// ForgetChannel is the Redis channel on which Forget announces each forgotten key, for keys of
+// prefix ("" is the default).
+func ForgetChannel(prefix string) string {
+	return cmp.Or(prefix, ratelimit.DefaultPrefix) + ":{fleet}:forget"
+}
+
+//go:embed forgotten.lua
+var forgottenSource string
+
+var forgotten = redis.NewScript(forgottenSource)
 
 // Forgotten drops checks' keys from this replica's cache: what a caller does that knows their
 // limits changed (a re-tiered account).

@@ -20,6 +20,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	_ "embed"
 	"errors"
 	"strconv"
 	"strings"
@@ -84,6 +85,12 @@ func New(next ratelimit.Decider, rdb redis.Scripter, opts Options) *Queue {
 	}
 	return q
 }
+
+//go:embed moved.lua
+var movedSource string
+
+// moved announces moved turns on Channel.
+var movedScript = redis.NewScript(movedSource)
 
 // Channel is the Redis channel on which a replica announces the turns that moved up when one of
 // its waiters left, for keys of prefix ("": the default).
@@ -222,7 +229,7 @@ func (q *Queue) leave(p *ratelimit.Place) {
 	q.waiters.move(p.Key, turn, moved, at, false)
 	// The others' waiters; this replica skips its own message (its waiters have moved).
 	msg := strings.Join([]string{p.Key, strconv.FormatInt(turn, 10), strconv.FormatInt(moved, 10), strconv.FormatInt(at, 10), q.id}, " ")
-	_ = ratelimit.Publish(ctx, q.rdb, q.channel, msg) // unheard: see the package documentation
+	_ = movedScript.Run(ctx, q.rdb, []string{q.channel}, msg).Err() // unheard: see the package documentation
 }
 
 // Close ends the subscription and waits for its reader.
