@@ -234,7 +234,8 @@ func replicaSecret(cfg config.Config, logger *slog.Logger) []byte {
 //	batch.New(…)         sends decisions in batches under load (not on a cluster)
 //	withdraw.New(…)      takes back what a caller did not get (on a cluster, decides keys apart)
 //	ratelimit.New(…)     the limiter: policies, keys, one script per decision
-//	  sequence.New(rdb)  runs a request's several steps in one script (its Options.Sequences)
+//	  sequence.New(rdb)  runs a request's several steps in one script (its Options.Sequences,
+//	                     inside withdraw's Sequences: a lost reply's admissions are taken back)
 //	denycache.New(…)     refuses a key known to be full from memory (unless off)
 //	outages.New(…)       logs each policy's outage and its recovery
 //	queue.New(…)         holds a queue's admissions until their turns: the Stack
@@ -266,7 +267,7 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 	r.closers = append(r.closers, func() { _ = r.Withdrawals.Close() }) // after the Limiter's: it decides no more
 	opts.Runner = r.Withdrawals
 	sequences := sequence.New(rdb)
-	opts.Sequences = sequences
+	opts.Sequences = r.Withdrawals.Sequences(sequences)
 	var err error
 	if r.Limiter, err = ratelimit.New(rdb, opts); err != nil {
 		return err

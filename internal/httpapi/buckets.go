@@ -67,13 +67,13 @@ func (b buckets) answerAsk(c echo.Context, user, bank check, quiet bool, asked s
 	rep := &report{show: func(d ratelimit.Decision) ratelimit.Decision {
 		switch {
 		case !d.Allowed && d.Results[0].RetryAfter > 0: // the payer's bucket
-			return d.Only(0)
+			return first(d)
 		case !d.Allowed: // the bank's bucket alone: not the customer's to see, no RateLimit headers
 			return ratelimit.Decision{Worst: d.Results[1]}
 		case quiet:
 			return ratelimit.Decision{Allowed: true}
 		}
-		return d.Only(0)
+		return first(d)
 	}, refuse: func(shown ratelimit.Decision) *Error {
 		if len(shown.Results) > 0 { // the payer's: a 429
 			return nil

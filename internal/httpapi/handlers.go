@@ -201,7 +201,7 @@ func loginReport(limits enforce.RouteLimits, netSkipped bool) *report {
 	}
 	return &report{show: func(d ratelimit.Decision) ratelimit.Decision {
 		if d.Allowed {
-			return d.Only(0)
+			return first(d)
 		}
 		results := make([]ratelimit.Result, 0, len(d.Results)+1)
 		for i, r := range d.Results {

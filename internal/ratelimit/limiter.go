@@ -64,13 +64,6 @@ type Decision struct {
 	Place *Place
 }
 
-// Only returns the Decision as if it had checked only its i-th check: the same verdict, with
-// that check's Result as the worst and only one.
-func (d Decision) Only(i int) Decision {
-	return Decision{Allowed: d.Allowed, Worst: d.Results[i], Results: d.Results[i : i+1 : i+1], DenyCached: d.DenyCached, Fallback: d.Fallback,
-		Wait: d.Wait, Place: d.Place}
-}
-
 // A Decider decides requests: a Limiter, or a layer in front of one (package denycache).
 type Decider interface {
 	AllowAll(ctx context.Context, checks ...Check) (Decision, error)

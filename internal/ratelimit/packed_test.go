@@ -128,7 +128,7 @@ func TestPackedLogSetsItsTTLOnceAQuarter(t *testing.T) {
 		clk.Set(s.Add(at))
 		c := []Check{{p, "ana"}}
 		call := NewCall(c...)
-		call.Now = l.clockArg()
+		call.Now = clk.Now().UnixMicro()
 		r, err := Scripts(l.rdb).Run(context.Background(), SlidingLogPacked, []string{key}, call)
 		if err != nil || !r.Allowed {
 			t.Fatalf("admission at +%v: %v %v", at, r.Allowed, err)
@@ -144,7 +144,7 @@ func TestPackedLogSetsItsTTLOnceAQuarter(t *testing.T) {
 	withdraw := func(at int64) {
 		t.Helper()
 		c := NewCall(Check{p, "ana"})
-		n, err := Script(SlidingLogPacked).Run(context.Background(), l.rdb, []string{key}, c.Withdrawal(at, l.clockArg()).Args()...).Int64()
+		n, err := Script(SlidingLogPacked).Run(context.Background(), l.rdb, []string{key}, c.Withdrawal(at, clk.Now().UnixMicro()).Args()...).Int64()
 		if err != nil || n != 1 {
 			t.Fatalf("withdrawal: %d %v", n, err)
 		}

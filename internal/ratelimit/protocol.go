@@ -97,11 +97,6 @@ func (o Op) Arg() any {
 	return ""
 }
 
-// Only is the call restricted to its i-th key: a cluster decides keys apart.
-func (c Call) Only(i int) Call {
-	return Call{ID: c.ID, Now: c.Now, Op: c.Op, Settings: c.Settings[i : i+1 : i+1]}
-}
-
 // Withdrawal is the call that withdraws c's request, admitted at `at` (µs, the now its decision
 // returned; 0 when unknown, for the sorted-set log that finds it by its id), at now.
 func (c Call) Withdrawal(at, now int64) Call {
@@ -141,12 +136,6 @@ type scriptRunner struct{ rdb redis.Scripter }
 
 func (r scriptRunner) Run(ctx context.Context, a Algorithm, keys []string, c Call) (Reply, error) {
 	return runScript(ctx, r.rdb, scripts[a], a == LeakyBucket, keys, c)
-}
-
-// A LateWithdrawer takes back, in the background, what a failed call may still have admitted
-// (package withdraw's Runner): a Limiter tells it of a failed sequence's calls too.
-type LateWithdrawer interface {
-	WithdrawLate(a Algorithm, keys []string, c Call, cause error)
 }
 
 // Script is algorithm a's script, the file a.lua (a layer's withdrawal runs it too).
@@ -197,12 +186,4 @@ func ParseReply(vals []int64, n int, queued bool) (Reply, error) {
 		r.Wait = vals[2+3*n]
 	}
 	return r, nil
-}
-
-// clockArg is now for a call: the injected clock's time in µs, or 0 for Redis's own.
-func (l *Limiter) clockArg() int64 {
-	if l.now != nil {
-		return l.now().UnixMicro()
-	}
-	return 0
 }

@@ -129,8 +129,7 @@ func (d Decisions) Last() Decision {
 // (package sequence) the steps are one atomic script call instead, but on a cluster.
 //
 // The error wraps ErrUnavailable when Redis did not answer; the decisions returned with it are
-// of the steps that ran before. A failed sequence's sliding-log admissions are withdrawn when the
-// Runner withdraws (LateWithdrawer).
+// of the steps that ran before (package withdraw takes back what a failed call may have admitted).
 func (l *Limiter) Decide(ctx context.Context, steps ...Step) (Decisions, error) {
 	if len(steps) == 0 {
 		return Decisions{}, errors.New("ratelimit: no steps")
@@ -193,7 +192,10 @@ type SequenceRunner interface {
 // stepCall is the call of a step over checks that runs as st says: at the Limiter's time, with
 // each key's policy.
 func (l *Limiter) stepCall(ctx context.Context, checks []Check, st StepScript) StepCall {
-	c := Call{ID: st.ID, Now: l.clockArg(), Op: st.Op, Settings: make([][3]any, len(checks))}
+	c := Call{ID: st.ID, Op: st.Op, Settings: make([][3]any, len(checks))}
+	if l.now != nil {
+		c.Now = l.now().UnixMicro() // else 0: the Redis clock
+	}
 	if st.NewID {
 		c.ID = RequestID()
 	}
@@ -233,13 +235,6 @@ func (l *Limiter) sequence(ctx context.Context, steps []Step) (Decisions, error)
 	cancel()
 	l.called(ctx, err)
 	if err != nil {
-		if w, ok := l.runner.(LateWithdrawer); ok && errors.Is(err, ErrUnavailable) { // else it was never sent
-			for i, s := range steps {
-				if a, ok := s.(*decideStep); ok {
-					w.WithdrawLate(a.cs[0].Policy.algorithm(), calls[i].Keys, calls[i].Call, err)
-				}
-			}
-		}
 		return Decisions{steps: steps}, err
 	}
 	ds := make([]Decision, len(replies))

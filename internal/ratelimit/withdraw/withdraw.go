@@ -179,17 +179,40 @@ func (r *Runner) withdraw(a ratelimit.Algorithm, key string, c ratelimit.Call, a
 // attempt removes the request's own entry by its id: exact, and harmless if the script refused it
 // or never ran. The other algorithms keep counts, not requests, and cannot tell whether this
 // request was counted, so giving one back could admit past the limit: their late admissions stay
-// counted until they leave the window, the strict side. Run calls it for its own calls; a caller
-// whose call ran some other way (a sequence's script) calls it too.
+// counted until they leave the window, the strict side. Run calls it for its own calls, and
+// Sequences for a sequence's.
 func (r *Runner) WithdrawLate(a ratelimit.Algorithm, keys []string, c ratelimit.Call, cause error) {
 	if a != ratelimit.SlidingLog || !c.Op.Takes() || !mayHaveRun(cause) {
 		return
 	}
 	now := time.Now()
 	for i, key := range keys { // one key per call: on a cluster they live apart
-		one := c.Only(i)
+		one := only(c, i)
 		r.enqueue(&withdrawal{a: a, key: key, c: one, late: true, decided: now, expires: now.Add(window(one))})
 	}
+}
+
+// Sequences is next, the Limiter's Options.Sequences (package sequence's), whose calls that
+// failed unavailable, their scripts perhaps run, have their steps' admissions withdrawn late as
+// Run's own are (WithdrawLate: a layer's step, a slot or a voucher, is no algorithm, and keeps
+// its own lease).
+func (r *Runner) Sequences(next ratelimit.SequenceRunner) ratelimit.SequenceRunner {
+	return sequences{r, next}
+}
+
+type sequences struct {
+	r    *Runner
+	next ratelimit.SequenceRunner
+}
+
+func (s sequences) RunSequence(ctx context.Context, steps []ratelimit.StepCall) ([]ratelimit.Reply, error) {
+	replies, err := s.next.RunSequence(ctx, steps)
+	if errors.Is(err, ratelimit.ErrUnavailable) { // else it was never sent
+		for _, st := range steps {
+			s.r.WithdrawLate(ratelimit.Algorithm(st.Body), st.Keys, st.Call, err)
+		}
+	}
+	return replies, err
 }
 
 // window is the window of a one-key call's policy, from its settings (limit, window in ms,

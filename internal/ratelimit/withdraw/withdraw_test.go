@@ -68,6 +68,9 @@ func limiter(t *testing.T, rdb redis.Scripter, split bool, timeout time.Duration
 	wo.Split, wo.Timeout = split, timeout
 	r := New(rdb, ratelimit.Scripts(rdb), wo)
 	opts.KeySecret, opts.Timeout, opts.Runner, opts.Cluster = testSecret, timeout, r, split
+	if opts.Sequences != nil {
+		opts.Sequences = r.Sequences(opts.Sequences)
+	}
 	l, err := ratelimit.New(rdb, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -850,7 +853,7 @@ func (c *lateReplies) EvalSha(ctx context.Context, sha string, keys []string, ar
 }
 
 // TestALateSequenceLeavesNothing: a sequence that ran but whose reply was lost fails as
-// unavailable; the Limiter tells its Runner (ratelimit.LateWithdrawer), and its sliding-log
+// unavailable; the Runner's Sequences around the sequence runner sees it, and its sliding-log
 // admission is then withdrawn by its id (as a late AllowAll's is),
 // so the key holds only what was admitted before.
 func TestALateSequenceLeavesNothing(t *testing.T) {
