@@ -35,8 +35,7 @@ func newBuckets(l limiter, limits enforce.RouteLimits, tiers *pix.Tiers) buckets
 
 // payer is s's payer, at its account's tier's capacity.
 func (b buckets) payer(s auth.Subject) dict.Payer {
-	_, _, capacity := tierLimits(b.tiers, s)
-	return dict.Payer{ID: s.Payer, Company: s.Person == string(pix.PJ), Capacity: capacity}
+	return dict.Payer{ID: s.Payer, Company: s.Person == string(pix.PJ), Capacity: figures(b.tiers, s).LookupCapacity}
 }
 
 // bucket is s's payer's bucket for keys of type t.

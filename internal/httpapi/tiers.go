@@ -30,12 +30,13 @@ func documentRevokedSince(t *pix.Tiers, document string) time.Time {
 	return t.Table().DocumentRevokedSince(document)
 }
 
-// limits are an account's figures (0: the default), or all defaults without Tiers.
-func tierLimits(t *pix.Tiers, s auth.Subject) (pixLimit, statementLimit, lookupCapacity int) {
+// figures are s's account's tier with its overrides (a zero figure: the default), or all
+// defaults without Tiers.
+func figures(t *pix.Tiers, s auth.Subject) pix.Tier {
 	if t == nil {
-		return 0, 0, 0
+		return pix.Tier{}
 	}
-	return t.Table().Limits(s.Account, pix.Person(s.Person))
+	return t.Table().Figures(s.Account, pix.Person(s.Person))
 }
 
 // limitOf is l, the PIX route's limit (the statement's when statement), as s's account's tier
@@ -45,9 +46,10 @@ func tierLimits(t *pix.Tiers, s auth.Subject) (pixLimit, statementLimit, lookupC
 // a PIX queue puts the PIX on a leaky_bucket of that many places (a key of its own), no more than
 // turns come within maxWait (0: no queue is shortened).
 func limitOf(t *pix.Tiers, maxWait time.Duration, l enforce.RouteLimit, s auth.Subject, statement bool) enforce.RouteLimit {
-	p, st, _ := tierLimits(t, s)
+	tier := figures(t, s)
+	p := tier.PIXLimit
 	if statement {
-		p = st
+		p = tier.StatementLimit
 	}
 	if p > 0 {
 		l.Policy.Limit = p
@@ -55,7 +57,7 @@ func limitOf(t *pix.Tiers, maxWait time.Duration, l enforce.RouteLimit, s auth.S
 			l.Policy.Burst = p
 		}
 	}
-	if q := pixQueue(t, s); q > 0 && !statement {
+	if q := tier.PIXQueue; q > 0 && !statement {
 		queued := l
 		queued.Policy.Algorithm, queued.Policy.Burst, queued.Policy.Queue = ratelimit.LeakyBucket, 0, q
 		if pace := queued.Policy.Pace(); pace >= time.Millisecond { // a limit too high to pace keeps the route's own algorithm
@@ -66,12 +68,4 @@ func limitOf(t *pix.Tiers, maxWait time.Duration, l enforce.RouteLimit, s auth.S
 		}
 	}
 	return l
-}
-
-// pixQueue is the places of s's account's tier's PIX queue; 0: none, or no Tiers.
-func pixQueue(t *pix.Tiers, s auth.Subject) int {
-	if t == nil {
-		return 0
-	}
-	return t.Table().PIXQueue(s.Account, pix.Person(s.Person))
 }

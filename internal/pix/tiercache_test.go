@@ -67,17 +67,17 @@ func TestTiersKeepTheLastTableWhenTheLedgerFails(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if p, _, _ := tt.Table().Limits("acct-ana", Person("PF")); p != 0 {
+	if p := tt.Table().Figures("acct-ana", Person("PF")).PIXLimit; p != 0 {
 		t.Fatalf("at first: PIX limit %d, want 0 (the default)", p)
 	}
 	f.set(func(f *flakyTiers) {
 		f.table = TierTable{Version: 2, Tiers: tiers, Accounts: map[string]TierOf{"acct-ana": {Tier: "restricted"}}}
 	})
-	waitFor("the change", func() bool { p, _, _ := tt.Table().Limits("acct-ana", Person("PF")); return p == 5 })
+	waitFor("the change", func() bool { return tt.Table().Figures("acct-ana", Person("PF")).PIXLimit == 5 })
 	f.set(func(f *flakyTiers) { f.down = true })
 	waitFor("the failure logged", func() bool { return strings.Contains(logs.String(), "keeping the last limits known") })
 	time.Sleep(30 * time.Millisecond) // several failed polls
-	if p, _, _ := tt.Table().Limits("acct-ana", Person("PF")); p != 5 {
+	if p := tt.Table().Figures("acct-ana", Person("PF")).PIXLimit; p != 5 {
 		t.Errorf("with the ledger down: PIX limit %d, want 5 (the last table)", p)
 	}
 	if n := strings.Count(logs.String(), "keeping the last limits known"); n != 1 {

@@ -1,6 +1,7 @@
 package pix
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,22 +77,15 @@ func (t TierTable) Of(account string, person Person) TierOf {
 	return TierOf{Tier: "pf"}
 }
 
-// Limits are account's figures: its overrides, else its tier's; zero: the default.
-func (t TierTable) Limits(account string, person Person) (pixLimit, statementLimit, lookupCapacity int) {
+// Figures are account's tier with its overrides in place (a figure of its own wins over its
+// tier's; zero: the default), read in one look-up: a request reads them once.
+func (t TierTable) Figures(account string, person Person) Tier {
 	a := t.Of(account, person)
 	tier := t.Tiers[a.Tier]
-	pick := func(own, tiers int) int {
-		if own > 0 {
-			return own
-		}
-		return tiers
-	}
-	return pick(a.PIXLimit, tier.PIXLimit), pick(a.StatementLimit, tier.StatementLimit), pick(a.LookupCapacity, tier.LookupCapacity)
-}
-
-// PIXQueue is the places of the queue account's tier puts its PIX on; 0: none.
-func (t TierTable) PIXQueue(account string, person Person) int {
-	return t.Tiers[t.Of(account, person).Tier].PIXQueue
+	tier.PIXLimit = cmp.Or(a.PIXLimit, tier.PIXLimit)
+	tier.StatementLimit = cmp.Or(a.StatementLimit, tier.StatementLimit)
+	tier.LookupCapacity = cmp.Or(a.LookupCapacity, tier.LookupCapacity)
+	return tier
 }
 
 // SortedTiers lists the table's tiers by name.
