@@ -441,7 +441,7 @@ func (r limiter) answerStep(c echo.Context, rep *report, cs []check, s sequence,
 }
 
 // first is d as if it had checked only its first check: the same verdict, with that check's
-// Result as the worst and only one (the payer's bucket of a look-up, the account of a login).
+// Result as the worst and only one (the payer's bucket of a look-up, the client IP of a login).
 func first(d ratelimit.Decision) ratelimit.Decision {
 	d.Worst, d.Results = d.Results[0], d.Results[:1:1]
 	return d

@@ -30,8 +30,8 @@ func documentRevokedSince(t *pix.Tiers, document string) time.Time {
 	return t.Table().DocumentRevokedSince(document)
 }
 
-// figures are s's account's tier with its overrides (a zero figure: the default), or all
-// defaults without Tiers.
+// figures are s's account's tier with its overrides (a zero limit or capacity: the default; a
+// zero PIXQueue: none), or all defaults without Tiers.
 func figures(t *pix.Tiers, s auth.Subject) pix.Tier {
 	if t == nil {
 		return pix.Tier{}

@@ -78,7 +78,7 @@ func (t TierTable) Of(account string, person Person) TierOf {
 }
 
 // Figures are account's tier with its overrides in place (a figure of its own wins over its
-// tier's; zero: the default), read in one look-up: a request reads them once.
+// tier's; a zero limit or capacity: the default, a zero PIXQueue: none), read in one look-up.
 func (t TierTable) Figures(account string, person Person) Tier {
 	a := t.Of(account, person)
 	tier := t.Tiers[a.Tier]

@@ -86,7 +86,7 @@
 // header, what its Remaining and Reset mean), with the same contract: the Redis clock, one atomic
 // decision over any number of keys, refusals never recorded, the same Result and keys hashed
 // alike (keys.go). Tests hold every meter (all but LeakyBucket, the queue) to a TTL no longer
-// than its key is needed (TestEveryAlgorithmKeepsTTLs), an exact RetryAfter
+// than its key is needed (the packed log's: up to a quarter window more) (TestEveryAlgorithmKeepsTTLs), an exact RetryAfter
 // (TestRetryAfterIsExact), and a pure-Go model in model_test.go driven beside its script through
 // thousands of random steps.
 package ratelimit

@@ -87,7 +87,8 @@ type Options struct {
 	// a cluster needs: it decides each key apart).
 	Runner Runner
 	// Sequences, when set, runs a Decide of several steps in one atomic script call (package
-	// sequence's). Without it each step is a call of its own.
+	// sequence's; wrapped by package withdraw's Runner.Sequences, a lost reply's admissions are
+	// taken back). Without it each step is a call of its own.
 	Sequences SequenceRunner
 	// Now, when set, replaces Redis's clock: tests step through windows without sleeping. Never
 	// in production, where the replicas' clocks differ and Redis's is the one they share.
@@ -271,7 +272,7 @@ const DefaultPrefix = "rl"
 // in clear), as a support desk's audit names it.
 func (l *Limiter) Key(c Check) string { return l.keys.key(c.Policy, c.Identity) }
 
-// Stats is what a Limiter did since it was made.
+// Stats is what a Limiter did since it was made, and whether Redis answers it now.
 type Stats struct {
 	Redis   int64 // decisions sent to its client (a breaker may have failed some unsent)
 	RedisUp bool  // the last decision that asked Redis got an answer (true before any)

@@ -142,7 +142,7 @@ func (r scriptRunner) Run(ctx context.Context, a Algorithm, keys []string, c Cal
 func Script(a Algorithm) *redis.Script { return scripts[a] }
 
 // NewCall is a Call that decides one request of checks by the Redis clock: a layer's or a test's
-// (a Limiter's own box each policy's arguments once).
+// (a Limiter's own calls box each policy's arguments once).
 func NewCall(checks ...Check) Call {
 	a := checks[0].Policy.algorithm()
 	c := Call{Op: Op{kind: opDecide}, Settings: make([][3]any, len(checks))}

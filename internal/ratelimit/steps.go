@@ -126,10 +126,11 @@ func (d Decisions) Last() Decision {
 // Decide decides steps one after another, as each decided alone in that order would, and stops
 // at the first that refuses (Decisions.Last). Each step is a call of its own (an algorithm's by
 // the Runner, batched), so another request may come between two; with Options.Sequences
-// (package sequence) the steps are one atomic script call instead, but on a cluster.
+// (package sequence) several steps are one atomic script call instead, except on a cluster.
 //
 // The error wraps ErrUnavailable when Redis did not answer; the decisions returned with it are
-// of the steps that ran before (package withdraw takes back what a failed call may have admitted).
+// of the steps that ran before (package withdraw's Runner, and its Sequences around
+// Options.Sequences, take back what a failed call may have admitted).
 func (l *Limiter) Decide(ctx context.Context, steps ...Step) (Decisions, error) {
 	if len(steps) == 0 {
 		return Decisions{}, errors.New("ratelimit: no steps")

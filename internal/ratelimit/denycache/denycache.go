@@ -161,7 +161,7 @@ func (c *Cache) Forget(ctx context.Context, ch ratelimit.Check) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	if err := forgotten.Run(ctx, c.rdb, []string{ForgetChannel(c.prefix)}, key).Err(); err != nil {
+	if err := forgottenScript.Run(ctx, c.rdb, []string{ForgetChannel(c.prefix)}, key).Err(); err != nil {
 		return fmt.Errorf("%w: forget: %w", ratelimit.ErrUnavailable, err)
 	}
 	return nil
@@ -176,7 +176,7 @@ func ForgetChannel(prefix string) string {
 //go:embed forgotten.lua
 var forgottenSource string
 
-var forgotten = redis.NewScript(forgottenSource)
+var forgottenScript = redis.NewScript(forgottenSource)
 
 // Forgotten drops checks' keys from this replica's cache: what a caller does that knows their
 // limits changed (a re-tiered account).

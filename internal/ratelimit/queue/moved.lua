@@ -6,5 +6,5 @@
 -- ARGV[1]  "<key> <turn µs> <moved µs> <at µs> <replica id>"
 -- reply    how many subscribers received it
 --
---   redis-cli --eval internal/ratelimit/queue/moved.lua pixlimit:{fleet}:queue , 'k 1 2 3 replica-1'
+--   redis-cli --eval internal/ratelimit/queue/moved.lua rl:{fleet}:queue , 'k 1 2 3 replica-1'
 return redis.call('PUBLISH', KEYS[1], ARGV[1])

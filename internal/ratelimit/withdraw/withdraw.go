@@ -1,5 +1,6 @@
 // Package withdraw takes back what a decision recorded but its caller was told it did not get: a
-// Runner around the core's (ratelimit.Scripts, or package batch's).
+// Runner around the core's (ratelimit.Scripts, or package batch's), and its Sequences around a
+// sequence runner (package sequence's) for the steps a Decide sends in one call.
 //
 // What it buys: two honest answers at the edges of a script. A decision that came back too late
 // (its caller was answered by the fail mode) may still have run in Redis and recorded an
@@ -197,6 +198,9 @@ func (r *Runner) WithdrawLate(a ratelimit.Algorithm, keys []string, c ratelimit.
 // Run's own are (WithdrawLate: a layer's step, a slot or a voucher, is no algorithm, and keeps
 // its own lease).
 func (r *Runner) Sequences(next ratelimit.SequenceRunner) ratelimit.SequenceRunner {
+	if next == nil {
+		return nil // no sequences: each step is a call of its own, by Run
+	}
 	return sequences{r, next}
 }
 
@@ -208,7 +212,7 @@ type sequences struct {
 func (s sequences) RunSequence(ctx context.Context, steps []ratelimit.StepCall) ([]ratelimit.Reply, error) {
 	replies, err := s.next.RunSequence(ctx, steps)
 	if errors.Is(err, ratelimit.ErrUnavailable) { // else it was never sent
-		for _, st := range steps {
+		for _, st := range steps { // an algorithm's step names its body after it (ratelimit.StepScript)
 			s.r.WithdrawLate(ratelimit.Algorithm(st.Body), st.Keys, st.Call, err)
 		}
 	}
