@@ -198,20 +198,26 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	if len(checks) == 0 {
 		return Decision{}, errors.New("ratelimit: no checks")
 	}
-	return l.do(ctx, Op{kind: opDecide}, checks)
-}
-
-// do asks the Runner to decide checks by their algorithm's script doing o (AllowAll, a step).
-func (l *Limiter) do(ctx context.Context, o Op, checks []Check) (Decision, error) {
 	if err := oneQueue(checks); err != nil {
 		return Decision{}, err
 	}
-	a := checks[0].Policy.algorithm()
-	sc := l.stepCall(ctx, checks, decideScript(a, o))
+	return l.one(ctx, checks, decideScript(checks[0].Policy.algorithm(), Op{kind: opDecide}), true)
+}
+
+// one decides checks in one call, within the budget, as st says: an algorithm's by the Runner
+// (byRunner: batched, withdrawn), a layer's step by its own script.
+func (l *Limiter) one(ctx context.Context, checks []Check, st StepScript, byRunner bool) (Decision, error) {
+	sc := l.stepCall(ctx, checks, st)
 	l.redisCalls.Add(1)
 	budget, cancel := context.WithTimeout(ctx, l.timeout)
-	r, err := l.runner.Run(budget, a, sc.Keys, sc.Call)
-	cancel()
+	defer cancel()
+	var r Reply
+	var err error
+	if byRunner {
+		r, err = l.runner.Run(budget, Algorithm(st.Body), sc.Keys, sc.Call)
+	} else if r, err = runScript(budget, l.rdb, st.Alone, st.Queued, sc.Keys, sc.Call); err != nil {
+		err = fmt.Errorf("%s: %w", st.Body, err)
+	}
 	l.called(ctx, err)
 	if err != nil {
 		return Decision{}, err

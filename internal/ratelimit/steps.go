@@ -145,13 +145,8 @@ func (l *Limiter) Decide(ctx context.Context, steps ...Step) (Decisions, error) 
 	}
 	var ds []Decision
 	for _, s := range steps {
-		var d Decision
-		var err error
-		if a, ok := s.(*decideStep); ok {
-			d, err = l.do(ctx, a.op, a.cs) // by the Runner: batched
-		} else {
-			d, err = l.alone(ctx, s)
-		}
+		_, byRunner := s.(*decideStep)
+		d, err := l.one(ctx, s.Checks(), s.Script(), byRunner)
 		if err != nil {
 			return Decisions{steps, ds}, err
 		}
@@ -207,21 +202,6 @@ func (l *Limiter) stepCall(ctx context.Context, checks []Check, st StepScript) S
 		c.Settings[i] = l.policyArgs(ch.Policy)
 	}
 	return StepCall{Body: st.Body, Queued: st.Queued, Keys: l.keysOf(checks), Call: c}
-}
-
-// alone decides a layer's step by its own script, within the budget.
-func (l *Limiter) alone(ctx context.Context, s Step) (Decision, error) {
-	st := s.Script()
-	sc := l.stepCall(ctx, s.Checks(), st)
-	l.redisCalls.Add(1)
-	budget, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	r, err := runScript(budget, l.rdb, st.Alone, st.Queued, sc.Keys, sc.Call)
-	l.called(ctx, err)
-	if err != nil {
-		return Decision{}, fmt.Errorf("%s: %w", st.Body, err)
-	}
-	return decisionOf(r, s.Checks(), sc.Keys, sc.Call), nil
 }
 
 // sequence decides steps in one call of the SequenceRunner, within the budget.
