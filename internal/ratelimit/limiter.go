@@ -225,15 +225,6 @@ func (l *Limiter) one(ctx context.Context, checks []Check, st StepScript, byRunn
 	return decisionOf(r, checks, sc.Keys, sc.Call), nil
 }
 
-// keysOf are the Redis keys of checks.
-func (l *Limiter) keysOf(checks []Check) []string {
-	keys := make([]string, len(checks))
-	for i, c := range checks {
-		keys[i] = l.keys.key(c.Policy, c.Identity)
-	}
-	return keys
-}
-
 // called tells the Redis-up flag how a call went.
 func (l *Limiter) called(ctx context.Context, err error) {
 	switch {

@@ -185,10 +185,11 @@ type SequenceRunner interface {
 	RunSequence(ctx context.Context, steps []StepCall) ([]Reply, error)
 }
 
-// stepCall is the call of a step over checks that runs as st says: at the Limiter's time, with
-// each key's policy.
+// stepCall is the call of a step over checks that runs as st says: at the Limiter's time, over
+// each check's key with its policy.
 func (l *Limiter) stepCall(ctx context.Context, checks []Check, st StepScript) StepCall {
 	c := Call{ID: st.ID, Op: st.Op, Settings: make([][3]any, len(checks))}
+	keys := make([]string, len(checks))
 	if l.now != nil {
 		c.Now = l.now().UnixMicro() // else 0: the Redis clock
 	}
@@ -199,9 +200,9 @@ func (l *Limiter) stepCall(ctx context.Context, checks []Check, st StepScript) S
 		c.Op = l.queueOp(ctx)
 	}
 	for i, ch := range checks {
-		c.Settings[i] = l.policyArgs(ch.Policy)
+		c.Settings[i], keys[i] = l.policyArgs(ch.Policy), l.keys.key(ch.Policy, ch.Identity)
 	}
-	return StepCall{Body: st.Body, Queued: st.Queued, Keys: l.keysOf(checks), Call: c}
+	return StepCall{Body: st.Body, Queued: st.Queued, Keys: keys, Call: c}
 }
 
 // sequence decides steps in one call of the SequenceRunner, within the budget.
