@@ -66,14 +66,13 @@ func TestTheTextbookScriptRunsAlone(t *testing.T) {
 	// its 3 places are taken.
 	for _, a := range Algorithms() {
 		file = string(a) + ".lua"
-		var allowed []int64
-		for range 5 {
-			got := eval("alone:"+string(a), ",", "3", "60000")
+		allowed := fiveInOneMinute(t, func(key string) []int64 {
+			got := eval("alone:"+string(a)+key, ",", "3", "60000")
 			if len(got) < 4 {
 				t.Fatalf("%s: reply %v, want allowed, remaining, reset_ms, now and more", file, got)
 			}
-			allowed = append(allowed, got[0])
-		}
+			return got
+		})
 		want := []int64{1, 1, 1, 0, 0}
 		if a == LeakyBucket {
 			want = []int64{1, 1, 1, 1, 0} // served now, then 3 waiting in their places
@@ -88,9 +87,8 @@ func TestTheTextbookScriptRunsAlone(t *testing.T) {
 		if a == LeakyBucket {
 			p.Queue = 3
 		}
-		allowed = nil
-		for range 5 {
-			args := []string{"replica:" + string(a), ","}
+		allowed = fiveInOneMinute(t, func(key string) []int64 {
+			args := []string{"replica:" + string(a) + key, ","}
 			c := NewCall(Check{Policy: p, Identity: "ana"})
 			if a == LeakyBucket {
 				c.Op = Op{kind: opQueue, within: 60_000_000} // a replica's request has a deadline: here, its turn within the minute
@@ -102,10 +100,32 @@ func TestTheTextbookScriptRunsAlone(t *testing.T) {
 			if len(got) < 4 {
 				t.Fatalf("%s with a replica's arguments %q: reply %v, want allowed, remaining, reset_ms, now and more", file, args[2:], got)
 			}
-			allowed = append(allowed, got[0])
-		}
+			return got
+		})
 		if !slices.Equal(allowed, want) {
 			t.Errorf("redis-cli --eval %s with a replica's arguments, 5 times: allowed %v, want %v", file, allowed, want)
 		}
 	}
+}
+
+// fiveInOneMinute sends five requests by decide (on a key named with its suffix) and returns
+// whether each was allowed. They run on Redis's clock, as a person's command line does, and the
+// counters count per calendar minute: five that straddle a minute's end (their replies' now, at
+// index 3, in two minutes) are sent again on a fresh key, once; five calls take far less than a
+// minute, so the second try ends within one.
+func fiveInOneMinute(t *testing.T, decide func(suffix string) []int64) []int64 {
+	t.Helper()
+	var allowed []int64
+	for try := range 2 {
+		allowed = allowed[:0]
+		var minutes []int64
+		for range 5 {
+			got := decide(fmt.Sprintf(":%d", try))
+			allowed, minutes = append(allowed, got[0]), append(minutes, got[3]/60_000_000)
+		}
+		if minutes[0] == minutes[4] {
+			break
+		}
+	}
+	return allowed
 }
