@@ -59,8 +59,12 @@ func TestSentinelFailover(t *testing.T) {
 	refused := 0
 	for {
 		r := a.PIX(tok, "bruno@example.com", 1)
-		if r.Took > time.Second {
-			t.Errorf("a PIX during the failover took %v, want within the 300ms budget", r.Took)
+		// A PIX makes at most three limiter calls (its admission; then its settlement, or the
+		// release of what a failed admission may hold), each within the 300ms budget; a busy
+		// machine (four CPU burners beside the suite) adds up to a second of scheduling. Without
+		// budgets, go-redis would wait its 5s dial timeout, and retry.
+		if longest := 3*300*time.Millisecond + time.Second; r.Took > longest {
+			t.Errorf("a PIX during the failover took %v (%d), want within three 300ms budgets and a second (%v)", r.Took, r.Status, longest)
 		}
 		if r.Status == http.StatusCreated {
 			break
