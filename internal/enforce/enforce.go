@@ -111,8 +111,9 @@ type RouteLimits struct {
 }
 
 // NetIdentity is the identity of addr's site: its /48 for an IPv6 address, as one site is
-// usually given (it holds 65,536 /64s, each a ratelimit.IPIdentity); ok is false for IPv4, whose address
-// is the client's. Counting a site's requests too keeps one site from minting keys without end.
+// usually given (it holds 65,536 /64s, each a ratelimit.IPIdentity); ok is false for IPv4, whose
+// address is the client's. Counting a site's requests too keeps one site from minting keys
+// without end.
 func NetIdentity(addr netip.Addr) (identity string, ok bool) {
 	addr = addr.Unmap()
 	if addr.Is4() {

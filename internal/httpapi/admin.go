@@ -61,8 +61,8 @@ const deskTimeout = 10 * time.Second
 
 // NewAdmin returns the support desk's handler, for its own listener (ADMIN_ADDR), never the
 // public one: a desk that sees a key's state by policy and identity and can clear it on every
-// replica at once (denycache.Cache.Forget: Redis's key, and every replica's deny cache), so that a customer locked out by a botnet is let in
-// now rather than when the window ends. Every call with the right token is audited in the ledger
+// replica at once (denycache.Cache.Forget: Redis's key, and every replica's deny cache), so that
+// a customer locked out by a botnet is let in now rather than when the window ends. Every call with the right token is audited in the ledger
 // (who, what, which key by the limiter's own hash, when, the state before and after) and logged
 // without any identity; a change is recorded before it is made and its outcome after. Calls
 // without the right token are limited per IP (admin-ip) and audited as one summary per IP and
