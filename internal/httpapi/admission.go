@@ -13,6 +13,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/slots"
 )
 
 // A PIX's admission, the whole of what limits one PIX (handlePIX tells the rest of its story):
@@ -30,7 +31,7 @@ import (
 // PIX, 429 pix-concurrency; else its own limit decides as any route's. A bucket that cannot be
 // asked (Redis down) leaves the PIX to its own limit's fail mode. A queued PIX (leaky_bucket)
 // waits for its turn, then takes its slot and mark in a call of its own: it holds none while it
-// waits.
+// waits. The slot and the mark are this file's last two types; the buckets are buckets.go's.
 
 // admissions admit PIX: a PIX's own limit (its account's tier's), its in-flight slot and its key's
 // mark, and the DICT buckets (package dict) it may pay.
@@ -42,11 +43,6 @@ type admissions struct {
 
 func newAdmissions(b buckets, limit, inflight enforce.RouteLimit) admissions {
 	return admissions{buckets: b, limit: limit, inflight: inflight, lease: cmp.Or(inflight.Policy.Window, 15*time.Second)}
-}
-
-// own is s's PIX limit: its account's tier's.
-func (pa admissions) own(s auth.Subject) check {
-	return check{limitOf(pa.tiers, pa.maxWait, pa.limit, s, false), s.Account}
 }
 
 // ticket is an admitted PIX's hold on what its admission took (its slot and mark) and on the
@@ -222,5 +218,121 @@ func (pa admissions) release(c echo.Context, steps ...ratelimit.Step) {
 	if _, err := pa.decider().Decide(context.WithoutCancel(c.Request().Context()), steps...); err != nil {
 		pa.events.log("release:pix-slots", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: it frees at its lease",
 			"cause", err.Error())
+	}
+}
+
+// slot is the in-flight slot a PIX of s's account named idem holds (nil when PIX_CONCURRENCY is
+// off): the request's Idempotency-Key names it, so that a replay of a PIX in progress shares its
+// original's slot and waits for its answer in the ledger, never refused.
+func slotOf(limit enforce.RouteLimit, account, idem string) *slot {
+	if limit.Policy.Limit < 1 {
+		return nil
+	}
+	return &slot{check: check{limit, account}, name: slots.Holder(idem)}
+}
+
+type slot struct {
+	check check
+	name  string // this request's hold (slots.Holder): a replay shares the slot, never the hold
+}
+
+// full is the 429 of a PIX whose account has every slot in use: Retry-After 1 (a slot frees when
+// a PIX ends, which no clock foretells), and the slot's RateLimit headers beside the PIX's
+// policy, as the draft's concurrent-requests quota: a policy with no window (appendPolicyItem).
+func (s *slot) full(c echo.Context, own check) error {
+	p := s.check.limit.Policy
+	inProgress := ratelimit.Result{Policy: ratelimit.Policy{Name: p.Name, Limit: p.Limit}, Capacity: p.Limit,
+		Reset: time.Second, RetryAfter: time.Second}
+	setHeaders(c.Response().Header(), ratelimit.Decision{Worst: inProgress, Results: []ratelimit.Result{{Policy: own.limit.Policy}, inProgress}})
+	return &Error{Code: CodeRateLimitExceeded, RetryAfter: inProgress.RetryAfter}
+}
+
+// answer answers a slot's step (its ask, or its hold at a queued PIX's turn), counting a
+// refusal in r's metrics: nil when held or when Redis could not say (the PIX's own limit answers
+// an outage, by its fail mode).
+func (s *slot) answer(c echo.Context, r limiter, own check, d ratelimit.Decision, err error, took time.Duration) error {
+	if err != nil || d.Allowed {
+		return nil
+	}
+	r.metrics.decided(checks([]check{s.check}), outcomeRefused, took)
+	return s.full(c, own)
+}
+
+// slots are the account's slots: the limit's policy counts them (its limit) and leases them (its
+// window).
+func (s *slot) slots() slots.Slots {
+	p := s.check.limit.Policy
+	return slots.Slots{Name: p.Name, Count: p.Limit, Lease: p.Window}
+}
+
+// hold and ask are the steps that take the slot and ask whether it would be taken.
+func (s *slot) hold() ratelimit.Step { return s.slots().Hold(s.check.identity, s.name) }
+func (s *slot) ask() ratelimit.Step  { return s.slots().Ask(s.check.identity, s.name) }
+
+// release is the step that gives the slot back, or none.
+func (s *slot) release() []ratelimit.Step {
+	if s == nil {
+		return nil
+	}
+	return []ratelimit.Step{s.slots().Release(s.check.identity, s.name)}
+}
+
+// mark is a PIX's mark as its Idempotency-Key's original, fleet-wide: a hold of the key's one
+// slot, in Redis, whose name no other request shares, so that a second request of the key is
+// refused it while the original is in progress, on whatever replica. A PIX takes its mark in its
+// admission's call (the last step) and drops it in its settlement's, so the mark costs no call
+// of its own; one refused its mark asks again until it gets it (mark.wait), then goes to the
+// ledger, which answers it from the original's record. The lease bounds a mark whose replica
+// died holding it. originals (idempotency.go) keeps the same order among one replica's requests
+// without asking Redis.
+type mark struct {
+	slots    slots.Slots
+	identity string
+	name     string
+}
+
+// markOf is the mark of s's account's PIX named idem, leased for lease (the in-flight slots'
+// lease, which outlasts the longest PIX).
+func markOf(lease time.Duration, account, idem string) *mark {
+	// A name of its own (a holder of a holder): no other request shares the slot.
+	return &mark{slots: slots.Slots{Name: "pix-original", Count: 1, Lease: lease}, identity: account + ":" + idem,
+		name: slots.Holder(slots.Holder("original"))}
+}
+
+// take is the step that takes the mark.
+func (m *mark) take() ratelimit.Step { return m.slots.Hold(m.identity, m.name) }
+
+// release is the step that drops the mark, or none.
+func (m *mark) release() []ratelimit.Step {
+	if m == nil {
+		return nil
+	}
+	return []ratelimit.Step{m.slots.Release(m.identity, m.name)}
+}
+
+// markPoll is how often a PIX refused its mark asks again: a PIX's ledger time is a few
+// milliseconds.
+const markPoll = 20 * time.Millisecond
+
+// wait asks for the mark until it is taken, the deadline passes or ctx ends; Redis not answering
+// ends it too. Past it, the PIX goes on without the mark: the ledger keeps the key's guarantees.
+// A PIX refused its mark in its admission waits a pause before asking again; a queued one, which
+// takes its mark at its turn, asks at once.
+func (m *mark) wait(ctx context.Context, decider ratelimit.Decider, deadline time.Time, askFirst bool) {
+	for ask := askFirst; ; ask = true {
+		if ask {
+			ds, err := decider.Decide(context.WithoutCancel(ctx), m.take())
+			d := ds.Last()
+			if err != nil || d.Allowed || !time.Now().Before(deadline) {
+				return
+			}
+		}
+		t := time.NewTimer(min(markPoll, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
 	}
 }

@@ -9,16 +9,13 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/queue"
-	"github.com/pixlimit/pixlimit/internal/ratelimit/slots"
 )
 
 // Throttling: a route whose limit is a queue (leaky_bucket) holds an admitted request until its
 // turn, within the wait the write timeout leaves (limiter.maxWait): the limiter refuses at once a
-// turn that would come later. The PIX also holds one of its account's in-flight slots
-// (pix-concurrency) from its turn to its answer.
+// turn that would come later. A queued PIX takes its in-flight slot at its turn (admission.go).
 
 // defaultMaxWait and defaultBudget are the wait and the decision's budget of a limiter built
 // without them (a middleware's): the defaults of the server's and of ratelimit.Options.Timeout.
@@ -82,60 +79,4 @@ func (r limiter) giveTurnBack(d ratelimit.Decision) {
 	if r.queue != nil {
 		r.queue.GiveBack(d)
 	}
-}
-
-// slot is the in-flight slot a PIX of s's account named idem holds (nil when PIX_CONCURRENCY is
-// off): the request's Idempotency-Key names it, so that a replay of a PIX in progress shares its
-// original's slot and waits for its answer in the ledger, never refused.
-func slotOf(limit enforce.RouteLimit, account, idem string) *slot {
-	if limit.Policy.Limit < 1 {
-		return nil
-	}
-	return &slot{check: check{limit, account}, name: slots.Holder(idem)}
-}
-
-type slot struct {
-	check check
-	name  string // this request's hold (slots.Holder): a replay shares the slot, never the hold
-}
-
-// full is the 429 of a PIX whose account has every slot in use: Retry-After 1 (a slot frees when
-// a PIX ends, which no clock foretells), and the slot's RateLimit headers beside the PIX's
-// policy, as the draft's concurrent-requests quota: a policy with no window (appendPolicyItem).
-func (s *slot) full(c echo.Context, own check) error {
-	p := s.check.limit.Policy
-	inProgress := ratelimit.Result{Policy: ratelimit.Policy{Name: p.Name, Limit: p.Limit}, Capacity: p.Limit,
-		Reset: time.Second, RetryAfter: time.Second}
-	setHeaders(c.Response().Header(), ratelimit.Decision{Worst: inProgress, Results: []ratelimit.Result{{Policy: own.limit.Policy}, inProgress}})
-	return &Error{Code: CodeRateLimitExceeded, RetryAfter: inProgress.RetryAfter}
-}
-
-// answer answers a slot's step (its ask, or its hold at a queued PIX's turn), counting a
-// refusal in r's metrics: nil when held or when Redis could not say (the PIX's own limit answers
-// an outage, by its fail mode).
-func (s *slot) answer(c echo.Context, r limiter, own check, d ratelimit.Decision, err error, took time.Duration) error {
-	if err != nil || d.Allowed {
-		return nil
-	}
-	r.metrics.decided(checks([]check{s.check}), outcomeRefused, took)
-	return s.full(c, own)
-}
-
-// slots are the account's slots: the limit's policy counts them (its limit) and leases them (its
-// window).
-func (s *slot) slots() slots.Slots {
-	p := s.check.limit.Policy
-	return slots.Slots{Name: p.Name, Count: p.Limit, Lease: p.Window}
-}
-
-// hold and ask are the steps that take the slot and ask whether it would be taken.
-func (s *slot) hold() ratelimit.Step { return s.slots().Hold(s.check.identity, s.name) }
-func (s *slot) ask() ratelimit.Step  { return s.slots().Ask(s.check.identity, s.name) }
-
-// release is the step that gives the slot back, or none.
-func (s *slot) release() []ratelimit.Step {
-	if s == nil {
-		return nil
-	}
-	return []ratelimit.Step{s.slots().Release(s.check.identity, s.name)}
 }

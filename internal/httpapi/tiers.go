@@ -39,6 +39,11 @@ func figures(t *pix.Tiers, s auth.Subject) pix.Tier {
 	return t.Table().Figures(s.Account, pix.Person(s.Person))
 }
 
+// own is s's PIX limit: its account's tier's (limitOf).
+func (pa admissions) own(s auth.Subject) check {
+	return check{limitOf(pa.tiers, pa.maxWait, pa.limit, s, false), s.Account}
+}
+
 // limitOf is l, the PIX route's limit (the statement's when statement), as s's account's tier
 // has it: how the route decides, and how the support desk reads, that account's key. The policy
 // keeps its name, so the key of the same algorithm (and what it already counted) stays: a
