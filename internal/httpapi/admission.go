@@ -223,58 +223,50 @@ func (pa admissions) release(c echo.Context, steps ...ratelimit.Step) {
 
 // slot is the in-flight slot a PIX of s's account named idem holds (nil when PIX_CONCURRENCY is
 // off): the request's Idempotency-Key names it, so that a replay of a PIX in progress shares its
-// original's slot and waits for its answer in the ledger, never refused.
+// original's slot and waits for its answer in the ledger, never refused. The limit's policy
+// counts the account's slots (its limit) and leases them (its window).
 func slotOf(limit enforce.RouteLimit, account, idem string) *slot {
-	if limit.Policy.Limit < 1 {
+	p := limit.Policy
+	if p.Limit < 1 {
 		return nil
 	}
-	return &slot{check: check{limit, account}, name: slots.Holder(idem)}
+	return &slot{check: check{limit, account}, slots: slots.Slots{Name: p.Name, Count: p.Limit, Lease: p.Window},
+		name: slots.Holder(idem)}
 }
 
 type slot struct {
 	check check
+	slots slots.Slots
 	name  string // this request's hold (slots.Holder): a replay shares the slot, never the hold
-}
-
-// full is the 429 of a PIX whose account has every slot in use: Retry-After 1 (a slot frees when
-// a PIX ends, which no clock foretells), and the slot's RateLimit headers beside the PIX's
-// policy, as the draft's concurrent-requests quota: a policy with no window (appendPolicyItem).
-func (s *slot) full(c echo.Context, own check) error {
-	p := s.check.limit.Policy
-	inProgress := ratelimit.Result{Policy: ratelimit.Policy{Name: p.Name, Limit: p.Limit}, Capacity: p.Limit,
-		Reset: time.Second, RetryAfter: time.Second}
-	setHeaders(c.Response().Header(), ratelimit.Decision{Worst: inProgress, Results: []ratelimit.Result{{Policy: own.limit.Policy}, inProgress}})
-	return &Error{Code: CodeRateLimitExceeded, RetryAfter: inProgress.RetryAfter}
 }
 
 // answer answers a slot's step (its ask, or its hold at a queued PIX's turn), counting a
 // refusal in r's metrics: nil when held or when Redis could not say (the PIX's own limit answers
-// an outage, by its fail mode).
+// an outage, by its fail mode). A PIX whose account has every slot in use is refused 429 with
+// Retry-After 1 (a slot frees when a PIX ends, which no clock foretells), and the slot's
+// RateLimit headers beside the PIX's policy, as the draft's concurrent-requests quota: a policy
+// with no window (appendPolicyItem).
 func (s *slot) answer(c echo.Context, r limiter, own check, d ratelimit.Decision, err error, took time.Duration) error {
 	if err != nil || d.Allowed {
 		return nil
 	}
 	r.metrics.decided(checks([]check{s.check}), outcomeRefused, took)
-	return s.full(c, own)
-}
-
-// slots are the account's slots: the limit's policy counts them (its limit) and leases them (its
-// window).
-func (s *slot) slots() slots.Slots {
-	p := s.check.limit.Policy
-	return slots.Slots{Name: p.Name, Count: p.Limit, Lease: p.Window}
+	inProgress := ratelimit.Result{Policy: ratelimit.Policy{Name: s.slots.Name, Limit: s.slots.Count},
+		Capacity: s.slots.Count, Reset: time.Second, RetryAfter: time.Second}
+	setHeaders(c.Response().Header(), ratelimit.Decision{Worst: inProgress, Results: []ratelimit.Result{{Policy: own.limit.Policy}, inProgress}})
+	return &Error{Code: CodeRateLimitExceeded, RetryAfter: inProgress.RetryAfter}
 }
 
 // hold and ask are the steps that take the slot and ask whether it would be taken.
-func (s *slot) hold() ratelimit.Step { return s.slots().Hold(s.check.identity, s.name) }
-func (s *slot) ask() ratelimit.Step  { return s.slots().Ask(s.check.identity, s.name) }
+func (s *slot) hold() ratelimit.Step { return s.slots.Hold(s.check.identity, s.name) }
+func (s *slot) ask() ratelimit.Step  { return s.slots.Ask(s.check.identity, s.name) }
 
 // release is the step that gives the slot back, or none.
 func (s *slot) release() []ratelimit.Step {
 	if s == nil {
 		return nil
 	}
-	return []ratelimit.Step{s.slots().Release(s.check.identity, s.name)}
+	return []ratelimit.Step{s.slots.Release(s.check.identity, s.name)}
 }
 
 // mark is a PIX's mark as its Idempotency-Key's original, fleet-wide: a hold of the key's one
