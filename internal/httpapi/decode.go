@@ -18,11 +18,13 @@ const maxBody = 16 << 10
 
 // limitBody refuses a declared Content-Length over maxBody at once and caps every other body
 // (chunked ones included) with http.MaxBytesReader, so that reading past the cap fails with
-// *http.MaxBytesError and decodeJSON answers 413 whichever way the body came.
+// *http.MaxBytesError and decodeJSON answers 413 whichever way the body came. The login's body
+// is only capped: every login counts against its client's IP key (handleLogin decides it before
+// answering a body it could not read), so a body too large is counted there, then answered 413.
 func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
-		if req.ContentLength > maxBody {
+		if req.ContentLength > maxBody && c.Path() != "/v1/login" {
 			return &Error{Code: CodeRequestTooLarge}
 		}
 		req.Body = http.MaxBytesReader(c.Response(), req.Body, maxBody)

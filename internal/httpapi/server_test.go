@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -382,5 +383,43 @@ func TestRefusalsAreLoggedAsSummaries(t *testing.T) {
 	out := logs.String()
 	if refused != 50 || strings.Count(out, `msg="requests refused"`) != 1 || strings.Contains(out, "msg=request method=POST route=/v1/login status=429") {
 		t.Errorf("%d refused; log:\n%s\nwant 50 refusals in one summary line, none logged one by one", refused, out)
+	}
+}
+
+// TestATooLargeLoginCountsAgainstItsIP: every login counts against its client's IP key, one
+// whose declared body is over the cap too: 413, with the IP key's headers, and the key one
+// lower; sent chunked, the same. Another route still refuses such a body before its handler.
+func TestATooLargeLoginCountsAgainstItsIP(t *testing.T) {
+	t.Parallel()
+	limits := lax()
+	limits.LoginIP.Policy.Limit = 10
+	s := newServer(t, redistest.Start(t), limits)
+	body := `{"document":"` + strings.Repeat("1", 17<<10) + `","password":"y"}`
+	send := func(chunked bool) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/v1/login", strings.NewReader(body))
+		if chunked {
+			req.ContentLength = -1
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.RemoteAddr = "198.51.100.9:1234"
+		rec := httptest.NewRecorder()
+		s.h.ServeHTTP(rec, req)
+		return rec
+	}
+	for i, chunked := range []bool{false, true, false} {
+		rec := send(chunked)
+		if got, want := rec.Code, http.StatusRequestEntityTooLarge; got != want {
+			t.Fatalf("login %d (chunked %v): %d, want %d", i+1, chunked, got, want)
+		}
+		if got, want := rec.Header().Get("RateLimit-Remaining"), strconv.Itoa(10-i-1); got != want {
+			t.Errorf("login %d (chunked %v): RateLimit-Remaining %q, want %q: counted against its IP", i+1, chunked, got, want)
+		}
+	}
+	req := httptest.NewRequest(http.MethodPost, "/v1/pix", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	s.h.ServeHTTP(rec, req)
+	if got, want := rec.Code, http.StatusRequestEntityTooLarge; got != want {
+		t.Errorf("a PIX over the cap: %d, want %d before its token is read", got, want)
 	}
 }
