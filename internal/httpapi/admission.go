@@ -148,7 +148,9 @@ func newAdmission(user, bank, own check, held *slot, orig *mark) admission {
 
 // giveBack returns err, having given back, with a refused or failed admission, a hold its call
 // may have taken: one it took, or, when Redis did not answer, one it may have taken (the script
-// may have run; a hold's name is its own, so giving back one never taken changes nothing).
+// may have run; a hold's name is its own, so giving back one never taken changes nothing). When
+// Redis did not answer, the answer does not wait for the release too (a fail mode waits no
+// longer than the Redis timeout): it is sent on its way, within its own budget.
 func (pa admissions) giveBack(c echo.Context, a admission, decided sequence, err error) error {
 	mayHold := func(s ratelimit.Step) bool {
 		return s != nil && (decided.admitted(s) || decided.err != nil && !decided.refused(s))
@@ -160,7 +162,12 @@ func (pa admissions) giveBack(c echo.Context, a admission, decided sequence, err
 	if mayHold(a.takeMark) {
 		release = append(release, a.orig.release()...)
 	}
-	pa.release(c, release...)
+	ctx := context.WithoutCancel(c.Request().Context())
+	if decided.err != nil {
+		go pa.release(ctx, release...)
+		return err
+	}
+	pa.release(ctx, release...)
 	return err
 }
 
@@ -204,18 +211,18 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 		if errors.Is(err, pix.ErrLedgerBusy) {
 			t.pa.giveTurnBack(t.turn)
 		}
-		t.pa.release(t.c, release...)
+		t.pa.release(context.WithoutCancel(t.c.Request().Context()), release...)
 	}
 	return err
 }
 
-// release gives a PIX's slot and mark back alone, on a context the client cannot cancel; a
+// release gives a PIX's slot and mark back alone, on ctx, which the client cannot cancel; a
 // release Redis does not answer is logged, and the slot or mark frees at its lease.
-func (pa admissions) release(c echo.Context, steps ...ratelimit.Step) {
+func (pa admissions) release(ctx context.Context, steps ...ratelimit.Step) {
 	if len(steps) == 0 {
 		return
 	}
-	if _, err := pa.decider().Decide(context.WithoutCancel(c.Request().Context()), steps...); err != nil {
+	if _, err := pa.decider().Decide(ctx, steps...); err != nil {
 		pa.events.log("release:pix-slots", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: it frees at its lease",
 			"cause", err.Error())
 	}
