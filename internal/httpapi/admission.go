@@ -146,6 +146,21 @@ func newAdmission(user, bank, own check, held *slot, orig *mark) admission {
 	return a
 }
 
+// vacant is nil when one of s's account's in-flight slots is free (asked, taking nothing), or
+// when Redis could not say (the admission decides then); else the 429 of every slot in use. A PIX
+// asks it only when its account holds every one of its places of the ledger on this replica, so
+// that it is refused at once, as PIX_CONCURRENCY promises, instead of after waiting for a place:
+// one call more, on that path alone.
+func (pa admissions) vacant(c echo.Context, s auth.Subject, idem string, own check) error {
+	held := slotOf(pa.inflight, s.Account, idem)
+	if held == nil {
+		return nil
+	}
+	start := time.Now()
+	ds, err := pa.decider().Decide(c.Request().Context(), held.ask())
+	return held.answer(c, pa.limiter, own, ds.Last(), err, time.Since(start))
+}
+
 // giveBack returns err, having given back, with a refused or failed admission, a hold its call
 // may have taken: one it took, or, when Redis did not answer, one it may have taken (the script
 // may have run; a hold's name is its own, so giving back one never taken changes nothing). When

@@ -289,7 +289,13 @@ func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxW
 			// One of the account's places of the ledger, held from before its admission: a PIX
 			// answered ledger_busy was decided by nothing, so it spent no quota and holds no slot.
 			// (A queued PIX takes its place at its turn, in the transfer's call: it would hold
-			// one through its whole wait otherwise.)
+			// one through its whole wait otherwise.) With every place taken, a PIX past its
+			// account's in-flight slots is refused at once rather than after its wait.
+			if share.Full(s.Account) {
+				if err := pixes.vacant(c, s, req.IdempotencyKey, own); err != nil {
+					return err
+				}
+			}
 			ctx, release, err := share.Hold(c.Request().Context(), s.Account, time.Until(waitUntil))
 			if err != nil {
 				return err

@@ -62,6 +62,14 @@ func (s *Share) Hold(ctx context.Context, account string, within time.Duration) 
 	return context.WithValue(ctx, holding{}, account), release, nil
 }
 
+// Full says whether account holds every one of its places now: a call would wait its turn.
+func (s *Share) Full(account string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.held[account]
+	return p != nil && len(p.tokens) == s.per
+}
+
 // take waits for one of account's places, at most wait.
 func (s *Share) take(ctx context.Context, account string, wait time.Duration) (func(), error) {
 	s.mu.Lock()
