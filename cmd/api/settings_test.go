@@ -243,6 +243,10 @@ func TestARemovalCountsAgainstAccountSettings(t *testing.T) {
 	if pending.Status != http.StatusAccepted {
 		t.Fatalf("Ana's second device: %v, want 202 pending", pending)
 	}
+	// A registration is a settings call: its headers are account-settings', not its guesses' key's.
+	if got, want := pending.Header.Get("RateLimit-Policy"), `"account-settings";q=3;w=3600`; got != want {
+		t.Errorf("a registration's RateLimit-Policy: %q, want %q", got, want)
+	}
 	var got []int
 	var refusal apitest.Response
 	for range 5 {

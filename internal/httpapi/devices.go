@@ -10,6 +10,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
 // The devices of an account, registered for PIX under the central bank's new-device rule: a
@@ -49,7 +50,8 @@ type registrar interface {
 // Each attempt counts against its access token's own key (login-device, keyed by the token's
 // id), before the password is checked: a token stolen without the password buys that key's few
 // guesses and no more, since another token needs a login, and the owner, logging in again, has a
-// key of her own.
+// key of her own. Its answer's RateLimit headers are the route's (account-settings, limitSettings)
+// unless that key refuses it.
 func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger registrar, passwords *auth.Passwords, delay time.Duration) echo.HandlerFunc {
 	type request struct {
 		Password string `json:"password"`
@@ -59,6 +61,12 @@ func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger re
 		Registered   bool       `json:"registered"`
 		PendingUntil *time.Time `json:"pending_until,omitempty"`
 	}
+	guesses := &report{show: func(d ratelimit.Decision) ratelimit.Decision {
+		if d.Allowed {
+			d.Results = nil // the route's headers stay
+		}
+		return d
+	}}
 	return func(c echo.Context) error {
 		s, err := auth.SubjectOf(c)
 		if err != nil {
@@ -71,7 +79,7 @@ func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger re
 		if err != nil {
 			return err
 		}
-		if err := limiter.enforce(c, nil, check{limits.LoginDevice, "token:" + s.ID}); err != nil {
+		if err := limiter.enforce(c, guesses, check{limits.LoginDevice, "token:" + s.ID}); err != nil {
 			return err
 		}
 		var req request
