@@ -117,6 +117,9 @@ func TestTheQueuePacesPIXAcrossTheFleet(t *testing.T) {
 			t.Errorf("turn %d came %v after the one before, want the pace 500ms exactly", i, gap)
 		}
 	}
+	if st := served[0].h.Get("Server-Timing"); st != "throttle;dur=0" {
+		t.Errorf("the PIX whose turn was at once answered Server-Timing %q, want throttle;dur=0", st)
+	}
 	for i := 1; i < 5; i++ {
 		if st := served[i].h.Get("Server-Timing"); !strings.HasPrefix(st, "throttle;dur=") {
 			t.Errorf("a PIX that waited its turn answered Server-Timing %q", st)

@@ -38,10 +38,14 @@ func (r limiter) throttleBudget() time.Duration {
 
 // wait holds the request of c, admitted by d over cs in took, until its turn, and counts how it
 // ended: throttled (served after waiting) or abandoned (its client left first, giving its place
-// back). Its answer says how long it waited (Server-Timing: throttle;dur=ms). A shadow limit never
-// waits. A replica holding its most waiters refuses it, 429.
+// back). Its answer says how long it waited (Server-Timing: throttle;dur=ms), 0 when its turn was
+// now. A shadow limit never waits. A replica holding its most waiters refuses it, 429.
 func (r limiter) wait(c echo.Context, ctx context.Context, cs []check, d ratelimit.Decision, took time.Duration) error {
-	if !d.Allowed || d.Wait <= 0 || cs[0].limit.Shadow {
+	if !d.Allowed || cs[0].limit.Shadow || cs[0].limit.Policy.Algorithm != ratelimit.LeakyBucket {
+		return nil
+	}
+	if d.Wait <= 0 {
+		c.Response().Header()["Server-Timing"] = []string{"throttle;dur=0"}
 		return nil
 	}
 	start := time.Now()
