@@ -1,10 +1,12 @@
 package auth
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"net/http/httptest"
 	"net/netip"
@@ -62,6 +64,7 @@ func TestTokens(t *testing.T) {
 		{"no person", sign(jwt.SigningMethodHS256, tokens.secret, claims{RegisteredClaims: valid, Payer: "p"})},
 		{"another person", sign(jwt.SigningMethodHS256, tokens.secret, claims{RegisteredClaims: valid, Payer: "p", Person: "XX"})},
 		{"tampered", good[:len(good)-2] + "xx"},
+		{"the same signature, spelt otherwise", nonCanonical(t, good)},
 		{"empty", ""},
 	}
 	for _, f := range forged {
@@ -76,6 +79,27 @@ func TestTokens(t *testing.T) {
 	if _, err := NewTokens([]byte("short"), time.Minute); err == nil {
 		t.Error("NewTokens with a 5-byte secret: want an error")
 	}
+}
+
+// nonCanonical is token with its signature's last character changed in the bits base64url does
+// not use (an HS256 signature is 32 bytes, 43 characters: the last one's two low bits are
+// padding), so that a lenient decoder reads the same signature from a different string.
+func nonCanonical(t *testing.T, token string) string {
+	t.Helper()
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	i := strings.IndexByte(alphabet, token[len(token)-1])
+	other := token[:len(token)-1] + string(alphabet[i^1])
+	sig := func(tok string) []byte {
+		b, err := base64.RawURLEncoding.DecodeString(tok[strings.LastIndexByte(tok, '.')+1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if !bytes.Equal(sig(token), sig(other)) {
+		t.Fatalf("%q and %q decode differently: not the same signature", token, other)
+	}
+	return other
 }
 
 func TestRequireAccount(t *testing.T) {
@@ -106,6 +130,16 @@ func TestRequireAccount(t *testing.T) {
 		err := h(e.NewContext(req, rec))
 		if tt.ok != (err == nil) || tt.ok && rec.Body.String() != "acct-bruno" {
 			t.Errorf("Authorization %.20q: err %v, body %q", tt.header, err, rec.Body)
+		}
+	}
+	// Two headers are ambiguous, whichever comes first.
+	for _, headers := range [][]string{{"Bearer " + tok, "Bearer garbage"}, {"Bearer garbage", "Bearer " + tok}, {"Bearer " + tok, "Bearer " + tok}} {
+		req := httptest.NewRequest("GET", "/", nil)
+		for _, h := range headers {
+			req.Header.Add("Authorization", h)
+		}
+		if err := h(echo.New().NewContext(req, httptest.NewRecorder())); !errors.Is(err, ErrUnauthorized) {
+			t.Errorf("Authorization sent twice (%.20q, %.20q): %v, want ErrUnauthorized", headers[0], headers[1], err)
 		}
 	}
 }

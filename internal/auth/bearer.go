@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"time"
 
@@ -27,7 +28,7 @@ type Revocations interface {
 func RequireAccount(tokens *Tokens, revoked Revocations) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			scheme, token, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+			scheme, token, ok := strings.Cut(Authorization(c.Request()), " ")
 			if !ok || !strings.EqualFold(scheme, "Bearer") {
 				return ErrUnauthorized
 			}
@@ -43,6 +44,15 @@ func RequireAccount(tokens *Tokens, revoked Revocations) echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
+}
+
+// Authorization is r's one Authorization header, or "" when it sends none or several: a request
+// with two is ambiguous (a proxy may read one, the API another), so it is no one's.
+func Authorization(r *http.Request) string {
+	if vs := r.Header.Values(echo.HeaderAuthorization); len(vs) == 1 {
+		return vs[0]
+	}
+	return ""
 }
 
 // AccountID is the account that RequireAccount authenticated, for handlers and key functions

@@ -86,6 +86,7 @@ func (d *Devices) Verify(token, document string, since time.Time) (string, error
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return d.signing, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
+		jwt.WithStrictDecoding(), // as Tokens.Verify
 		jwt.WithTimeFunc(d.now),
 	)
 	if err != nil || claims.ID == "" || !hmac.Equal([]byte(claims.Document), []byte(d.bind(document))) ||

@@ -46,6 +46,7 @@ func TestDevices(t *testing.T) {
 		"an access token":       {access, carla},
 		"alg none":              {unsigned, carla},
 		"tampered":              {tok[:len(tok)-2] + "xx", carla},
+		"spelt otherwise":       {nonCanonical(t, tok), carla},
 		"empty":                 {"", carla},
 		"garbage":               {"not.a.token", carla},
 		"oversized":             {strings.Repeat("a", 2000), carla},

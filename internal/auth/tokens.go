@@ -104,12 +104,15 @@ func (t *Tokens) Issue(s Subject) (string, error) {
 
 // Verify returns the subject of a valid token. Only HS256 is accepted, whatever the token's
 // header claims: "alg": "none" and algorithm-confusion tokens fail here, as do bad signatures,
-// tokens without an expiry, expired ones and ones without a payer and person.
+// tokens without an expiry, expired ones and ones without a payer and person. Each part is
+// decoded strictly (canonical base64url): a token whose signature's last character is changed in
+// its unused bits decodes to the same bytes, and would pass as a different string.
 func (t *Tokens) Verify(token string) (Subject, error) {
 	var c claims
 	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return t.secret, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
+		jwt.WithStrictDecoding(),
 		jwt.WithTimeFunc(t.now),
 	)
 	if err != nil || c.Subject == "" || c.Payer == "" || (c.Person != "PF" && c.Person != "PJ") || c.IssuedAt == nil {

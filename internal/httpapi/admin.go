@@ -142,7 +142,7 @@ var agentName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
 // A read, or a call refused before any change, is recorded once, answered.
 func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		scheme, token, _ := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+		scheme, token, _ := strings.Cut(auth.Authorization(c.Request()), " ") // one header, or none
 		sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
 		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], d.token[:]) != 1 {
 			return d.refuse(c)
