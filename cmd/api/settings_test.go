@@ -267,3 +267,32 @@ func TestARemovalCountsAgainstAccountSettings(t *testing.T) {
 		t.Errorf("the pending device removing itself meanwhile: %v, want 204: one device's flood spends its own bucket", r)
 	}
 }
+
+// TestABadSettingsCallCostsNoQuota: a change of limits out of range is 400 before it is counted
+// against account-settings, and a registration whose body is malformed is 400 before it is
+// counted as a guess of the password (login-device): neither is a call the limits are for.
+func TestABadSettingsCallCostsNoQuota(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), map[string]string{"DEMO_ACCOUNTS": "true", "SETTINGS_LIMIT": "10", "SETTINGS_WINDOW": "1h"})
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	auth := []string{"Authorization", "Bearer " + ana}
+	for _, body := range []map[string]any{{"night_limit_cents": -1}, {"day_limit_cents": int64(1) << 60}, {"night_start": "21:00"}, {"night_limit_cents": nil}} {
+		if r := a.Do(http.MethodPut, "/v1/limits", body, auth...); r.Status != http.StatusBadRequest {
+			t.Errorf("PUT /v1/limits %v: %v, want 400", body, r)
+		}
+	}
+	r := a.Do(http.MethodPut, "/v1/limits", map[string]any{"night_limit_cents": 50000}, auth...)
+	if r.Status != http.StatusOK || r.Header.Get("RateLimit-Remaining") != "9" {
+		t.Errorf("a valid change after four invalid ones: %v, want 200 and 9 remaining of 10", r)
+	}
+
+	bruno := a.Token(demo[1].Document, demo[1].Password)
+	for range 6 { // LOGIN_DEVICE_LIMIT is 5; each is a settings call (6 of 10)
+		if r := a.Do(http.MethodPost, "/v1/devices/current/register", map[string]any{"password": nil}, "Authorization", "Bearer "+bruno); r.Status != http.StatusBadRequest {
+			t.Errorf("a registration without its password: %v, want 400", r)
+		}
+	}
+	if r := a.Do(http.MethodPost, "/v1/devices/current/register", map[string]string{"password": demo[1].Password}, "Authorization", "Bearer "+bruno); r.Status != http.StatusOK {
+		t.Errorf("Bruno's first device, after six malformed registrations: %v, want 200 registered", r)
+	}
+}

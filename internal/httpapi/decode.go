@@ -40,11 +40,12 @@ func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 // a repeated name win: {"amount_cents": 1, "AMOUNT_CENTS": 400000} would move 400000 cents while
 // a proxy, a WAF or an audit log read 1. json/v2 rejects duplicate names and matches case
 // exactly by default, and RejectUnknownMembers rejects the rest; no hand-written token scanning.
+//
+// A member whose value is null is 400 too: no field of a request is nullable, and json/v2 would
+// read it as the field's zero value (a PIX's "description": null as none).
 func decodeJSON(c echo.Context, v any) error {
-	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != echo.MIMEApplicationJSON { // the common case, without parsing
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationJSON {
-			return &Error{Code: CodeUnsupportedMediaType}
-		}
+	if err := asJSON(c.Request().Header); err != nil {
+		return err
 	}
 	// One pass: the body read whole (within maxBody), then unmarshalled, which rejects duplicate
 	// names, invalid UTF-8 and anything after the object.
@@ -55,6 +56,11 @@ func decodeJSON(c echo.Context, v any) error {
 			return invalid("request body is required", nil)
 		case body[0] != '{':
 			return invalid("request body is not a single JSON object", nil)
+		}
+		if bytes.Contains(body, []byte("null")) { // rare: walked only then
+			if name, ok := nullMember(body); ok {
+				return invalid("invalid field", map[string]string{name: "must not be null"})
+			}
 		}
 		err = json.Unmarshal(body, v, json.RejectUnknownMembers(true))
 	}
@@ -77,6 +83,58 @@ func decodeJSON(c echo.Context, v any) error {
 		return invalid("invalid field", map[string]string{member(string(semantic.JSONPointer)): "must be " + jsonKind(semantic.GoType.Kind().String())})
 	}
 	return invalid("request body is not a single JSON object", nil)
+}
+
+// asJSON checks that a request's headers say its body is JSON, as it is sent: one Content-Type,
+// application/json, whose charset, if it names one, is UTF-8 (JSON between systems is UTF-8, RFC
+// 8259; a body in another would be read as UTF-8 all the same), and no Content-Encoding but
+// identity (a gzipped body would be read as garbage; RFC 9110 answers an unsupported coding 415).
+// Two Content-Types are none: a proxy may read one, the API the other.
+func asJSON(h http.Header) *Error {
+	ct := h[echo.HeaderContentType]
+	if len(ct) == 1 && ct[0] == echo.MIMEApplicationJSON && len(h[echo.HeaderContentEncoding]) == 0 {
+		return nil // the common case, without parsing
+	}
+	if len(ct) != 1 {
+		return &Error{Code: CodeUnsupportedMediaType}
+	}
+	mt, params, err := mime.ParseMediaType(ct[0])
+	if err != nil || mt != echo.MIMEApplicationJSON {
+		return &Error{Code: CodeUnsupportedMediaType}
+	}
+	if cs, named := params["charset"]; named && !strings.EqualFold(cs, "utf-8") {
+		return &Error{Code: CodeUnsupportedMediaType, Message: "a JSON body is UTF-8: charset, if sent, must be utf-8"}
+	}
+	for _, v := range h.Values(echo.HeaderContentEncoding) {
+		for coding := range strings.SplitSeq(v, ",") {
+			if coding = strings.TrimSpace(coding); coding != "" && !strings.EqualFold(coding, "identity") {
+				return &Error{Code: CodeUnsupportedMediaType, Message: "Content-Encoding is not supported: send the body as is"}
+			}
+		}
+	}
+	return nil
+}
+
+// nullMember is the name of body's first top-level member whose value is null, if body is an
+// object that has one; anything else malformed is left to json.Unmarshal to name.
+func nullMember(body []byte) (string, bool) {
+	d := jsontext.NewDecoder(bytes.NewReader(body))
+	if t, err := d.ReadToken(); err != nil || t.Kind() != '{' {
+		return "", false
+	}
+	for d.PeekKind() == '"' {
+		t, err := d.ReadToken()
+		if err != nil {
+			return "", false
+		}
+		if name := t.String(); d.PeekKind() == 'n' { // the name read before the next call voids it
+			return name, true
+		}
+		if err := d.SkipValue(); err != nil {
+			return "", false
+		}
+	}
+	return "", false
 }
 
 // readBody reads r's body whole, into a buffer of the length it declares when it declares one:

@@ -36,11 +36,21 @@ func TestDecodeJSONAnswers(t *testing.T) {
 		{"{\"key\":\"\xff\"}", "application/json", CodeInvalidRequest, "request body is not a single JSON object", ""},
 		{`{"key":"` + strings.Repeat("k", maxBody) + `"}`, "application/json", CodeRequestTooLarge, "", ""},
 		{`{"key":"k"}`, "text/plain", CodeUnsupportedMediaType, "", ""},
+		{`{"key":"k"}`, "", CodeUnsupportedMediaType, "", ""},
+		{`{"key":"k"}`, "application/json; charset=UTF-8", "", "", ""},
+		{`{"key":"k"}`, "application/json; charset=utf-16", CodeUnsupportedMediaType, "a JSON body is UTF-8: charset, if sent, must be utf-8", ""},
+		{`{"key":"k"}`, "application/json; charset=latin1", CodeUnsupportedMediaType, "", ""},
+		{`{"key":"k","amount_cents":null}`, "application/json", CodeInvalidRequest, "invalid field", "amount_cents"},
+		{`{"amount_cents":1, "key" : null }`, "application/json", CodeInvalidRequest, "invalid field", "key"},
+		{`{"key":"null","amount_cents":1}`, "application/json", "", "", ""},
+		{`{"key":"k","from":null}`, "application/json", CodeInvalidRequest, "invalid field", "from"},
 	}
 	e := echo.New()
 	for _, tt := range tests {
 		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(tt.body))
-		req.Header.Set("Content-Type", tt.contentType)
+		if tt.contentType != "" {
+			req.Header.Set("Content-Type", tt.contentType)
+		}
 		rec := httptest.NewRecorder()
 		req.Body = http.MaxBytesReader(rec, req.Body, maxBody)
 		var v pix
@@ -55,7 +65,7 @@ func TestDecodeJSONAnswers(t *testing.T) {
 		if _, ok := got.Fields[tt.field]; tt.field != "" && !ok {
 			t.Errorf("%.40q: fields %v, want %q named", tt.body, got.Fields, tt.field)
 		}
-		if tt.code == "" && v.Key != "k" {
+		if tt.code == "" && v.Key != "k" && v.Key != "null" {
 			t.Errorf("%.40q: decoded %+v", tt.body, v)
 		}
 	}
@@ -84,5 +94,37 @@ func TestReadBody(t *testing.T) {
 				t.Errorf("readBody = %q, %v; want %q, failing %v", got, err, tt.want, tt.fails)
 			}
 		})
+	}
+}
+
+// TestDecodeJSONReadsOneJSONBodyAsSent: two Content-Types, or a body sent compressed, are 415
+// whichever order they come in; identity is no coding.
+func TestDecodeJSONReadsOneJSONBodyAsSent(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		headers [][2]string
+		code    Code
+	}{
+		{"JSON, then text", [][2]string{{"Content-Type", "application/json"}, {"Content-Type", "text/plain"}}, CodeUnsupportedMediaType},
+		{"text, then JSON", [][2]string{{"Content-Type", "text/plain"}, {"Content-Type", "application/json"}}, CodeUnsupportedMediaType},
+		{"JSON twice", [][2]string{{"Content-Type", "application/json"}, {"Content-Type", "application/json"}}, CodeUnsupportedMediaType},
+		{"gzip", [][2]string{{"Content-Type", "application/json"}, {"Content-Encoding", "gzip"}}, CodeUnsupportedMediaType},
+		{"identity, then br", [][2]string{{"Content-Type", "application/json"}, {"Content-Encoding", "identity, br"}}, CodeUnsupportedMediaType},
+		{"identity", [][2]string{{"Content-Type", "application/json"}, {"Content-Encoding", "Identity"}}, ""},
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"key":"k"}`))
+		for _, h := range tt.headers {
+			req.Header.Add(h[0], h[1])
+		}
+		var v struct {
+			Key string `json:"key"`
+		}
+		var got Code
+		if err := decodeJSON(echo.New().NewContext(req, httptest.NewRecorder()), &v); err != nil {
+			got = toError(err, 0).Code
+		}
+		if got != tt.code {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.code)
+		}
 	}
 }

@@ -79,15 +79,15 @@ func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger re
 		if err != nil {
 			return err
 		}
-		if err := limiter.enforce(c, guesses, check{limits.LoginDevice, "token:" + s.ID}); err != nil {
-			return err
-		}
 		var req request
 		if err := decodeJSON(c, &req); err != nil {
 			return err
 		}
 		if req.Password == "" || len(req.Password) > 72 {
 			return invalid("invalid device registration", map[string]string{"password": "required, at most 72 bytes"})
+		}
+		if err := limiter.enforce(c, guesses, check{limits.LoginDevice, "token:" + s.ID}); err != nil { // a guess, not a malformed body
+			return err
 		}
 		if _, err := passwords.Check(c.Request().Context(), ledger, acct.Document, req.Password); err != nil {
 			return err

@@ -103,6 +103,10 @@ func handlePutLimits(ledger pix.MoneyLimitStore, limiter limiter, settings enfor
 		if change.NightLimitCents == nil && change.DayLimitCents == nil && change.NightStart == nil {
 			return invalid("nothing to change", map[string]string{"body": "give night_limit_cents, day_limit_cents or night_start"})
 		}
+		var le *pix.MoneyLimitsError
+		if err := change.Valid(); errors.As(err, &le) { // a 400 costs no quota; the ledger checks again
+			return invalid("invalid limits", le.Fields)
+		}
 		device, err := accountDevice(c)
 		if err != nil {
 			return err
@@ -111,7 +115,6 @@ func handlePutLimits(ledger pix.MoneyLimitStore, limiter limiter, settings enfor
 			return err
 		}
 		l, err := ledger.SetLimits(c.Request().Context(), id, change)
-		var le *pix.MoneyLimitsError
 		if errors.As(err, &le) {
 			return invalid("invalid limits", le.Fields)
 		}

@@ -151,7 +151,7 @@ func (r Rules) inForce(a accountLimits, now time.Time) MoneyLimits {
 // increase, effective IncreaseDelay from now (replacing an earlier request). A limit of 0 is
 // none, the loosest; a later night start is a shorter night, looser.
 func (r Rules) change(a accountLimits, c MoneyLimitsChange, now time.Time) (accountLimits, error) {
-	if err := validChange(c); err != nil {
+	if err := c.Valid(); err != nil {
 		return a, err
 	}
 	a = a.settle(now)
@@ -191,9 +191,9 @@ func looser(v, current int64) bool {
 	return v > current
 }
 
-// validChange checks a change's values: limits from 0 to MaxLimitCents, a night start of
-// NightStarts. The error names each field.
-func validChange(c MoneyLimitsChange) error {
+// Valid checks a change's values, which need no account: limits from 0 to MaxLimitCents, a
+// night start of NightStarts. The error, a *MoneyLimitsError, names each field.
+func (c MoneyLimitsChange) Valid() error {
 	fields := map[string]string{}
 	for f, v := range map[string]*int64{FieldNightLimit: c.NightLimitCents, FieldDayLimit: c.DayLimitCents} {
 		if v != nil && (*v < 0 || *v > MaxLimitCents) {
