@@ -220,6 +220,64 @@ func TestAnAccountHasTwoPIXInProgress(t *testing.T) {
 	}
 }
 
+// TestASlotOutlivesNoStall: an in-flight slot that Redis holds but whose release it did not
+// answer is given back once Redis answers again, so the account's next PIX is admitted within
+// seconds, not at the end of the slot's lease (10 minutes here): with one slot, a customer paying
+// one PIX at a time would be refused pix-concurrency for the rest of it. The breaker opens at the
+// first failure, so a release Redis cannot answer is never sent: twice, a slot taken and its
+// release lost, once in the settlement (Redis frozen while the PIX is in the ledger) and once in
+// the admission (its script waits in the frozen Redis and runs when it thaws).
+func TestASlotOutlivesNoStall(t *testing.T) {
+	t.Parallel()
+	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger, srv := newGated(inner, 64), redistest.Start(t) // room for every PIX to pass
+	replicas, _ := fleet(t, srv, ledger, 1, map[string]string{"REDIS_TIMEOUT": "300ms", "RATELIMIT_BREAKER_FAILURES": "1",
+		"PIX_CONCURRENCY": "1", "CONCURRENCY_LEASE": "10m"})
+	t.Cleanup(ledger.open)
+	ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+	bruno := replicas[0].Token(apitest.Demo[1].Document, apitest.Demo[1].Password)
+	next := func(what string) {
+		t.Helper()
+		var refused []int
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			r := replicas[0].PIX(ana, "bruno@example.com", 100)
+			if r.Status == http.StatusCreated {
+				return
+			}
+			refused = append(refused, r.Status)
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: 20s after Redis returned, Ana's next PIX is still refused (%v; the last %v): her slot was not given back", what, refused, r)
+			}
+			time.Sleep(50 * time.Millisecond) // polling the replica's retry, not timing it
+		}
+	}
+
+	var first apitest.Response
+	var wg sync.WaitGroup
+	wg.Go(func() { first = replicas[0].PIX(ana, "bruno@example.com", 100) })
+	ledger.arrived(t, "the PIX")
+	srv.Pause()
+	replicas[0].Statement(bruno) // fails: the breaker opens
+	ledger.open()
+	wg.Wait()
+	srv.Resume()
+	if first.Status != http.StatusCreated {
+		t.Fatalf("the PIX whose settlement Redis did not answer: %d, want 201 (the ledger moved it)", first.Status)
+	}
+	next("a settlement lost")
+
+	srv.Pause()
+	lost := replicas[0].PIX(ana, "bruno@example.com", 100)
+	srv.Resume()
+	if lost.Status != http.StatusTooManyRequests || lost.JSON(t)["error"] != "rate_limiter_unavailable" {
+		t.Fatalf("a PIX whose admission Redis did not answer: %v, want 429 rate_limiter_unavailable", lost)
+	}
+	next("an admission lost")
+}
+
 // TestAReplicaHoldsAtMostThrottleMaxWaiting: with THROTTLE_MAX_WAITING=1, of 4 statements at once
 // on a queue with room for more, one is served at once, one waits its turn, and the other two
 // are refused at once: 429 with Retry-After and no place left, as any refusal.

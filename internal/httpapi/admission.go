@@ -232,15 +232,23 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 }
 
 // release gives a PIX's slot and mark back alone, on ctx, which the client cannot cancel; a
-// release Redis does not answer is logged, and the slot or mark frees at its lease.
+// release Redis does not answer is tried again (releaseLater).
 func (pa admissions) release(ctx context.Context, steps ...ratelimit.Step) {
 	if len(steps) == 0 {
 		return
 	}
 	if _, err := pa.decider().Decide(ctx, steps...); err != nil {
-		pa.events.log("release:pix-slots", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: it frees at its lease",
-			"cause", err.Error())
+		pa.releaseLater(steps, err)
 	}
+}
+
+// releaseLater logs a release of slots and marks whose call Redis did not answer (cause) and
+// hands it to the replica's slots.Retry, which sends it again until Redis answers or the holds'
+// lease has passed.
+func (r limiter) releaseLater(steps []ratelimit.Step, cause error) {
+	r.events.log("release:pix-slots", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: tried again until Redis answers or its lease ends",
+		"cause", cause.Error())
+	r.retry.Release(steps...)
 }
 
 // slot is the in-flight slot a PIX of s's account named idem holds (nil when PIX_CONCURRENCY is

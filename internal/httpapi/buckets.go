@@ -110,6 +110,9 @@ func (b buckets) charge(c echo.Context, user check, found, quiet bool, grant str
 	// On a context the client cannot cancel: a scanner that hangs up once the ledger has answered
 	// still pays its miss, and a PIX's slot goes back.
 	paid := b.sequenceOf(context.WithoutCancel(c.Request().Context()), steps...)
+	if paid.err != nil && len(first) > 0 {
+		b.releaseLater(first, paid.err)
+	}
 	quietly := &report{show: func(d ratelimit.Decision) ratelimit.Decision {
 		if quiet && d.Allowed {
 			return ratelimit.Decision{Allowed: true}
@@ -148,5 +151,8 @@ func (b buckets) refund(ctx context.Context, s auth.Subject, user check, key str
 	if _, err := b.decider().Decide(ctx, append(first, steps...)...); err != nil {
 		b.events.log("refund:"+user.limit.Policy.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
 			"policy", user.limit.Policy.Name, "cause", err.Error())
+		if len(first) > 0 {
+			b.releaseLater(first, err)
+		}
 	}
 }

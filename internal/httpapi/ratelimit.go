@@ -19,6 +19,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/fallback"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/queue"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/slots"
 )
 
 // setHeaders writes a decision to h as the contract's headers, after the IETF draft
@@ -119,6 +120,8 @@ type limiter struct {
 	maxWait time.Duration
 	// budget is one decision's (enforce.RouteLimits.Budget); 0: the default.
 	budget time.Duration
+	// retry sends again the releases of slots Redis did not answer (releaseLater); nil: none.
+	retry *slots.Retry
 }
 
 // A report says what an answer shows of a decision: show picks the Decision whose RateLimit

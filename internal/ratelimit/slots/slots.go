@@ -13,6 +13,7 @@
 package slots
 
 import (
+	"context"
 	_ "embed"
 	"time"
 
@@ -61,6 +62,63 @@ func (s Slots) Ask(identity, holder string) ratelimit.Step {
 // does not answer, the hold ends with its lease.
 func (s Slots) Release(identity, holder string) ratelimit.Step {
 	return &step{s.check(identity), holder, ratelimit.WithdrawOp(0)}
+}
+
+// Retry releases holds again whose release Redis did not answer, in the background, until Redis
+// answers or their lease has passed, when they have freed by themselves: a stall of Redis
+// shorter than a lease must not keep an identity's slots taken after Redis returns (one request
+// at a time would be refused for the rest of the lease). A release drops a hold by its own
+// name, so sending it again is safe. What it costs: a goroutine per release waiting (at most
+// max), and an attempt per second each while Redis does not answer. (An attempt sent into a
+// frozen Redis may run, once it thaws, before the call that took the hold, sent first on another
+// connection: that hold is left to its lease.)
+type Retry struct {
+	d       ratelimit.Decider
+	waiting chan struct{}
+}
+
+// NewRetry returns a Retry that releases through d, at most max releases waiting at once.
+func NewRetry(d ratelimit.Decider, max int) *Retry {
+	return &Retry{d: d, waiting: make(chan struct{}, max)}
+}
+
+// Release sends steps, releases (Release) whose call Redis did not answer, again, backing off
+// from 50ms to once a second, until Redis answers them or the longest of their leases has
+// passed. It reports false, sending nothing, when max releases already wait (or r is nil): those
+// are left to their lease.
+func (r *Retry) Release(steps ...ratelimit.Step) bool {
+	if r == nil {
+		return false
+	}
+	select {
+	case r.waiting <- struct{}{}:
+	default:
+		return false
+	}
+	var lease time.Duration
+	for _, s := range steps {
+		for _, c := range s.Checks() {
+			lease = max(lease, c.Policy.Window)
+		}
+	}
+	go func() {
+		defer func() { <-r.waiting }()
+		ctx, cancel := context.WithTimeout(context.Background(), lease)
+		defer cancel()
+		for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if _, err := r.d.Decide(ctx, steps...); err == nil {
+				return
+			}
+		}
+	}()
+	return true
 }
 
 // check is the slots' key and settings as a step's check: the count as its limit, the lease as
