@@ -118,6 +118,33 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	}
 }
 
+// TestMetricsNameTheKeyThatRefused: a login refused by its IP key counts as a refusal of
+// login-ip alone; its document's key, which had room, is no refusal of login-account (the
+// dashboard's sign of someone guessing that account's password).
+func TestMetricsNameTheKeyThatRefused(t *testing.T) {
+	t.Parallel()
+	metrics := apitest.FreeAddr(t)
+	a := startAPI(t, redistest.Start(t), map[string]string{"METRICS_ADDR": metrics, "LOGIN_IP_LIMIT": "3"})
+	carla := demo[2]
+	var got []int
+	for range 4 {
+		got = append(got, a.Login(carla.Document, "guess").Status)
+	}
+	if want := []int{401, 401, 401, 429}; !slices.Equal(got, want) {
+		t.Fatalf("4 guesses at Carla's password from one IP, 3 allowed per IP: %v, want %v", got, want)
+	}
+	m := scrape(t, metrics)
+	refused := func(policy string) float64 {
+		return decisions(m, policy, "refused") + decisions(m, policy, "refused_cached")
+	}
+	if ip, doc := refused("login-ip"), refused("login-account"); ip != 1 || doc != 0 {
+		t.Errorf("refusals counted: login-ip %v, login-account %v; want 1 and 0 (her document's key had 2 of 5 left)", ip, doc)
+	}
+	if got := decisions(m, "login-account", "allowed"); got != 3 {
+		t.Errorf("login-account allowed = %v, want 3", got)
+	}
+}
+
 // TestShadowMode: with PIX_MODE=shadow and a limit of 2, five PIX are all served, without
 // RateLimit headers, and counted as 2 allowed and 3 shadow_refused; the log says so, without
 // the account.

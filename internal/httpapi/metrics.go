@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -142,6 +143,26 @@ func (m *Metrics) decided(checks []ratelimit.Check, outcome string, took time.Du
 		return
 	}
 	for _, c := range checks {
+		m.decisions.WithLabelValues(c.Policy.Name, outcome).Inc()
+		m.decisionSeconds.WithLabelValues(c.Policy.Name).Observe(took.Seconds())
+	}
+}
+
+// refused counts a refusal d of checks decided together (outcome: refused, refused_cached or
+// shadow_refused) against the checks whose key refused it, those d gives a RetryAfter: a login
+// refused by its IP key is no refusal of its document's, which a dashboard reads as someone
+// guessing that account's password, and a look-up refused by the bank's bucket none of the
+// payer's. The others admitted nothing and refused nothing, and are not counted. All of checks
+// when d does not say which.
+func (m *Metrics) refused(checks []ratelimit.Check, d ratelimit.Decision, outcome string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	named := len(d.Results) == len(checks) && slices.ContainsFunc(d.Results, func(r ratelimit.Result) bool { return r.RetryAfter > 0 })
+	for i, c := range checks {
+		if named && d.Results[i].RetryAfter <= 0 {
+			continue
+		}
 		m.decisions.WithLabelValues(c.Policy.Name, outcome).Inc()
 		m.decisionSeconds.WithLabelValues(c.Policy.Name).Observe(took.Seconds())
 	}

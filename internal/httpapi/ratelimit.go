@@ -218,12 +218,12 @@ func (r limiter) answer(c echo.Context, rep *report, cs []check, decided []ratel
 	case d.Allowed:
 		r.metrics.decided(decided, outcomeAllowed, took)
 	case shadow:
-		r.metrics.decided(decided, outcomeShadowRefused, took)
+		r.metrics.refused(decided, d, outcomeShadowRefused, took)
 		r.events.log("shadow:"+d.Worst.Policy.Name, slog.LevelWarn, "shadow limit would have refused", "policy", d.Worst.Policy.Name)
 	case d.DenyCached:
-		r.metrics.decided(decided, outcomeDenyCached, took)
+		r.metrics.refused(decided, d, outcomeDenyCached, took)
 	default:
-		r.metrics.decided(decided, outcomeRefused, took)
+		r.metrics.refused(decided, d, outcomeRefused, took)
 	}
 	if shadow {
 		return d, nil
