@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"testing"
@@ -225,5 +226,35 @@ func TestTheBanksOwnBucket(t *testing.T) {
 	}
 	if got := srv2.Client(nil).Keys(t.Context(), "*").Val(); len(got) == 0 {
 		t.Fatal("no keys in Redis after the scan")
+	}
+}
+
+// TestALookUpRedisCannotChargeSaysNoLimit: with Redis refusing writes (full: maxmemory below what
+// it holds), a look-up's ask, which writes nothing, is answered, and its charge is not: the
+// look-up fails closed, 429 rate_limiter_unavailable, with no RateLimit headers (no decision was
+// made: the ask's would say tokens remain, and their Reset would differ from Retry-After).
+func TestALookUpRedisCannotChargeSaysNoLimit(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a := startAPI(t, srv, map[string]string{"RATELIMIT_BREAKER_FAILURES": "0"})
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	if r := lookupOf(a, ana, "bruno@example.com"); r.Status != http.StatusOK || r.Header.Get("RateLimit-Remaining") == "" {
+		t.Fatalf("a look-up: %v %v, want 200 with RateLimit headers", r, r.Header)
+	}
+	rdb := srv.Client(nil)
+	if err := rdb.ConfigSet(t.Context(), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.ConfigSet(context.Background(), "maxmemory", "0") })
+	for _, key := range []string{"bruno@example.com", "nobody@example.com"} {
+		r := lookupOf(a, ana, key)
+		if r.Status != http.StatusTooManyRequests || r.JSON(t)["error"] != "rate_limiter_unavailable" {
+			t.Fatalf("a look-up of %s with Redis full: %v, want 429 rate_limiter_unavailable", key, r)
+		}
+		for _, h := range []string{"RateLimit", "RateLimit-Policy", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} {
+			if v := r.Header.Get(h); v != "" {
+				t.Errorf("a look-up of %s with Redis full: %s: %q, want none (no decision was made)", key, h, v)
+			}
+		}
 	}
 }

@@ -262,8 +262,16 @@ func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTP
 			logger.Error("internal error", "route", c.Path(), "err", err)
 		}
 		h := c.Response().Header()
-		if e.Code == CodeUnauthorized {
+		switch e.Code {
+		case CodeUnauthorized:
 			h.Set(echo.HeaderWWWAuthenticate, "Bearer")
+		case CodeRateLimiterUnavailable:
+			// No decision was made: the RateLimit headers of an earlier step of the request (a
+			// look-up's ask, answered before Redis refused its charge) would contradict the body,
+			// and their Reset its Retry-After.
+			for _, name := range rateLimitHeaders {
+				delete(h, name)
+			}
 		}
 		body := errorBody{Error: e.Code, Message: e.message(), Fields: e.Fields, RemainingCents: e.RemainingCents}
 		if e.RetryAfter > 0 {

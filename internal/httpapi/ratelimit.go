@@ -69,6 +69,9 @@ func setHeaders(h http.Header, d ratelimit.Decision) {
 	h["Ratelimit-Policy"], h["Ratelimit"] = v[3:4:4], v[4:5:5]
 }
 
+// rateLimitHeaders are the keys setHeaders writes.
+var rateLimitHeaders = [...]string{"Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "Ratelimit-Policy", "Ratelimit"}
+
 // appendPolicyItem appends p as one item of RateLimit-Policy to b: "pix";q=10;w=60. q and w stay
 // the sustained rate; a bucket's burst and a queue's places are implementation parameters, which
 // draft-12 asks to be vendor-prefixed. No policy a Limiter decides has no window: slot.full's
