@@ -145,6 +145,27 @@ func TestMetricsNameTheKeyThatRefused(t *testing.T) {
 	}
 }
 
+// TestRedisUpSaysWhatRedisIsNow: pixlimit_ratelimit_redis_up is asked when scraped, as /readyz
+// asks: a replica no request reaches says 0 while Redis is frozen and 1 once it thaws (it said
+// what its last decision found: 1 through an outage no request met, 0 long after one ended).
+func TestRedisUpSaysWhatRedisIsNow(t *testing.T) {
+	t.Parallel()
+	srv, metrics := redistest.Start(t), apitest.FreeAddr(t)
+	startAPI(t, srv, map[string]string{"METRICS_ADDR": metrics, "REDIS_TIMEOUT": "200ms"})
+	if got := scrape(t, metrics)["pixlimit_ratelimit_redis_up"]; got != 1 {
+		t.Fatalf("redis_up = %v with Redis up, want 1", got)
+	}
+	srv.Pause()
+	got := scrape(t, metrics)["pixlimit_ratelimit_redis_up"]
+	srv.Resume()
+	if got != 0 {
+		t.Errorf("redis_up = %v with Redis frozen and no request, want 0", got)
+	}
+	if got := scrape(t, metrics)["pixlimit_ratelimit_redis_up"]; got != 1 {
+		t.Errorf("redis_up = %v once Redis thawed, no request since, want 1", got)
+	}
+}
+
 // TestShadowMode: with PIX_MODE=shadow and a limit of 2, five PIX are all served, without
 // RateLimit headers, and counted as 2 allowed and 3 shadow_refused; the log says so, without
 // the account.

@@ -148,7 +148,13 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	var metrics *httpapi.Metrics
 	ledger := r.Ledger // as the replica's parts call it: every call timed when metrics are on
 	if deps.Registry != nil {
-		if metrics, err = httpapi.NewMetrics(deps.Registry, httpapi.LimiterGauges{RedisUp: func() bool { return r.Limiter.Stats().RedisUp }, WithdrawalsLost: r.Withdrawals.Lost}); err != nil {
+		redis := r.probes[0] // /readyz's, asked when scraped: an idle replica's gauge says what Redis is now
+		redisUp := func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), redis.Timeout)
+			defer cancel()
+			return redis.Ping(ctx) == nil
+		}
+		if metrics, err = httpapi.NewMetrics(deps.Registry, httpapi.LimiterGauges{RedisUp: redisUp, WithdrawalsLost: r.Withdrawals.Lost}); err != nil {
 			return err
 		}
 		ledger = pix.Timed(r.Ledger, metrics.ObserveLedger)

@@ -42,8 +42,9 @@ const (
 
 // LimiterGauges are what the metrics read of the limiter when scraped.
 type LimiterGauges struct {
-	// RedisUp reports whether the last decision reached Redis (ratelimit.Stats.RedisUp):
-	// pixlimit_ratelimit_redis_up.
+	// RedisUp reports whether Redis can decide now, asked when scraped (/readyz's probe), not
+	// what the last decision found: an idle replica's gauge would keep an outage long over, and
+	// miss one that no request met: pixlimit_ratelimit_redis_up.
 	RedisUp func() bool
 	// WithdrawalsLost counts the admissions that could not be taken back (withdraw.Runner.Lost):
 	// pixlimit_ratelimit_withdrawals_lost_total. Nil: none.
@@ -84,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer, limiter LimiterGauges) (*Metrics, err
 	}
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pixlimit_ratelimit_redis_up",
-		Help: "1 if the limiter's last decision reached Redis, else 0.",
+		Help: "1 if Redis runs a decision's script within the budget when scraped (as /readyz asks), else 0.",
 	}, func() float64 {
 		if limiter.RedisUp() {
 			return 1
