@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -9,7 +10,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
 	mrand "math/rand/v2"
 	"net/http"
 	"net/netip"
@@ -155,6 +158,11 @@ func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(context.WithValue(c.Request().Context(), callKey{}, k)), deskTimeout)
 		defer cancel()
 		c.SetRequest(c.Request().WithContext(ctx))
+		var read *heldResponse // a read is held until its record is stored: none is served unaudited
+		if c.Request().Method == http.MethodGet {
+			read = &heldResponse{to: c.Response().Writer, header: http.Header{}, status: http.StatusOK}
+			c.Response().Writer = read
+		}
 		if err := next(c); err != nil {
 			c.Error(err) // answered now, so the status audited is the one sent
 		}
@@ -168,12 +176,41 @@ func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 		// Its own deadline: a slow change must not leave its outcome no time to be recorded.
 		octx, ocancel := context.WithTimeout(context.WithoutCancel(ctx), deskTimeout)
 		defer ocancel()
-		if err := d.Ledger.Audit(octx, rec); err != nil {
+		err := d.Ledger.Audit(octx, rec)
+		if err != nil {
 			d.Logger.Error("support desk: audit record not stored", "action", rec.Action, "outcome", rec.Outcome, "status", rec.Status, "err", err)
+		}
+		if read != nil {
+			c.SetResponse(echo.NewResponse(read.to, c.Echo()))
+			if err != nil {
+				c.Error(fmt.Errorf("%w: the read's audit record not stored, so it is not served: %w", pix.ErrUnavailable, err))
+			} else {
+				read.send(c.Response())
+			}
 		}
 		d.Logger.Info("support desk", "actor", actor, "action", rec.Action, "policy", a.policy, "status", rec.Status)
 		return nil
 	}
+}
+
+// heldResponse holds a desk read's answer until its audit record is stored (desk.audit), then
+// sends it on to the connection's writer, to.
+type heldResponse struct {
+	to     http.ResponseWriter
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (h *heldResponse) Header() http.Header         { return h.header }
+func (h *heldResponse) WriteHeader(status int)      { h.status = status }
+func (h *heldResponse) Write(b []byte) (int, error) { return h.body.Write(b) }
+
+// send writes the held answer to w.
+func (h *heldResponse) send(w *echo.Response) {
+	maps.Copy(w.Header(), h.header)
+	w.WriteHeader(h.status)
+	_, _ = w.Write(h.body.Bytes())
 }
 
 // begin records the change a is about to make (what it changes, its state before) as requested,

@@ -1,0 +1,64 @@
+package httpapi_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/httpapi"
+	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+)
+
+// unaudited is a ledger whose audit log stops storing records when down is set.
+type unaudited struct {
+	*pix.MemoryLedger
+	down atomic.Bool
+}
+
+func (u *unaudited) Audit(ctx context.Context, rec pix.AuditRecord) error {
+	if u.down.Load() {
+		return pix.ErrUnavailable
+	}
+	return u.MemoryLedger.Audit(ctx, rec)
+}
+
+// TestNoDeskReadIsServedUnaudited: every desk call is audited, reads too: a read whose record
+// cannot be stored is not served (503 ledger_unavailable, the answer it would have had held back),
+// as a change whose record cannot be stored is not made.
+func TestNoDeskReadIsServedUnaudited(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, redistest.Start(t), lax())
+	ledger := &unaudited{MemoryLedger: s.ledger}
+	tiers := pix.NewTiers(t.Context(), ledger, slog.New(slog.DiscardHandler), time.Hour)
+	t.Cleanup(tiers.Close)
+	const token = "a-desk-token-of-at-least-32-bytes-long"
+	desk, err := httpapi.NewAdmin(httpapi.AdminDeps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(),
+		Ledger: ledger, Tokens: s.tokens, Token: token, Tiers: tiers, AuditKey: []byte("an-audit-key-16b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, "/admin/v1/tiers", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		desk.ServeHTTP(rec, req)
+		return rec
+	}
+	if r := read(); r.Code != http.StatusOK || !strings.Contains(r.Body.String(), `"tiers"`) || r.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("a read, its record stored: %d %q %s, want 200 with the tiers, as JSON", r.Code, r.Header().Get("Content-Type"), r.Body)
+	}
+	trail, _ := s.ledger.AuditTrail(t.Context(), 10)
+	if len(trail) != 1 || trail[0].Action != "GET /admin/v1/tiers" || trail[0].Outcome != pix.OutcomeDone {
+		t.Errorf("the audit trail after one read: %+v, want its one done record", trail)
+	}
+	ledger.down.Store(true)
+	if r := read(); r.Code != http.StatusServiceUnavailable || !strings.Contains(r.Body.String(), `"ledger_unavailable"`) || strings.Contains(r.Body.String(), `"tiers"`) {
+		t.Errorf("a read whose record cannot be stored: %d %s, want 503 ledger_unavailable and no tiers", r.Code, r.Body)
+	}
+}
