@@ -281,6 +281,10 @@ func TestABadSettingsCallCostsNoQuota(t *testing.T) {
 			t.Errorf("PUT /v1/limits %v: %v, want 400", body, r)
 		}
 	}
+	both := a.Do(http.MethodPut, "/v1/limits", map[string]any{"night_limit_cents": 100000001, "night_start": "21:00"}, auth...)
+	if fields, _ := both.JSON(t)["fields"].(map[string]any); both.Status != http.StatusBadRequest || len(fields) != 2 {
+		t.Errorf("PUT /v1/limits with two bad values: %v, want 400 naming both", both)
+	}
 	r := a.Do(http.MethodPut, "/v1/limits", map[string]any{"night_limit_cents": 50000}, auth...)
 	if r.Status != http.StatusOK || r.Header.Get("RateLimit-Remaining") != "9" {
 		t.Errorf("a valid change after four invalid ones: %v, want 200 and 9 remaining of 10", r)

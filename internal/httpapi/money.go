@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"time"
 
@@ -88,6 +89,7 @@ func handlePutLimits(ledger pix.MoneyLimitStore, limiter limiter, settings enfor
 			return err
 		}
 		change := pix.MoneyLimitsChange{NightLimitCents: req.NightLimitCents, DayLimitCents: req.DayLimitCents}
+		fields := map[string]string{} // every bad value named, not the first
 		if req.NightStart != nil {
 			switch *req.NightStart {
 			case "20:00", "22:00":
@@ -97,15 +99,18 @@ func handlePutLimits(ledger pix.MoneyLimitStore, limiter limiter, settings enfor
 				}
 				change.NightStart = &d
 			default:
-				return invalid("invalid limits", map[string]string{pix.FieldNightStart: `must be "20:00" or "22:00"`})
+				fields[pix.FieldNightStart] = `must be "20:00" or "22:00"`
 			}
-		}
-		if change.NightLimitCents == nil && change.DayLimitCents == nil && change.NightStart == nil {
-			return invalid("nothing to change", map[string]string{"body": "give night_limit_cents, day_limit_cents or night_start"})
 		}
 		var le *pix.MoneyLimitsError
 		if err := change.Valid(); errors.As(err, &le) { // a 400 costs no quota; the ledger checks again
-			return invalid("invalid limits", le.Fields)
+			maps.Copy(fields, le.Fields)
+		}
+		if len(fields) > 0 {
+			return invalid("invalid limits", fields)
+		}
+		if change.NightLimitCents == nil && change.DayLimitCents == nil && change.NightStart == nil {
+			return invalid("nothing to change", map[string]string{"body": "give night_limit_cents, day_limit_cents or night_start"})
 		}
 		device, err := accountDevice(c)
 		if err != nil {
