@@ -207,6 +207,11 @@ func TestAPhishedPasswordCannotRegisterAPhone(t *testing.T) {
 	if list.Status != http.StatusOK || len(devices) != 2 || phoneID == "" {
 		t.Fatalf("Bruno's devices: %v, want his phone (current) and the pending one", list)
 	}
+	for _, d := range devices {
+		if m := d.(map[string]any); m["device_id"] == phisherID && m["pending_until"] != body["pending_until"] {
+			t.Errorf("the pending phone's pending_until: %v in the list, %v in its registration's answer; want one instant", m["pending_until"], body["pending_until"])
+		}
+	}
 	if r := a.Do(http.MethodDelete, "/v1/devices/"+phoneID, nil, auth(phisher)...); r.Status != http.StatusForbidden {
 		t.Errorf("the pending phone removing Bruno's: %v, want 403", r)
 	}

@@ -27,9 +27,11 @@ type DeviceRegistration struct {
 }
 
 // registration is a device's row at now: registered when approved, or when its wait is over.
+// Its time is to the microsecond, as PostgreSQL keeps it: the registration's answer and a later
+// list say the same instant.
 func registration(device string, pendingUntil time.Time, now time.Time) DeviceRegistration {
 	if !pendingUntil.IsZero() && now.Before(pendingUntil) {
-		return DeviceRegistration{DeviceID: device, PendingUntil: pendingUntil.UTC()}
+		return DeviceRegistration{DeviceID: device, PendingUntil: pendingUntil.UTC().Truncate(time.Microsecond)}
 	}
 	return DeviceRegistration{DeviceID: device, Registered: true}
 }
