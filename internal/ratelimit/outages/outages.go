@@ -38,7 +38,8 @@ type Options struct {
 // decides again after an outage it says so once, with the outage from the policy's first failed
 // decision to its last; the time from the last failure to the recovery is logged apart
 // (last_failure_ago): a policy that no request used after Redis came back would otherwise report
-// its idle time as outage.
+// its idle time as outage. A policy that fails again after Redis answered another policy's
+// decision had its outage end unseen: that one is reported over, and a new one begins.
 type Log struct {
 	next     ratelimit.Decider
 	logger   *slog.Logger
@@ -48,6 +49,7 @@ type Log struct {
 
 	mu       sync.Mutex
 	policies map[string]*outage
+	lastOK   time.Time // the last decision Redis answered while any policy was in outage
 }
 
 type outage struct {
@@ -112,6 +114,10 @@ func (o *Log) failed(p ratelimit.Policy, cause error) {
 	defer o.mu.Unlock()
 	o.degraded.Store(true)
 	st, ok := o.policies[p.Name]
+	if ok && o.lastOK.After(st.last) { // Redis answered since this policy last failed: that outage ended, unseen by it
+		o.recovered(p.Name, st)
+		ok = false
+	}
 	if !ok {
 		st = &outage{since: now}
 		o.policies[p.Name] = st
@@ -133,13 +139,19 @@ func (o *Log) decided(p ratelimit.Policy) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.lastOK = o.now()
 	st, ok := o.policies[p.Name]
 	if !ok {
 		return
 	}
 	delete(o.policies, p.Name)
 	o.degraded.Store(len(o.policies) > 0)
-	o.logger.Info("rate limiter recovered", "policy", p.Name,
+	o.recovered(p.Name, st)
+}
+
+// recovered logs the end of policy's outage st. o.mu is held.
+func (o *Log) recovered(policy string, st *outage) {
+	o.logger.Info("rate limiter recovered", "policy", policy,
 		"outage", st.last.Sub(st.since).Round(time.Millisecond).String(),
 		"last_failure_ago", o.now().Sub(st.last).Round(time.Millisecond).String(), "held_back", st.held)
 }

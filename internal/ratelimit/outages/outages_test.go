@@ -80,6 +80,34 @@ level=INFO msg="rate limiter recovered" policy=pix outage=2s last_failure_ago=1m
 	}
 }
 
+// TestAnOutageEndsWhenRedisAnswers: a policy that failed once, then was not used while another
+// policy's decisions reached Redis, fails again 8 minutes later: two outages of 0 s, the first
+// ended when Redis answered the other, not one of 8 minutes.
+func TestAnOutageEndsWhenRedisAnswers(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	next := &decider{err: fmt.Errorf("%w: i/o timeout", ratelimit.ErrUnavailable)}
+	o, logs := newLog(next, &now)
+	statement := ratelimit.Check{Policy: ratelimit.Policy{Name: "statement"}, Identity: "ana"}
+	pix := ratelimit.Check{Policy: ratelimit.Policy{Name: "pix"}, Identity: "ana"}
+	ctx := context.Background()
+
+	_, _ = o.AllowAll(ctx, statement)
+	now = now.Add(2 * time.Second)
+	next.err = nil
+	_, _ = o.AllowAll(ctx, pix) // Redis answers
+	now = now.Add(8 * time.Minute)
+	next.err = fmt.Errorf("%w: i/o timeout", ratelimit.ErrUnavailable)
+	_, _ = o.AllowAll(ctx, statement)
+
+	got := lines(logs)
+	want := `level=ERROR msg="rate limiter unavailable" policy=statement cause="rate limiter unavailable: i/o timeout" outage=0s held_back=0
+level=INFO msg="rate limiter recovered" policy=statement outage=0s last_failure_ago=8m2s held_back=0
+level=ERROR msg="rate limiter unavailable" policy=statement cause="rate limiter unavailable: i/o timeout" outage=0s held_back=0`
+	if got != want {
+		t.Errorf("logged:\n%s\nwant:\n%s", got, want)
+	}
+}
+
 // TestWhatIsNoOutageOrNoRecovery: a client that left (its context done) is no outage, an error
 // that is not ErrUnavailable neither, and a refusal from memory during an outage is no recovery.
 func TestWhatIsNoOutageOrNoRecovery(t *testing.T) {
