@@ -36,11 +36,15 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	decide.retry = slots.NewRetry(decide.decider(), 4096)
 	dictBuckets := newBuckets(decide, d.Limits, d.Tiers) // a look-up and a PIX pay them
 
-	e.GET("/healthz", handleHealthz())
+	// The probes answer HEAD too (the status alone): a load balancer may check with it.
+	healthz, readyz := handleHealthz(), handleReadyz(d.Probes, d.Breaker, d.Logger)
+	e.GET("/healthz", healthz)
+	e.HEAD("/healthz", healthz)
 	if len(d.OpenAPI) > 0 {
 		e.GET("/openapi.yaml", handleOpenAPI(d.OpenAPI))
 	}
-	e.GET("/readyz", handleReadyz(d.Probes, d.Breaker, d.Logger))
+	e.GET("/readyz", readyz)
+	e.HEAD("/readyz", readyz)
 	e.POST("/v1/login", handleLogin(decide, d.Limits, d.Ledger, d.Passwords, d.Tokens, d.Devices, d.Tiers))
 
 	// A PIX waits for its key's original at most the longest transfer (LedgerRetryAfter is the

@@ -423,3 +423,22 @@ func TestATooLargeLoginCountsAgainstItsIP(t *testing.T) {
 		t.Errorf("a PIX over the cap: %d, want %d before its token is read", got, want)
 	}
 }
+
+// TestTheProbesAnswerHEAD: /healthz and /readyz answer HEAD as GET, without a body (a load
+// balancer may check with it); the API's other routes do not (405).
+func TestTheProbesAnswerHEAD(t *testing.T) {
+	t.Parallel()
+	hs := httptest.NewServer(newServer(t, redistest.Start(t), lax()).h)
+	t.Cleanup(hs.Close)
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/v1/statement": 405} {
+		resp, err := http.Head(hs.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || len(body) != 0 {
+			t.Errorf("HEAD %s: %d with %d bytes, want %d and no body", path, resp.StatusCode, len(body), want)
+		}
+	}
+}
