@@ -70,6 +70,8 @@ type Replica struct {
 	Queue     *queue.Queue
 	Stack     ratelimit.Decider
 	Fallback  *fallback.Fallback
+	// Releases sends again the releases of in-flight slots and marks that Redis did not answer.
+	Releases *slots.Retry
 	// Breaker is the circuit breaker its scripts go through; nil on a cluster, or when off.
 	Breaker *breaker.Breaker
 	// Withdrawals take back what its decisions' callers did not get; Lost counts the losses.
@@ -91,6 +93,10 @@ const (
 	warmTimeout = 5 * time.Second
 	warmConns   = 16
 )
+
+// releasesWaiting bounds the releases of slots sent again at once (slots.Retry): past it, one
+// frees at its lease.
+const releasesWaiting = 4096
 
 // tierPoll is how often a replica asks the ledger whether the tier table changed: a change on
 // one replica is in force on the others within about this plus one query.
@@ -148,9 +154,12 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	var metrics *httpapi.Metrics
 	ledger := r.Ledger // as the replica's parts call it: every call timed when metrics are on
 	if deps.Registry != nil {
-		redis := r.probes[0] // /readyz's, asked when scraped: an idle replica's gauge says what Redis is now
+		// /readyz's probe, asked when scraped: an idle replica's gauge says what Redis is now. A
+		// second at most, so a stall never costs the scrape its other metrics; like /readyz, an
+		// answer closes an open breaker.
+		redis := r.probes[0]
 		redisUp := func() bool {
-			ctx, cancel := context.WithTimeout(context.Background(), redis.Timeout)
+			ctx, cancel := context.WithTimeout(context.Background(), min(redis.Timeout, time.Second))
 			defer cancel()
 			return redis.Ping(ctx) == nil
 		}
@@ -175,6 +184,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		DenyCache:               r.DenyCache,
 		Queue:                   r.Queue,
 		Fallback:                r.Fallback,
+		Releases:                r.Releases,
 		Limits:                  cfg.Limits,
 		OpenAPI:                 pixlimit.OpenAPI,
 		Ledger:                  pix.Shared(ledger, share),
@@ -295,6 +305,8 @@ func (r *Replica) startLimiter(ctx context.Context, cfg config.Config, rdb redis
 	r.closers = append(r.closers, func() { _ = r.Queue.Close() })
 	r.Fallback = fallback.New(r.Limiter, rdb, r.Queue, fallback.Options{FleetSize: cfg.FleetSize, Prefix: opts.Prefix, Timeout: opts.Timeout})
 	r.closers = append(r.closers, func() { _ = r.Fallback.Close() })
+	r.Releases = slots.NewRetry(r.Stack, releasesWaiting)
+	r.closers = append(r.closers, r.Releases.Close)
 	// Before serving: the scripts loaded on every master, the slot map known, connections
 	// dialed, so the first burst's decisions pay for none of it inside their budget.
 	warmCtx, cancel := context.WithTimeout(ctx, warmTimeout)

@@ -188,7 +188,7 @@ func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 				read.send(c.Response())
 			}
 		}
-		d.Logger.Info("support desk", "actor", actor, "action", rec.Action, "policy", a.policy, "status", rec.Status)
+		d.Logger.Info("support desk", "actor", actor, "action", rec.Action, "policy", a.policy, "status", c.Response().Status)
 		return nil
 	}
 }

@@ -242,13 +242,17 @@ func (pa admissions) release(ctx context.Context, steps ...ratelimit.Step) {
 	}
 }
 
-// releaseLater logs a release of slots and marks whose call Redis did not answer (cause) and
-// hands it to the replica's slots.Retry, which sends it again until Redis answers or the holds'
-// lease has passed.
+// releaseLater hands a release of slots and marks whose call Redis did not answer (cause) to the
+// replica's slots.Retry, which sends it again until Redis answers or the holds' lease has passed,
+// and logs which.
 func (r limiter) releaseLater(steps []ratelimit.Step, cause error) {
-	r.events.log("release:pix-slots", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: tried again until Redis answers or its lease ends",
+	if r.retry.Release(steps...) {
+		r.events.log("release:pix-slots", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: sent again until Redis answers or its lease ends",
+			"cause", cause.Error())
+		return
+	}
+	r.events.log("release:pix-slots-lease", slog.LevelWarn, "an in-flight slot or a PIX's mark not given back: it frees at its lease (no room to send it again)",
 		"cause", cause.Error())
-	r.retry.Release(steps...)
 }
 
 // slot is the in-flight slot a PIX of s's account named idem holds (nil when PIX_CONCURRENCY is

@@ -57,14 +57,14 @@ func decodeJSON(c echo.Context, v any) error {
 		case body[0] != '{':
 			return invalid("request body is not a single JSON object", nil)
 		}
-		if bytes.Contains(body, []byte("null")) { // rare: walked only then
+		err = json.Unmarshal(body, v, json.RejectUnknownMembers(true))
+	}
+	if err == nil {
+		if bytes.Contains(body, []byte("null")) { // rare: walked only then, once every name is known
 			if name, ok := nullMember(body); ok {
 				return invalid("invalid field", map[string]string{name: "must not be null"})
 			}
 		}
-		err = json.Unmarshal(body, v, json.RejectUnknownMembers(true))
-	}
-	if err == nil {
 		return nil
 	}
 	var ( // declared past the nil case: errors.As moves them to the heap

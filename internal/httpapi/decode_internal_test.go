@@ -43,7 +43,8 @@ func TestDecodeJSONAnswers(t *testing.T) {
 		{`{"key":"k","amount_cents":null}`, "application/json", CodeInvalidRequest, "invalid field", "amount_cents"},
 		{`{"amount_cents":1, "key" : null }`, "application/json", CodeInvalidRequest, "invalid field", "key"},
 		{`{"key":"null","amount_cents":1}`, "application/json", "", "", ""},
-		{`{"key":"k","from":null}`, "application/json", CodeInvalidRequest, "invalid field", "from"},
+		{`{"key":"k","from":null}`, "application/json", CodeInvalidRequest, "unknown field", "from"},
+		{`{"KEY":null}`, "application/json", CodeInvalidRequest, "unknown field", "KEY"},
 	}
 	e := echo.New()
 	for _, tt := range tests {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/pix"
-	"github.com/pixlimit/pixlimit/internal/ratelimit/slots"
 )
 
 // addRoutes lists every route of the API. Echo takes a route's middleware after its handler,
@@ -32,8 +31,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	}
 	// One limiter for the routes that decide in their handlers.
 	decide := limiter{core: d.Limiter, stack: d.Stack, cache: d.DenyCache, queue: d.Queue, fallback: d.Fallback, failClosedRetryAfter: d.Limits.FailClosedRetryAfter, metrics: d.Metrics,
-		events: newEventLog(d.Logger, 10*time.Second), maxWait: d.Limits.MaxWait, budget: d.Limits.Budget}
-	decide.retry = slots.NewRetry(decide.decider(), 4096)
+		events: newEventLog(d.Logger, 10*time.Second), maxWait: d.Limits.MaxWait, budget: d.Limits.Budget, retry: d.Releases}
 	dictBuckets := newBuckets(decide, d.Limits, d.Tiers) // a look-up and a PIX pay them
 
 	// The probes answer HEAD too (the status alone): a load balancer may check with it.

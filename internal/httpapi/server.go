@@ -24,6 +24,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/fallback"
 	"github.com/pixlimit/pixlimit/internal/ratelimit/queue"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/slots"
 )
 
 // Deps are what a server needs. Replicas of one fleet share Redis (through their Limiters), the
@@ -41,6 +42,9 @@ type Deps struct {
 	// is refused.
 	Queue    *queue.Queue
 	Fallback *fallback.Fallback
+	// Releases sends again the releases of in-flight slots and PIX marks Redis did not answer
+	// (slots.Retry, which its owner closes); nil: they free at their lease.
+	Releases *slots.Retry
 	Limits   enforce.RouteLimits
 	// OpenAPI is the contract, served at /openapi.yaml (none: no such route); the composition
 	// root hands in docs/openapi.yaml, embedded by the module's root package.

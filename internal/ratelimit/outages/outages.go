@@ -38,8 +38,9 @@ type Options struct {
 // decides again after an outage it says so once, with the outage from the policy's first failed
 // decision to its last; the time from the last failure to the recovery is logged apart
 // (last_failure_ago): a policy that no request used after Redis came back would otherwise report
-// its idle time as outage. A policy that fails again after Redis answered another policy's
-// decision had its outage end unseen: that one is reported over, and a new one begins.
+// its idle time as outage. A policy that fails again, a while after its last failure, Redis
+// having answered another policy's decision since, had its outage end unseen: that one is
+// reported over, when Redis answered, and a new one begins.
 type Log struct {
 	next     ratelimit.Decider
 	logger   *slog.Logger
@@ -114,8 +115,10 @@ func (o *Log) failed(p ratelimit.Policy, cause error) {
 	defer o.mu.Unlock()
 	o.degraded.Store(true)
 	st, ok := o.policies[p.Name]
-	if ok && o.lastOK.After(st.last) { // Redis answered since this policy last failed: that outage ended, unseen by it
-		o.recovered(p.Name, st)
+	// Redis answered another decision since this policy last failed, which was a while ago (a
+	// policy failing among others that pass is still in its outage): that outage ended then.
+	if ok && o.lastOK.After(st.last) && now.Sub(st.last) >= o.every {
+		o.recovered(p.Name, st, o.lastOK)
 		ok = false
 	}
 	if !ok {
@@ -146,12 +149,12 @@ func (o *Log) decided(p ratelimit.Policy) {
 	}
 	delete(o.policies, p.Name)
 	o.degraded.Store(len(o.policies) > 0)
-	o.recovered(p.Name, st)
+	o.recovered(p.Name, st, o.lastOK)
 }
 
-// recovered logs the end of policy's outage st. o.mu is held.
-func (o *Log) recovered(policy string, st *outage) {
+// recovered logs the end of policy's outage st, seen at `at`. o.mu is held.
+func (o *Log) recovered(policy string, st *outage, at time.Time) {
 	o.logger.Info("rate limiter recovered", "policy", policy,
 		"outage", st.last.Sub(st.since).Round(time.Millisecond).String(),
-		"last_failure_ago", o.now().Sub(st.last).Round(time.Millisecond).String(), "held_back", st.held)
+		"last_failure_ago", at.Sub(st.last).Round(time.Millisecond).String(), "held_back", st.held)
 }

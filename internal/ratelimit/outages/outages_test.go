@@ -101,9 +101,31 @@ func TestAnOutageEndsWhenRedisAnswers(t *testing.T) {
 
 	got := lines(logs)
 	want := `level=ERROR msg="rate limiter unavailable" policy=statement cause="rate limiter unavailable: i/o timeout" outage=0s held_back=0
-level=INFO msg="rate limiter recovered" policy=statement outage=0s last_failure_ago=8m2s held_back=0
+level=INFO msg="rate limiter recovered" policy=statement outage=0s last_failure_ago=2s held_back=0
 level=ERROR msg="rate limiter unavailable" policy=statement cause="rate limiter unavailable: i/o timeout" outage=0s held_back=0`
 	if got != want {
+		t.Errorf("logged:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestAPolicyFailingAmongOthersStaysInItsOutage: a policy whose decisions fail while another's
+// pass (long sequences timing out, short ones not) is in one outage, reported once per
+// interval, not ended and begun again at each failure.
+func TestAPolicyFailingAmongOthersStaysInItsOutage(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	failing, passing := &decider{err: fmt.Errorf("%w: i/o timeout", ratelimit.ErrUnavailable)}, &decider{}
+	o, logs := newLog(failing, &now)
+	pix := ratelimit.Check{Policy: ratelimit.Policy{Name: "pix"}, Identity: "ana"}
+	statement := ratelimit.Check{Policy: ratelimit.Policy{Name: "statement"}, Identity: "ana"}
+	ctx := context.Background()
+	for range 5 {
+		o.next = failing
+		_, _ = o.AllowAll(ctx, pix)
+		o.next = passing
+		_, _ = o.AllowAll(ctx, statement)
+		now = now.Add(time.Second)
+	}
+	if got, want := lines(logs), `level=ERROR msg="rate limiter unavailable" policy=pix cause="rate limiter unavailable: i/o timeout" outage=0s held_back=0`; got != want {
 		t.Errorf("logged:\n%s\nwant:\n%s", got, want)
 	}
 }

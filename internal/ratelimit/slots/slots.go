@@ -15,6 +15,7 @@ package slots
 import (
 	"context"
 	_ "embed"
+	"sync"
 	"time"
 
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
@@ -59,7 +60,7 @@ func (s Slots) Ask(identity, holder string) ratelimit.Step {
 }
 
 // Release gives back holder's hold of identity's slot (Hold). It is never refused; when Redis
-// does not answer, the hold ends with its lease.
+// does not answer, Retry sends it again, or the hold ends with its lease.
 func (s Slots) Release(identity, holder string) ratelimit.Step {
 	return &step{s.check(identity), holder, ratelimit.WithdrawOp(0)}
 }
@@ -69,28 +70,34 @@ func (s Slots) Release(identity, holder string) ratelimit.Step {
 // shorter than a lease must not keep an identity's slots taken after Redis returns (one request
 // at a time would be refused for the rest of the lease). A release drops a hold by its own
 // name, so sending it again is safe. What it costs: a goroutine per release waiting (at most
-// max), and an attempt per second each while Redis does not answer. (An attempt sent into a
-// frozen Redis may run, once it thaws, before the call that took the hold, sent first on another
-// connection: that hold is left to its lease.)
+// its bound), and an attempt per second each while Redis does not answer. (An attempt sent into
+// a frozen Redis may run, once it thaws, before the call that took the hold, sent first on
+// another connection: that hold is left to its lease.)
 type Retry struct {
 	d       ratelimit.Decider
 	waiting chan struct{}
+	done    chan struct{} // closed by Close: the retries stop
+	wg      sync.WaitGroup
+	once    sync.Once
 }
 
-// NewRetry returns a Retry that releases through d, at most max releases waiting at once.
-func NewRetry(d ratelimit.Decider, max int) *Retry {
-	return &Retry{d: d, waiting: make(chan struct{}, max)}
+// NewRetry returns a Retry that releases through d, at most bound releases waiting at once.
+// Close stops it.
+func NewRetry(d ratelimit.Decider, bound int) *Retry {
+	return &Retry{d: d, waiting: make(chan struct{}, bound), done: make(chan struct{})}
 }
 
 // Release sends steps, releases (Release) whose call Redis did not answer, again, backing off
-// from 50ms to once a second, until Redis answers them or the longest of their leases has
-// passed. It reports false, sending nothing, when max releases already wait (or r is nil): those
-// are left to their lease.
+// from 50ms to once a second, until Redis answers them, the longest of their leases has passed
+// or r is closed. It reports false, sending nothing, when its bound of releases already wait,
+// or r is nil or closed: those are left to their lease.
 func (r *Retry) Release(steps ...ratelimit.Step) bool {
 	if r == nil {
 		return false
 	}
 	select {
+	case <-r.done:
+		return false
 	case r.waiting <- struct{}{}:
 	default:
 		return false
@@ -101,14 +108,18 @@ func (r *Retry) Release(steps ...ratelimit.Step) bool {
 			lease = max(lease, c.Policy.Window)
 		}
 	}
+	r.wg.Add(1)
 	go func() {
-		defer func() { <-r.waiting }()
+		defer func() { <-r.waiting; r.wg.Done() }()
 		ctx, cancel := context.WithTimeout(context.Background(), lease)
 		defer cancel()
 		for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-r.done:
 				t.Stop()
 				return
 			case <-t.C:
@@ -119,6 +130,14 @@ func (r *Retry) Release(steps ...ratelimit.Step) bool {
 		}
 	}()
 	return true
+}
+
+// Close stops the retries and waits for them (an attempt under way ends within its Decider's
+// budget): what they would have released is left to its lease. Call it before closing what the
+// Decider asks.
+func (r *Retry) Close() {
+	r.once.Do(func() { close(r.done) })
+	r.wg.Wait()
 }
 
 // check is the slots' key and settings as a step's check: the count as its limit, the lease as
