@@ -78,7 +78,9 @@ type Retry struct {
 	waiting chan struct{}
 	done    chan struct{} // closed by Close: the retries stop
 	wg      sync.WaitGroup
-	once    sync.Once
+
+	mu     sync.Mutex // orders a retry's start (wg.Add) before Close's wait
+	closed bool
 }
 
 // NewRetry returns a Retry that releases through d, at most bound releases waiting at once.
@@ -95,9 +97,12 @@ func (r *Retry) Release(steps ...ratelimit.Step) bool {
 	if r == nil {
 		return false
 	}
-	select {
-	case <-r.done:
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
 		return false
+	}
+	select {
 	case r.waiting <- struct{}{}:
 	default:
 		return false
@@ -136,7 +141,12 @@ func (r *Retry) Release(steps ...ratelimit.Step) bool {
 // budget): what they would have released is left to its lease. Call it before closing what the
 // Decider asks.
 func (r *Retry) Close() {
-	r.once.Do(func() { close(r.done) })
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.done)
+	}
+	r.mu.Unlock()
 	r.wg.Wait()
 }
 

@@ -256,3 +256,62 @@ func TestSlotsFollowTheirModel(t *testing.T) {
 		t.Fatalf("%d refusals in 3000 steps: the trace hardly tried the slots' limit", refused)
 	}
 }
+
+// unanswered is a Decider that Redis does not answer until its first `fails` calls have failed;
+// each call is counted on calls.
+type unanswered struct {
+	fails int32
+	n     atomic.Int32
+	calls chan int32
+}
+
+func (u *unanswered) AllowAll(context.Context, ...ratelimit.Check) (ratelimit.Decision, error) {
+	return ratelimit.Decision{}, ratelimit.ErrUnavailable
+}
+
+func (u *unanswered) Decide(_ context.Context, steps ...ratelimit.Step) (ratelimit.Decisions, error) {
+	n := u.n.Add(1)
+	u.calls <- n
+	if n <= u.fails {
+		return ratelimit.Decisions{}, ratelimit.ErrUnavailable
+	}
+	return ratelimit.DecisionsOf(steps, make([]ratelimit.Decision, len(steps))...), nil
+}
+
+// TestRetrySendsAReleaseUntilRedisAnswers: a release Redis did not answer is sent again until it
+// is answered, then no more; past its bound a Retry takes none, and once closed none either,
+// its retries stopped.
+func TestRetrySendsAReleaseUntilRedisAnswers(t *testing.T) {
+	s := slots.Slots{Name: "pix-concurrency", Count: 2, Lease: time.Hour}
+	u := &unanswered{fails: 2, calls: make(chan int32, 16)}
+	r := slots.NewRetry(u, 1)
+	if !r.Release(s.Release("acct-ana", "k1:1")) {
+		t.Fatal("Release: not taken, with room for one")
+	}
+	if r.Release(s.Release("acct-ana", "k2:1")) {
+		t.Error("a second Release past a bound of 1: taken")
+	}
+	for want := int32(1); want <= 3; want++ {
+		select {
+		case got := <-u.calls:
+			if got != want {
+				t.Fatalf("call %d, want %d", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no attempt %d within 10s", want)
+		}
+	}
+	r.Close() // the third attempt was answered: its goroutine ends, and Close waits for it
+	if n := u.n.Load(); n != 3 {
+		t.Errorf("%d attempts, want 3: two unanswered, then the one answered", n)
+	}
+	if r.Release(s.Release("acct-ana", "k3:1")) {
+		t.Error("Release after Close: taken")
+	}
+
+	stuck := &unanswered{fails: 1 << 30, calls: make(chan int32, 1<<10)}
+	r = slots.NewRetry(stuck, 4)
+	r.Release(s.Release("acct-bruno", "k1:1"))
+	<-stuck.calls
+	r.Close() // returns: the retry stops at Close, not at its lease (an hour)
+}
