@@ -39,6 +39,7 @@ type demo struct {
 	lab      *redis.Client
 	scenario string
 	results  []result
+	skipped  []skipped // stories that checked nothing against this target
 	// limiters are the in-process replicas' (nil against -target): their Stats tell what
 	// happened inside, which a client cannot see.
 	limiters []*ratelimit.Limiter
@@ -118,6 +119,20 @@ type result struct {
 }
 
 // expect records an expectation and what was seen, and returns whether it held.
+// skip says why the story under way checks nothing against this target, and keeps it for the
+// results: a run whose stories were all skipped checked nothing, and is no success.
+func (d *demo) skip(format string, args ...any) {
+	why := fmt.Sprintf(format, args...)
+	d.skipped = append(d.skipped, skipped{d.scenario, why})
+	d.out.say("Skipped: %s.", why)
+}
+
+// skipped is a story that checked nothing, and why.
+type skipped struct {
+	Scenario string `json:"scenario"`
+	Why      string `json:"why"`
+}
+
 func (d *demo) expect(expectation string, ok bool, observed string) bool {
 	d.results = append(d.results, result{d.scenario, expectation, observed, ok})
 	d.out.verdict(expectation, ok, observed)
@@ -433,7 +448,7 @@ func (n *narrator) table(results []result) {
 	}
 }
 
-func writeJSON(w io.Writer, results []result) error {
+func writeJSON(w io.Writer, results []result, skips []skipped) error {
 	ok := true
 	for _, r := range results {
 		ok = ok && r.OK
@@ -441,7 +456,8 @@ func writeJSON(w io.Writer, results []result) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(struct {
-		OK      bool     `json:"ok"`
-		Results []result `json:"results"`
-	}{ok, results})
+		OK      bool      `json:"ok"`
+		Results []result  `json:"results"`
+		Skipped []skipped `json:"skipped,omitempty"`
+	}{ok, results, skips})
 }

@@ -107,6 +107,27 @@ func TestGenerousLimitsFail(t *testing.T) {
 	}
 }
 
+// TestNothingCheckedIsNoSuccess: against a target, the support story is skipped (the desk is the
+// deployment's); a run that checked nothing fails, and its JSON names what was skipped and why.
+func TestNothingCheckedIsNoSuccess(t *testing.T) {
+	t.Parallel()
+	var out, narration bytes.Buffer
+	err := run(context.Background(), []string{"demo", "-target", "http://localhost:1", "-scenario", "support", "-json"}, noEnv, &out, &narration)
+	if !errors.Is(err, errFailed) {
+		t.Fatalf("a run whose one story was skipped: %v, want errFailed\n%s", err, narration.String())
+	}
+	var got struct {
+		OK      bool             `json:"ok"`
+		Skipped []map[string]any `json:"skipped"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("-json: %v\n%s", err, out.String())
+	}
+	if got.OK || len(got.Skipped) != 1 || got.Skipped[0]["scenario"] != "support" {
+		t.Errorf("-json: %s, want ok false and the support story skipped", out.String())
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{

@@ -80,7 +80,7 @@ func available(r reply, policy string) int {
 // night: the night-time value cap is the ledger's, enforced in the transfer's transaction.
 func night(ctx context.Context, d *demo) error {
 	if d.limiters == nil {
-		d.out.say("Skipped against -target: the night window is the deployment's, and it may be day there.")
+		d.skip("against -target, the night window is the deployment's, and it may be day there")
 		return nil
 	}
 	const ip = "192.0.2.95"
@@ -162,7 +162,7 @@ func evening(ctx context.Context, d *demo) error {
 	const own, thief = "192.0.2.100", "203.0.113.66"
 	mine, err := d.trustedLogin(ctx, own, bruno)
 	if errors.Is(err, errPhoneWaits) {
-		d.out.say("Skipped: %s.", err)
+		d.skip("%s", err)
 		return nil
 	}
 	if err != nil {

@@ -19,7 +19,7 @@ var bakery = demoAccount(4)
 // PIX, sent meanwhile, waits no turn: her key is her own.
 func payroll(ctx context.Context, d *demo) error {
 	if d.desk == "" {
-		d.out.say("Skipped against -target: the tier is set on the deployment's support desk (ADMIN_ADDR), not the demo's.")
+		d.skip("against -target, the tier is set on the deployment's support desk (ADMIN_ADDR), not the demo's")
 		return nil
 	}
 	const office, home = "198.51.100.30", "192.0.2.70"

@@ -161,7 +161,8 @@ func retryAfter(replies []reply) (wait int, honest bool, seen string) {
 }
 
 // declaredLimit reads policy's capacity from a RateLimit-Policy header such as
-// `"login-ip";q=10;w=600, "login-account";q=5;w=600`: its burst when it has one, else q.
+// `"login-ip";q=10;w=600, "login-account";q=5;w=600`: its burst when it has one
+// (`;pixlimit-burst=N`, `;burst=N` before wave 3), else q.
 func declaredLimit(h http.Header, policy string) (int, bool) {
 	for _, item := range strings.Split(h.Get("RateLimit-Policy"), ",") {
 		params := strings.Split(strings.TrimSpace(item), ";")
@@ -170,7 +171,7 @@ func declaredLimit(h http.Header, policy string) (int, bool) {
 		}
 		limit := 0
 		for _, p := range params[1:] {
-			if k, v, _ := strings.Cut(p, "="); k == "q" && limit == 0 || k == "burst" {
+			if k, v, _ := strings.Cut(p, "="); k == "q" && limit == 0 || k == "pixlimit-burst" || k == "burst" {
 				limit, _ = strconv.Atoi(v)
 			}
 		}
@@ -407,7 +408,7 @@ func sequence(replies []reply) string {
 // laptop is stolen: support revokes her devices, and its token is refused on every replica.
 func support(ctx context.Context, d *demo) error {
 	if d.desk == "" {
-		d.out.say("Skipped against -target: the support desk listens on the deployment's ADMIN_ADDR, not the demo's.")
+		d.skip("against -target, the support desk listens on the deployment's ADMIN_ADDR, not the demo's")
 		return nil
 	}
 	d.out.say("A botnet guesses Carla's password from five addresses, filling her document key.")
