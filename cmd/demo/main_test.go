@@ -87,6 +87,25 @@ func TestTargetWithRedis(t *testing.T) {
 	}
 }
 
+// TestTheScanFollowsTheMissCost: the scan story reads its target's price of a miss, however
+// many misses the bucket then pays for (5 tokens: 20 misses, past a fixed dozen probes).
+func TestTheScanFollowsTheMissCost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	f, err := startFleet(io.Discard, map[string]string{"LOOKUP_MISS_COST": "5", "TRUSTED_PROXIES": "127.0.0.1/32", "REDIS_TIMEOUT": "1s"}, srv.Addr(), apitest.PasswordCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"demo", "-target", strings.Join(f.urls, ","), "-scenario", "scan"}, noEnv, &out, &out); err != nil {
+		t.Fatalf("the scan against LOOKUP_MISS_COST=5: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "each miss costs 5 tokens, and the scanner is stopped after 20 misses") {
+		t.Errorf("the scan's expectation does not name the target's price:\n%s", out.String())
+	}
+}
+
 // TestGenerousLimitsFail checks the demo is a check, not a script of prints: against a fleet
 // whose PIX limit is 1000, it exits with an error and names the expectation that failed.
 func TestGenerousLimitsFail(t *testing.T) {
