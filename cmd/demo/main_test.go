@@ -106,6 +106,23 @@ func TestTheScanFollowsTheMissCost(t *testing.T) {
 	}
 }
 
+// TestAnUntrustedDemoSaysWhy: against a fleet that does not believe the demo's X-Forwarded-For
+// (no TRUSTED_PROXIES), the login story fails naming the setting, not the botnet's counts.
+func TestAnUntrustedDemoSaysWhy(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	f, err := startFleet(io.Discard, map[string]string{"REDIS_TIMEOUT": "1s"}, srv.Addr(), apitest.PasswordCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	var out bytes.Buffer
+	err = run(context.Background(), []string{"demo", "-target", strings.Join(f.urls, ","), "-scenario", "login"}, noEnv, &out, &out)
+	if !errors.Is(err, errFailed) || !strings.Contains(out.String(), "FAIL  login   the deployment takes the demo's X-Forwarded-For as the client (TRUSTED_PROXIES covers it)") {
+		t.Errorf("the login story against a fleet without TRUSTED_PROXIES: %v, want a failure naming the setting\n%s", err, out.String())
+	}
+}
+
 // TestGenerousLimitsFail checks the demo is a check, not a script of prints: against a fleet
 // whose PIX limit is 1000, it exits with an error and names the expectation that failed.
 func TestGenerousLimitsFail(t *testing.T) {
