@@ -87,22 +87,32 @@ func TestTargetWithRedis(t *testing.T) {
 	}
 }
 
-// TestTheScanFollowsTheMissCost: the scan story reads its target's price of a miss, however
-// many misses the bucket then pays for (5 tokens: 20 misses, past a fixed dozen probes).
-func TestTheScanFollowsTheMissCost(t *testing.T) {
-	t.Parallel()
+// against runs the demo with args (after -target) against a fleet of its own, configured by env,
+// over a Redis of its own, and returns what it printed and its error.
+func against(t *testing.T, env map[string]string, args ...string) (string, error) {
+	t.Helper()
 	srv := redistest.Start(t)
-	f, err := startFleet(io.Discard, map[string]string{"LOOKUP_MISS_COST": "5", "TRUSTED_PROXIES": "127.0.0.1/32", "REDIS_TIMEOUT": "1s"}, srv.Addr(), apitest.PasswordCost)
+	env["REDIS_TIMEOUT"] = "1s"
+	f, err := startFleet(io.Discard, env, srv.Addr(), apitest.PasswordCost)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.close()
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"demo", "-target", strings.Join(f.urls, ","), "-scenario", "scan"}, noEnv, &out, &out); err != nil {
-		t.Fatalf("the scan against LOOKUP_MISS_COST=5: %v\n%s", err, out.String())
+	err = run(context.Background(), append([]string{"demo", "-target", strings.Join(f.urls, ",")}, args...), noEnv, &out, &out)
+	return out.String(), err
+}
+
+// TestTheScanFollowsTheMissCost: the scan story reads its target's price of a miss, however
+// many misses the bucket then pays for (5 tokens: 20 misses, past a fixed dozen probes).
+func TestTheScanFollowsTheMissCost(t *testing.T) {
+	t.Parallel()
+	out, err := against(t, map[string]string{"LOOKUP_MISS_COST": "5", "TRUSTED_PROXIES": "127.0.0.1/32"}, "-scenario", "scan")
+	if err != nil {
+		t.Fatalf("the scan against LOOKUP_MISS_COST=5: %v\n%s", err, out)
 	}
-	if !strings.Contains(out.String(), "each miss costs 5 tokens, and the scanner is stopped after 20 misses") {
-		t.Errorf("the scan's expectation does not name the target's price:\n%s", out.String())
+	if !strings.Contains(out, "each miss costs 5 tokens, and the scanner is stopped after 20 misses") {
+		t.Errorf("the scan's expectation does not name the target's price:\n%s", out)
 	}
 }
 
@@ -110,16 +120,9 @@ func TestTheScanFollowsTheMissCost(t *testing.T) {
 // (no TRUSTED_PROXIES), the login story fails naming the setting, not the botnet's counts.
 func TestAnUntrustedDemoSaysWhy(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	f, err := startFleet(io.Discard, map[string]string{"REDIS_TIMEOUT": "1s"}, srv.Addr(), apitest.PasswordCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.close()
-	var out bytes.Buffer
-	err = run(context.Background(), []string{"demo", "-target", strings.Join(f.urls, ","), "-scenario", "login"}, noEnv, &out, &out)
-	if !errors.Is(err, errFailed) || !strings.Contains(out.String(), "FAIL  login   the deployment takes the demo's X-Forwarded-For as the client (TRUSTED_PROXIES covers it)") {
-		t.Errorf("the login story against a fleet without TRUSTED_PROXIES: %v, want a failure naming the setting\n%s", err, out.String())
+	out, err := against(t, map[string]string{}, "-scenario", "login")
+	if !errors.Is(err, errFailed) || !strings.Contains(out, "FAIL  login   the deployment takes the demo's X-Forwarded-For as the client (TRUSTED_PROXIES covers it)") {
+		t.Errorf("the login story against a fleet without TRUSTED_PROXIES: %v, want a failure naming the setting\n%s", err, out)
 	}
 }
 
@@ -127,19 +130,12 @@ func TestAnUntrustedDemoSaysWhy(t *testing.T) {
 // whose PIX limit is 1000, it exits with an error and names the expectation that failed.
 func TestGenerousLimitsFail(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	f, err := startFleet(io.Discard, map[string]string{"PIX_LIMIT": "1000", "TRUSTED_PROXIES": "127.0.0.1/32", "REDIS_TIMEOUT": "1s"}, srv.Addr(), apitest.PasswordCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.close()
-	var out bytes.Buffer
-	err = run(context.Background(), []string{"demo", "-target", strings.Join(f.urls, ","), "-scenario", "burst"}, noEnv, &out, &out)
+	out, err := against(t, map[string]string{"PIX_LIMIT": "1000", "TRUSTED_PROXIES": "127.0.0.1/32"}, "-scenario", "burst")
 	if !errors.Is(err, errFailed) {
-		t.Fatalf("demo against PIX_LIMIT=1000: %v, want errFailed\n%s", err, out.String())
+		t.Fatalf("demo against PIX_LIMIT=1000: %v, want errFailed\n%s", err, out)
 	}
-	if !strings.Contains(out.String(), "FAIL  burst   the PIX limit is small enough to show a burst (at most 50)") {
-		t.Errorf("the failed expectation is not named:\n%s", out.String())
+	if !strings.Contains(out, "FAIL  burst   the PIX limit is small enough to show a burst (at most 50)") {
+		t.Errorf("the failed expectation is not named:\n%s", out)
 	}
 }
 
