@@ -157,11 +157,11 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		// /readyz's probe, asked when scraped: an idle replica's gauge says what Redis is now. A
 		// second at most, so a stall never costs the scrape its other metrics; like /readyz, an
 		// answer closes an open breaker.
-		redis := r.probes[0]
+		probe := r.probes[0]
 		redisUp := func() bool {
-			ctx, cancel := context.WithTimeout(context.Background(), min(redis.Timeout, time.Second))
+			ctx, cancel := context.WithTimeout(context.Background(), min(probe.Timeout, time.Second))
 			defer cancel()
-			return redis.Ping(ctx) == nil
+			return probe.Ping(ctx) == nil
 		}
 		if metrics, err = httpapi.NewMetrics(deps.Registry, httpapi.LimiterGauges{RedisUp: redisUp, WithdrawalsLost: r.Withdrawals.Lost}); err != nil {
 			return err

@@ -42,7 +42,8 @@ func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 // exactly by default, and RejectUnknownMembers rejects the rest; no hand-written token scanning.
 //
 // A member whose value is null is 400 too: no field of a request is nullable, and json/v2 would
-// read it as the field's zero value (a PIX's "description": null as none).
+// read it as the field's zero value (a PIX's "description": null as none). json/v2 has no option
+// to refuse it, so nullMember finds one with jsontext's tokenizer, only when "null" appears.
 func decodeJSON(c echo.Context, v any) error {
 	if err := asJSON(c.Request().Header); err != nil {
 		return err

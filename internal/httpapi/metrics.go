@@ -160,12 +160,10 @@ func (m *Metrics) refused(checks []ratelimit.Check, d ratelimit.Decision, outcom
 		return
 	}
 	named := len(d.Results) == len(checks) && slices.ContainsFunc(d.Results, func(r ratelimit.Result) bool { return r.RetryAfter > 0 })
-	for i, c := range checks {
-		if named && d.Results[i].RetryAfter <= 0 {
-			continue
+	for i := range checks {
+		if !named || d.Results[i].RetryAfter > 0 {
+			m.decided(checks[i:i+1], outcome, took)
 		}
-		m.decisions.WithLabelValues(c.Policy.Name, outcome).Inc()
-		m.decisionSeconds.WithLabelValues(c.Policy.Name).Observe(took.Seconds())
 	}
 }
 
