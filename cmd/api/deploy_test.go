@@ -1,8 +1,11 @@
 package main
 
 import (
+	"cmp"
+	"crypto/rand"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/netip"
 	"os"
@@ -173,45 +176,64 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
-// TestPublishedSecretsAreRefused finds every AUTH_SECRET value written in the repository's
-// documentation and deployment files and checks that the API refuses to start with it.
+// TestPublishedSecretsAreRefused finds every secret written in the repository (a literal given
+// to AUTH_SECRET or ADMIN_TOKEN, in documentation, deployment files and Go code, tests included,
+// or held by a Go name that says secret or token) and checks that the API refuses to start with
+// it as either.
 func TestPublishedSecretsAreRefused(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob(repo("docs/*.md"))
+	// NAME=value, NAME: value, "NAME": "value", {"NAME", "value"} and compose's ${NAME:-value}.
+	assignment := regexp.MustCompile(`(?:AUTH_SECRET|ADMIN_TOKEN)(?::-|["']?\s*[:=,]\s*["'` + "`" + `]?)([^\s"'` + "`" + `$}]{16,})`)
+	// In Go: secret := "value", const adminToken = "value", Token: "value" and the like.
+	named := regexp.MustCompile(`(?i)\w*(?:secret|token)\w*\s*(?::=|=|:)\s*"([^"\s]{16,})"`)
+	texts := map[string]string{ // what this repository once published, as the scan must catch it
+		"old docker-compose.yml":    "AUTH_SECRET: ${AUTH_SECRET:-dev-only-secret-change-me-0123456789abcdef}",
+		"old api_test.go":           `"AUTH_SECRET": "test-secret-test-secret-test-secret!",`,
+		"old config_test.go":        `{"AUTH_SECRET", "0f1e2d3c4b5a69788796a5b4c3d2e1f0", true},`,
+		"old httpapi/admin_test.go": `const token = "a-desk-token-of-at-least-32-bytes-long"`,
+	}
+	err := filepath.WalkDir(repo("."), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules") {
+			return cmp.Or(err, fs.SkipDir)
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".yml", ".yaml", ".cfg", ".sh", ".env", ".json", ".toml", ".txt":
+		default:
+			if d.Name() != "Dockerfile" {
+				return nil
+			}
+		}
+		raw, err := os.ReadFile(path)
+		texts[path] = string(raw)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	more, _ := filepath.Glob(repo("deploy/*.cfg"))
-	yml, _ := filepath.Glob(repo("deploy/*.yml"))
-	files = append(append(append(files, more...), yml...), repo("README.md"), repo("docker-compose.yml"),
-		repo("docker-compose.lab.yml"), repo("docker-compose.observability.yml"), repo("Dockerfile"))
-	// NAME=value, NAME: value, "NAME": "value" and compose's ${NAME:-value}, of 16 bytes or more.
-	assignment := regexp.MustCompile(`AUTH_SECRET(?::-|["']?\s*[:=]\s*["']?)([^\s"'$}]{16,})`)
-	texts := map[string]string{ // what this repository once published, as the scan must catch it
-		"old docker-compose.yml": "AUTH_SECRET: ${AUTH_SECRET:-dev-only-secret-change-me-0123456789abcdef}",
-		"old api_test.go":        `"AUTH_SECRET": "test-secret-test-secret-test-secret!",`,
-	}
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		texts[f] = string(raw)
-	}
-	found := 0
+	found := map[string]string{} // value: where
 	for f, text := range texts {
 		for _, m := range assignment.FindAllStringSubmatch(text, -1) {
-			found++
-			_, err := config.Load(config.Map(map[string]string{"AUTH_SECRET": m[1]}))
-			if err == nil || !strings.Contains(err.Error(), "AUTH_SECRET:") {
-				t.Errorf("%s publishes AUTH_SECRET %q, and the API accepts it", f, m[1])
+			found[m[1]] = f
+		}
+		if strings.HasSuffix(f, ".go") {
+			for _, m := range named.FindAllStringSubmatch(text, -1) {
+				found[m[1]] = f
 			}
 		}
 	}
-	if found < 2 {
-		t.Fatalf("the scan found %d values, want at least the 2 historical ones", found)
+	for value, f := range found {
+		for _, name := range []string{"AUTH_SECRET", "ADMIN_TOKEN"} {
+			env := map[string]string{"AUTH_SECRET": rand.Text() + rand.Text(), "ADMIN_ADDR": "127.0.0.1:0", "ADMIN_TOKEN": rand.Text() + rand.Text()}
+			env[name] = value
+			if _, err := config.Load(config.Map(env)); err == nil || !strings.Contains(err.Error(), name+":") {
+				t.Errorf("%s publishes %q, and the API accepts it as %s", f, value, name)
+			}
+		}
 	}
-	t.Logf("%d literal AUTH_SECRET values in %d texts, all refused", found, len(texts))
+	if len(found) < 4 {
+		t.Fatalf("the scan found %d values, want at least the 4 historical ones", len(found))
+	}
+	t.Logf("%d literal secrets in %d texts, all refused", len(found), len(texts))
 }
 
 // TestProxyConfig runs deploy/haproxy.cfg and deploy/haproxy-lab.cfg for real (where HAProxy is

@@ -652,6 +652,11 @@ func policy(p *problems, prefix string, pol enforce.RouteLimit, limitVar ...stri
 	if len(limitVar) > 0 {
 		vars["Limit"] = limitVar[0]
 	}
+	// First, so that a window of 0 or 500ms is told the rule of this variable, not the
+	// limiter's looser one (p keeps one problem per variable).
+	if pol.Policy.Window%time.Second != 0 || pol.Policy.Window < time.Second {
+		p.add(prefix+"WINDOW", "%v: want whole seconds, at least 1s", pol.Policy.Window)
+	}
 	if joined, ok := pol.Policy.Validate().(interface{ Unwrap() []error }); ok {
 		for _, err := range joined.Unwrap() {
 			var pe *ratelimit.PolicyError
@@ -659,9 +664,6 @@ func policy(p *problems, prefix string, pol enforce.RouteLimit, limitVar ...stri
 				p.add(prefix+vars[pe.Field], "%s", pe.Reason)
 			}
 		}
-	}
-	if pol.Policy.Window%time.Second != 0 || pol.Policy.Window < time.Second {
-		p.add(prefix+"WINDOW", "%v: want whole seconds, at least 1s", pol.Policy.Window)
 	}
 	return pol
 }
@@ -731,8 +733,11 @@ func (cfg *environment) checkRedis(p *problems) Redis {
 	if (cfg.RedisSentinelAddrs == "") != (cfg.RedisSentinelMaster == "") {
 		p.add("REDIS_SENTINEL_MASTER", "REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER go together")
 	}
-	if cfg.redisModes() > 1 {
-		p.add("REDIS_URL", "set one of REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS, not several")
+	if set := cfg.redisModesSet(); len(set) > 1 {
+		for _, name := range set { // each variable that is set, by its own name
+			p.add(name, "set with %s: set one of REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS, not several",
+				strings.Join(slices.DeleteFunc(slices.Clone(set), func(s string) bool { return s == name }), " and "))
+		}
 	}
 	return r
 }
@@ -773,19 +778,24 @@ func (cfg *environment) checkNight(p *problems) pix.NightCap {
 }
 
 // redisModes counts the Redis modes set; zero means the embedded Redis.
-func (cfg *environment) redisModes() int {
-	n := 0
-	for _, v := range []string{cfg.RedisURL, cfg.RedisClusterAddrs, cfg.RedisSentinelAddrs} {
+func (cfg *environment) redisModes() int { return len(cfg.redisModesSet()) }
+
+// redisModesSet names the variables of the Redis modes that are set.
+func (cfg *environment) redisModesSet() []string {
+	var set []string
+	for name, v := range map[string]string{"REDIS_URL": cfg.RedisURL, "REDIS_CLUSTER_ADDRS": cfg.RedisClusterAddrs, "REDIS_SENTINEL_ADDRS": cfg.RedisSentinelAddrs} {
 		if v != "" {
-			n++
+			set = append(set, name)
 		}
 	}
-	return n
+	slices.Sort(set)
+	return set
 }
 
 // publishedSecrets are AUTH_SECRET values that appear, or once appeared, in this repository
-// (compose file, documentation, tests): anyone can read them, so none may sign a real token.
-// TestPublishedSecretsAreRefused checks that every AUTH_SECRET written in the repository is here.
+// (compose file, documentation, tests): anyone can read them, so none may sign a real token, nor
+// open the support desk (ADMIN_TOKEN). TestPublishedSecretsAreRefused checks that every secret
+// written in the repository is here; tests make theirs at random.
 var publishedSecrets = []string{
 	"dev-only-secret-change-me-0123456789abcdef",
 	"test-secret-test-secret-test-secret!",
@@ -793,6 +803,8 @@ var publishedSecrets = []string{
 	"0123456789abcdef0123456789abcdef",
 	"another-secret-another-secret-xx",
 	"ssssssssssssssssssssssssssssssss",
+	"0f1e2d3c4b5a69788796a5b4c3d2e1f0",       // once a test's example of an acceptable secret
+	"a-desk-token-of-at-least-32-bytes-long", // once a test's ADMIN_TOKEN
 }
 
 // checkSecret refuses a short or published AUTH_SECRET, and an empty one with a shared Redis.
@@ -849,10 +861,12 @@ func listenAddr(addr string) bool {
 	return err == nil && perr == nil && n >= 0 && n <= 65535
 }
 
-// Public ranges in TRUSTED_PROXIES may be no wider than these: a proxy fleet's addresses.
+// Public ranges in TRUSTED_PROXIES may be no wider than these: a proxy fleet's addresses, a CDN's
+// published edge ranges included (the widest of Cloudflare's are a /13 and a /29), but no
+// sizeable share of the internet (a /8 is one 256th of IPv4).
 const (
-	widestPublicProxyV4 = 24
-	widestPublicProxyV6 = 48
+	widestPublicProxyV4 = 12
+	widestPublicProxyV6 = 28
 )
 
 // nonPublic are the ranges no client on the internet can come from: private, loopback,
@@ -867,7 +881,7 @@ var nonPublic = []netip.Prefix{
 // checkProxies refuses TRUSTED_PROXIES ranges that would trust the internet: a trusted peer's
 // X-Forwarded-For is believed, so trusting every hop (0.0.0.0/0, or any wide public range) lets
 // clients choose their own login IP key. A range inside the non-public ones is fine, and so is a
-// public one no wider than a proxy fleet's (/24, or /48 for IPv6).
+// public one no wider than a proxy fleet's (widestPublicProxyV4, widestPublicProxyV6).
 func checkProxies(p *problems, prefixes []netip.Prefix) {
 	for _, pfx := range prefixes {
 		p4 := pfx

@@ -2,6 +2,7 @@ package config
 
 import (
 	"crypto/rand"
+	mrand "math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -109,10 +110,13 @@ func TestValuesThatCouldMeanSomethingElse(t *testing.T) {
 		{"TRUSTED_PROXIES", "::/0", false},
 		{"TRUSTED_PROXIES", "8.0.0.0/8", false},
 		{"TRUSTED_PROXIES", "10.0.0.0/8, 1.0.0.0/1", false},
-		{"TRUSTED_PROXIES", "2001:db8::/32", false},
+		{"TRUSTED_PROXIES", "2001:db8::/27", false},
+		{"TRUSTED_PROXIES", "8.0.0.0/11", false},
 		{"TRUSTED_PROXIES", "::ffff:0.0.0.0/96", false},
 		{"TRUSTED_PROXIES", "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fd00::/8, 127.0.0.1/32", true},
 		{"TRUSTED_PROXIES", "203.0.113.0/24, 198.51.100.7/32, 2001:db8:1::/48", true},
+		// A CDN's published edge ranges (Cloudflare's, among them its widest): its proxies.
+		{"TRUSTED_PROXIES", "173.245.48.0/20, 104.16.0.0/13, 172.64.0.0/13, 2400:cb00::/32, 2a06:98c0::/29", true},
 		{"METRICS_ADDR", "127.0.0.1:notaport", false},
 		{"METRICS_ADDR", ":99999", false},
 		{"METRICS_ADDR", "127.0.0.1:0", true},
@@ -123,7 +127,7 @@ func TestValuesThatCouldMeanSomethingElse(t *testing.T) {
 		{"AUTH_SECRET", strings.ToUpper(published), false},
 		{"AUTH_SECRET", "x" + published, false},
 		{"AUTH_SECRET", rand.Text() + rand.Text(), true},
-		{"AUTH_SECRET", "0f1e2d3c4b5a69788796a5b4c3d2e1f0", true}, // 32 hex digits, each once or twice
+		{"AUTH_SECRET", hexTwice(), true}, // 32 hex digits, each twice: 128 bits by their frequencies
 	} {
 		env := map[string]string{tt.name: tt.value}
 		if tt.name != "AUTH_SECRET" {
@@ -246,6 +250,11 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 	if strings.Contains(err.Error(), "short") {
 		t.Errorf("the error shows AUTH_SECRET's value:\n%v", err)
 	}
+	for _, name := range []string{"STATEMENT_WINDOW", "LOGIN_WINDOW"} { // 0s and 500ms: told this variable's rule
+		if !strings.Contains(err.Error(), name+": "+bad[name]+": want whole seconds, at least 1s") {
+			t.Errorf("all bad at once: %s=%s not told it wants whole seconds:\n%v", name, bad[name], err)
+		}
+	}
 	for range 20 { // one report, in one order, every time
 		if _, again := load(bad); again.Error() != err.Error() {
 			t.Fatalf("the same environment, two reports:\n%v\n---\n%v", err, again)
@@ -301,6 +310,13 @@ func TestRedisModes(t *testing.T) {
 		if _, err := load(env); err == nil {
 			t.Errorf("%v: no error", env)
 		}
+	}
+	// Two modes at once: each variable set is named, and none that is not.
+	_, err = load(map[string]string{"REDIS_CLUSTER_ADDRS": "10.0.0.1:7000", "REDIS_SENTINEL_ADDRS": "s:26379",
+		"REDIS_SENTINEL_MASTER": "m", "AUTH_SECRET": secret})
+	if err == nil || !strings.Contains(err.Error(), "REDIS_CLUSTER_ADDRS: set with REDIS_SENTINEL_ADDRS:") ||
+		!strings.Contains(err.Error(), "REDIS_SENTINEL_ADDRS: set with REDIS_CLUSTER_ADDRS:") || strings.Contains(err.Error(), "REDIS_URL:") {
+		t.Errorf("cluster and sentinel: error %v, want both named, and REDIS_URL (unset) not", err)
 	}
 }
 
@@ -560,4 +576,13 @@ func TestUnknownVariablesAreNamed(t *testing.T) {
 	if got := Unknown(all); len(got) != 0 {
 		t.Errorf("Unknown of the contract's own variables: %v, want none", got)
 	}
+}
+
+// hexTwice is the 16 hex digits twice, each time in a random order: a secret just strong enough
+// by its letters' frequencies, made afresh (one written here would be published).
+func hexTwice() string {
+	digits := []byte("0123456789abcdef0123456789abcdef")
+	mrand.Shuffle(16, func(i, j int) { digits[i], digits[j] = digits[j], digits[i] })
+	mrand.Shuffle(16, func(i, j int) { digits[16+i], digits[16+j] = digits[16+j], digits[16+i] })
+	return string(digits)
 }

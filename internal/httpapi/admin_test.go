@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"crypto/rand"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -37,7 +38,7 @@ func TestNoDeskReadIsServedUnaudited(t *testing.T) {
 	ledger := &unaudited{MemoryLedger: s.ledger}
 	tiers := pix.NewTiers(t.Context(), ledger, slog.New(slog.DiscardHandler), time.Hour)
 	t.Cleanup(tiers.Close)
-	const token = "a-desk-token-of-at-least-32-bytes-long"
+	token := rand.Text() + rand.Text()
 	desk, err := httpapi.NewAdmin(httpapi.AdminDeps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(),
 		Ledger: ledger, Tokens: s.tokens, Token: token, Tiers: tiers, AuditKey: []byte("an-audit-key-16b")})
 	if err != nil {
