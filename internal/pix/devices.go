@@ -294,7 +294,7 @@ func (l *PostgresLedger) RemoveDevice(ctx context.Context, accountID, actor, dev
 			ON CONFLICT (account_id, device_id) DO UPDATE SET removed_at = $3`, accountID, device, now); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, "UPDATE tier_version SET version = version + 1")
+		_, err = tx.Exec(ctx, moveTierVersion)
 		return err
 	})
 	return deviceErr("remove device", err)

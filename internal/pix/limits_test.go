@@ -316,6 +316,69 @@ func TestMoneyLimitsUnderConcurrency(t *testing.T) {
 	}
 }
 
+// TestARevocationAndAnApprovalDoNotDeadlock: a revocation takes the account's row before its
+// devices', as an approval (approveDevice) and a removal do. Here an approval's two steps are
+// played by hand around a revocation: the approval holds the account's row, the revocation
+// starts and waits, and the approval then writes its device's row. Had the revocation deleted
+// the devices first, each would wait for the other, and PostgreSQL would abort one (40P01),
+// which nothing retries: a support desk's revocation answered 503.
+func TestARevocationAndAnApprovalDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	l, err := OpenPostgres(context.Background(), url, 10*time.Second, demo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	ctx := t.Context()
+	if _, err := l.RegisterDevice(ctx, "acct-ana", "phone", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.RegisterDevice(ctx, "acct-ana", "laptop", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	approval, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer approval.Close(context.Background())
+	tx, err := approval.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SELECT id FROM accounts WHERE id = 'acct-ana' FOR UPDATE"); err != nil { // lockAccount
+		t.Fatal(err)
+	}
+	revoked := make(chan error, 1)
+	go func() { _, err := l.RevokeDevices(ctx, "acct-ana"); revoked <- err }()
+	// The revocation is under way once a session of the ledger waits on a lock.
+	for waiting, deadline := 0, time.Now().Add(10*time.Second); waiting == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the revocation did not start within 10 s")
+		}
+		if err := approval.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-revoked:
+			t.Fatalf("the revocation ended (%v) while the approval held the account's row", err)
+		default:
+		}
+	}
+	_, err = tx.Exec(ctx, "UPDATE devices SET pending_until = NULL WHERE account_id = 'acct-ana' AND device_id = 'laptop'")
+	if err != nil {
+		t.Fatalf("the approval's write of its device: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-revoked; err != nil {
+		t.Fatalf("the revocation after the approval: %v, want it made", err)
+	}
+}
+
 // TestRevokeDevices: on both ledgers, a revocation deletes the account's registrations (its
 // devices send under the new-device caps again), is in the table by account and by document,
 // moves the version, and reports the one before it.

@@ -737,6 +737,51 @@ func TestABrokenConnectionGivesItsPlaceBackSoon(t *testing.T) {
 	answersWithin(t, l, 2*time.Second)
 }
 
+// TestALostCommitFreesThePayer: a COMMIT lost on the way (Gate.StrandCommits: never sent, its
+// connection left open, as across a path that went dead) leaves its transaction open in the
+// server, with the payer's row lock. The transfer is answered ErrOutcomeUnknown; the server ends
+// the idle transaction within the ledger's timeout, so the payer's next PIX and the honest retry
+// go through (the retry making the transfer once), not after TCP keepalive, hours later.
+func TestALostCommitFreesThePayer(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	l, gate := gatedLedger(t, timeout)
+	ctx := context.Background()
+	before, err := l.Statement(ctx, "acct-ana", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := TransferRequest{From: "acct-ana", ToKey: "bruno@example.com", AmountCents: 100, IdempotencyKey: newKey()}
+	gate.HoldCommits()
+	if _, err := l.Transfer(ctx, lost); !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("a transfer whose COMMIT is held: %v, want ErrOutcomeUnknown", err)
+	}
+	gate.StrandCommits()
+	start := time.Now()
+	next := TransferRequest{From: "acct-ana", ToKey: "carla@example.com", AmountCents: 100, IdempotencyKey: newKey()}
+	for {
+		_, err := l.Transfer(ctx, next)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrUnavailable) || time.Since(start) > 10*time.Second {
+			t.Fatalf("the payer's next PIX, %v after the lost COMMIT: %v", time.Since(start).Round(time.Millisecond), err)
+		}
+	}
+	t.Logf("the payer's next PIX went through %v after the lost COMMIT", time.Since(start).Round(time.Millisecond))
+	r, err := l.Transfer(ctx, lost)
+	if err != nil || r.Replayed {
+		t.Fatalf("the retry of the lost transfer: %+v, %v, want it made now (the lost one rolled back)", r, err)
+	}
+	after, err := l.Statement(ctx, "acct-ana", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := after.BalanceCents, before.BalanceCents-200; got != want {
+		t.Errorf("balance %d, want %d: the lost transfer once, by its retry, and the next", got, want)
+	}
+}
+
 // demo is DemoAccounts with their published hashes: a ledger stores a hash and never checks it,
 // so none is made.
 func demo() []Account {

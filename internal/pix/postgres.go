@@ -65,6 +65,13 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, accoun
 	}
 	setup.RuntimeParams["statement_timeout"] = "0" // a migration may take as long as it takes
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(1, timeout.Milliseconds()), 10)
+	// A transaction idle for a whole call's budget belongs to a call that has ended: its
+	// COMMIT or ROLLBACK was lost on the way (a network cut, a half-open connection), and the
+	// server would otherwise keep its row locks, the payer's among them, until TCP keepalive
+	// ends the session, hours later; every PIX of that account, its honest retry included,
+	// would wait on them. The server ends such a session after this, and so rolls back a
+	// transaction nobody will finish (TestALostCommitFreesThePayer).
+	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(max(1, timeout.Milliseconds()), 10)
 	// A connection to the database waits at most limit for anything: its dial, the cancel
 	// request pgx dials when a call's deadline ends mid-query, and the clean-up of a broken
 	// connection (boundedConn). pgxpool dials in the background, detached from the caller's
@@ -419,7 +426,7 @@ func (l *PostgresLedger) transfer(steps, ctx context.Context, r TransferRequest)
 	}
 	receipt, replayed, err := l.statements(steps, conn, r)
 	if err != nil || replayed {
-		rollback(conn) // a replay wrote nothing: nothing to commit
+		rollback(steps, conn) // a replay wrote nothing: nothing to commit
 		conn.Release()
 		return receipt, err
 	}
@@ -446,16 +453,23 @@ func (l *PostgresLedger) transfer(steps, ctx context.Context, r TransferRequest)
 	return l.outcomeOf(context.WithoutCancel(ctx), r, err)
 }
 
-// rollback ends a transaction that failed before COMMIT, on a short deadline of its own: the
-// statements' may have passed. If the rollback cannot be sent, the connection is closed, and the
-// server rolls back when the session ends.
-func rollback(conn *pgxpool.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if _, err := conn.Exec(ctx, "rollback"); err != nil {
-		_ = conn.Conn().Close(ctx) // its transaction ends with its session
+// rollback ends a transaction that failed before COMMIT, within the statements' deadline
+// (steps), so that a Transfer stays within LongestTransfer. If that has passed, or the rollback
+// cannot be sent in time, the connection is closed instead, and the server rolls back when the
+// session ends.
+func rollback(steps context.Context, conn *pgxpool.Conn) {
+	if steps.Err() == nil {
+		if _, err := conn.Exec(steps, "rollback"); err == nil {
+			return
+		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait) // a Terminate message into the socket's buffer
+	defer cancel()
+	_ = conn.Conn().Close(ctx) // its transaction ends with its session
 }
+
+// closeWait bounds the close of a connection whose transaction failed: writing its Terminate.
+const closeWait = 50 * time.Millisecond
 
 // outcomeOf learns, if it can, the outcome of r whose COMMIT went unanswered (commitErr): the
 // receipt if the transfer is recorded under its idempotency key, else ErrOutcomeUnknown. Not

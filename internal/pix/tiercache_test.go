@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
 )
 
 // flakyTiers is a ledger whose tier table can be changed and made unreadable.
@@ -88,4 +90,49 @@ func TestTiersKeepTheLastTableWhenTheLedgerFails(t *testing.T) {
 	if err := tt.Refresh(context.Background()); err != nil || errors.Is(err, ErrUnavailable) {
 		t.Fatal(err)
 	}
+}
+
+// TestATierChangeAfterAFailoverIsSeen: a replica has read a change that the database then
+// loses (a failover to a standby that had not received it, or a restore): the database is back at
+// the version before it. The next change must not take the version the replica already holds,
+// or the replica would keep the lost table and never load the new one (a revocation unseen).
+func TestATierChangeAfterAFailoverIsSeen(t *testing.T) {
+	t.Parallel()
+	l, err := OpenPostgres(context.Background(), pgtest.URL(t), 10*time.Second, demo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	ctx := t.Context()
+	tt := NewTiers(ctx, l, slog.New(slog.DiscardHandler), 5*time.Millisecond)
+	defer tt.Close()
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !ok(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 5 s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	limitOf := func(account string) int { return tt.Table().Figures(account, Person("PF")).PIXLimit }
+	before, err := l.TierVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetTier(ctx, "acct-ana", TierOf{Tier: "restricted"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("Ana's change", func() bool { return limitOf("acct-ana") == 5 })
+	// The failover: the new primary never received Ana's change.
+	if _, err := l.pool.Exec(ctx, "DELETE FROM account_tiers WHERE account_id = 'acct-ana'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.pool.Exec(ctx, "UPDATE tier_version SET version = $1", before); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetTier(ctx, "acct-bruno", TierOf{Tier: "restricted"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("Bruno's change, made after the failover", func() bool { return limitOf("acct-bruno") == 5 && limitOf("acct-ana") == 0 })
 }

@@ -260,6 +260,14 @@ func (l *PostgresLedger) TierTable(ctx context.Context) (TierTable, error) {
 	return t, nil
 }
 
+// moveTierVersion moves the tier table's version on a change. Not by one: a database that
+// failed over to a standby which missed the last change, or was restored from a backup, would
+// give the next change a version a replica has already seen, with another table, and the
+// replica would never reload it (a revocation unseen). The version is the change's time in µs
+// instead, past any version before it, which no other history reaches
+// (TestATierChangeAfterAFailoverIsSeen).
+const moveTierVersion = "UPDATE tier_version SET version = greatest(version + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)"
+
 // TierVersion implements Ledger.
 func (l *PostgresLedger) TierVersion(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
@@ -297,7 +305,7 @@ func (l *PostgresLedger) SetTier(ctx context.Context, accountID string, a TierOf
 			accountID, a.Tier, a.PIXLimit, a.StatementLimit, a.LookupCapacity); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, "UPDATE tier_version SET version = version + 1")
+		_, err := tx.Exec(ctx, moveTierVersion)
 		return err
 	})
 	if err != nil {
@@ -313,14 +321,15 @@ func (l *PostgresLedger) RevokeDevices(ctx context.Context, accountID string) (R
 	defer cancel()
 	var r Revocation
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		var exists bool
-		var before *time.Time
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1),
-			(SELECT revoked_at FROM device_revocations WHERE account_id = $1)`, accountID).Scan(&exists, &before); err != nil {
+		// The account's row first, as every change of its devices locks it (lockAccount): one
+		// order of locks, account then devices, so a revocation and the owner's approval or
+		// removal of a device wait for each other instead of deadlocking.
+		if err := lockAccount(ctx, tx, accountID); err != nil {
 			return err
 		}
-		if !exists {
-			return ErrAccountNotFound
+		var before *time.Time
+		if err := tx.QueryRow(ctx, `SELECT (SELECT revoked_at FROM device_revocations WHERE account_id = $1)`, accountID).Scan(&before); err != nil {
+			return err
 		}
 		if before != nil {
 			r.Before = before.UTC()
@@ -343,7 +352,7 @@ func (l *PostgresLedger) RevokeDevices(ctx context.Context, accountID string) (R
 			ON CONFLICT (account_id) DO UPDATE SET revoked_at = $2`, accountID, r.At); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, "UPDATE tier_version SET version = version + 1")
+		_, err = tx.Exec(ctx, moveTierVersion)
 		return err
 	})
 	if err != nil {

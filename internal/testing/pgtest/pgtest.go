@@ -146,8 +146,11 @@ type Gate struct {
 
 	holding bool // COMMITs wait at the gate
 	held    int  // COMMITs waiting now
-	epoch   int  // incremented by each ReleaseCommits or DropCommits
+	epoch   int  // incremented by each ReleaseCommits, DropCommits or StrandCommits
 	dropped bool // what the last of them decided
+	// lost: the COMMITs held before this epoch are never sent, their connections left open
+	// (StrandCommits), until the test ends.
+	lost int
 }
 
 // NewGate starts a gate in front of the database of url, open, and stops it when t ends.
@@ -311,6 +314,18 @@ func (g *Gate) ReleaseCommits() { g.endHold(false) }
 // their transactions back. It stops holding.
 func (g *Gate) DropCommits() { g.endHold(true) }
 
+// StrandCommits loses the held COMMITs, as a network path that went dead does: they are never
+// sent, and their connections stay open, so the server keeps their transactions open until it
+// ends them itself. COMMITs sent from now on pass.
+func (g *Gate) StrandCommits() {
+	g.mu.Lock()
+	g.holding = false
+	g.epoch++
+	g.lost = g.epoch
+	g.mu.Unlock()
+	g.open.Broadcast()
+}
+
 func (g *Gate) endHold(drop bool) {
 	g.mu.Lock()
 	g.holding, g.dropped = false, drop
@@ -331,11 +346,11 @@ func (g *Gate) passCommit() bool {
 		return true
 	}
 	g.held++
-	for epoch := g.epoch; g.epoch == epoch; {
+	for epoch := g.epoch; g.epoch == epoch || epoch < g.lost && !g.ending; {
 		g.open.Wait()
 	}
 	g.held--
-	return !g.dropped
+	return !g.dropped && !g.ending
 }
 
 // fromClient copies a client's messages to the server, one PostgreSQL message at a time: the
