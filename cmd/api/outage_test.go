@@ -208,3 +208,37 @@ func TestTheStatementDecidesLocallyWhileRedisIsGone(t *testing.T) {
 		t.Errorf("the first statement after Redis returned: %v %v, want Redis's decision (q=10)", r, r.Header)
 	}
 }
+
+// TestAnOpenPIXWaitsForRedisOnce: with PIX_FAIL_MODE=open, a PIX whose admission Redis did not
+// answer goes through, answered within the Redis timeout: its settlement (the look-up's refund,
+// its slot given back) is sent on its way, not waited for, where it waited a second budget. A
+// PIX to a key nobody has is answered at once as the look-up's buckets answer without Redis
+// (closed: 429), not after its miss's charge waited too.
+func TestAnOpenPIXWaitsForRedisOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const budget = 250 * time.Millisecond
+	a := startAPI(t, srv, map[string]string{"REDIS_TIMEOUT": budget.String(), "PIX_FAIL_MODE": "open"})
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	before := a.Balance(ana)
+	meter := stalls.Watch(t)
+	srv.Pause()
+	r := a.PIX(ana, "bruno@example.com", 100)
+	if r.Status != http.StatusCreated {
+		t.Errorf("a PIX with Redis paused, failing open: %v, want 201", r)
+	}
+	if took := meter.Just(r.Took); took > budget+150*time.Millisecond {
+		t.Errorf("the PIX answered in %v (%v without the machine's stalls), want within the %v budget", r.Took, took, budget)
+	}
+	r = a.PIX(ana, "nobody@example.com", 100)
+	if r.Status != http.StatusTooManyRequests || r.JSON(t)["error"] != "rate_limiter_unavailable" {
+		t.Errorf("a PIX to a key nobody has, Redis paused: %v, want 429 rate_limiter_unavailable", r)
+	}
+	if took := meter.Just(r.Took); took > budget+150*time.Millisecond {
+		t.Errorf("the miss answered in %v (%v without the machine's stalls), want within the %v budget", r.Took, took, budget)
+	}
+	srv.Resume()
+	if got, want := a.Balance(ana), before-100; got != want {
+		t.Errorf("balance %d, want %d: the admitted PIX alone moved money", got, want)
+	}
+}

@@ -56,6 +56,9 @@ type ticket struct {
 	held *slot // nil: PIX_CONCURRENCY off
 	orig *mark
 	turn ratelimit.Decision // a queued PIX's admission: its place, given back if the ledger is busy
+	// unanswered is why Redis did not answer the admission's call (nil when it did): the PIX then
+	// went through by its fail mode, and its settlement is not waited for (settle).
+	unanswered error
 }
 
 // admission is the steps of one PIX's admission call, kept to read each one's decision.
@@ -92,6 +95,7 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 	callCtx, cancelCall := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	decided := pa.sequenceOf(callCtx, a.steps...)
 	cancelCall()
+	tk.unanswered = decided.err
 	asked := user
 	asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
 	if err := pa.answerAsk(c, asked, bank, true, decided, a.ask); err != nil {
@@ -213,8 +217,28 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 // none). The slot goes back even when the client has left. A queued PIX answered ledger_busy
 // (it takes its place of the ledger at its turn, in the transfer's call) gives its turn back
 // too: like any PIX answered so, it spent no quota.
+//
+// When Redis did not answer the admission (a PIX let through by PIX_FAIL_MODE=open), the answer
+// does not wait for Redis a second time, as a fail mode waits no longer than the Redis timeout:
+// the settlement is sent on its way, and a miss, whose charge decides its answer, is answered
+// as the look-up's buckets answer when Redis cannot decide (closed: 429).
 func (t ticket) settle(r pix.Receipt, err error) error {
 	release := append(t.held.release(), t.orig.release()...)
+	if t.unanswered != nil {
+		ctx := context.WithoutCancel(t.c.Request().Context())
+		switch {
+		case errors.Is(err, pix.ErrKeyNotFound):
+			go t.pa.release(ctx, release...)
+			user := []check{t.user}
+			_, closed := t.pa.answer(t.c, nil, user, checks(user), ratelimit.Decision{}, t.unanswered, 0)
+			return closed
+		case err == nil && !r.Replayed:
+			go t.pa.refund(ctx, t.s, t.user, t.key, release...)
+		default:
+			go t.pa.release(ctx, release...)
+		}
+		return err
+	}
 	switch {
 	case errors.Is(err, pix.ErrKeyNotFound):
 		if payErr := t.pa.charge(t.c, t.user, false, true, "", release...); payErr != nil {
