@@ -102,6 +102,11 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	if got := decisions(m, "pix", "failed_closed"); got != 1 {
 		t.Errorf("pix failed_closed = %v, want 1", got)
 	}
+	for _, bucket := range []string{"pix-lookup", "pix-lookup-participant"} { // the PIX's own limit answered, closed
+		if got := decisions(m, bucket, "failed_open"); got != 0 {
+			t.Errorf("%s failed_open = %v for a PIX refused closed, want 0", bucket, got)
+		}
+	}
 	if got := decisions(m, "statement", "decided_local"); got != 1 {
 		t.Errorf("statement decided_local = %v, want 1", got)
 	}

@@ -96,10 +96,12 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 	decided := pa.sequenceOf(callCtx, a.steps...)
 	cancelCall()
 	tk.unanswered = decided.err
-	asked := user
-	asked.limit.FailMode = enforce.FailOpen // Redis down: the PIX's own limit answers, by its own fail mode
-	if err := pa.answerAsk(c, asked, bank, true, decided, a.ask); err != nil {
-		return tk, pa.giveBack(c, a, decided, err)
+	// Redis down: the PIX's own limit answers, by its own fail mode; the buckets' ask, which
+	// would have refused nothing then, is neither logged nor counted as failing open.
+	if decided.err == nil {
+		if err := pa.answerAsk(c, user, bank, true, decided, a.ask); err != nil {
+			return tk, pa.giveBack(c, a, decided, err)
+		}
 	}
 	for _, step := range []ratelimit.Step{a.askSlot, a.takeSlot} { // the slot asked, or taken (on a cluster the take is a call of its own)
 		if d, ran := decided.ds.Of(step); ran {
