@@ -287,6 +287,34 @@ func TestATrustedDeviceIsNotLockedOut(t *testing.T) {
 	}
 }
 
+// TestARemovedDeviceIsNoTrustedDevice: a device its owner removed (a stolen phone) is trusted
+// no more at the login either: its device token counts as none, so the thief, password or not,
+// meets the document key as any new device does, and a login does not give the removed device
+// id new tokens.
+func TestARemovedDeviceIsNoTrustedDevice(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"})
+	carla := demo[2]
+	first := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "198.51.100.1").JSON(t)
+	access, phone := first["access_token"].(string), first["device_token"].(string)
+	reg := a.Do(http.MethodPost, "/v1/devices/current/register", map[string]string{"password": carla.Password}, "Authorization", "Bearer "+access)
+	device, _ := reg.JSON(t)["device_id"].(string)
+	if reg.Status != http.StatusOK || device == "" {
+		t.Fatalf("registering the phone: %v", reg)
+	}
+	if r := a.Do(http.MethodDelete, "/v1/devices/"+device, nil, "Authorization", "Bearer "+access); r.Status != http.StatusNoContent {
+		t.Fatalf("removing the phone: %v, want 204", r)
+	}
+	for i := range 4 { // her first login used one of the document's five attempts
+		if r := a.Login(carla.Document, "guess", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i+1)); r.Status != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %v, want 401", i+1, r)
+		}
+	}
+	if r := a.Login(carla.Document, carla.Password, "X-Forwarded-For", "192.0.2.11", "Device-Token", phone); r.Status != http.StatusTooManyRequests {
+		t.Errorf("the removed phone's device token, the document key full: %v, want 429 (counted as no device)", r)
+	}
+}
+
 // TestARefusalDoesNotSayWhoseDeviceItIs: with the IP key full, a login refusal costs nothing, so
 // its answer must not depend on whether the device token it presents is valid for its CPF, or a
 // stolen token would find its owner's CPF by trying CPFs. Carla's own token, a forged one and

@@ -76,9 +76,9 @@ func (d *Devices) Issue(document, device string, at time.Time) (string, error) {
 }
 
 // Verify returns the device id of a valid token for document, or ErrNoDevice for anything else:
-// a token issued before since (when support revoked the devices of the document's holder; zero:
-// never) is no device either (revokedBy).
-func (d *Devices) Verify(token, document string, since time.Time) (string, error) {
+// a token issued before since(its device) (when support revoked the devices of the document's
+// holder, or the owner removed that device; zero: never) is no device either (revokedBy).
+func (d *Devices) Verify(token, document string, since func(device string) time.Time) (string, error) {
 	if token == "" || len(token) > 1024 {
 		return "", ErrNoDevice
 	}
@@ -90,7 +90,7 @@ func (d *Devices) Verify(token, document string, since time.Time) (string, error
 		jwt.WithTimeFunc(d.now),
 	)
 	if err != nil || claims.ID == "" || !hmac.Equal([]byte(claims.Document), []byte(d.bind(document))) ||
-		claims.IssuedAt == nil || revokedBy(issuedAt(claims.IssuedAt, claims.IssuedMs), since) {
+		claims.IssuedAt == nil || revokedBy(issuedAt(claims.IssuedAt, claims.IssuedMs), since(claims.ID)) {
 		return "", ErrNoDevice
 	}
 	return claims.ID, nil

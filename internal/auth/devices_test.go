@@ -23,7 +23,7 @@ func TestDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	device, err := devices.Verify(tok, carla, time.Time{})
+	device, err := devices.Verify(tok, carla, never)
 	if err != nil || device == "" {
 		t.Fatalf("Verify(issued) = %q, %v", device, err)
 	}
@@ -31,7 +31,7 @@ func TestDevices(t *testing.T) {
 		t.Error("the token carries the CPF in clear")
 	}
 	again, _ := devices.Issue(carla, device, time.Time{})
-	if d, err := devices.Verify(again, carla, time.Time{}); err != nil || d != device {
+	if d, err := devices.Verify(again, carla, never); err != nil || d != device {
 		t.Errorf("a re-issued token names device %q, %v; want the same %q", d, err, device)
 	}
 	other, _ := NewDevices([]byte("another-secret-another-secret-xx"), time.Hour)
@@ -53,12 +53,12 @@ func TestDevices(t *testing.T) {
 		"another secret's doc":  {fromOther, ana},
 		"a document that is no": {tok, ""},
 	} {
-		if d, err := devices.Verify(tt.token, tt.document, time.Time{}); !errors.Is(err, ErrNoDevice) {
+		if d, err := devices.Verify(tt.token, tt.document, never); !errors.Is(err, ErrNoDevice) {
 			t.Errorf("%s: Verify = %q, %v; want ErrNoDevice", name, d, err)
 		}
 	}
 	now = now.Add(time.Hour + time.Second)
-	if _, err := devices.Verify(tok, carla, time.Time{}); !errors.Is(err, ErrNoDevice) {
+	if _, err := devices.Verify(tok, carla, never); !errors.Is(err, ErrNoDevice) {
 		t.Errorf("after the TTL: %v, want ErrNoDevice", err)
 	}
 }
@@ -76,7 +76,7 @@ func FuzzDeviceToken(f *testing.F) {
 		f.Add(s, "11144477735")
 	}
 	f.Fuzz(func(t *testing.T, token, document string) {
-		device, err := devices.Verify(token, document, time.Time{})
+		device, err := devices.Verify(token, document, never)
 		// (Base64 accepts a few spellings of the same signature: what matters is what is trusted.)
 		if err == nil && (document != "11144477735" || device != want) {
 			t.Fatalf("Verify(%q, %q) trusted device %q", token, document, device)
@@ -109,10 +109,10 @@ func TestRevocations(t *testing.T) {
 		at, _ := tokens.Issue(Subject{Account: "acct-carla", Payer: "payer-carla", Person: "PF", IssuedAt: tt.issued})
 		devices.now = func() time.Time { return revokedAt.Add(time.Minute) }
 		tokens.now = devices.now
-		if _, err := devices.Verify(dt, carla, revokedAt); (err == nil) != tt.ok {
+		if _, err := devices.Verify(dt, carla, func(string) time.Time { return revokedAt }); (err == nil) != tt.ok {
 			t.Errorf("device token issued %s the revocation: err %v, want honoured %v", tt.name, err, tt.ok)
 		}
-		if _, err := devices.Verify(dt, carla, time.Time{}); err != nil {
+		if _, err := devices.Verify(dt, carla, never); err != nil {
 			t.Errorf("device token issued %s, no revocation: %v", tt.name, err)
 		}
 		h := RequireAccount(tokens, revocations{"acct-carla": revokedAt})(func(c echo.Context) error { return nil })
@@ -158,3 +158,6 @@ type revocations map[string]time.Time
 
 func (r revocations) RevokedSince(account string) time.Time { return r[account] }
 func (r revocations) RemovedSince(string, string) time.Time { return time.Time{} }
+
+// never is a device's revocation time when it was never revoked nor removed.
+func never(string) time.Time { return time.Time{} }

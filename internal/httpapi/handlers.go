@@ -129,7 +129,7 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		document, person, docErr := pix.ParseDocument(req.Document)
 		device := ""
 		if decodeErr == nil && docErr == nil {
-			device, _ = devices.Verify(presentedDevice(c), document, documentRevokedSince(tiers, document))
+			device, _ = devices.Verify(presentedDevice(c), document, deviceRevokedSince(tiers, document))
 		}
 		// A trusted device's login counts against neither the document nor the /48: a botnet
 		// filling either (a site's flood included) does not lock her out on a device she used.

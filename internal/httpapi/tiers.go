@@ -21,13 +21,16 @@ func revocations(t *pix.Tiers) auth.Revocations {
 	return t
 }
 
-// documentRevokedSince is when support last revoked the devices of one of document's
-// accounts: a login's device token issued before it is no device.
-func documentRevokedSince(t *pix.Tiers, document string) time.Time {
-	if t == nil {
-		return time.Time{}
+// deviceRevokedSince is, for each device, when support last revoked the devices of one of
+// document's accounts or the owner removed that device: a login's device token issued before
+// it is no device.
+func deviceRevokedSince(t *pix.Tiers, document string) func(device string) time.Time {
+	return func(device string) time.Time {
+		if t == nil {
+			return time.Time{}
+		}
+		return t.Table().DeviceRevokedSince(document, device)
 	}
-	return t.Table().DocumentRevokedSince(document)
 }
 
 // figures are s's account's tier with its overrides (a zero limit or capacity: the default; a

@@ -36,7 +36,7 @@ func registration(device string, pendingUntil time.Time, now time.Time) DeviceRe
 	return DeviceRegistration{DeviceID: device, Registered: true}
 }
 
-// removedKey names a device in TierTable.RemovedDevices.
+// removedKey names a device in TierTable.RemovedDevices (by account) and RemovedByDocument.
 func removedKey(account, device string) string { return account + "/" + device }
 
 // RemovedSince is when the account's owner removed device (RemoveDevice); zero if never: its
@@ -111,6 +111,7 @@ func (l *MemoryLedger) RemoveDevice(_ context.Context, accountID, actor, device 
 	return l.onDevice(accountID, actor, device, true, func(a *memAccount, now time.Time) {
 		delete(a.devices, device)
 		l.tiers.table.RemovedDevices[removedKey(accountID, device)] = now.UTC()
+		l.tiers.table.RemovedByDocument[removedKey(a.Document, device)] = now.UTC()
 		l.tiers.table.Version++
 	})
 }

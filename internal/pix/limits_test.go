@@ -418,9 +418,9 @@ func TestRevokeDevices(t *testing.T) {
 				t.Fatal(err)
 			}
 			if table.Version <= before.Version || !table.RevokedSince("acct-ana").Equal(start) ||
-				!table.DocumentRevokedSince(ana.Document).Equal(start) || !table.RevokedSince("acct-bruno").IsZero() {
+				!table.DeviceRevokedSince(ana.Document, "any-device").Equal(start) || !table.RevokedSince("acct-bruno").IsZero() {
 				t.Errorf("table after the revocation: version %d (was %d), %v by account, %v by document",
-					table.Version, before.Version, table.RevokedSince("acct-ana"), table.DocumentRevokedSince(ana.Document))
+					table.Version, before.Version, table.RevokedSince("acct-ana"), table.DeviceRevokedSince(ana.Document, "any-device"))
 			}
 			clock.Advance(time.Hour)
 			again, err := l.RevokeDevices(ctx, "acct-ana")
@@ -552,6 +552,10 @@ func TestANewDeviceWaitsOrIsApproved(t *testing.T) {
 			table, err := l.TierTable(ctx)
 			if err != nil || !table.RemovedSince("acct-ana", "phisher").Equal(clock.Now()) {
 				t.Errorf("the removal recorded at %v, want %v (%v)", table.RemovedSince("acct-ana", "phisher"), clock.Now(), err)
+			}
+			// For a login too, which knows the document before the account: its device token is no device.
+			if got := table.DeviceRevokedSince("52998224725", "phisher"); !got.Equal(clock.Now()) {
+				t.Errorf("the removal, by Ana's document: %v, want %v", got, clock.Now())
 			}
 			// A pending device registers by itself when its wait is over.
 			tablet := register("tablet")

@@ -53,17 +53,24 @@ type TierTable struct {
 	// holder's accounts), for a login, which knows the document before the account.
 	Revoked, RevokedDocuments map[string]time.Time
 	// RemovedDevices is when the owner last removed each device (RemoveDevice), by account and
-	// device (RemovedSince).
-	RemovedDevices map[string]time.Time
+	// device (RemovedSince); RemovedByDocument the same by its holder's document and device, for
+	// a login (DeviceRevokedSince).
+	RemovedDevices, RemovedByDocument map[string]time.Time
 }
 
 // RevokedSince is when account's devices were last revoked; zero if never. A token issued
 // before it is not honoured.
 func (t TierTable) RevokedSince(account string) time.Time { return t.Revoked[account] }
 
-// DocumentRevokedSince is when the devices of one of document's accounts were last revoked.
-func (t TierTable) DocumentRevokedSince(document string) time.Time {
-	return t.RevokedDocuments[document]
+// DeviceRevokedSince is when a login's device of document's holder stopped being trusted: the
+// later of support's last revocation of the devices of one of document's accounts and the
+// owner's last removal of that device. A device token issued before it is no device.
+func (t TierTable) DeviceRevokedSince(document, device string) time.Time {
+	revoked, removed := t.RevokedDocuments[document], t.RemovedByDocument[removedKey(document, device)]
+	if removed.After(revoked) {
+		return removed
+	}
+	return revoked
 }
 
 // Of is account's tier and overrides: its own, or its person's tier.
@@ -119,7 +126,8 @@ type tierStore struct{ table TierTable }
 
 func newTierStore() tierStore {
 	t := TierTable{Version: 1, Tiers: map[string]Tier{}, Accounts: map[string]TierOf{},
-		Revoked: map[string]time.Time{}, RevokedDocuments: map[string]time.Time{}, RemovedDevices: map[string]time.Time{}}
+		Revoked: map[string]time.Time{}, RevokedDocuments: map[string]time.Time{}, RemovedDevices: map[string]time.Time{},
+		RemovedByDocument: map[string]time.Time{}}
 	for _, tier := range DefaultTiers {
 		t.Tiers[tier.Name] = tier
 	}
@@ -132,7 +140,8 @@ func (l *MemoryLedger) TierTable(context.Context) (TierTable, error) {
 	defer l.mu.Unlock()
 	t := l.tiers.table
 	t.Tiers, t.Accounts = maps.Clone(t.Tiers), maps.Clone(t.Accounts)
-	t.Revoked, t.RevokedDocuments, t.RemovedDevices = maps.Clone(t.Revoked), maps.Clone(t.RevokedDocuments), maps.Clone(t.RemovedDevices)
+	t.Revoked, t.RevokedDocuments = maps.Clone(t.Revoked), maps.Clone(t.RevokedDocuments)
+	t.RemovedDevices, t.RemovedByDocument = maps.Clone(t.RemovedDevices), maps.Clone(t.RemovedByDocument)
 	return t, nil
 }
 
@@ -190,7 +199,7 @@ func (l *PostgresLedger) TierTable(ctx context.Context) (TierTable, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	t := TierTable{Tiers: map[string]Tier{}, Accounts: map[string]TierOf{}, Revoked: map[string]time.Time{}, RevokedDocuments: map[string]time.Time{},
-		RemovedDevices: map[string]time.Time{}}
+		RemovedDevices: map[string]time.Time{}, RemovedByDocument: map[string]time.Time{}}
 	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, "SELECT version FROM tier_version").Scan(&t.Version); err != nil {
 			return err
@@ -241,15 +250,19 @@ func (l *PostgresLedger) TierTable(ctx context.Context) (TierTable, error) {
 		if err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, "SELECT account_id, device_id, removed_at FROM removed_devices")
+		rows, err = tx.Query(ctx, `SELECT r.account_id, a.document, r.device_id, r.removed_at
+			FROM removed_devices r JOIN accounts a ON a.id = r.account_id`)
 		if err != nil {
 			return err
 		}
 		_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
-			var id, device string
+			var id, document, device string
 			var at time.Time
-			err := row.Scan(&id, &device, &at)
+			err := row.Scan(&id, &document, &device, &at)
 			t.RemovedDevices[removedKey(id, device)] = at.UTC()
+			if at.After(t.RemovedByDocument[removedKey(document, device)]) {
+				t.RemovedByDocument[removedKey(document, device)] = at.UTC()
+			}
 			return struct{}{}, err
 		})
 		return err
