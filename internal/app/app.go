@@ -354,7 +354,8 @@ func openLedger(ctx context.Context, cfg config.Config, passwordCost int, logger
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	l, err := pix.OpenPostgres(ctx, cfg.DatabaseURL, cfg.DBTimeout, accounts, pix.WithRules(cfg.Money))
+	l, err := pix.OpenPostgres(ctx, cfg.DatabaseURL, cfg.DBTimeout, accounts, pix.WithRules(cfg.Money),
+		pix.WithTokenLifetime(max(cfg.TokenTTL, cfg.DeviceTTL)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("open the ledger of DATABASE_URL: %w", err)
 	}

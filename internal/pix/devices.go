@@ -295,6 +295,13 @@ func (l *PostgresLedger) RemoveDevice(ctx context.Context, accountID, actor, dev
 			ON CONFLICT (account_id, device_id) DO UPDATE SET removed_at = $3`, accountID, device, now); err != nil {
 			return err
 		}
+		// The removals that refuse no live token any more go (WithTokenLifetime): each row once,
+		// found by its index, so the log stays the size of a token's lifetime of removals.
+		if l.tokensLive > 0 {
+			if _, err := tx.Exec(ctx, "DELETE FROM removed_devices WHERE removed_at <= $1", now.Add(-l.tokensLive)); err != nil {
+				return err
+			}
+		}
 		_, err = tx.Exec(ctx, moveTierVersion)
 		return err
 	})

@@ -103,6 +103,8 @@ type options struct {
 	// clockSet: WithClock replaced time.Now, and the PostgreSQL ledger reads its clock from
 	// now rather than from the database's (PostgresLedger.Now).
 	clockSet bool
+	// tokensLive: WithTokenLifetime's (zero: removals are kept and read forever).
+	tokensLive time.Duration
 }
 
 // WithNightCap enforces n in every transfer (between persons): Rules with this night cap and
@@ -117,6 +119,13 @@ func WithRules(r Rules) Option { return func(o *options) { o.rules = r } }
 func WithClock(now func() time.Time) Option {
 	return func(o *options) { o.now, o.clockSet = now, true }
 }
+
+// WithTokenLifetime says how long the tokens a removal refuses live at most (the longer of
+// TOKEN_TTL and DEVICE_TTL): a device's removal older than that refuses nothing, so the
+// PostgreSQL ledger deletes it and no replica reads it again. Without it, every removal ever
+// made is read on each reload of the tier table, by every replica, and past some hundred
+// thousand the reload outlasts its deadline and the replicas keep a stale table.
+func WithTokenLifetime(d time.Duration) Option { return func(o *options) { o.tokensLive = d } }
 
 func newOptions(opts []Option) options {
 	o := options{now: time.Now}

@@ -38,6 +38,8 @@ type PostgresLedger struct {
 	// dbClock: Now reads the database's clock (clock_timestamp()), every replica's one clock;
 	// false when a test set the clock (WithClock).
 	dbClock bool
+	// tokensLive bounds the removals kept (WithTokenLifetime; zero: all).
+	tokensLive time.Duration
 }
 
 // DefaultTimeout is the deadline of one ledger call when OpenPostgres is given none.
@@ -102,7 +104,7 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, accoun
 	if err != nil {
 		return nil, fmt.Errorf("pix: postgres: %w", err)
 	}
-	return &PostgresLedger{pool: pool, timeout: timeout, now: o.now, rules: o.rules, dbClock: !o.clockSet}, nil
+	return &PostgresLedger{pool: pool, timeout: timeout, now: o.now, rules: o.rules, dbClock: !o.clockSet, tokensLive: o.tokensLive}, nil
 }
 
 // Now implements Ledger: the database's clock, which every replica shares (a replica's own

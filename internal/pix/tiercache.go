@@ -109,10 +109,12 @@ func (t *Tiers) poll(every time.Duration) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), every)
 		v, err := t.ledger.TierVersion(ctx)
-		if err == nil && v != t.table.Load().Version {
-			err = t.Refresh(ctx)
-		}
 		cancel()
+		if err == nil && v != t.table.Load().Version {
+			// The reload within the ledger's own deadline (DB_TIMEOUT), not the interval's: a
+			// table that takes longer to read than an interval is read late, not never.
+			err = t.Refresh(context.Background())
+		}
 		switch {
 		case err != nil && !t.failing:
 			t.failing = true

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pixlimit/pixlimit/internal/testing/pgtest"
 )
 
@@ -135,4 +137,83 @@ func TestATierChangeAfterAFailoverIsSeen(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("Bruno's change, made after the failover", func() bool { return limitOf("acct-bruno") == 5 && limitOf("acct-ana") == 0 })
+}
+
+// TestOnlyRemovalsThatRefuseSomethingAreKept: a device's removal refuses the tokens issued
+// before it, which live at most the token lifetime (WithTokenLifetime); past that it refuses
+// nothing, so the tier table no longer carries it, and the next removal deletes its row. Before,
+// every removal ever made was read by every replica on every change: at half a million the
+// reload outlasted its deadline, and the replicas kept a stale table (revocations unseen).
+func TestOnlyRemovalsThatRefuseSomethingAreKept(t *testing.T) {
+	t.Parallel()
+	clock := &testClock{now: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)}
+	l, err := OpenPostgres(context.Background(), pgtest.URL(t), 10*time.Second, demo(), WithClock(clock.Now), WithTokenLifetime(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	ctx := t.Context()
+	remove := func(device string) {
+		t.Helper()
+		if _, err := l.RegisterDevice(ctx, "acct-ana", device, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.RemoveDevice(ctx, "acct-ana", device, device); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removedAt := clock.Now()
+	remove("old-phone")
+	clock.Advance(59 * time.Minute)
+	if table, err := l.TierTable(ctx); err != nil || !table.RemovedSince("acct-ana", "old-phone").Equal(removedAt) {
+		t.Errorf("59 min after the removal: %v (%v), want it kept: a token issued before it may live", table.RemovedSince("acct-ana", "old-phone"), err)
+	}
+	clock.Advance(2 * time.Minute)
+	if table, err := l.TierTable(ctx); err != nil || !table.RemovedSince("acct-ana", "old-phone").IsZero() {
+		t.Errorf("61 min after the removal: %v (%v), want it gone: no token issued before it lives", table.RemovedSince("acct-ana", "old-phone"), err)
+	}
+	remove("new-phone")
+	var rows []string
+	r, err := l.pool.Query(ctx, "SELECT device_id FROM removed_devices ORDER BY device_id")
+	if err == nil {
+		rows, err = pgx.CollectRows(r, pgx.RowTo[string])
+	}
+	if err != nil || len(rows) != 1 || rows[0] != "new-phone" {
+		t.Errorf("removed_devices after the next removal: %v (%v), want new-phone alone", rows, err)
+	}
+}
+
+// slowTiers is a ledger whose tier table takes delay to read, within its caller's deadline.
+type slowTiers struct {
+	*flakyTiers
+	delay time.Duration
+}
+
+func (s slowTiers) TierTable(ctx context.Context) (TierTable, error) {
+	select {
+	case <-time.After(s.delay):
+		return s.flakyTiers.TierTable(ctx)
+	case <-ctx.Done():
+		return TierTable{}, ctx.Err()
+	}
+}
+
+// TestATableSlowerThanAnIntervalIsStillRead: the poller asks the version within an interval,
+// but reloads the table within the ledger's own deadline: a table that takes longer to read than
+// an interval is read late, not never (with the interval as its deadline, every reload failed).
+func TestATableSlowerThanAnIntervalIsStillRead(t *testing.T) {
+	t.Parallel()
+	tiers := map[string]Tier{"pf": {Name: "pf"}, "restricted": {Name: "restricted", PIXLimit: 5}}
+	f := &flakyTiers{table: TierTable{Version: 1, Tiers: tiers, Accounts: map[string]TierOf{}}}
+	tt := NewTiers(context.Background(), slowTiers{f, 20 * time.Millisecond}, slog.New(slog.DiscardHandler), 5*time.Millisecond)
+	defer tt.Close()
+	f.set(func(f *flakyTiers) {
+		f.table = TierTable{Version: 2, Tiers: tiers, Accounts: map[string]TierOf{"acct-ana": {Tier: "restricted"}}}
+	})
+	for deadline := time.Now().Add(5 * time.Second); tt.Table().Figures("acct-ana", Person("PF")).PIXLimit != 5; {
+		if time.Now().After(deadline) {
+			t.Fatal("a change whose table takes 20 ms to read, polled every 5 ms: not in force within 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

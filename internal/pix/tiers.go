@@ -250,8 +250,12 @@ func (l *PostgresLedger) TierTable(ctx context.Context) (TierTable, error) {
 		if err != nil {
 			return err
 		}
+		since, err := l.removalsSince(ctx, tx)
+		if err != nil {
+			return err
+		}
 		rows, err = tx.Query(ctx, `SELECT r.account_id, a.document, r.device_id, r.removed_at
-			FROM removed_devices r JOIN accounts a ON a.id = r.account_id`)
+			FROM removed_devices r JOIN accounts a ON a.id = r.account_id WHERE r.removed_at > $1`, since)
 		if err != nil {
 			return err
 		}
@@ -280,6 +284,16 @@ func (l *PostgresLedger) TierTable(ctx context.Context) (TierTable, error) {
 // instead, past any version before it, which no other history reaches
 // (TestATierChangeAfterAFailoverIsSeen).
 const moveTierVersion = "UPDATE tier_version SET version = greatest(version + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)"
+
+// removalsSince is the time before which a device's removal refuses no token still alive (the
+// zero time: every removal counts).
+func (l *PostgresLedger) removalsSince(ctx context.Context, tx pgx.Tx) (time.Time, error) {
+	if l.tokensLive == 0 {
+		return time.Time{}, nil
+	}
+	now, err := l.clock(ctx, tx)
+	return now.Add(-l.tokensLive), err
+}
 
 // TierVersion implements Ledger.
 func (l *PostgresLedger) TierVersion(ctx context.Context) (int64, error) {
