@@ -36,7 +36,8 @@ type deviceClaims struct {
 	jwt.RegisteredClaims
 	// Document is HMAC-SHA256(binding key, document), base64url: the document it logs into.
 	Document string `json:"doc"`
-	// IssuedMs is the issue time in Unix milliseconds, as an access token's (claims.IssuedMs).
+	// IssuedUs and IssuedMs are the issue time, as an access token's (claims.IssuedUs).
+	IssuedUs int64 `json:"iat_us,omitempty"`
 	IssuedMs int64 `json:"iat_ms,omitempty"`
 }
 
@@ -64,7 +65,7 @@ func (d *Devices) Issue(document, device string, at time.Time) (string, error) {
 	if now.IsZero() {
 		now = d.now()
 	}
-	claims := deviceClaims{IssuedMs: now.UnixMilli(),
+	claims := deviceClaims{IssuedUs: now.UnixMicro(), IssuedMs: now.UnixMilli(),
 		RegisteredClaims: jwt.RegisteredClaims{ID: device, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(d.ttl))},
 		Document:         d.bind(document),
 	}
@@ -90,7 +91,7 @@ func (d *Devices) Verify(token, document string, since func(device string) time.
 		jwt.WithTimeFunc(d.now),
 	)
 	if err != nil || claims.ID == "" || !hmac.Equal([]byte(claims.Document), []byte(d.bind(document))) ||
-		claims.IssuedAt == nil || revokedBy(issuedAt(claims.IssuedAt, claims.IssuedMs), since(claims.ID)) {
+		claims.IssuedAt == nil || revokedBy(issuedAt(claims.IssuedAt, claims.IssuedUs, claims.IssuedMs), since(claims.ID)) {
 		return "", ErrNoDevice
 	}
 	return claims.ID, nil

@@ -85,8 +85,8 @@ func FuzzDeviceToken(f *testing.F) {
 }
 
 // TestRevocations: a revocation refuses the device and access tokens issued before it or in its
-// own millisecond, and honours those issued after it, later in its own second included (a login
-// answered 200 just after a support desk's revocation gets tokens that work).
+// own microsecond, and honours those issued after it, later in its own millisecond included (a
+// login answered 200 just after a support desk's revocation gets tokens that work).
 func TestRevocations(t *testing.T) {
 	devices, _ := NewDevices(secret, time.Hour)
 	tokens, _ := NewTokens(secret, time.Hour)
@@ -100,7 +100,10 @@ func TestRevocations(t *testing.T) {
 		{"a second before", revokedAt.Add(-time.Second), false},
 		{"earlier in its second", revokedAt.Add(-500 * time.Millisecond), false},
 		{"a millisecond before", revokedAt.Add(-time.Millisecond), false},
-		{"in its millisecond", revokedAt.Add(400 * time.Microsecond), false},
+		{"a microsecond before", revokedAt.Add(-time.Microsecond), false},
+		{"in its microsecond", revokedAt.Add(400 * time.Nanosecond), false},
+		{"a microsecond after", revokedAt.Add(time.Microsecond), true},
+		{"later in its millisecond", revokedAt.Add(400 * time.Microsecond), true},
 		{"a millisecond after", revokedAt.Add(time.Millisecond), true},
 		{"later in its second", revokedAt.Add(200 * time.Millisecond), true},
 		{"the next second", revokedAt.Add(300 * time.Millisecond), true},
@@ -161,3 +164,33 @@ func (r revocations) RemovedSince(string, string) time.Time { return time.Time{}
 
 // never is a device's revocation time when it was never revoked nor removed.
 func never(string) time.Time { return time.Time{} }
+
+// TestTokensInMilliseconds: a token from before iat_us (iat_ms alone) counts from the start of
+// its millisecond: refused by a revocation later in that millisecond, honoured after it.
+func TestTokensInMilliseconds(t *testing.T) {
+	tokens, _ := NewTokens(secret, time.Hour)
+	revokedAt := time.Date(2026, 11, 30, 12, 0, 0, 700_200_000, time.UTC)
+	for _, tt := range []struct {
+		issued time.Time
+		ok     bool
+	}{
+		{revokedAt.Add(500 * time.Microsecond), false}, // its iat_ms is 12:00:00.700, before the revocation
+		{revokedAt.Add(900 * time.Microsecond), true},
+	} {
+		c := claims{IssuedMs: tt.issued.UnixMilli(), RegisteredClaims: jwt.RegisteredClaims{Subject: "acct-carla", ID: "x",
+			IssuedAt: jwt.NewNumericDate(tt.issued), ExpiresAt: jwt.NewNumericDate(tt.issued.Add(time.Hour))},
+			Payer: "p", Person: "PF"}
+		tokens.now = func() time.Time { return tt.issued }
+		raw, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(tokens.secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := tokens.Verify(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := !revokedBy(s.IssuedAt, revokedAt); got != tt.ok {
+			t.Errorf("a millisecond token issued at %s: honoured %v, want %v", tt.issued.Format(time.StampMicro), got, tt.ok)
+		}
+	}
+}

@@ -42,7 +42,7 @@ type Subject struct {
 	// Device is the id of the device the login came from (its device token's), a fresh one for
 	// a new device: what the new-device money caps and registration key on.
 	Device string
-	// IssuedAt is when the token was issued, to the millisecond: Issue stamps it (zero: now),
+	// IssuedAt is when the token was issued, to the microsecond: Issue stamps it (zero: now),
 	// read from the ledger's clock by the login, so that a revocation of the account's devices
 	// (Revocations), stamped by the same clock, refuses exactly the tokens issued before it.
 	IssuedAt time.Time
@@ -54,8 +54,11 @@ type claims struct {
 	Payer  string `json:"pyr"`
 	Person string `json:"per"`
 	Device string `json:"dev"`
-	// IssuedMs is the issue time in Unix milliseconds: a JWT's iat counts whole seconds, and a
-	// login answered in a revocation's own second must be told apart from one before it.
+	// IssuedUs is the issue time in Unix microseconds, as the ledger's clock stamps a
+	// revocation: a JWT's iat counts whole seconds, and a login answered just after a revocation
+	// must be told apart from one before it. IssuedMs, in milliseconds, is what tokens carried
+	// before it (still read, and still written for replicas that read nothing else).
+	IssuedUs int64 `json:"iat_us,omitempty"`
 	IssuedMs int64 `json:"iat_ms,omitempty"`
 }
 
@@ -89,7 +92,7 @@ func (t *Tokens) Issue(s Subject) (string, error) {
 	if now.IsZero() {
 		now = t.now()
 	}
-	c := claims{IssuedMs: now.UnixMilli(), RegisteredClaims: jwt.RegisteredClaims{
+	c := claims{IssuedUs: now.UnixMicro(), IssuedMs: now.UnixMilli(), RegisteredClaims: jwt.RegisteredClaims{
 		Subject:   s.Account,
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(t.ttl)),
@@ -118,24 +121,27 @@ func (t *Tokens) Verify(token string) (Subject, error) {
 	if err != nil || c.Subject == "" || c.Payer == "" || (c.Person != "PF" && c.Person != "PJ") || c.IssuedAt == nil {
 		return Subject{}, ErrUnauthorized
 	}
-	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person, Device: c.Device, ID: c.ID, IssuedAt: issuedAt(c.IssuedAt, c.IssuedMs)}, nil
+	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person, Device: c.Device, ID: c.ID, IssuedAt: issuedAt(c.IssuedAt, c.IssuedUs, c.IssuedMs)}, nil
 }
 
-// issuedAt is a token's issue time: its milliseconds when it carries them and they agree with
-// its iat, else iat's whole second (a token issued before iat_ms was added, or a mismatch), which
-// revokedBy treats on the strict side.
-func issuedAt(iat *jwt.NumericDate, ms int64) time.Time {
+// issuedAt is a token's issue time: its microseconds, else its milliseconds (a token from before
+// iat_us), when it carries them and they agree with its iat, else iat's whole second (a token
+// from before iat_ms, or a mismatch): the coarser, the stricter revokedBy is with it.
+func issuedAt(iat *jwt.NumericDate, us, ms int64) time.Time {
 	sec := iat.UTC().Truncate(time.Second)
-	if at := time.UnixMilli(ms).UTC(); ms > 0 && at.Truncate(time.Second).Equal(sec) {
-		return at
+	for _, at := range []time.Time{time.UnixMicro(us).UTC(), time.UnixMilli(ms).UTC()} {
+		if at.Unix() > 0 && at.Truncate(time.Second).Equal(sec) {
+			return at
+		}
 	}
 	return sec
 }
 
 // revokedBy reports whether a token issued at iat falls under a revocation made at since (zero:
-// none): a token issued before the revocation, or in its own millisecond, is refused; one issued
-// after it is honoured. Both times come from the ledger's clock. A token stamped in whole seconds
-// (from before iat_ms) counts from the start of its second: the strict side.
+// none): a token issued before the revocation, or in its own microsecond, is refused; one issued
+// after it is honoured. Both times come from the ledger's clock, which counts microseconds. A
+// token stamped in milliseconds or whole seconds (from before iat_us or iat_ms) counts from the
+// start of its millisecond or second: the strict side.
 func revokedBy(iat, since time.Time) bool {
 	return !since.IsZero() && !iat.After(since)
 }

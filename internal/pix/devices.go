@@ -110,8 +110,8 @@ const deskActor = "\x00desk"
 func (l *MemoryLedger) RemoveDevice(_ context.Context, accountID, actor, device string) error {
 	return l.onDevice(accountID, actor, device, true, func(a *memAccount, now time.Time) {
 		delete(a.devices, device)
-		l.tiers.table.RemovedDevices[removedKey(accountID, device)] = now.UTC()
-		l.tiers.table.RemovedByDocument[removedKey(a.Document, device)] = now.UTC()
+		l.tiers.table.RemovedDevices[removedKey(accountID, device)] = l.clock()
+		l.tiers.table.RemovedByDocument[removedKey(a.Document, device)] = l.clock()
 		l.tiers.table.Version++
 	})
 }

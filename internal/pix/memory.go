@@ -109,7 +109,12 @@ func NewMemoryLedger(accounts []Account, opts ...Option) (*MemoryLedger, error) 
 }
 
 // Now implements Ledger: the ledger's clock.
-func (l *MemoryLedger) Now(context.Context) (time.Time, error) { return l.now().UTC(), nil }
+// Its clock counts microseconds, as PostgreSQL's: the tokens and revocations it stamps compare
+// as they would there (auth's revokedBy).
+func (l *MemoryLedger) Now(context.Context) (time.Time, error) { return l.clock(), nil }
+
+// clock is the ledger's time in microseconds, UTC: what it stamps revocations and removals with.
+func (l *MemoryLedger) clock() time.Time { return l.now().UTC().Truncate(time.Microsecond) }
 
 // AccountByDocument implements Ledger.
 func (l *MemoryLedger) AccountByDocument(_ context.Context, document string) (Account, error) {

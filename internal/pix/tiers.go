@@ -153,7 +153,7 @@ func (l *MemoryLedger) RevokeDevices(_ context.Context, accountID string) (Revoc
 	if !ok {
 		return Revocation{}, ErrAccountNotFound
 	}
-	r := Revocation{At: l.now().UTC(), Unregistered: len(a.devices), Before: l.tiers.table.Revoked[accountID]}
+	r := Revocation{At: l.clock(), Unregistered: len(a.devices), Before: l.tiers.table.Revoked[accountID]}
 	clear(a.devices)
 	a.hadDevice = true // strict, as the migration's backfill: a revoked account registers no device at once
 	l.tiers.table.Revoked[accountID] = r.At
