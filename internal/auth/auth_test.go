@@ -10,6 +10,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -236,5 +237,37 @@ func TestTheDummyHashCostsWhatTheAccountsDo(t *testing.T) {
 	}
 	if _, err := NewPasswords(bcrypt.MinCost - 1); err == nil {
 		t.Error("a cost below bcrypt's least: want an error")
+	}
+}
+
+// TestAMalformedHashTakesAComparisonsTime: an account whose stored hash is empty or no bcrypt
+// hash refuses every password, and takes as long as a wrong password does, not microseconds: a
+// login must not tell that its document is a customer's.
+func TestAMalformedHashTakesAComparisonsTime(t *testing.T) {
+	const cost = bcrypt.MinCost + 4 // about 10 ms a comparison: far above the noise of a call
+	passwords, err := NewPasswords(cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accounts := finder{"11144477735": {ID: "acct-carla", Document: "11144477735"}, // no hash
+		"39053344705": {ID: "acct-bruno", Document: "39053344705", PasswordHash: []byte("$2a$not-a-hash")}}
+	ctx := context.Background()
+	took := func(doc string) time.Duration {
+		var ds []time.Duration
+		for range 5 {
+			start := time.Now()
+			if _, err := passwords.Check(ctx, accounts, doc, "anything"); !errors.Is(err, ErrInvalidCredentials) {
+				t.Fatalf("%s: %v, want ErrInvalidCredentials", doc, err)
+			}
+			ds = append(ds, time.Since(start))
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	unknown := took("12345678909")
+	for _, doc := range []string{"11144477735", "39053344705"} {
+		if got := took(doc); got < unknown/4 {
+			t.Errorf("%s, a malformed hash: %v, an unknown document %v: it answers faster, and says it is a customer", doc, got, unknown)
+		}
 	}
 }

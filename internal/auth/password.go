@@ -50,11 +50,17 @@ type AccountFinder interface {
 func (p *Passwords) Check(ctx context.Context, accounts AccountFinder, document, password string) (pix.Account, error) {
 	acct, err := accounts.AccountByDocument(ctx, document)
 	hash := acct.PasswordHash
+	_, malformed := bcrypt.Cost(hash)
 	switch {
 	case errors.Is(err, pix.ErrAccountNotFound):
 		hash = p.dummy
 	case err != nil:
 		return pix.Account{}, err
+	case malformed != nil:
+		// An account whose hash is empty or no bcrypt hash (a bad import) refuses every
+		// password, after the dummy's comparison: it would fail in microseconds otherwise, and
+		// the login would tell that the document is a customer's.
+		hash, err = p.dummy, malformed
 	}
 	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || err != nil {
 		return pix.Account{}, ErrInvalidCredentials
