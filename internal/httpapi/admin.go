@@ -367,7 +367,11 @@ func (d *desk) deleteKey(c echo.Context) error {
 	if d.DenyCache != nil {
 		forget = d.DenyCache.Forget // this replica's cache at once; the others' by the channel
 	}
-	if err := forget(c.Request().Context(), chk); err != nil {
+	switch err := forget(c.Request().Context(), chk); {
+	case errors.Is(err, denycache.ErrNotAnnounced): // cleared: the other replicas' caches forget it within their hold
+		d.Logger.Warn("support desk: key cleared, the other replicas not told; their deny caches forget it within the hold",
+			"policy", before.Policy, "err", err)
+	case err != nil:
 		return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: time.Second, cause: err}
 	}
 	// What Forget left: the key empty. Not read again: a read that failed now would answer the
@@ -633,7 +637,19 @@ func (d *desk) approveDevice(c echo.Context) error {
 	if len(fields) > 0 {
 		return invalid("invalid device", fields)
 	}
-	a := audited{policy: "devices", key: d.name("account", id), before: `{"registered":false}`}
+	// The device's state before, as the ledger has it (the audit must not say a device was not
+	// registered when it was: approving one again changes nothing).
+	list, err := d.Ledger.Devices(c.Request().Context(), id)
+	if err != nil && !errors.Is(err, pix.ErrAccountNotFound) {
+		return err
+	}
+	before := `{"requested":false}`
+	for _, r := range list {
+		if r.DeviceID == device {
+			before = fmt.Sprintf(`{"registered":%t,"device":"%s"}`, r.Registered, d.name("device", device))
+		}
+	}
+	a := audited{policy: "devices", key: d.name("account", id), before: before}
 	if err := d.begin(c, a); err != nil {
 		return err
 	}

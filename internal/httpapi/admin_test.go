@@ -63,3 +63,44 @@ func TestNoDeskReadIsServedUnaudited(t *testing.T) {
 		t.Errorf("a read whose record cannot be stored: %d %s, want 503 ledger_unavailable and no tiers", r.Code, r.Body)
 	}
 }
+
+// TestADeskApprovalAuditsTheDevicesStateBefore: the audit record of a desk's approval says what
+// the device was before, as the ledger had it: pending, registered already (an approval again
+// changes nothing), or never asked.
+func TestADeskApprovalAuditsTheDevicesStateBefore(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, redistest.Start(t), lax())
+	tiers := pix.NewTiers(t.Context(), s.ledger, slog.New(slog.DiscardHandler), time.Hour)
+	t.Cleanup(tiers.Close)
+	token := rand.Text() + rand.Text()
+	desk, err := httpapi.NewAdmin(httpapi.AdminDeps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(),
+		Ledger: s.ledger, Tokens: s.tokens, Token: token, Tiers: tiers, AuditKey: []byte("an-audit-key-16b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ledger.RegisterDevice(t.Context(), "acct-ana", "phone", time.Hour); err != nil { // her first: registered at once
+		t.Fatal(err)
+	}
+	if _, err := s.ledger.RegisterDevice(t.Context(), "acct-ana", "laptop", time.Hour); err != nil { // pending a day
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		device string
+		status int
+		before string
+	}{
+		{"laptop", http.StatusOK, `"registered":false`},
+		{"laptop", http.StatusOK, `"registered":true`}, // approved again
+		{"phone", http.StatusOK, `"registered":true`},
+		{"tablet", http.StatusNotFound, `{"requested":false}`},
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/admin/v1/accounts/acct-ana/devices/"+tt.device+"/approve", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		desk.ServeHTTP(rec, req)
+		trail, _ := s.ledger.AuditTrail(t.Context(), 1)
+		if rec.Code != tt.status || len(trail) != 1 || !strings.Contains(trail[0].Before, tt.before) {
+			t.Errorf("approving %s: %d, audited before %+v, want %d and %s", tt.device, rec.Code, trail, tt.status, tt.before)
+		}
+	}
+}

@@ -150,8 +150,14 @@ func (c *Cache) KnownFull(checks ...ratelimit.Check) (ratelimit.Decision, bool) 
 	return c.refuse(checks, c.now())
 }
 
+// ErrNotAnnounced is Forget's answer when the key was forgotten, in Redis and here, but the
+// announcement to the other replicas failed: the change is made, and their caches forget the key
+// within Options.Hold.
+var ErrNotAnnounced = errors.New("denycache: key forgotten, not announced to the other replicas (they forget it within the hold)")
+
 // Forget is ratelimit.Limiter.Forget, and every replica's cache forgets the key: this one at
-// once, the others when they hear of it on ForgetChannel (forgotten.lua).
+// once, the others when they hear of it on ForgetChannel (forgotten.lua). The key forgotten but
+// not announced is ErrNotAnnounced.
 func (c *Cache) Forget(ctx context.Context, ch ratelimit.Check) error {
 	key := c.l.Key(ch)
 	err := c.l.Forget(ctx, ch)
@@ -162,7 +168,7 @@ func (c *Cache) Forget(ctx context.Context, ch ratelimit.Check) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if err := forgottenScript.Run(ctx, c.rdb, []string{ForgetChannel(c.prefix)}, key).Err(); err != nil {
-		return fmt.Errorf("%w: forget: %w", ratelimit.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrNotAnnounced, err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package denycache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -326,5 +327,45 @@ func TestTheCacheLearnsDebtAndForgetsRefunds(t *testing.T) {
 	}
 	if n := r.c.Stats().Keys; n != 0 {
 		t.Errorf("the cache holds %d keys after an ask beneath it, want 0", n)
+	}
+}
+
+// TestAKeyForgottenButNotAnnouncedIsForgotten: when the announcement to the other replicas fails
+// (here Redis refuses the client PUBLISH), the key is still forgotten, in Redis and here, and
+// Forget says just that (ErrNotAnnounced), not that nothing changed.
+func TestAKeyForgottenButNotAnnouncedIsForgotten(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(nil)
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "nopublish", "on", ">a-test-password", "+@all", "-publish", "~*", "&*").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := srv.Client(func(o *redis.Options) {
+		ratelimit.ClientOptions(o, generous)
+		o.Username, o.Password = "nopublish", "a-test-password"
+	})
+	l, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: testSecret, Timeout: generous})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(l, rdb, "", Options{Hold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ch := ratelimit.Check{Policy: ratelimit.Policy{Name: "login-account", Limit: 1, Window: time.Minute}, Identity: "52998224725"}
+	for range 3 { // admitted, refused by Redis, refused from memory
+		if _, err := c.AllowAll(t.Context(), ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Forget(t.Context(), ch); !errors.Is(err, ErrNotAnnounced) {
+		t.Fatalf("Forget without PUBLISH: %v, want ErrNotAnnounced", err)
+	}
+	if n, err := admin.Exists(t.Context(), l.Key(ch)).Result(); err != nil || n != 0 {
+		t.Errorf("the key in Redis after Forget: %d (%v), want gone", n, err)
+	}
+	if d, err := c.AllowAll(t.Context(), ch); err != nil || !d.Allowed || d.DenyCached {
+		t.Errorf("the next request here: %+v, %v, want admitted by Redis", d, err)
 	}
 }
