@@ -240,3 +240,94 @@ func TestADecisionThatWaitsPastItsBudgetIsNeverSent(t *testing.T) {
 		t.Errorf("the key after: %+v, want nothing recorded by the abandoned decision (4 left after this one)", d.Worst)
 	}
 }
+
+// TestAShortMemberDoesNotCutItsBatch: a batch runs under its latest member's deadline, so a
+// member near the end of its budget does not fail the others: with Redis stalled for 30 ms, a member
+// with 5 ms left is answered unavailable at its own deadline (its late admission is then
+// package withdraw's to take back), while a member with a second left is decided. A member whose
+// budget ran out in the queue before the flush took it is not sent, and answered ErrNotSent.
+func TestAShortMemberDoesNotCutItsBatch(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l, r := replica(t, srv, 32)
+	b := r.(*Runner).batchers[ratelimit.SlidingLog]
+	p := Policy{Name: "pix", Limit: 5, Window: time.Minute}
+	with := func(identity string, budget time.Duration) *pending {
+		m := member(l, 0, Check{Policy: p, Identity: identity})
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		t.Cleanup(cancel)
+		m.ctx = ctx
+		return m
+	}
+	expired, short, fresh := with("expired", -time.Millisecond), with("short", 5*time.Millisecond), with("fresh", time.Second)
+	srv.Pause() // Redis stalls for 30 ms
+	resume := time.AfterFunc(30*time.Millisecond, srv.Resume)
+	defer func() {
+		if resume.Stop() {
+			srv.Resume()
+		}
+	}()
+	var sent atomic.Int64
+	b.sent = func(n int) { sent.Add(int64(n)) }
+	b.mu.Lock()
+	b.queue = append(b.queue, expired, short, fresh)
+	b.inFlight = 1 // the flush's own place
+	b.mu.Unlock()
+	go b.flush()
+	if res := <-expired.done; !errors.Is(res.err, ratelimit.ErrNotSent) {
+		t.Errorf("a member expired in the queue: %v, want ErrNotSent", res.err)
+	}
+	if res := <-fresh.done; res.err != nil {
+		t.Fatalf("a member with a second of budget, batched beside one with 5 ms, Redis stalled 30 ms: %v, want decided", res.err)
+	}
+	if n := sent.Load(); n != 2 {
+		t.Errorf("%d members sent, want 2: the expired one must not be", n)
+	}
+}
+
+// TestABatchedDecisionEndsAtItsOwnDeadline: a decision whose batch is on its way when its budget
+// runs out is answered unavailable then, not when the batch returns, which, under its latest
+// member's deadline, may be much later: no decision waits past its budget. Here Redis stalls
+// under a batch of a decision with a second of budget and one with 50 ms.
+func TestABatchedDecisionEndsAtItsOwnDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l, r := replica(t, srv, 32)
+	b := r.(*Runner).batchers[ratelimit.SlidingLog]
+	b.mu.Lock()
+	b.inFlight = maxInFlight // both calls on their way: the decisions queue
+	b.mu.Unlock()
+	srv.Pause() // Redis stalls: the batch, once sent, waits
+	defer srv.Resume()
+	p := Policy{Name: "pix", Limit: 5, Window: time.Minute}
+	long, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	go l.AllowAll(long, Check{Policy: p, Identity: "long"}) //nolint:errcheck // its answer is not this test's
+	for b.waiting() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	const budget = 50 * time.Millisecond
+	short, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	go func() { // then a call returns, and its flush takes both
+		for b.waiting() < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		b.mu.Lock()
+		b.inFlight--
+		b.startFlushLocked()
+		b.mu.Unlock()
+	}()
+	start := time.Now()
+	_, err := l.AllowAll(short, Check{Policy: p, Identity: "short"})
+	if took := time.Since(start); !errors.Is(err, ratelimit.ErrUnavailable) || errors.Is(err, ratelimit.ErrNotSent) || took > budget+100*time.Millisecond {
+		t.Errorf("a batched decision, Redis stalled: %v after %v, want ErrUnavailable (sent, not ErrNotSent) about its %v budget", err, took, budget)
+	}
+}
+
+// waiting is how many decisions wait in the queue (tests).
+func (b *batcher) waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
