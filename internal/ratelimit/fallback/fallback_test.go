@@ -178,3 +178,18 @@ func TestTheFallbackQueuesAtItsShare(t *testing.T) {
 		t.Errorf("waits %v, want %v", waits, want)
 	}
 }
+
+// TestAFullMemoryKeepsTheKeysOfItsDecision: when the memory is full, making room for one key of
+// a decision never drops another key of the same decision, fetched just before: its admission
+// would be recorded in a key no longer there, and the next request on it admitted again.
+func TestAFullMemoryKeepsTheKeysOfItsDecision(t *testing.T) {
+	log := newMemory(1)
+	ps := []ratelimit.Policy{policy("login-ip", 1, time.Minute), policy("login-account", 1, time.Minute)}
+	now := time.Unix(1_800_000_000, 0)
+	if ok, _ := log.allow(now, []string{"ip", "document"}, ps); !ok {
+		t.Fatal("the first login: refused")
+	}
+	if ok, _ := log.allow(now.Add(time.Second), []string{"ip"}, ps[:1]); ok {
+		t.Error("the IP's second login within its window of 1: admitted, its first admission lost when the memory made room")
+	}
+}

@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -41,7 +42,7 @@ func (l *memory) allow(now time.Time, keys []string, ps []ratelimit.Policy) (boo
 	for i, key := range keys {
 		k := l.keys[key]
 		if k == nil {
-			l.makeRoom(now)
+			l.makeRoom(now, keys[:i]) // never one this decision holds already
 			k = &fallbackKey{}
 			l.keys[key] = k
 		}
@@ -73,14 +74,19 @@ func (l *memory) allow(now time.Time, keys []string, ps []ratelimit.Policy) (boo
 
 // makeRoom drops a key when the log is full, looking at a few keys only (Go's map order is
 // random), so a flood of new identities costs each request the same: an expired one among them
-// if there is one, else the one of them touched longest ago. l.mu is held.
-func (l *memory) makeRoom(now time.Time) {
+// if there is one, else the one of them touched longest ago; never one of held (the decision's
+// keys fetched before: dropped, its admission would be recorded in a key no longer there). l.mu
+// is held.
+func (l *memory) makeRoom(now time.Time, held []string) {
 	if len(l.keys) < l.max {
 		return
 	}
 	var victim string
 	seen := 0
 	for key, k := range l.keys {
+		if slices.Contains(held, key) {
+			continue
+		}
 		if len(k.times) == 0 || !k.times[len(k.times)-1].After(now.Add(-k.window)) {
 			victim = key
 			break
