@@ -275,3 +275,29 @@ func TestWarmDialsThroughTheBreaker(t *testing.T) {
 		t.Errorf("warm.Up pinged %d times through the breaker, want 8 (one per connection it opens)", got)
 	}
 }
+
+// TestALateFailureStartsNoSecondProbe: a decision sent before the breaker opened and failing while
+// its probe runs says nothing new: it neither restarts the cool-down nor lets a second probe
+// start beside the one in flight (one probe at a time, however its timeout compares with the
+// cool-down).
+func TestALateFailureStartsNoSecondProbe(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{}) // every probe succeeds once it is closed
+	var probes atomic.Int64
+	b := newBreaker(1, time.Second, 10*time.Second, func(context.Context) error { probes.Add(1); <-release; return nil },
+		time.Now, slog.New(slog.DiscardHandler))
+	var timers atomic.Int64
+	b.after = func(time.Duration, func()) func() bool { timers.Add(1); return func() bool { return true } }
+	b.failure() // opens it: one cool-down's timer
+	b.startProbe()
+	for probes.Load() == 0 { // the probe runs, waiting for its result
+		time.Sleep(time.Millisecond)
+	}
+	b.failure()    // a late one
+	b.startProbe() // as a timer the late failure would have set, or a call after the cool-down
+	close(release)
+	b.probes.Wait()
+	if n, tm := probes.Load(), timers.Load(); n != 1 || tm != 1 || !b.allow() {
+		t.Errorf("%d probes, %d cool-downs, closed %t; want 1 probe, 1 cool-down, closed by the probe", n, tm, b.allow())
+	}
+}

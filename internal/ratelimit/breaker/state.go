@@ -94,7 +94,10 @@ func (b *breaker) runProbe() {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
 	if err := b.probe(ctx); err != nil {
-		b.failure()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.probing = false
+		b.openLocked(b.clock())
 		return
 	}
 	b.success()
@@ -120,23 +123,31 @@ func (b *breaker) success() {
 	}
 }
 
-// failure records a decision (or a probe) Redis could not answer; the threshold-th in a row, or
-// a failed probe, opens the breaker for a cool-down.
+// failure records a decision Redis could not answer; the threshold-th in a row opens the breaker
+// for a cool-down (a failed probe reopens it: runProbe). One that fails while it is open already
+// was sent before it opened: it says nothing new, and neither restarts the cool-down nor lets a
+// second probe start beside the one in flight.
 func (b *breaker) failure() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := b.clock()
-	if b.closed.Load() {
-		n := b.failures.Add(1)
-		if n < int64(b.threshold) {
-			return
-		}
-		b.opened = now
-		b.logger.Warn("rate limiter circuit open: decisions fail at once, by their fail mode",
-			"consecutive_failures", n, "cooldown", b.cooldown.String())
+	if !b.closed.Load() {
+		return
 	}
+	n := b.failures.Add(1)
+	if n < int64(b.threshold) {
+		return
+	}
+	now := b.clock()
+	b.opened = now
+	b.logger.Warn("rate limiter circuit open: decisions fail at once, by their fail mode",
+		"consecutive_failures", n, "cooldown", b.cooldown.String())
+	b.openLocked(now)
+}
+
+// openLocked opens the breaker, or keeps it open, for a cool-down from now, after which a probe
+// starts; b.mu is held.
+func (b *breaker) openLocked(now time.Time) {
 	b.closed.Store(false)
-	b.probing = false
 	b.until = now.Add(b.cooldown)
 	if b.timer != nil {
 		b.timer()
