@@ -127,22 +127,30 @@ func TestRevocations(t *testing.T) {
 	}
 }
 
-// TestTokensInWholeSeconds: a token from before iat_ms (iat alone) counts from the start of its
-// second, the strict side: refused by a revocation later in that second.
-func TestTokensInWholeSeconds(t *testing.T) {
+// TestOlderTokensAreReadOnTheStrictSide: a token from before iat_us counts from the start of its
+// iat_ms millisecond, and one from before iat_ms from the start of its iat second: refused by a
+// revocation later in that unit, honoured after it.
+func TestOlderTokensAreReadOnTheStrictSide(t *testing.T) {
 	tokens, _ := NewTokens(secret, time.Hour)
-	revokedAt := time.Date(2026, 11, 30, 12, 0, 0, 700_000_000, time.UTC)
+	revokedAt := time.Date(2026, 11, 30, 12, 0, 0, 700_200_000, time.UTC)
 	for _, tt := range []struct {
+		name   string
+		ms     bool // the token carries iat_ms (else iat alone)
 		issued time.Time
 		ok     bool
 	}{
-		{revokedAt.Add(200 * time.Millisecond), false}, // its iat is 12:00:00, before the revocation
-		{revokedAt.Add(300 * time.Millisecond), true},
+		{"whole seconds, later in the revocation's second", false, revokedAt.Add(200 * time.Millisecond), false},
+		{"whole seconds, the next second", false, revokedAt.Add(300 * time.Millisecond), true},
+		{"milliseconds, later in the revocation's millisecond", true, revokedAt.Add(500 * time.Microsecond), false},
+		{"milliseconds, the next millisecond", true, revokedAt.Add(900 * time.Microsecond), true},
 	} {
-		tokens.now = func() time.Time { return tt.issued }
 		c := claims{RegisteredClaims: jwt.RegisteredClaims{Subject: "acct-carla", ID: "x",
 			IssuedAt: jwt.NewNumericDate(tt.issued), ExpiresAt: jwt.NewNumericDate(tt.issued.Add(time.Hour))},
 			Payer: "p", Person: "PF"}
+		if tt.ms {
+			c.IssuedMs = tt.issued.UnixMilli()
+		}
+		tokens.now = func() time.Time { return tt.issued }
 		raw, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(tokens.secret)
 		if err != nil {
 			t.Fatal(err)
@@ -152,7 +160,7 @@ func TestTokensInWholeSeconds(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got := !revokedBy(s.IssuedAt, revokedAt); got != tt.ok {
-			t.Errorf("a whole-second token issued at %s: honoured %v, want %v", tt.issued.Format(time.StampMilli), got, tt.ok)
+			t.Errorf("%s (%s): honoured %v, want %v", tt.name, tt.issued.Format(time.StampMicro), got, tt.ok)
 		}
 	}
 }
@@ -164,33 +172,3 @@ func (r revocations) RemovedSince(string, string) time.Time { return time.Time{}
 
 // never is a device's revocation time when it was never revoked nor removed.
 func never(string) time.Time { return time.Time{} }
-
-// TestTokensInMilliseconds: a token from before iat_us (iat_ms alone) counts from the start of
-// its millisecond: refused by a revocation later in that millisecond, honoured after it.
-func TestTokensInMilliseconds(t *testing.T) {
-	tokens, _ := NewTokens(secret, time.Hour)
-	revokedAt := time.Date(2026, 11, 30, 12, 0, 0, 700_200_000, time.UTC)
-	for _, tt := range []struct {
-		issued time.Time
-		ok     bool
-	}{
-		{revokedAt.Add(500 * time.Microsecond), false}, // its iat_ms is 12:00:00.700, before the revocation
-		{revokedAt.Add(900 * time.Microsecond), true},
-	} {
-		c := claims{IssuedMs: tt.issued.UnixMilli(), RegisteredClaims: jwt.RegisteredClaims{Subject: "acct-carla", ID: "x",
-			IssuedAt: jwt.NewNumericDate(tt.issued), ExpiresAt: jwt.NewNumericDate(tt.issued.Add(time.Hour))},
-			Payer: "p", Person: "PF"}
-		tokens.now = func() time.Time { return tt.issued }
-		raw, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(tokens.secret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := tokens.Verify(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := !revokedBy(s.IssuedAt, revokedAt); got != tt.ok {
-			t.Errorf("a millisecond token issued at %s: honoured %v, want %v", tt.issued.Format(time.StampMicro), got, tt.ok)
-		}
-	}
-}
