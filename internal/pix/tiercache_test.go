@@ -39,6 +39,17 @@ func (f *flakyTiers) TierVersion(ctx context.Context) (int64, error) {
 
 func (f *flakyTiers) set(fn func(f *flakyTiers)) { f.mu.Lock(); fn(f); f.mu.Unlock() }
 
+// waitFor waits until ok, for at most 5 s: what a poller does, it does on its own ticker.
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !ok(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // syncBuffer is a log a poller writes while a test reads it.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -62,24 +73,15 @@ func TestTiersKeepTheLastTableWhenTheLedgerFails(t *testing.T) {
 	logs := &syncBuffer{}
 	tt := NewTiers(context.Background(), f, slog.New(slog.NewTextHandler(logs, nil)), 5*time.Millisecond)
 	defer tt.Close()
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(2 * time.Second); !ok(); {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 2 s", what)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
 	if p := tt.Table().Figures("acct-ana", Person("PF")).PIXLimit; p != 0 {
 		t.Fatalf("at first: PIX limit %d, want 0 (the default)", p)
 	}
 	f.set(func(f *flakyTiers) {
 		f.table = TierTable{Version: 2, Tiers: tiers, Accounts: map[string]TierOf{"acct-ana": {Tier: "restricted"}}}
 	})
-	waitFor("the change", func() bool { return tt.Table().Figures("acct-ana", Person("PF")).PIXLimit == 5 })
+	waitFor(t, "the change", func() bool { return tt.Table().Figures("acct-ana", Person("PF")).PIXLimit == 5 })
 	f.set(func(f *flakyTiers) { f.down = true })
-	waitFor("the failure logged", func() bool { return strings.Contains(logs.String(), "keeping the last limits known") })
+	waitFor(t, "the failure logged", func() bool { return strings.Contains(logs.String(), "keeping the last limits known") })
 	time.Sleep(30 * time.Millisecond) // several failed polls
 	if p := tt.Table().Figures("acct-ana", Person("PF")).PIXLimit; p != 5 {
 		t.Errorf("with the ledger down: PIX limit %d, want 5 (the last table)", p)
@@ -88,7 +90,7 @@ func TestTiersKeepTheLastTableWhenTheLedgerFails(t *testing.T) {
 		t.Errorf("the failure logged %d times, want once", n)
 	}
 	f.set(func(f *flakyTiers) { f.down = false })
-	waitFor("the recovery logged", func() bool { return strings.Contains(logs.String(), "tier table read again") })
+	waitFor(t, "the recovery logged", func() bool { return strings.Contains(logs.String(), "tier table read again") })
 	if err := tt.Refresh(context.Background()); err != nil || errors.Is(err, ErrUnavailable) {
 		t.Fatal(err)
 	}
@@ -108,15 +110,6 @@ func TestATierChangeAfterAFailoverIsSeen(t *testing.T) {
 	ctx := t.Context()
 	tt := NewTiers(ctx, l, slog.New(slog.DiscardHandler), 5*time.Millisecond)
 	defer tt.Close()
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); !ok(); {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 5 s", what)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
 	limitOf := func(account string) int { return tt.Table().Figures(account, Person("PF")).PIXLimit }
 	before, err := l.TierVersion(ctx)
 	if err != nil {
@@ -125,7 +118,7 @@ func TestATierChangeAfterAFailoverIsSeen(t *testing.T) {
 	if err := l.SetTier(ctx, "acct-ana", TierOf{Tier: "restricted"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("Ana's change", func() bool { return limitOf("acct-ana") == 5 })
+	waitFor(t, "Ana's change", func() bool { return limitOf("acct-ana") == 5 })
 	// The failover: the new primary never received Ana's change.
 	if _, err := l.pool.Exec(ctx, "DELETE FROM account_tiers WHERE account_id = 'acct-ana'"); err != nil {
 		t.Fatal(err)
@@ -136,7 +129,7 @@ func TestATierChangeAfterAFailoverIsSeen(t *testing.T) {
 	if err := l.SetTier(ctx, "acct-bruno", TierOf{Tier: "restricted"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("Bruno's change, made after the failover", func() bool { return limitOf("acct-bruno") == 5 && limitOf("acct-ana") == 0 })
+	waitFor(t, "Bruno's change, made after the failover", func() bool { return limitOf("acct-bruno") == 5 && limitOf("acct-ana") == 0 })
 }
 
 // TestOnlyRemovalsThatRefuseSomethingAreKept: a device's removal refuses the tokens issued
@@ -210,10 +203,7 @@ func TestATableSlowerThanAnIntervalIsStillRead(t *testing.T) {
 	f.set(func(f *flakyTiers) {
 		f.table = TierTable{Version: 2, Tiers: tiers, Accounts: map[string]TierOf{"acct-ana": {Tier: "restricted"}}}
 	})
-	for deadline := time.Now().Add(5 * time.Second); tt.Table().Figures("acct-ana", Person("PF")).PIXLimit != 5; {
-		if time.Now().After(deadline) {
-			t.Fatal("a change whose table takes 20 ms to read, polled every 5 ms: not in force within 5 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "a change whose table takes 20 ms to read, polled every 5 ms", func() bool {
+		return tt.Table().Figures("acct-ana", Person("PF")).PIXLimit == 5
+	})
 }
