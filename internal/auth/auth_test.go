@@ -249,8 +249,14 @@ func TestAMalformedHashTakesAComparisonsTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	corrupt, err := bcrypt.GenerateFromPassword([]byte("anything"), cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupt[10] = '!'                                                              // in its salt: no bcrypt base64, though of the right length and cost
 	accounts := finder{"11144477735": {ID: "acct-carla", Document: "11144477735"}, // no hash
-		"39053344705": {ID: "acct-bruno", Document: "39053344705", PasswordHash: []byte("$2a$not-a-hash")}}
+		"39053344705": {ID: "acct-bruno", Document: "39053344705", PasswordHash: []byte("$2a$not-a-hash")},
+		"52998224725": {ID: "acct-ana", Document: "52998224725", PasswordHash: corrupt}}
 	ctx := context.Background()
 	took := func(doc string) time.Duration {
 		var ds []time.Duration
@@ -265,7 +271,7 @@ func TestAMalformedHashTakesAComparisonsTime(t *testing.T) {
 		return ds[len(ds)/2]
 	}
 	unknown := took("12345678909")
-	for _, doc := range []string{"11144477735", "39053344705"} {
+	for _, doc := range []string{"11144477735", "39053344705", "52998224725"} {
 		if got := took(doc); got < unknown/4 {
 			t.Errorf("%s, a malformed hash: %v, an unknown document %v: it answers faster, and says it is a customer", doc, got, unknown)
 		}

@@ -50,19 +50,21 @@ type AccountFinder interface {
 func (p *Passwords) Check(ctx context.Context, accounts AccountFinder, document, password string) (pix.Account, error) {
 	acct, err := accounts.AccountByDocument(ctx, document)
 	hash := acct.PasswordHash
-	_, malformed := bcrypt.Cost(hash)
 	switch {
 	case errors.Is(err, pix.ErrAccountNotFound):
 		hash = p.dummy
 	case err != nil:
 		return pix.Account{}, err
-	case malformed != nil:
-		// An account whose hash is empty or no bcrypt hash (a bad import) refuses every
-		// password, after the dummy's comparison: it would fail in microseconds otherwise, and
-		// the login would tell that the document is a customer's.
-		hash, err = p.dummy, malformed
 	}
-	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || err != nil {
+	compared := bcrypt.CompareHashAndPassword(hash, []byte(password))
+	if compared != nil && !errors.Is(compared, bcrypt.ErrMismatchedHashAndPassword) {
+		// A stored hash that is empty or no bcrypt hash (a bad import) fails before any work:
+		// the dummy's comparison gives its answer a wrong password's time, or the login would
+		// tell that the document is a customer's. (A hash of another cost than the dummy's
+		// takes that cost's time: a deployment that raises the cost rehashes its accounts.)
+		_ = bcrypt.CompareHashAndPassword(p.dummy, []byte(password))
+	}
+	if compared != nil || err != nil {
 		return pix.Account{}, ErrInvalidCredentials
 	}
 	return acct, nil

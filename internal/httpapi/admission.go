@@ -233,7 +233,7 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 			go t.pa.release(ctx, release...)
 			user := []check{t.user}
 			_, closed := t.pa.answer(t.c, nil, user, checks(user), ratelimit.Decision{}, t.unanswered, 0)
-			return closed
+			return cmp.Or(closed, err) // the buckets fail closed: a 429; were one ever to fail open, the 404
 		case err == nil && !r.Replayed:
 			go t.pa.refund(ctx, t.s, t.user, t.key, release...)
 		default:

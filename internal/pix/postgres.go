@@ -67,13 +67,15 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, accoun
 	}
 	setup.RuntimeParams["statement_timeout"] = "0" // a migration may take as long as it takes
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(1, timeout.Milliseconds()), 10)
-	// A transaction idle for a whole call's budget belongs to a call that has ended: its
-	// COMMIT or ROLLBACK was lost on the way (a network cut, a half-open connection), and the
-	// server would otherwise keep its row locks, the payer's among them, until TCP keepalive
-	// ends the session, hours later; every PIX of that account, its honest retry included,
-	// would wait on them. The server ends such a session after this, and so rolls back a
+	// A transaction idle for longer than a whole call's budget belongs to a call that has
+	// ended: its COMMIT or ROLLBACK was lost on the way (a network cut, a half-open
+	// connection), and the server would otherwise keep its row locks, the payer's among them,
+	// until TCP keepalive ends the session, hours later; every PIX of that account, its honest
+	// retry included, would wait on them. The server ends such a session after twice the
+	// budget, and a second at least (a pause between a transfer's statements and its COMMIT,
+	// a GC's or a loaded machine's, must not end a healthy one), and so rolls back a
 	// transaction nobody will finish (TestALostCommitFreesThePayer).
-	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(max(1, timeout.Milliseconds()), 10)
+	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(max(2*timeout, time.Second).Milliseconds(), 10)
 	// A connection to the database waits at most limit for anything: its dial, the cancel
 	// request pgx dials when a call's deadline ends mid-query, and the clean-up of a broken
 	// connection (boundedConn). pgxpool dials in the background, detached from the caller's

@@ -198,7 +198,8 @@ func (b *batcher) flush() {
 // send runs one batch, under the latest of its members' deadlines, and delivers each reply. A
 // member's nearer deadline does not cut the others' budgets short (a member with 5 ms left made a
 // batch of 32 fail under a Redis 30 ms slow): its own wait ends at its own deadline (decide). A
-// batch of one runs the algorithm's own script.
+// batch of one runs the algorithm's own script. (A member without a deadline, which a Limiter
+// never sends, waits as long as the batch.)
 func (b *batcher) send(batch []*pending) {
 	deadline := time.Time{}
 	for _, p := range batch {

@@ -242,10 +242,10 @@ func TestADecisionThatWaitsPastItsBudgetIsNeverSent(t *testing.T) {
 }
 
 // TestAShortMemberDoesNotCutItsBatch: a batch runs under its latest member's deadline, so a
-// member near the end of its budget does not fail the others: with Redis stalled for 30 ms, a member
-// with 5 ms left is answered unavailable at its own deadline (its late admission is then
-// package withdraw's to take back), while a member with a second left is decided. A member whose
-// budget ran out in the queue before the flush took it is not sent, and answered ErrNotSent.
+// member near the end of its budget does not fail the others: with Redis stalled for 300 ms, a
+// member with 100 ms left runs out (its late admission is then package withdraw's to take back),
+// while a member with 5 s left is decided. A member whose budget ran out in the queue before the
+// flush took it is not sent, and answered ErrNotSent.
 func TestAShortMemberDoesNotCutItsBatch(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -259,9 +259,9 @@ func TestAShortMemberDoesNotCutItsBatch(t *testing.T) {
 		m.ctx = ctx
 		return m
 	}
-	expired, short, fresh := with("expired", -time.Millisecond), with("short", 5*time.Millisecond), with("fresh", time.Second)
-	srv.Pause() // Redis stalls for 30 ms
-	resume := time.AfterFunc(30*time.Millisecond, srv.Resume)
+	expired, short, fresh := with("expired", -time.Millisecond), with("short", 100*time.Millisecond), with("fresh", 5*time.Second)
+	srv.Pause() // Redis stalls for 300 ms
+	resume := time.AfterFunc(300*time.Millisecond, srv.Resume)
 	defer func() {
 		if resume.Stop() {
 			srv.Resume()
@@ -278,7 +278,7 @@ func TestAShortMemberDoesNotCutItsBatch(t *testing.T) {
 		t.Errorf("a member expired in the queue: %v, want ErrNotSent", res.err)
 	}
 	if res := <-fresh.done; res.err != nil {
-		t.Fatalf("a member with a second of budget, batched beside one with 5 ms, Redis stalled 30 ms: %v, want decided", res.err)
+		t.Fatalf("a member with 5 s of budget, batched beside one with 100 ms, Redis stalled 300 ms: %v, want decided", res.err)
 	}
 	if n := sent.Load(); n != 2 {
 		t.Errorf("%d members sent, want 2: the expired one must not be", n)

@@ -301,3 +301,26 @@ func TestALateFailureStartsNoSecondProbe(t *testing.T) {
 		t.Errorf("%d probes, %d cool-downs, closed %t; want 1 probe, 1 cool-down, closed by the probe", n, tm, b.allow())
 	}
 }
+
+// TestAStaleProbeDoesNotReopenTheBreaker: a probe sent while Redis was down that fails after the
+// breaker closed meanwhile (Ready, or a decision Redis answered) leaves it closed: the replica
+// that says it is ready decides.
+func TestAStaleProbeDoesNotReopenTheBreaker(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var probes atomic.Int64
+	b := newBreaker(1, time.Second, 10*time.Second, func(context.Context) error { probes.Add(1); <-release; return errors.New("timed out") },
+		time.Now, slog.New(slog.DiscardHandler))
+	b.after = func(time.Duration, func()) func() bool { return func() bool { return true } }
+	b.failure()
+	b.startProbe()
+	for probes.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	b.success() // Redis answered meanwhile
+	close(release)
+	b.probes.Wait()
+	if !b.allow() {
+		t.Error("the breaker, closed by a success, reopened by the failure of a probe sent before it")
+	}
+}

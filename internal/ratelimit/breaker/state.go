@@ -97,7 +97,9 @@ func (b *breaker) runProbe() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		b.probing = false
-		b.openLocked(b.clock())
+		if !b.closed.Load() { // closed meanwhile (Ready, or a decision Redis answered): it stays so
+			b.openLocked(b.clock())
+		}
 		return
 	}
 	b.success()

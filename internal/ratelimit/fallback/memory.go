@@ -10,7 +10,7 @@ import (
 
 // memory is an exact sliding-window log in memory, for Fallback.Allow: per key, the times
 // of its admissions in the last window, at most its limit of them. Memory is bounded: at most
-// max keys, and when full, keys whose entries have all expired go first, then the key touched
+// max keys (and a decision's, makeRoom), and when full, keys whose entries have all expired go first, then the key touched
 // longest ago. It is emptied when Redis answers again (forget).
 type memory struct {
 	max int
@@ -75,8 +75,9 @@ func (l *memory) allow(now time.Time, keys []string, ps []ratelimit.Policy) (boo
 // makeRoom drops a key when the log is full, looking at a few keys only (Go's map order is
 // random), so a flood of new identities costs each request the same: an expired one among them
 // if there is one, else the one of them touched longest ago; never one of held (the decision's
-// keys fetched before: dropped, its admission would be recorded in a key no longer there). l.mu
-// is held.
+// keys fetched before: dropped, its admission would be recorded in a key no longer there). When
+// every key it looks at is held, it drops none: the log then exceeds max by at most a
+// decision's keys. l.mu is held.
 func (l *memory) makeRoom(now time.Time, held []string) {
 	if len(l.keys) < l.max {
 		return
