@@ -224,8 +224,8 @@ func TestAnOpenPIXWaitsForRedisOnce(t *testing.T) {
 	meter := stalls.Watch(t)
 	srv.Pause()
 	r := a.PIX(ana, "bruno@example.com", 100)
-	if r.Status != http.StatusCreated {
-		t.Errorf("a PIX with Redis paused, failing open: %v, want 201", r)
+	if r.Status != http.StatusCreated || r.Header.Get("RateLimit-Limit") != "" || r.Header.Get("RateLimit-Policy") != "" {
+		t.Errorf("a PIX with Redis paused, failing open: %v %v, want 201 without RateLimit headers (no limit decided it)", r, r.Header)
 	}
 	if took := meter.Just(r.Took); took > budget+150*time.Millisecond {
 		t.Errorf("the PIX answered in %v (%v without the machine's stalls), want within the %v budget", r.Took, took, budget)

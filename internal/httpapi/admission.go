@@ -226,33 +226,28 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 // as the look-up's buckets answer when Redis cannot decide (closed: 429).
 func (t ticket) settle(r pix.Receipt, err error) error {
 	release := append(t.held.release(), t.orig.release()...)
+	ctx := context.WithoutCancel(t.c.Request().Context())
+	settled := func(f func()) { f() }
 	if t.unanswered != nil {
-		ctx := context.WithoutCancel(t.c.Request().Context())
-		switch {
-		case errors.Is(err, pix.ErrKeyNotFound):
-			go t.pa.release(ctx, release...)
-			user := []check{t.user}
-			_, closed := t.pa.answer(t.c, nil, user, checks(user), ratelimit.Decision{}, t.unanswered, 0)
-			return cmp.Or(closed, err) // the buckets fail closed: a 429; were one ever to fail open, the 404
-		case err == nil && !r.Replayed:
-			go t.pa.refund(ctx, t.s, t.user, t.key, release...)
-		default:
-			go t.pa.release(ctx, release...)
-		}
-		return err
+		settled = func(f func()) { go f() }
 	}
 	switch {
+	case errors.Is(err, pix.ErrKeyNotFound) && t.unanswered != nil:
+		settled(func() { t.pa.release(ctx, release...) })
+		user := []check{t.user}
+		_, closed := t.pa.answer(t.c, nil, user, checks(user), ratelimit.Decision{}, t.unanswered, 0)
+		return cmp.Or(closed, err) // the buckets fail closed: a 429; were one ever to fail open, the 404
 	case errors.Is(err, pix.ErrKeyNotFound):
 		if payErr := t.pa.charge(t.c, t.user, false, true, "", release...); payErr != nil {
 			return payErr
 		}
 	case err == nil && !r.Replayed:
-		t.pa.refund(context.WithoutCancel(t.c.Request().Context()), t.s, t.user, t.key, release...)
+		settled(func() { t.pa.refund(ctx, t.s, t.user, t.key, release...) })
 	default:
 		if errors.Is(err, pix.ErrLedgerBusy) {
 			t.pa.giveTurnBack(t.turn)
 		}
-		t.pa.release(context.WithoutCancel(t.c.Request().Context()), release...)
+		settled(func() { t.pa.release(ctx, release...) })
 	}
 	return err
 }

@@ -110,8 +110,9 @@ const deskActor = "\x00desk"
 func (l *MemoryLedger) RemoveDevice(_ context.Context, accountID, actor, device string) error {
 	return l.onDevice(accountID, actor, device, true, func(a *memAccount, now time.Time) {
 		delete(a.devices, device)
-		l.tiers.table.RemovedDevices[removedKey(accountID, device)] = l.clock()
-		l.tiers.table.RemovedByDocument[removedKey(a.Document, device)] = l.clock()
+		at := now.UTC().Truncate(time.Microsecond) // the ledger's clock counts µs (MemoryLedger.Now)
+		l.tiers.table.RemovedDevices[removedKey(accountID, device)] = at
+		l.tiers.table.RemovedByDocument[removedKey(a.Document, device)] = at
 		l.tiers.table.Version++
 	})
 }

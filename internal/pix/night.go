@@ -123,9 +123,9 @@ func WithClock(now func() time.Time) Option {
 // WithTokenLifetime says how long the tokens a removal refuses live at most (the longer of
 // TOKEN_TTL and DEVICE_TTL): a device's removal older than that, and a margin for the replicas'
 // clocks (removalMargin), refuses nothing, so the PostgreSQL ledger deletes it and no replica
-// reads it again. Without it, every removal ever
-// made is read on each reload of the tier table, by every replica, and past some hundred
-// thousand the reload outlasts its deadline and the replicas keep a stale table.
+// reads it again. Without it, every removal ever made is read on each reload of the tier
+// table, by every replica, and past some hundred thousand the reload outlasts its deadline and
+// the replicas keep a stale table.
 func WithTokenLifetime(d time.Duration) Option {
 	return func(o *options) { o.tokensLive = d + removalMargin }
 }
