@@ -367,3 +367,35 @@ func TestCopyingTheLimiterTakesWhatTheREADMESays(t *testing.T) {
 		t.Errorf("README says about %d lines of Go in internal/ratelimit; it has %d", said, lines)
 	}
 }
+
+// TestNoFunctionIsLongerThan80Lines: a function a reader follows fits on a screen or two (issue
+// 47), the demo's stories included. Tests are left out: a table test is long by its table.
+func TestNoFunctionIsLongerThan80Lines(t *testing.T) {
+	const most = 80
+	fset := token.NewFileSet()
+	read := 0
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		read++
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok {
+				if n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1; n > most {
+					t.Errorf("%s: %s is %d lines, more than %d", fset.Position(fd.Pos()), fd.Name.Name, n, most)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if read < 50 {
+		t.Fatalf("read %d Go files: the walk missed the tree", read)
+	}
+}

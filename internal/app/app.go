@@ -151,21 +151,12 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		r.closers = append(r.closers, closeLedger)
 	}
 	r.setProbes(cfg)
-	var metrics *httpapi.Metrics
+	metrics, err := r.newMetrics(deps.Registry)
+	if err != nil {
+		return err
+	}
 	ledger := r.Ledger // as the replica's parts call it: every call timed when metrics are on
-	if deps.Registry != nil {
-		// /readyz's probe, asked when scraped: an idle replica's gauge says what Redis is now. A
-		// second at most, so a stall never costs the scrape its other metrics; like /readyz, an
-		// answer closes an open breaker.
-		probe := r.probes[0]
-		redisUp := func() bool {
-			ctx, cancel := context.WithTimeout(context.Background(), min(probe.Timeout, time.Second))
-			defer cancel()
-			return probe.Ping(ctx) == nil
-		}
-		if metrics, err = httpapi.NewMetrics(deps.Registry, httpapi.LimiterGauges{RedisUp: redisUp, WithdrawalsLost: r.Withdrawals.Lost}); err != nil {
-			return err
-		}
+	if metrics != nil {
 		ledger = pix.Timed(r.Ledger, metrics.ObserveLedger)
 	}
 	// The customers' routes call the ledger in their account's share of it; the desk and the
@@ -206,6 +197,23 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 		Limits: cfg.Limits, Ledger: ledger, Tokens: r.Tokens, Token: cfg.AdminToken, Tiers: tiers,
 		AuditKey: auth.DeriveKey(secret, "audit names")})
 	return err
+}
+
+// newMetrics registers the replica's metrics in reg; nil when reg is (metrics off).
+func (r *Replica) newMetrics(reg prometheus.Registerer) (*httpapi.Metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	// /readyz's probe, asked when scraped: an idle replica's gauge says what Redis is now. A
+	// second at most, so a stall never costs the scrape its other metrics; like /readyz, an
+	// answer closes an open breaker.
+	probe := r.probes[0]
+	redisUp := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), min(probe.Timeout, time.Second))
+		defer cancel()
+		return probe.Ping(ctx) == nil
+	}
+	return httpapi.NewMetrics(reg, httpapi.LimiterGauges{RedisUp: redisUp, WithdrawalsLost: r.Withdrawals.Lost})
 }
 
 // setProbes sets /readyz's probes. A proxy routes on /readyz (deploy/haproxy.cfg checks it every

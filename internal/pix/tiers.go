@@ -232,49 +232,55 @@ func (l *PostgresLedger) TierTable(ctx context.Context) (TierTable, error) {
 		if err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `SELECT r.account_id, a.document, r.revoked_at
-			FROM device_revocations r JOIN accounts a ON a.id = r.account_id`)
-		if err != nil {
-			return err
-		}
-		_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
-			var id, document string
-			var at time.Time
-			err := row.Scan(&id, &document, &at)
-			t.Revoked[id] = at
-			if at.After(t.RevokedDocuments[document]) {
-				t.RevokedDocuments[document] = at
-			}
-			return struct{}{}, err
-		})
-		if err != nil {
-			return err
-		}
-		since, err := l.removalsSince(ctx, tx)
-		if err != nil {
-			return err
-		}
-		rows, err = tx.Query(ctx, `SELECT r.account_id, a.document, r.device_id, r.removed_at
-			FROM removed_devices r JOIN accounts a ON a.id = r.account_id WHERE r.removed_at > $1`, since)
-		if err != nil {
-			return err
-		}
-		_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
-			var id, document, device string
-			var at time.Time
-			err := row.Scan(&id, &document, &device, &at)
-			t.RemovedDevices[removedKey(id, device)] = at.UTC()
-			if at.After(t.RemovedByDocument[removedKey(document, device)]) {
-				t.RemovedByDocument[removedKey(document, device)] = at.UTC()
-			}
-			return struct{}{}, err
-		})
-		return err
+		return l.readDeviceChanges(ctx, tx, &t)
 	})
 	if err != nil {
 		return TierTable{}, fmt.Errorf("pix: tiers: %w", unavailable(err))
 	}
 	return t, nil
+}
+
+// readDeviceChanges reads into t, in TierTable's snapshot, the accounts' revocations and the
+// removals of devices that can still refuse a token.
+func (l *PostgresLedger) readDeviceChanges(ctx context.Context, tx pgx.Tx, t *TierTable) error {
+	rows, err := tx.Query(ctx, `SELECT r.account_id, a.document, r.revoked_at
+		FROM device_revocations r JOIN accounts a ON a.id = r.account_id`)
+	if err != nil {
+		return err
+	}
+	_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
+		var id, document string
+		var at time.Time
+		err := row.Scan(&id, &document, &at)
+		t.Revoked[id] = at
+		if at.After(t.RevokedDocuments[document]) {
+			t.RevokedDocuments[document] = at
+		}
+		return struct{}{}, err
+	})
+	if err != nil {
+		return err
+	}
+	since, err := l.removalsSince(ctx, tx)
+	if err != nil {
+		return err
+	}
+	rows, err = tx.Query(ctx, `SELECT r.account_id, a.document, r.device_id, r.removed_at
+		FROM removed_devices r JOIN accounts a ON a.id = r.account_id WHERE r.removed_at > $1`, since)
+	if err != nil {
+		return err
+	}
+	_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
+		var id, document, device string
+		var at time.Time
+		err := row.Scan(&id, &document, &device, &at)
+		t.RemovedDevices[removedKey(id, device)] = at.UTC()
+		if at.After(t.RemovedByDocument[removedKey(document, device)]) {
+			t.RemovedByDocument[removedKey(document, device)] = at.UTC()
+		}
+		return struct{}{}, err
+	})
+	return err
 }
 
 // moveTierVersion moves the tier table's version on a change. Not by one: a database that
