@@ -178,7 +178,7 @@ func (f *Fallback) queued(ctx context.Context, c ratelimit.Check, n int, now tim
 	q.Limit, q.Queue = (q.Limit+n-1)/n, (q.Queue+n-1)/n
 	local := ratelimit.Check{Policy: q, Identity: c.Identity}
 	if f.queue != nil {
-		if d, full := f.queue.Refusal(local); full { // no place taken: the replica cannot hold one more
+		if d, full := f.queue.Refusal(local, true); full { // no place taken: the replica cannot hold one more
 			d.Fallback = true
 			return d
 		}

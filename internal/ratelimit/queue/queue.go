@@ -41,7 +41,7 @@ var ErrTooManyWaiting = errors.New("too many requests waiting in this replica")
 type Options struct {
 	// MaxWaiting is the most requests this replica holds until their turns at once, over every
 	// queue, one identity (an account) at most half of them (at least 1): past it, a queue's
-	// request is refused at once. Default 1000.
+	// request that would wait is refused (one served at once is not). Default 1000.
 	MaxWaiting int
 	// Prefix is the Limiter's key prefix ("": its default), which names the fleet's channel.
 	Prefix string
@@ -98,26 +98,26 @@ func Channel(prefix string) string {
 	return cmp.Or(prefix, ratelimit.DefaultPrefix) + ":{fleet}:queue"
 }
 
-// AllowAll is next's, refused at once for a queue's request while this replica holds its most
-// waiters (no place taken).
+// AllowAll is next's, refused at once for a queue's request that would wait while this replica
+// holds its most waiters (no place taken: Refusal).
 func (q *Queue) AllowAll(ctx context.Context, checks ...ratelimit.Check) (ratelimit.Decision, error) {
 	if len(checks) == 1 {
-		if d, full := q.Refusal(checks[0]); full {
+		if d, full := q.Refusal(checks[0], false); full {
 			return d, nil
 		}
 	}
 	return q.next.AllowAll(ctx, checks...)
 }
 
-// Decide is next's, stopped at a step that takes a place in a queue (StepScript.Queues) while this
-// replica holds its most waiters: the steps before it are reported admitted, unasked, with their
-// keys' capacity as Remaining, and it refused.
+// Decide is next's, stopped at a step that takes a place in a queue (StepScript.Queues) that would
+// wait while this replica holds its most waiters (Refusal): the steps before it are reported
+// admitted, unasked, with their keys' capacity as Remaining, and it refused.
 func (q *Queue) Decide(ctx context.Context, steps ...ratelimit.Step) (ratelimit.Decisions, error) {
 	for i, s := range steps {
 		if !s.Script().Queues {
 			continue
 		}
-		if d, full := q.Refusal(s.Checks()[0]); full {
+		if d, full := q.Refusal(s.Checks()[0], false); full {
 			ds := make([]ratelimit.Decision, 0, i+1)
 			for _, s := range steps[:i] {
 				ds = append(ds, unasked(s.Checks()))
@@ -138,11 +138,14 @@ func unasked(checks []ratelimit.Check) ratelimit.Decision {
 	return d
 }
 
-// Refusal is the refusal of a queue's request of c while this replica holds its most waiters, in
-// all or of c's identity: no place taken, and a Retry-After until the first of them is served.
-// ok is false while there is room (or c is no queue's).
-func (q *Queue) Refusal(c ratelimit.Check) (d ratelimit.Decision, ok bool) {
-	if c.Policy.Algorithm != ratelimit.LeakyBucket || !q.waiters.full(c.Identity) {
+// Refusal is the refusal, before any call, of a queue's request of c that would wait while this
+// replica holds its most waiters, in all or of c's identity: no place taken, and a Retry-After
+// until the first of them is served. It would wait when this replica holds a waiter of c's queue
+// (the fallback's memory queue when local, else Redis's): its turn comes after theirs. ok is
+// false while there is room, while c's queue has no waiter here (its request may be served at
+// once: the limiter decides it, and Wait refuses it if it must wait), or when c is no queue's.
+func (q *Queue) Refusal(c ratelimit.Check, local bool) (d ratelimit.Decision, ok bool) {
+	if c.Policy.Algorithm != ratelimit.LeakyBucket || !q.waiters.fullBehind(queueOf(c.Policy.Name, c.Identity, local), c.Identity) {
 		return ratelimit.Decision{}, false
 	}
 	retry := q.waiters.soonest(time.Now(), c.Policy.Pace())
@@ -166,7 +169,8 @@ func (q *Queue) Wait(ctx context.Context, d ratelimit.Decision) error {
 		return nil
 	}
 	start := time.Now() // the timer runs on the real clock, whatever the Limiter decides with
-	w := &waiter{turn: p.Turn, decided: p.Decided, local: p.Leave != nil, due: start.Add(d.Wait), moved: make(chan struct{}, 1)}
+	local := p.Leave != nil
+	w := &waiter{queue: queueOf(p.Policy.Name, p.Owner, local), turn: p.Turn, decided: p.Decided, local: local, due: start.Add(d.Wait), moved: make(chan struct{}, 1)}
 	if !q.waiters.add(p.Key, p.Owner, w) {
 		q.leave(p)
 		return ErrTooManyWaiting
@@ -259,6 +263,7 @@ func (q *Queue) moved(msg string) {
 
 // waiter is a request held until its turn.
 type waiter struct {
+	queue   string    // its identity's queue (queueOf), whose next request waits behind it
 	turn    int64     // its turn in Redis µs (the replica's, local): moves name the turns after a leaver's
 	decided int64     // when its turn was given, on the same clock
 	local   bool      // its place is in the fallback's memory queue: only that queue's moves move it
@@ -276,6 +281,8 @@ type waiters struct {
 	// byOwner counts the waiters of each identity (an account), whatever its keys: a PIX queue
 	// and a statement queue of one account share its half.
 	byOwner map[string]int64
+	// byQueue counts the waiters of each queue (queueOf): a request of a queue with one waits.
+	byQueue map[string]int64
 	// moves are the recent moves by key, for a waiter decided before one and registered after it
 	// (its decision's reply was on its way back): add applies them. Kept a minute, longer than
 	// any wait.
@@ -294,14 +301,24 @@ const keepMoves = time.Minute
 
 func newWaiters(max int) *waiters {
 	return &waiters{max: int64(max), byKey: map[string]map[*waiter]struct{}{}, byOwner: map[string]int64{},
-		moves: map[string][]queueMove{}}
+		byQueue: map[string]int64{}, moves: map[string][]queueMove{}}
 }
 
-// full reports whether the replica holds as many waiters as it may, in all or of owner.
-func (ws *waiters) full(owner string) bool {
+// fullBehind reports whether the replica holds as many waiters as it may, in all or of owner,
+// and a waiter of queue, which the queue's next request would wait behind.
+func (ws *waiters) fullBehind(queue, owner string) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	return ws.fullLocked(owner)
+	return ws.byQueue[queue] > 0 && ws.fullLocked(owner)
+}
+
+// queueOf names identity's queue of policy among the waiters: Redis's, or, when local, the
+// fallback's memory queue.
+func queueOf(policy, identity string, local bool) string {
+	if local {
+		return policy + "\x00" + identity + "\x00local"
+	}
+	return policy + "\x00" + identity
 }
 
 // fullLocked is full with ws.mu held: every place taken, or half of them (at least 1) by owner,
@@ -334,6 +351,7 @@ func (ws *waiters) add(key, owner string, w *waiter) bool {
 	}
 	ws.count.Add(1)
 	ws.byOwner[owner]++
+	ws.byQueue[w.queue]++
 	if ws.byKey[key] == nil {
 		ws.byKey[key] = map[*waiter]struct{}{}
 	}
@@ -364,6 +382,9 @@ func (ws *waiters) remove(key, owner string, w *waiter) {
 	}
 	if ws.byOwner[owner]--; ws.byOwner[owner] <= 0 {
 		delete(ws.byOwner, owner)
+	}
+	if ws.byQueue[w.queue]--; ws.byQueue[w.queue] <= 0 {
+		delete(ws.byQueue, w.queue)
 	}
 	ws.count.Add(-1)
 	ws.mu.Unlock()

@@ -228,7 +228,8 @@ func TestALeaverGivesItsPlaceBack(t *testing.T) {
 }
 
 // TestAReplicaHoldsAtMostMaxWaiting: past Options.MaxWaiting, or past half of it on one key, a
-// queue's request is refused at once, taking no place.
+// queue's request that would wait is refused: at once, taking no place, behind a waiter of its
+// queue; else by Wait, giving its place back. One that would not wait is served.
 func TestAReplicaHoldsAtMostMaxWaiting(t *testing.T) {
 	srv := redistest.Start(t)
 	l := replicas(t, srv, 1, 2)[0]
@@ -242,10 +243,19 @@ func TestAReplicaHoldsAtMostMaxWaiting(t *testing.T) {
 		wg.Go(func() { _ = l.Wait(ctx, d) })
 	}
 	waitFor(t, "two waiters registered", func() bool { return l.Waiting() == 2 })
-	if d, err := l.AllowAll(context.Background(), Check{Policy: p, Identity: "third"}); err != nil || d.Allowed {
-		t.Errorf("a waiter on a third key of a replica that holds 2: allowed=%v (%v), want refused", d.Allowed, err)
+	// A third key's first request waits for no one: the replica's waiters are no reason to refuse it.
+	if d, err := l.AllowAll(context.Background(), Check{Policy: p, Identity: "third"}); err != nil || !d.Allowed || d.Wait != 0 {
+		t.Errorf("a third key's first request beside a replica's 2 waiters: allowed=%v wait %v (%v), want served at once", d.Allowed, d.Wait, err)
 	}
-	d := mustAllow(t, l, Check{Policy: p, Identity: "co"})
+	// Its second would wait: the limiter gives it a place, which Wait gives back, refusing it.
+	d := mustAllow(t, l, Check{Policy: p, Identity: "third"})
+	if err := l.Wait(ctx, d); !d.Allowed || d.Wait <= 0 || !errors.Is(err, ErrTooManyWaiting) {
+		t.Errorf("a waiter on a third key of a replica that holds 2: allowed=%v wait %v, Wait %v, want ErrTooManyWaiting", d.Allowed, d.Wait, err)
+	}
+	if ds, err := l.Decide(context.Background(), ratelimit.AskStep(Check{Policy: p, Identity: "third"})); err != nil || ds.Last().Worst.Remaining != 10 {
+		t.Errorf("the third key's queue after a refused waiter: %d free places (%v), want all 10: its place given back, and the first served", ds.Last().Worst.Remaining, err)
+	}
+	d = mustAllow(t, l, Check{Policy: p, Identity: "co"})
 	if d.Allowed || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > p.Pace()*2 {
 		t.Errorf("a second waiter on a key that holds half the replica's 2: allowed=%v retry %v, want refused until a waiter is served", d.Allowed, d.Worst.RetryAfter)
 	}
