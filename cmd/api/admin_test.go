@@ -391,3 +391,37 @@ func TestTheDeskLimitsCallsWithoutTheToken(t *testing.T) {
 		t.Errorf("a 12th guess with Redis gone: %v (%v), want 429 rate_limit_exceeded from the deny cache", r, got)
 	}
 }
+
+// TestAStoppedReplicaWritesItsDeskRefusals: calls to the desk without the right token are audited
+// as a summary when their minute ends; a replica stopped (as SIGTERM stops it) within the minute
+// writes its summary as it stops, not never.
+func TestAStoppedReplicaWritesItsDeskRefusals(t *testing.T) {
+	t.Parallel()
+	srv, db := redistest.Start(t), pgtest.URL(t)
+	env := map[string]string{"DATABASE_URL": db, "ADMIN_ADDR": apitest.FreeAddr(t), "ADMIN_TOKEN": rand.Text() + rand.Text()}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	_, done := launch(t, ctx, srv, env)
+	desk := &apitest.Client{T: t, Base: "http://" + env["ADMIN_ADDR"]}
+	for range 3 {
+		if r := desk.Do(http.MethodGet, "/admin/v1/tiers", nil, "Authorization", "Bearer not-the-token"); r.Status != http.StatusUnauthorized {
+			t.Fatalf("a call with a wrong token: %v, want 401", r)
+		}
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("api exit: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("api did not stop within 15s")
+	}
+	var calls int
+	if err := pgtest.Connect(t, db).QueryRow(t.Context(), "SELECT coalesce(sum(calls), 0) FROM admin_audit WHERE outcome = 'refused'").Scan(&calls); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 3 {
+		t.Errorf("refused calls audited after the stop: %d, want 3", calls)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,13 +81,15 @@ func runReplica(ctx context.Context, args []string, environ []string, stdout, st
 		}
 		defer stop()
 	}
+	stopAdmin := func(context.Context) {}
 	if cfg.AdminAddr != "" {
-		stop, err := serveAdmin(cfg.AdminAddr, replica.Admin, logger)
-		if err != nil {
+		if stopAdmin, err = serveAdmin(cfg.AdminAddr, replica.Admin, logger); err != nil {
 			ln.Close()
 			return err
 		}
-		defer stop()
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		defer stopAdmin(done) // at once (a run that failed); after a drain, a no-op
 	}
 	srv := &http.Server{
 		Handler:           replica.Handler,
@@ -108,7 +111,11 @@ func runReplica(ctx context.Context, args []string, environ []string, stdout, st
 	logger.Info("shutting down: draining in-flight requests")
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	var desk sync.WaitGroup
+	desk.Go(func() { stopAdmin(shutdownCtx) }) // the desk's calls drain beside the public ones
+	err = srv.Shutdown(shutdownCtx)
+	desk.Wait()
+	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
@@ -118,8 +125,9 @@ func runReplica(ctx context.Context, args []string, environ []string, stdout, st
 	return nil
 }
 
-// serveAdmin serves the support desk on its own listener (ADMIN_ADDR), never the public one.
-func serveAdmin(addr string, h http.Handler, logger *slog.Logger) (stop func(), err error) {
+// serveAdmin serves the support desk on its own listener (ADMIN_ADDR), never the public one. stop
+// drains its calls until ctx ends, then closes what is left.
+func serveAdmin(addr string, h http.Handler, logger *slog.Logger) (stop func(context.Context), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin listen: %w", err)
@@ -127,7 +135,11 @@ func serveAdmin(addr string, h http.Handler, logger *slog.Logger) (stop func(), 
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 15 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	logger.Info("support desk listening", "addr", ln.Addr().String())
-	return func() { _ = srv.Close() }, nil
+	return func(ctx context.Context) {
+		if srv.Shutdown(ctx) != nil {
+			_ = srv.Close()
+		}
+	}, nil
 }
 
 // serveMetrics serves reg's metrics in the Prometheus text format on their own listener, never

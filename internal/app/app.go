@@ -193,10 +193,15 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	if err != nil || cfg.AdminAddr == "" {
 		return err
 	}
-	r.Admin, err = httpapi.NewAdmin(httpapi.AdminDeps{Logger: logger.With("listener", "admin"), Limiter: r.Limiter, Stack: r.Stack, DenyCache: r.DenyCache,
+	admin, err := httpapi.NewAdmin(httpapi.AdminDeps{Logger: logger.With("listener", "admin"), Limiter: r.Limiter, Stack: r.Stack, DenyCache: r.DenyCache,
 		Limits: cfg.Limits, Ledger: ledger, Tokens: r.Tokens, Token: cfg.AdminToken, Tiers: tiers,
 		AuditKey: auth.DeriveKey(secret, "audit names")})
-	return err
+	if err != nil {
+		return err
+	}
+	r.Admin = admin
+	r.closers = append(r.closers, admin.Close) // closed before the ledger: its last summaries are written
+	return nil
 }
 
 // newMetrics registers the replica's metrics in reg; nil when reg is (metrics off).

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -80,7 +81,7 @@ const deskTimeout = 10 * time.Second
 // The identity is what the policy counts: an account id (pix, statement), an IP (login-ip), a
 // CPF or CNPJ (login-account; and pix-lookup, pix-lookup-v2, whose payer is named from it as the
 // look-up does), a device id (login-device), or the bank's ISPB (pix-lookup-participant).
-func NewAdmin(d AdminDeps) (http.Handler, error) {
+func NewAdmin(d AdminDeps) (*Admin, error) {
 	if d.Logger == nil || d.Limiter == nil || d.Ledger == nil || d.Tokens == nil || d.Tiers == nil || len(d.Token) < 32 || len(d.AuditKey) < 16 {
 		return nil, errors.New("httpapi: the support desk needs a Logger, a Limiter, a Ledger, Tokens, Tiers, a token of at least 32 bytes and an audit key")
 	}
@@ -96,8 +97,18 @@ func NewAdmin(d AdminDeps) (http.Handler, error) {
 	e.GET("/admin/v1/tiers", desk.getTiers)
 	e.DELETE("/admin/v1/accounts/:account_id/devices", desk.revokeDevices)
 	e.POST("/admin/v1/accounts/:account_id/devices/:device_id/approve", desk.approveDevice)
-	return e, nil
+	return &Admin{Handler: e, refusals: desk.refusals}, nil
 }
+
+// Admin is the support desk's handler. Close it after its listener has drained (before the
+// ledger closes): it writes the summaries of refused calls that their minute has not ended yet.
+type Admin struct {
+	http.Handler
+	refusals *refusals
+}
+
+// Close writes every summary still open; a refused call after it is written at once.
+func (a *Admin) Close() { a.refusals.close() }
 
 type desk struct {
 	AdminDeps
@@ -279,6 +290,7 @@ type refusals struct {
 	every  time.Duration // a minute; shorter in tests
 	mu     sync.Mutex
 	open   map[string]*pix.AuditRecord // by IP name, for the current minute of each
+	closed bool                        // the desk is closing: a summary is written at once
 }
 
 const maxRefusalIPs = 10_000
@@ -287,10 +299,10 @@ func newRefusals(ledger pix.AuditLog, logger *slog.Logger) *refusals {
 	return &refusals{ledger: ledger, logger: logger, every: time.Minute, open: map[string]*pix.AuditRecord{}}
 }
 
-// count adds one refused call of ip (its audit name) to ip's summary of the minute.
+// count adds one refused call of ip (its audit name) to ip's summary of the minute; once the desk
+// is closing, it writes the summary at once.
 func (r *refusals) count(ip, action string, status int) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if _, ok := r.open[ip]; !ok && len(r.open) >= maxRefusalIPs {
 		ip = "ip:others"
 	}
@@ -299,12 +311,30 @@ func (r *refusals) count(ip, action string, status int) {
 		now := time.Now().UTC()
 		rec = &pix.AuditRecord{At: now, Actor: "unauthenticated", Action: action, Status: status, Key: ip, Outcome: pix.OutcomeRefused}
 		r.open[ip] = rec
-		// Written after the period ends, spread over a tenth of one: thousands of IPs' summaries
-		// do not reach the ledger at once.
-		time.AfterFunc(now.Truncate(r.every).Add(r.every).Sub(now)+mrand.N(r.every/10), func() { r.flush(ip) })
+		if !r.closed {
+			// Written after the period ends, spread over a tenth of one: thousands of IPs'
+			// summaries do not reach the ledger at once.
+			time.AfterFunc(now.Truncate(r.every).Add(r.every).Sub(now)+mrand.N(r.every/10), func() { r.flush(ip) })
+		}
 	}
 	rec.Calls++
 	rec.Status = max(rec.Status, status) // a 429 once the IP's limit is reached
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		r.flush(ip)
+	}
+}
+
+// close writes every open summary now: a replica that stops does not lose its last minute's.
+func (r *refusals) close() {
+	r.mu.Lock()
+	r.closed = true
+	ips := slices.Collect(maps.Keys(r.open)) // their timers, when they fire, find them written
+	r.mu.Unlock()
+	for _, ip := range ips {
+		r.flush(ip)
+	}
 }
 
 // flush writes ip's summary of the minute.

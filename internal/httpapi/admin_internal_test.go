@@ -51,3 +51,29 @@ func TestTheDeskSummarizesCallsWithoutTheToken(t *testing.T) {
 		t.Errorf("%d records, want 2: one per IP", len(trail))
 	}
 }
+
+// TestADeskThatClosesWritesItsOpenSummaries: a replica that stops within the minute writes the
+// summaries the minute's end would have (they were lost: only a timer wrote them), and a call
+// refused while it closes is written at once.
+func TestADeskThatClosesWritesItsOpenSummaries(t *testing.T) {
+	t.Parallel()
+	ledger, err := pix.NewMemoryLedger(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRefusals(ledger, slog.New(slog.DiscardHandler))
+	r.every = time.Hour // no timer fires during the test
+	for range 3 {
+		r.count("ip:aaaa", "GET /admin/v1/tiers", 401)
+	}
+	r.close()
+	r.count("ip:bbbb", "GET /admin/v1/tiers", 401)
+	trail, _ := ledger.AuditTrail(context.Background(), 10)
+	got := map[string]int{}
+	for _, rec := range trail {
+		got[rec.Key] += rec.Calls
+	}
+	if got["ip:aaaa"] != 3 || got["ip:bbbb"] != 1 || len(trail) != 2 {
+		t.Errorf("written on close: %v in %d records, want ip:aaaa 3 and ip:bbbb 1 in 2", got, len(trail))
+	}
+}
