@@ -326,19 +326,33 @@ func (r *refusals) count(ip, action string, status int) {
 	}
 }
 
-// close writes every open summary now: a replica that stops does not lose its last minute's.
+// close writes every open summary now, within closeTimeout for them all (a flood's thousands of
+// IPs must not hold a stopping replica past its grace): a replica that stops does not lose its
+// last minute's.
 func (r *refusals) close() {
 	r.mu.Lock()
 	r.closed = true
 	ips := slices.Collect(maps.Keys(r.open)) // their timers, when they fire, find them written
 	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
 	for _, ip := range ips {
-		r.flush(ip)
+		r.flushWithin(ctx, ip)
 	}
 }
 
+// closeTimeout bounds the writing of a closing desk's open summaries.
+const closeTimeout = 2 * time.Second
+
 // flush writes ip's summary of the minute.
 func (r *refusals) flush(ip string) {
+	ctx, cancel := context.WithTimeout(context.Background(), deskTimeout)
+	defer cancel()
+	r.flushWithin(ctx, ip)
+}
+
+// flushWithin is flush within ctx.
+func (r *refusals) flushWithin(ctx context.Context, ip string) {
 	r.mu.Lock()
 	rec := r.open[ip]
 	delete(r.open, ip)
@@ -346,8 +360,6 @@ func (r *refusals) flush(ip string) {
 	if rec == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), deskTimeout)
-	defer cancel()
 	if err := r.ledger.Audit(ctx, *rec); err != nil {
 		r.logger.Error("support desk: summary of refused calls not stored", "calls", rec.Calls, "err", err)
 	}
