@@ -774,6 +774,10 @@ func (cfg *environment) checkNight(p *problems) pix.NightCap {
 		p.add("NIGHT_START", "%s equals NIGHT_END: a night of no length, which would void the night limits customers "+
 			"set too; to switch off only the bank's default cap, set NIGHT_LIMIT_CENTS=0", cfg.NightStart)
 	}
+	if slices.Contains(pix.NightStarts, night.End) && !p.has("NIGHT_END") {
+		p.add("NIGHT_END", "%s is a night start a customer may choose (20:00 or 22:00): her night would have no length, "+
+			"voiding the night limit she set", cfg.NightEnd)
+	}
 	return night
 }
 

@@ -586,3 +586,15 @@ func hexTwice() string {
 	mrand.Shuffle(16, func(i, j int) { digits[16+i], digits[16+j] = digits[16+j], digits[16+i] })
 	return string(digits)
 }
+
+// TestANightEndsAtNoCustomersStart: NIGHT_END at a night start a customer may choose (20:00,
+// 22:00) gives her night no length, voiding the limit she set: a configuration error, named.
+func TestANightEndsAtNoCustomersStart(t *testing.T) {
+	t.Parallel()
+	for end, bad := range map[string]bool{"20:00": true, "22:00": true, "21:00": false, "06:00": false} {
+		_, err := load(map[string]string{"NIGHT_END": end, "AUTH_SECRET": rand.Text() + rand.Text()})
+		if got := err != nil && strings.Contains(err.Error(), "NIGHT_END:"); got != bad {
+			t.Errorf("NIGHT_END=%s: error %v, want refused %v", end, err, bad)
+		}
+	}
+}
