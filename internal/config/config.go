@@ -428,7 +428,7 @@ func (cfg *environment) check(p *problems) Config {
 	if cfg.MetricsAddr != "" && !listenAddr(cfg.MetricsAddr) {
 		p.add("METRICS_ADDR", "%q is not host:port with a port from 0 to 65535 (or empty, for no metrics)", cfg.MetricsAddr)
 	}
-	checkProxies(p, cfg.TrustedProxies)
+	out.TrustedProxies = checkProxies(p, cfg.TrustedProxies)
 	out.Redis = cfg.checkRedis(p)
 	pool := int32(pix.MemoryCalls) // the in-memory ledger's places
 	if cfg.DatabaseURL != "" {
@@ -882,15 +882,34 @@ var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("fe80::/10"), netip.MustParsePrefix("fc00::/7"),
 }
 
+// v4In6 are the IPv6 ranges that hold all of IPv4 in their last 32 bits: IPv4-mapped addresses,
+// and NAT64's well-known prefix (RFC 6052), as which a translator shows IPv4 clients.
+var v4In6 = []netip.Prefix{netip.MustParsePrefix("::ffff:0:0/96"), netip.MustParsePrefix("64:ff9b::/96")}
+
 // checkProxies refuses TRUSTED_PROXIES ranges that would trust the internet: a trusted peer's
 // X-Forwarded-For is believed, so trusting every hop (0.0.0.0/0, or any wide public range) lets
 // clients choose their own login IP key. A range inside the non-public ones is fine, and so is a
-// public one no wider than a proxy fleet's (widestPublicProxyV4, widestPublicProxyV6).
-func checkProxies(p *problems, prefixes []netip.Prefix) {
+// public one no wider than a proxy fleet's (widestPublicProxyV4, widestPublicProxyV6). A range
+// of IPv4 written in IPv6 (v4In6) is judged as the IPv4 range it holds, and one that holds a
+// whole v4In6 range holds all of IPv4. It returns the ranges as peers are matched: an
+// IPv4-mapped range as its IPv4 one (a peer's address is unmapped before it is matched).
+func checkProxies(p *problems, prefixes []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(prefixes))
 	for _, pfx := range prefixes {
-		p4 := pfx
-		if pfx.Addr().Is4In6() { // ::ffff:0.0.0.0/96 is all of IPv4
-			p4 = netip.PrefixFrom(pfx.Addr().Unmap(), max(0, pfx.Bits()-96))
+		p4, wholeV4 := pfx, false
+		for _, e := range v4In6 {
+			switch {
+			case pfx.Bits() >= e.Bits() && e.Contains(pfx.Addr()):
+				b := pfx.Addr().As16()
+				p4 = netip.PrefixFrom(netip.AddrFrom4([4]byte(b[12:])), pfx.Bits()-e.Bits())
+			case pfx.Bits() < e.Bits() && pfx.Contains(e.Addr()):
+				wholeV4 = true
+			}
+		}
+		if pfx.Addr().Is4In6() && pfx.Bits() >= 96 {
+			out = append(out, p4)
+		} else {
+			out = append(out, pfx)
 		}
 		private := slices.ContainsFunc(nonPublic, func(np netip.Prefix) bool {
 			return np.Addr().Is4() == p4.Addr().Is4() && np.Bits() <= p4.Bits() && np.Contains(p4.Addr())
@@ -899,12 +918,13 @@ func checkProxies(p *problems, prefixes []netip.Prefix) {
 		if p4.Addr().Is6() {
 			widest = widestPublicProxyV6
 		}
-		if !private && (p4.Bits() < widest || pfx.Addr().Is4In6() && pfx.Bits() < 96) {
+		if wholeV4 || !private && p4.Bits() < widest {
 			p.add("TRUSTED_PROXIES", "%s trusts public addresses that are no proxy of yours, and clients behind them "+
 				"would choose their own rate-limit key: name your proxies' addresses (public ranges no wider than /%d, "+
 				"/%d for IPv6; private ranges as wide as you like)", pfx, widestPublicProxyV4, widestPublicProxyV6)
 		}
 	}
+	return out
 }
 
 // minSecretBits is the least AUTH_SECRET's letters must carry, by their frequencies: 32 random hex

@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/rand"
 	mrand "math/rand/v2"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -113,6 +114,11 @@ func TestValuesThatCouldMeanSomethingElse(t *testing.T) {
 		{"TRUSTED_PROXIES", "2001:db8::/27", false},
 		{"TRUSTED_PROXIES", "8.0.0.0/11", false},
 		{"TRUSTED_PROXIES", "::ffff:0.0.0.0/96", false},
+		{"TRUSTED_PROXIES", "64:ff9b::/96", false},          // NAT64: every IPv4 client, translated
+		{"TRUSTED_PROXIES", "64:ff9b::/64", false},          // holds it
+		{"TRUSTED_PROXIES", "64:ff9b::808:0/107", false},    // 8.0.0.0/11, translated
+		{"TRUSTED_PROXIES", "64:ff9b::a00:0/104", true},     // 10.0.0.0/8, translated
+		{"TRUSTED_PROXIES", "::ffff:203.0.113.0/120", true}, // 203.0.113.0/24, mapped
 		{"TRUSTED_PROXIES", "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fd00::/8, 127.0.0.1/32", true},
 		{"TRUSTED_PROXIES", "203.0.113.0/24, 198.51.100.7/32, 2001:db8:1::/48", true},
 		// A CDN's published edge ranges (Cloudflare's, among them its widest): its proxies.
@@ -596,5 +602,23 @@ func TestANightEndsAtNoCustomersStart(t *testing.T) {
 		if got := err != nil && strings.Contains(err.Error(), "NIGHT_END:"); got != bad {
 			t.Errorf("NIGHT_END=%s: error %v, want refused %v", end, err, bad)
 		}
+	}
+}
+
+// TestAMappedProxyRangeMatchesItsPeers: a trusted range written as IPv4-mapped IPv6 is kept as
+// the IPv4 range it holds, since a peer's address is unmapped before it is matched: kept as
+// written, it matched no peer, and the clients behind that proxy shared its one IP key.
+func TestAMappedProxyRangeMatchesItsPeers(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(map[string]string{"TRUSTED_PROXIES": "::ffff:203.0.113.0/120, 64:ff9b::a00:0/104", "AUTH_SECRET": rand.Text() + rand.Text()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("64:ff9b::a00:0/104")}
+	if !slices.Equal(cfg.TrustedProxies, want) {
+		t.Errorf("TRUSTED_PROXIES kept as %v, want %v", cfg.TrustedProxies, want)
+	}
+	if !cfg.TrustedProxies[0].Contains(netip.MustParseAddr("::ffff:203.0.113.9").Unmap()) {
+		t.Error("a mapped proxy's peer, unmapped, is not in its range")
 	}
 }
