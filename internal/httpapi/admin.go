@@ -477,6 +477,9 @@ func (d *desk) resolve(c echo.Context, policy, identity string) (ratelimit.Check
 		if !ok || !accountID.MatchString(account) || !deviceID.MatchString(device) {
 			return ratelimit.Check{}, bad("an account id and a device id (acct-ana/DEVICEID)")
 		}
+		if _, err := d.account(c, account); err != nil {
+			return ratelimit.Check{}, err
+		}
 		return ratelimit.Check{Policy: l.Settings.Policy, Identity: identity}, nil
 	case adminIP.Policy.Name:
 		addr, err := netip.ParseAddr(identity)
@@ -517,10 +520,8 @@ func (d *desk) resolve(c echo.Context, policy, identity string) (ratelimit.Check
 // accountCheck is the key of an account's PIX limit (its statement's when statement), at its
 // tier, as the route decides it.
 func (d *desk) accountCheck(c echo.Context, id string, statement bool) (ratelimit.Check, error) {
-	acct, err := d.Ledger.Account(c.Request().Context(), id)
-	if errors.Is(err, pix.ErrAccountNotFound) {
-		return ratelimit.Check{}, &Error{Code: CodeNotFound, Message: "no such account"}
-	} else if err != nil {
+	acct, err := d.account(c, id)
+	if err != nil {
 		return ratelimit.Check{}, err
 	}
 	_, person, _ := pix.ParseDocument(acct.Document)
@@ -530,6 +531,15 @@ func (d *desk) accountCheck(c echo.Context, id string, statement bool) (ratelimi
 	}
 	limit = limitOf(d.Tiers, d.Limits.MaxWait, limit, auth.Subject{Account: acct.ID, Person: string(person)}, statement)
 	return ratelimit.Check{Policy: limit.Policy, Identity: id}, nil
+}
+
+// account is the ledger's account id, or a 404 when it has none.
+func (d *desk) account(c echo.Context, id string) (pix.Account, error) {
+	acct, err := d.Ledger.Account(c.Request().Context(), id)
+	if errors.Is(err, pix.ErrAccountNotFound) {
+		return pix.Account{}, &Error{Code: CodeNotFound, Message: "no such account"}
+	}
+	return acct, err
 }
 
 // lookupCheck is the key of a payer's look-up bucket for keys of keyType, at its account's tier

@@ -104,3 +104,37 @@ func TestADeskApprovalAuditsTheDevicesStateBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestTheDeskKnowsNoMadeUpAccount: a key named by an account the ledger does not have is 404
+// not_found, for the account's settings key as for its PIX and statement keys (the settings key
+// was read, and cleared, for any made-up account); a real account's is 200.
+func TestTheDeskKnowsNoMadeUpAccount(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, redistest.Start(t), lax())
+	tiers := pix.NewTiers(t.Context(), s.ledger, slog.New(slog.DiscardHandler), time.Hour)
+	t.Cleanup(tiers.Close)
+	token := rand.Text() + rand.Text()
+	desk, err := httpapi.NewAdmin(httpapi.AdminDeps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(),
+		Ledger: s.ledger, Tokens: s.tokens, Token: token, Tiers: tiers, AuditKey: []byte("an-audit-key-16b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := lax().Settings.Policy.Name
+	for _, tt := range []struct {
+		method, path string
+		want         int
+	}{
+		{http.MethodGet, "/admin/v1/keys/" + settings + "/acct-nobody/DEVICE1", http.StatusNotFound},
+		{http.MethodDelete, "/admin/v1/keys/" + settings + "/acct-nobody/DEVICE1", http.StatusNotFound},
+		{http.MethodGet, "/admin/v1/keys/" + lax().PIX.Policy.Name + "/acct-nobody", http.StatusNotFound},
+		{http.MethodGet, "/admin/v1/keys/" + settings + "/acct-ana/DEVICE1", http.StatusOK},
+	} {
+		req := httptest.NewRequest(tt.method, tt.path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		desk.ServeHTTP(rec, req)
+		if rec.Code != tt.want || tt.want == http.StatusNotFound && !strings.Contains(rec.Body.String(), `"not_found"`) {
+			t.Errorf("%s %s: %d %s, want %d", tt.method, tt.path, rec.Code, rec.Body, tt.want)
+		}
+	}
+}
