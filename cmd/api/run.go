@@ -51,16 +51,7 @@ func runReplica(ctx context.Context, args []string, environ []string, stdout, st
 		return checkHealth(ctx, cfg.HTTPAddr)
 	}
 	logger := newLogger(cfg, stderr)
-	for _, name := range config.Unknown(environ) {
-		logger.Warn("a variable with a prefix of the configuration's is not one of its variables: misspelled? it is ignored", "variable", name)
-	}
-	for _, d := range cfg.Deprecated {
-		msg := "a variable is set under its deprecated name, read while the new one is unset: rename it"
-		if d.Ignored {
-			msg = "a variable is set under its deprecated name and its new one: the new one wins; remove the deprecated one"
-		}
-		logger.Warn(msg, "variable", d.Old, "use", d.New)
-	}
+	warnVariables(logger, cfg, environ)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -123,6 +114,21 @@ func runReplica(ctx context.Context, args []string, environ []string, stdout, st
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// warnVariables warns of the variables environ sets that the configuration ignores (misspelled)
+// or reads under a deprecated name.
+func warnVariables(logger *slog.Logger, cfg config.Config, environ []string) {
+	for _, name := range config.Unknown(environ) {
+		logger.Warn("a variable with a prefix of the configuration's is not one of its variables: misspelled? it is ignored", "variable", name)
+	}
+	for _, d := range cfg.Deprecated {
+		msg := "a variable is set under its deprecated name, read while the new one is unset: rename it"
+		if d.Ignored {
+			msg = "a variable is set under its deprecated name and its new one: the new one wins; remove the deprecated one"
+		}
+		logger.Warn(msg, "variable", d.Old, "use", d.New)
+	}
 }
 
 // serveAdmin serves the support desk on its own listener (ADMIN_ADDR), never the public one. stop

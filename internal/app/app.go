@@ -193,6 +193,12 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	if err != nil || cfg.AdminAddr == "" {
 		return err
 	}
+	return r.openDesk(cfg, ledger, tiers, secret, logger)
+}
+
+// openDesk builds the support desk (ADMIN_ADDR) over the replica's ledger, unshared: the desk's
+// calls are not counted against any account's share.
+func (r *Replica) openDesk(cfg config.Config, ledger pix.Ledger, tiers *pix.Tiers, secret []byte, logger *slog.Logger) error {
 	admin, err := httpapi.NewAdmin(httpapi.AdminDeps{Logger: logger.With("listener", "admin"), Limiter: r.Limiter, Stack: r.Stack, DenyCache: r.DenyCache,
 		Limits: cfg.Limits, Ledger: ledger, Tokens: r.Tokens, Token: cfg.AdminToken, Tiers: tiers,
 		AuditKey: auth.DeriveKey(secret, "audit names")})
