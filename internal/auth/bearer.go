@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/pixlimit/pixlimit/internal/pix"
 )
 
 // subjectKey keys the verified subject in a request's context: a type of its own, so that
@@ -40,7 +42,10 @@ func RequireAccount(tokens *Tokens, revoked Revocations) echo.MiddlewareFunc {
 				s.Device != "" && revokedBy(s.IssuedAt, revoked.RemovedSince(s.Account, s.Device))) {
 				return ErrUnauthorized
 			}
-			c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), subjectKey{}, s)))
+			// The account's ledger calls take its customer's places (pix.ForCustomer), which her
+			// logins take too.
+			ctx := pix.ForCustomer(context.WithValue(c.Request().Context(), subjectKey{}, s), s.Payer)
+			c.SetRequest(c.Request().WithContext(ctx))
 			return next(c)
 		}
 	}

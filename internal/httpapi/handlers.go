@@ -158,7 +158,9 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		if err := validLogin(docErr, req.Password); err != nil {
 			return err
 		}
-		acct, err := passwords.Check(c.Request().Context(), accounts, document, req.Password)
+		// Her look-up takes a place of her share of the ledger, as her account's calls do.
+		ctx := pix.ForCustomer(c.Request().Context(), tokens.PayerID(document))
+		acct, err := passwords.Check(ctx, accounts, document, req.Password)
 		if err != nil {
 			return err
 		}
@@ -291,7 +293,7 @@ func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxW
 			// (A queued PIX takes its place at its turn, in the transfer's call: it would hold
 			// one through its whole wait otherwise.) With every place taken, a PIX past its
 			// account's in-flight slots is refused at once rather than after its wait.
-			if share.Full(s.Account) {
+			if share.Full(c.Request().Context(), s.Account) {
 				if err := pixes.vacant(c, s, req.IdempotencyKey, own); err != nil {
 					return err
 				}

@@ -18,6 +18,9 @@ var ErrLedgerBusy = errors.New("ledger busy: the account holds its share of the 
 // while the rest serve everyone else, its own calls waiting their turn. A call that finds no
 // place within the wait is answered ErrLedgerBusy, having asked the ledger nothing.
 //
+// The places are a customer's (ForCustomer): her account's calls and the logins that name her
+// document share them, or a login flood beside her PIX would hold twice her share.
+//
 // It costs a map look-up and a channel operation under one mutex per call; it keeps an entry per
 // account with a call in progress, and none for the others.
 type Share struct {
@@ -46,12 +49,32 @@ func NewShare(per int, wait time.Duration) (*Share, error) {
 // ledger calls made under it take none of their own.
 type holding struct{}
 
+// customer marks a context whose calls take the places of the customer it names (ForCustomer).
+type customer struct{}
+
+// ForCustomer has the calls made under ctx take the places of one customer, named by a stable
+// name of her document (auth's PayerID): a login's look-up knows the document before the account,
+// and every call of her account's routes carries it, so both count against one share. Without it,
+// an account's calls take its account's places, and a login's look-up its document's.
+func ForCustomer(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, customer{}, name)
+}
+
+// holderOf is whose places a call of account under ctx takes: ctx's customer's, or account's.
+func holderOf(ctx context.Context, account string) string {
+	if c, _ := ctx.Value(customer{}).(string); c != "" {
+		return c
+	}
+	return account
+}
+
 // Hold takes one of account's places for a sequence of calls (a PIX: its admission and its
 // transfer), waiting its turn at most the share's wait and within (what the caller's deadline
 // leaves), else ErrLedgerBusy; a ctx that ends first returns its error (the client left: nothing
 // was decided). The calls made with the context it returns take no place of their own; release
 // gives it back.
 func (s *Share) Hold(ctx context.Context, account string, within time.Duration) (context.Context, func(), error) {
+	account = holderOf(ctx, account)
 	if held, _ := ctx.Value(holding{}).(string); held == account {
 		return ctx, func() {}, nil
 	}
@@ -62,8 +85,10 @@ func (s *Share) Hold(ctx context.Context, account string, within time.Duration) 
 	return context.WithValue(ctx, holding{}, account), release, nil
 }
 
-// Full says whether account holds every one of its places now: a call would wait its turn.
-func (s *Share) Full(account string) bool {
+// Full says whether account (ctx's customer) holds every one of its places now: a call would
+// wait its turn.
+func (s *Share) Full(ctx context.Context, account string) bool {
+	account = holderOf(ctx, account)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.held[account]
@@ -107,6 +132,7 @@ func (s *Share) take(ctx context.Context, account string, wait time.Duration) (f
 
 // call runs f in one of account's places, unless ctx holds one already.
 func call[T any](s *Share, ctx context.Context, account string, f func() (T, error)) (T, error) {
+	account = holderOf(ctx, account)
 	if held, _ := ctx.Value(holding{}).(string); held == account || account == "" {
 		return f()
 	}
@@ -134,7 +160,8 @@ type shared struct {
 	s *Share
 }
 
-// byDocument is the place a login's look-up takes: the account is not known yet.
+// byDocument is the place a login's look-up takes when ctx names no customer: the account is not
+// known yet.
 func byDocument(document string) string { return "document:" + document }
 
 func (x shared) AccountByDocument(ctx context.Context, document string) (Account, error) {

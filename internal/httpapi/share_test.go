@@ -1,0 +1,99 @@
+package httpapi_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/httpapi"
+	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
+	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+)
+
+// stuckTransfers is a ledger whose transfers wait until released, each holding its place.
+type stuckTransfers struct {
+	*pix.MemoryLedger
+	in      atomic.Int32
+	release chan struct{}
+}
+
+func (l *stuckTransfers) Transfer(ctx context.Context, r pix.TransferRequest) (pix.Receipt, error) {
+	l.in.Add(1)
+	select {
+	case <-l.release:
+	case <-ctx.Done():
+		return pix.Receipt{}, ctx.Err()
+	}
+	return l.MemoryLedger.Transfer(ctx, r)
+}
+
+// TestALoginTakesItsAccountsShareOfTheLedger: a login's look-up takes a place of the same share
+// of the ledger as its account's calls: with Ana's two places held by two PIX in progress, a login
+// to her document waits its turn and is 503 ledger_busy, having asked the ledger nothing (it took
+// a place of its own, and one account held twice its share); Bruno's login is served.
+func TestALoginTakesItsAccountsShareOfTheLedger(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, redistest.Start(t), lax())
+	ledger := &stuckTransfers{MemoryLedger: s.ledger, release: make(chan struct{})}
+	share, err := pix.NewShare(2, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(), Ledger: pix.Shared(ledger, share), Share: share,
+		Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ana, bruno := apitest.Demo[0], apitest.Demo[1]
+	document, _, err := pix.ParseDocument(ana.Document)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := s.tokens.Issue(auth.Subject{Account: "acct-ana", Payer: s.tokens.PayerID(document), Person: "PF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(req *http.Request) *httptest.ResponseRecorder {
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	var pixes sync.WaitGroup
+	for range 2 {
+		pixes.Go(func() {
+			req := httptest.NewRequest(http.MethodPost, "/v1/pix", strings.NewReader(`{"key":"bruno@example.com","amount_cents":1}`))
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Idempotency-Key", apitest.NewIdempotencyKey())
+			if rec := serve(req); rec.Code != http.StatusCreated {
+				t.Errorf("Ana's PIX: %d %s, want 201", rec.Code, rec.Body)
+			}
+		})
+	}
+	defer pixes.Wait()
+	defer close(ledger.release)
+	for deadline := time.Now().Add(10 * time.Second); ledger.in.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of Ana's 2 PIX reached the ledger", ledger.in.Load())
+		}
+	}
+	login := func(document, password string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/v1/login", strings.NewReader(`{"document":"`+document+`","password":"`+password+`"}`))
+		req.RemoteAddr = "198.51.100.9:1234"
+		return serve(req)
+	}
+	if rec := login(ana.Document, ana.Password); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"ledger_busy"`) {
+		t.Errorf("Ana's login while her 2 places are held: %d %s, want 503 ledger_busy", rec.Code, rec.Body)
+	}
+	if rec := login(bruno.Document, bruno.Password); rec.Code != http.StatusOK {
+		t.Errorf("Bruno's login meanwhile: %d %s, want 200", rec.Code, rec.Body)
+	}
+}
