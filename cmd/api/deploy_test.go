@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pixlimit/pixlimit/internal/config"
+	"github.com/pixlimit/pixlimit/internal/httpapi"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
@@ -87,9 +88,11 @@ func TestComposeFile(t *testing.T) {
 	if hc := strings.Join(c.Services["postgres"].Healthcheck.Test, " "); !strings.Contains(hc, "-h 127.0.0.1") {
 		t.Errorf("postgres healthcheck %q can pass during the init phase; want it over TCP (-h 127.0.0.1)", hc)
 	}
-	// The API's drain fits in the stop timeout, so it ends before Docker's SIGKILL.
-	if grace, err := time.ParseDuration(c.Services["api-1"].StopGracePeriod); err != nil || grace <= shutdownGrace {
-		t.Errorf("api stop_grace_period %q, want longer than the drain (%s)", c.Services["api-1"].StopGracePeriod, shutdownGrace)
+	// The API's stop fits in the stop timeout, so it ends before Docker's SIGKILL: the drain, the
+	// desk's last summaries and a second for the rest.
+	if grace, err := time.ParseDuration(c.Services["api-1"].StopGracePeriod); err != nil || grace <= shutdownGrace+httpapi.DeskCloseTimeout+time.Second {
+		t.Errorf("api stop_grace_period %q, want longer than the drain (%s), the desk's close (%s) and a second", c.Services["api-1"].StopGracePeriod,
+			shutdownGrace, httpapi.DeskCloseTimeout)
 	}
 
 	// The API replicas: one configuration, shared secrets and stores, started only when their

@@ -20,9 +20,10 @@ import (
 	"github.com/pixlimit/pixlimit/internal/config"
 )
 
-// shutdownGrace is how long a stopping server waits for in-flight requests: shorter than
-// Docker's stop timeout (10 s), so a drain ends before the SIGKILL, not by it.
-const shutdownGrace = 8 * time.Second
+// shutdownGrace is how long a stopping server waits for in-flight requests: with the desk's last
+// summaries (httpapi.DeskCloseTimeout) and a second for the rest of the replica's closing, shorter
+// than Docker's stop timeout (10 s), so a stop ends before the SIGKILL, not by it.
+const shutdownGrace = 7 * time.Second
 
 // run is the API program: it loads the configuration from environ (os.Environ), warns of any
 // variable with one of its prefixes that it does not know and of any set under a deprecated

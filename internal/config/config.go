@@ -886,6 +886,11 @@ var nonPublic = []netip.Prefix{
 // and NAT64's well-known prefix (RFC 6052), as which a translator shows IPv4 clients.
 var v4In6 = []netip.Prefix{netip.MustParsePrefix("::ffff:0:0/96"), netip.MustParsePrefix("64:ff9b::/96")}
 
+// localNAT64 is NAT64's local-use prefix (RFC 8215): a translator's own prefix within it may put
+// IPv4 anywhere in the bits after it, so a trusted range within it is judged as the IPv4 of its
+// last 32 bits only when it is a /96 or narrower, and as all of IPv4 when wider.
+var localNAT64 = netip.MustParsePrefix("64:ff9b:1::/48")
+
 // checkProxies refuses TRUSTED_PROXIES ranges that would trust the internet: a trusted peer's
 // X-Forwarded-For is believed, so trusting every hop (0.0.0.0/0, or any wide public range) lets
 // clients choose their own login IP key. A range inside the non-public ones is fine, and so is a
@@ -904,6 +909,14 @@ func checkProxies(p *problems, prefixes []netip.Prefix) []netip.Prefix {
 				p4 = netip.PrefixFrom(netip.AddrFrom4([4]byte(b[12:])), pfx.Bits()-e.Bits())
 			case pfx.Bits() < e.Bits() && pfx.Contains(e.Addr()):
 				wholeV4 = true
+			}
+		}
+		if pfx.Overlaps(localNAT64) {
+			if pfx.Bits() < 96 {
+				wholeV4 = true
+			} else {
+				b := pfx.Addr().As16()
+				p4 = netip.PrefixFrom(netip.AddrFrom4([4]byte(b[12:])), pfx.Bits()-96)
 			}
 		}
 		if pfx.Addr().Is4In6() && pfx.Bits() >= 96 {

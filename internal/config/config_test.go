@@ -119,6 +119,9 @@ func TestValuesThatCouldMeanSomethingElse(t *testing.T) {
 		{"TRUSTED_PROXIES", "64:ff9b::808:0/107", false},    // 8.0.0.0/11, translated
 		{"TRUSTED_PROXIES", "64:ff9b::a00:0/104", true},     // 10.0.0.0/8, translated
 		{"TRUSTED_PROXIES", "::ffff:203.0.113.0/120", true}, // 203.0.113.0/24, mapped
+		{"TRUSTED_PROXIES", "64:ff9b:1::/48", false},        // NAT64's local use: IPv4 anywhere after it
+		{"TRUSTED_PROXIES", "64:ff9b:1:2::/64", false},
+		{"TRUSTED_PROXIES", "64:ff9b:1::a00:0/104", true}, // 10.0.0.0/8, in the /96 format
 		{"TRUSTED_PROXIES", "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fd00::/8, 127.0.0.1/32", true},
 		{"TRUSTED_PROXIES", "203.0.113.0/24, 198.51.100.7/32, 2001:db8:1::/48", true},
 		// A CDN's published edge ranges (Cloudflare's, among them its widest): its proxies.

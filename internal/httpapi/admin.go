@@ -326,23 +326,41 @@ func (r *refusals) count(ip, action string, status int) {
 	}
 }
 
-// close writes every open summary now, within closeTimeout for them all (a flood's thousands of
-// IPs must not hold a stopping replica past its grace): a replica that stops does not lose its
-// last minute's.
+// close writes every open summary now, within DeskCloseTimeout for them all (a flood's thousands
+// of IPs must not hold a stopping replica past its grace): a replica that stops does not lose its
+// last minute's. What is left when the time is up is logged, in one line, as not stored.
 func (r *refusals) close() {
 	r.mu.Lock()
 	r.closed = true
 	ips := slices.Collect(maps.Keys(r.open)) // their timers, when they fire, find them written
 	r.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), DeskCloseTimeout)
 	defer cancel()
-	for _, ip := range ips {
+	for i, ip := range ips {
+		if ctx.Err() != nil {
+			r.drop(ips[i:])
+			return
+		}
 		r.flushWithin(ctx, ip)
 	}
 }
 
-// closeTimeout bounds the writing of a closing desk's open summaries.
-const closeTimeout = 2 * time.Second
+// drop gives up ips' summaries, logging how many calls they counted.
+func (r *refusals) drop(ips []string) {
+	r.mu.Lock()
+	calls := 0
+	for _, ip := range ips {
+		if rec := r.open[ip]; rec != nil {
+			calls += rec.Calls
+			delete(r.open, ip)
+		}
+	}
+	r.mu.Unlock()
+	r.logger.Error("support desk: summaries of refused calls not stored: the desk closed", "ips", len(ips), "calls", calls)
+}
+
+// DeskCloseTimeout bounds the writing of a closing desk's open summaries (Admin.Close).
+const DeskCloseTimeout = time.Second
 
 // flush writes ip's summary of the minute.
 func (r *refusals) flush(ip string) {

@@ -1,8 +1,11 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,5 +78,38 @@ func TestADeskThatClosesWritesItsOpenSummaries(t *testing.T) {
 	}
 	if got["ip:aaaa"] != 3 || got["ip:bbbb"] != 1 || len(trail) != 2 {
 		t.Errorf("written on close: %v in %d records, want ip:aaaa 3 and ip:bbbb 1 in 2", got, len(trail))
+	}
+}
+
+// stalledAudit is an audit log that answers no call before its deadline.
+type stalledAudit struct {
+	pix.AuditLog
+	calls atomic.Int32
+}
+
+func (s *stalledAudit) Audit(ctx context.Context, _ pix.AuditRecord) error {
+	s.calls.Add(1)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestADeskThatClosesOnAStalledLedgerGivesUp: when the ledger does not answer, a closing desk
+// stops at its deadline: one write tried, and the summaries left logged in one line as not
+// stored, not one error per IP.
+func TestADeskThatClosesOnAStalledLedgerGivesUp(t *testing.T) {
+	t.Parallel()
+	ledger := &stalledAudit{}
+	var logs bytes.Buffer // written by close, on this goroutine
+	r := newRefusals(ledger, slog.New(slog.NewTextHandler(&logs, nil)))
+	r.every = time.Hour
+	for _, ip := range []string{"ip:a", "ip:b", "ip:c"} {
+		r.count(ip, "GET /admin/v1/tiers", 401)
+	}
+	r.close()
+	if n := ledger.calls.Load(); n != 1 {
+		t.Errorf("%d writes tried, want 1: the rest given up at the deadline", n)
+	}
+	if got := strings.Count(logs.String(), "the desk closed"); got != 1 || !strings.Contains(logs.String(), "ips=2 calls=2") {
+		t.Errorf("the log:\n%s\nwant one line giving up 2 IPs' 2 calls", logs.String())
 	}
 }
