@@ -39,7 +39,7 @@ import (
 
 // Options configure a Cache. The zero value of each field has a default.
 type Options struct {
-	// Size bounds the keys the cache remembers as full. Default 100,000 (about 19 MB).
+	// Size bounds the keys the cache remembers as full. Default 100,000 (about 24 MB).
 	Size int
 	// Hold is the longest the cache keeps a block before asking Redis again, even when the key
 	// stays full longer. Default 5s.
@@ -223,13 +223,13 @@ func (c *Cache) learn(d ratelimit.Decision, checks []ratelimit.Check, sent time.
 			// Redis's TIME counts whole microseconds, so its now can be up to 1µs behind
 			// the true moment it decided: the entry stops answering that microsecond early.
 			if wait := r.RetryAfter - time.Microsecond; wait > 0 {
-				c.entries.block(c.l.Key(checks[i]), checks[i].Policy, sent.Add(min(wait, c.hold)), sent.Add(r.RetryAfter))
+				c.entries.block(c.l.Key(checks[i]), checks[i], sent.Add(min(wait, c.hold)), sent.Add(r.RetryAfter))
 			}
 		}
 	case d.Allowed && len(checks) == 1 && checks[0].Policy.Algorithm == ratelimit.TokenBucket:
 		if r := d.Worst; r.Remaining == 0 && r.Reset > time.Microsecond {
 			wait := r.Reset - time.Microsecond
-			c.entries.block(c.l.Key(checks[0]), checks[0].Policy, sent.Add(min(wait, c.hold)), sent.Add(r.Reset))
+			c.entries.block(c.l.Key(checks[0]), checks[0], sent.Add(min(wait, c.hold)), sent.Add(r.Reset))
 		}
 	}
 }
@@ -240,7 +240,7 @@ func (c *Cache) learn(d ratelimit.Decision, checks []ratelimit.Check, sent time.
 func (c *Cache) refuse(checks []ratelimit.Check, now time.Time) (ratelimit.Decision, bool) {
 	var d ratelimit.Decision // built only when a key is blocked: the common path allocates nothing here
 	for i, ch := range checks {
-		until, ok := c.entries.blockedUntil(c.l.Key(ch), ch.Policy, now)
+		until, ok := c.entries.blockedUntil(ch, now)
 		if !ok {
 			continue
 		}

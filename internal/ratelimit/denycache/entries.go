@@ -8,8 +8,11 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
-// entries remember, per Redis key, until when this replica knows the key is full. Memory is
-// bounded by max entries (about 190 bytes each: the key, its policy, its map slot and its heap
+// entries remember, per Redis key, until when this replica knows the key is full. They are found
+// by the check that names the key (its policy's name and algorithm, and its identity), so that a
+// refusal from memory computes no key (an HMAC: about a tenth of what a refused request costs),
+// and by the key itself, which the other replicas announce. Memory is bounded by max entries
+// (about 240 bytes each, besides the identity: the key, its policy, its two map slots and its heap
 // slot; TestDenyCacheMemory measures it); when full, the entry that expires soonest goes first,
 // which is an expired one whenever there is one.
 type entries struct {
@@ -17,11 +20,25 @@ type entries struct {
 
 	mu      sync.Mutex
 	entries map[string]*denied
+	byCheck map[checkOf]*denied
 	byUntil untilHeap
+}
+
+// checkOf names a check's key without hashing its identity: a Limiter's key is
+// prefix:policy[:algorithm]:{HMAC(identity)}, one to one with this.
+type checkOf struct {
+	policy    string
+	algorithm ratelimit.Algorithm
+	identity  string
+}
+
+func checkOfCheck(ch ratelimit.Check) checkOf {
+	return checkOf{ch.Policy.Name, ch.Policy.Algorithm, ch.Identity}
 }
 
 type denied struct {
 	key      string
+	check    checkOf
 	policy   ratelimit.Policy // the policy that refused: a key checked under another (a new tier) is not known full
 	until    time.Time        // when this entry stops answering: the deadline, or sooner (Options.Hold)
 	deadline time.Time        // when the key can have room again, as Redis said
@@ -29,44 +46,47 @@ type denied struct {
 }
 
 func newEntries(max int) *entries {
-	return &entries{max: max, entries: make(map[string]*denied)}
+	return &entries{max: max, entries: make(map[string]*denied), byCheck: make(map[checkOf]*denied)}
 }
 
-// blockedUntil reports until when key is known to be full under p, if the entry still answers at
-// now. An entry learnt under another policy (a decision made under the account's former tier,
-// that came back after the tier changed) answers nothing, and goes.
-func (c *entries) blockedUntil(key string, p ratelimit.Policy, now time.Time) (time.Time, bool) {
+// blockedUntil reports until when ch's key is known to be full under ch's policy, if the entry
+// still answers at now. An entry learnt under another policy (a decision made under the account's
+// former tier, that came back after the tier changed) answers nothing, and goes.
+func (c *entries) blockedUntil(ch ratelimit.Check, now time.Time) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.entries[key]
+	e, ok := c.byCheck[checkOfCheck(ch)]
 	if !ok {
 		return time.Time{}, false
 	}
-	if !now.Before(e.until) || e.policy != p {
-		heap.Remove(&c.byUntil, e.index)
-		delete(c.entries, key)
+	if !now.Before(e.until) || e.policy != ch.Policy {
+		c.removeLocked(e)
 		return time.Time{}, false
 	}
 	return e.deadline, true
 }
 
-// block records that key is full under p until deadline, an entry that answers until until
-// (≤ deadline).
-func (c *entries) block(key string, p ratelimit.Policy, until, deadline time.Time) {
+// block records that ch's key, key, is full under ch's policy until deadline, an entry that
+// answers until until (≤ deadline).
+func (c *entries) block(key string, ch ratelimit.Check, until, deadline time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[key]; ok {
-		e.policy, e.until, e.deadline = p, until, deadline
+		if check := checkOfCheck(ch); check != e.check { // the same key named another way (its algorithm left to the default)
+			delete(c.byCheck, e.check)
+			e.check, c.byCheck[check] = check, e
+		}
+		e.policy, e.until, e.deadline = ch.Policy, until, deadline
 		heap.Fix(&c.byUntil, e.index)
 		return
 	}
 	if len(c.entries) >= c.max {
-		oldest := heap.Pop(&c.byUntil).(*denied)
-		delete(c.entries, oldest.key)
+		c.removeLocked(c.byUntil[0])
 	}
-	e := &denied{key: key, policy: p, until: until, deadline: deadline}
+	e := &denied{key: key, check: checkOfCheck(ch), policy: ch.Policy, until: until, deadline: deadline}
 	heap.Push(&c.byUntil, e)
 	c.entries[key] = e
+	c.byCheck[e.check] = e
 }
 
 // forget drops key's entry, if any: its key may have room before the entry's deadline.
@@ -74,9 +94,15 @@ func (c *entries) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[key]; ok {
-		heap.Remove(&c.byUntil, e.index)
-		delete(c.entries, key)
+		c.removeLocked(e)
 	}
+}
+
+// removeLocked drops e from the maps and the heap; c.mu is held.
+func (c *entries) removeLocked(e *denied) {
+	heap.Remove(&c.byUntil, e.index)
+	delete(c.entries, e.key)
+	delete(c.byCheck, e.check)
 }
 
 // len is the number of entries, expired ones included until they are found or pushed out.
