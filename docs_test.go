@@ -125,8 +125,8 @@ func goDecls(t *testing.T, path string) map[string][]span {
 	return decls
 }
 
-// TestDocsLinksLandOnWhatTheyName: every link of README.md and docs/ to a line (path#L<n>) whose
-// text holds a back-quoted identifier lands on it, within 2 lines: in a Go file on its definition
+// TestDocsLinksLandOnWhatTheyName: every link of README.md and docs/ to a line (path#L<n>) names,
+// back-quoted in its text, what is there, and lands on it, within 2 lines: in a Go file on its definition
 // (func, type, var, const, field) or the start of the doc comment right above it; in another file
 // on a line holding it.
 func TestDocsLinksLandOnWhatTheyName(t *testing.T) {
@@ -138,8 +138,12 @@ func TestDocsLinksLandOnWhatTheyName(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, m := range mdLink.FindAllStringSubmatch(string(src), -1) {
+			if strings.HasPrefix(m[2], "http") {
+				continue
+			}
 			name := linkedName(m[1])
-			if name == "" || strings.HasPrefix(m[2], "http") {
+			if name == "" { // a line number alone drifts as the file changes, and nothing could tell
+				t.Errorf("%s: [%s](%s#L%s) names nothing on its line: name what it points at, back-quoted", doc, m[1], m[2], m[3])
 				continue
 			}
 			path := filepath.Join(filepath.Dir(doc), m[2])
@@ -366,6 +370,15 @@ func TestCopyingTheLimiterTakesWhatTheREADMESays(t *testing.T) {
 	if math.Abs(float64(lines-said)) > 0.1*float64(said) {
 		t.Errorf("README says about %d lines of Go in internal/ratelimit; it has %d", said, lines)
 	}
+	// The example that copies it: its lines, as said.
+	m = regexp.MustCompile("`internal/ratelimit` alone \\(([0-9]+) lines, tested\\)").FindSubmatch(readme)
+	example, err := os.ReadFile("examples/echo/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m == nil || string(m[1]) != strconv.Itoa(strings.Count(string(example), "\n")) {
+		t.Errorf("README's example of copying the limiter: %q, want its %d lines", m, strings.Count(string(example), "\n"))
+	}
 }
 
 // TestNoFunctionIsLongerThan80Lines: a function a reader follows fits on a screen or two (issue
@@ -397,5 +410,143 @@ func TestNoFunctionIsLongerThan80Lines(t *testing.T) {
 	}
 	if read < 50 {
 		t.Fatalf("read %d Go files: the walk missed the tree", read)
+	}
+}
+
+// TestTheLayoutIsDrawnAsItIs: the README's layout lists every import among the program's packages
+// (internal/testing and examples left out), no more, each line's arrows pointing to packages
+// listed below it or importing nothing of ours.
+func TestTheLayoutIsDrawnAsItIs(t *testing.T) {
+	t.Parallel()
+	const module = "github.com/pixlimit/pixlimit"
+	src, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, layout, _ := strings.Cut(string(src), "## Layout")
+	_, block, _ := strings.Cut(layout, "```\n")
+	block, _, _ = strings.Cut(block, "```")
+	path := func(name string) string {
+		switch {
+		case name == ".":
+			return module
+		case strings.HasPrefix(name, "cmd/"), strings.HasPrefix(name, "deploy/"), name == "client":
+			return module + "/" + name
+		}
+		return module + "/internal/" + name
+	}
+	expand := func(field string) []string { // ratelimit/{a,b} is ratelimit/a and ratelimit/b
+		head, rest, ok := strings.Cut(field, "{")
+		if !ok {
+			return []string{field}
+		}
+		var out []string
+		for _, v := range strings.Split(strings.TrimSuffix(rest, "}"), ",") {
+			out = append(out, head+v)
+		}
+		return out
+	}
+	drawn, line := map[string]map[string]bool{}, map[string]int{}
+	for i, l := range strings.Split(block, "\n") {
+		from, to, ok := strings.Cut(l, "─→")
+		if !ok {
+			continue
+		}
+		to, _, _ = strings.Cut(to, "(") // a remark
+		for _, f := range expand(strings.TrimSpace(from)) {
+			line[path(f)], drawn[path(f)] = i, map[string]bool{}
+			for _, field := range strings.Fields(to) {
+				for _, name := range expand(field) {
+					drawn[path(f)][path(name)] = true
+				}
+			}
+		}
+	}
+	if len(drawn) < 10 {
+		t.Fatalf("read %d packages from the README's layout, want its every line", len(drawn))
+	}
+	actual := map[string]map[string]bool{}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(".", func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() && (p == "internal/testing" || p == "examples") {
+			if err == nil {
+				err = filepath.SkipDir
+			}
+			return err
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		pkg := path(".")
+		if dir := filepath.ToSlash(filepath.Dir(p)); dir != "." {
+			pkg = module + "/" + dir
+		}
+		for _, imp := range f.Imports {
+			if to, _ := strconv.Unquote(imp.Path.Value); to == module || strings.HasPrefix(to, module+"/") {
+				if actual[pkg] == nil {
+					actual[pkg] = map[string]bool{}
+				}
+				actual[pkg][to] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pkg, imports := range actual {
+		for to := range imports {
+			if !drawn[pkg][to] {
+				t.Errorf("%s imports %s: not drawn", pkg, to)
+			}
+		}
+	}
+	for pkg, imports := range drawn {
+		for to := range imports {
+			if !actual[pkg][to] {
+				t.Errorf("%s ─→ %s drawn: no such import", pkg, to)
+			}
+			if at, listed := line[to]; listed && at <= line[pkg] {
+				t.Errorf("%s ─→ %s points up the list", pkg, to)
+			}
+		}
+	}
+}
+
+// TestEveryFuzzTargetIsListed: the README names every fuzz target of the repository.
+func TestEveryFuzzTargetIsListed(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset, found := token.NewFileSet(), 0
+	err = filepath.WalkDir(".", func(p string, d os.DirEntry, err error) error {
+		if err != nil || !strings.HasSuffix(p, "_test.go") {
+			return err
+		}
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			return err
+		}
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && strings.HasPrefix(fd.Name.Name, "Fuzz") {
+				found++
+				if !strings.Contains(string(readme), "`"+fd.Name.Name+"`") {
+					t.Errorf("%s: %s is not among the README's fuzz targets", fset.Position(fd.Pos()), fd.Name.Name)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == 0 {
+		t.Error("no fuzz target found")
 	}
 }
