@@ -39,7 +39,7 @@ import (
 
 // Options configure a Cache. The zero value of each field has a default.
 type Options struct {
-	// Size bounds the keys the cache remembers as full. Default 100,000 (about 24 MB).
+	// Size bounds the keys the cache remembers as full. Default 100,000 (about 38 MB).
 	Size int
 	// Hold is the longest the cache keeps a block before asking Redis again, even when the key
 	// stays full longer. Default 5s.

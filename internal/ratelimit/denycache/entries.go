@@ -12,8 +12,8 @@ import (
 // by the check that names the key (its policy's name and algorithm, and its identity), so that a
 // refusal from memory computes no key (an HMAC: about a tenth of what a refused request costs),
 // and by the key itself, which the other replicas announce. Memory is bounded by max entries
-// (about 240 bytes each, besides the identity: the key, its policy, its two map slots and its heap
-// slot; TestDenyCacheMemory measures it); when full, the entry that expires soonest goes first,
+// (about 380 bytes each: the key, the identity, the policy, two map slots and a heap slot;
+// TestDenyCacheMemory measures it); when full, the entry that expires soonest goes first,
 // which is an expired one whenever there is one.
 type entries struct {
 	max int
