@@ -70,14 +70,7 @@ func TestNoDeskReadIsServedUnaudited(t *testing.T) {
 func TestADeskApprovalAuditsTheDevicesStateBefore(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, redistest.Start(t), lax())
-	tiers := pix.NewTiers(t.Context(), s.ledger, slog.New(slog.DiscardHandler), time.Hour)
-	t.Cleanup(tiers.Close)
-	token := rand.Text() + rand.Text()
-	desk, err := httpapi.NewAdmin(httpapi.AdminDeps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(),
-		Ledger: s.ledger, Tokens: s.tokens, Token: token, Tiers: tiers, AuditKey: []byte("an-audit-key-16b")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	desk, token := newDesk(t, s)
 	if _, err := s.ledger.RegisterDevice(t.Context(), "acct-ana", "phone", time.Hour); err != nil { // her first: registered at once
 		t.Fatal(err)
 	}
@@ -111,14 +104,7 @@ func TestADeskApprovalAuditsTheDevicesStateBefore(t *testing.T) {
 func TestTheDeskKnowsNoMadeUpAccount(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, redistest.Start(t), lax())
-	tiers := pix.NewTiers(t.Context(), s.ledger, slog.New(slog.DiscardHandler), time.Hour)
-	t.Cleanup(tiers.Close)
-	token := rand.Text() + rand.Text()
-	desk, err := httpapi.NewAdmin(httpapi.AdminDeps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(),
-		Ledger: s.ledger, Tokens: s.tokens, Token: token, Tiers: tiers, AuditKey: []byte("an-audit-key-16b")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	desk, token := newDesk(t, s)
 	settings := lax().Settings.Policy.Name
 	for _, tt := range []struct {
 		method, path string
@@ -137,4 +123,18 @@ func TestTheDeskKnowsNoMadeUpAccount(t *testing.T) {
 			t.Errorf("%s %s: %d %s, want %d", tt.method, tt.path, rec.Code, rec.Body, tt.want)
 		}
 	}
+}
+
+// newDesk is a support desk over s's limiter and ledger, and its token.
+func newDesk(t *testing.T, s server) (*httpapi.Admin, string) {
+	t.Helper()
+	tiers := pix.NewTiers(t.Context(), s.ledger, slog.New(slog.DiscardHandler), time.Hour)
+	t.Cleanup(tiers.Close)
+	token := rand.Text() + rand.Text()
+	desk, err := httpapi.NewAdmin(httpapi.AdminDeps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(),
+		Ledger: s.ledger, Tokens: s.tokens, Token: token, Tiers: tiers, AuditKey: []byte("an-audit-key-16b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return desk, token
 }
