@@ -20,7 +20,8 @@ import (
 // handler (the document comes from the body); PIX and statement decide per authenticated account
 // (never per IP: a whole office shares one) in theirs, after validating the request, so a 400
 // costs no quota and a 429 never reaches the ledger; the settings routes share one bucket per
-// account and device (account-settings), as a middleware.
+// account and device (account-settings), as a middleware, or in their handlers when they decide
+// it once their body is valid (PUT /v1/limits) or with another key (a registration's guesses).
 func addRoutes(e *echo.Echo, d Deps) error {
 	requireAccount := auth.RequireAccount(d.Tokens, revocations(d.Tiers)) // an access token, not revoked
 	limitSettings, err := RateLimitConfig{Limiter: d.Limiter, Stack: d.Stack, Fallback: d.Fallback,
@@ -59,7 +60,7 @@ func addRoutes(e *echo.Echo, d Deps) error {
 	e.GET("/v1/limits", handleGetLimits(d.Ledger), requireAccount, limitSettings)
 	e.DELETE("/v1/limits/pending", handleCancelPending(d.Ledger), requireAccount, limitSettings)
 	e.POST("/v1/devices/current/register", handleRegisterDevice(decide, d.Limits, d.Ledger, d.Passwords, d.DeviceRegistrationDelay),
-		requireAccount, limitSettings)
+		requireAccount) // limited in the handler: its guesses and account-settings in one call
 	e.GET("/v1/devices", handleDevices(d.Ledger), requireAccount, limitSettings)
 	e.POST("/v1/devices/:device_id/approve", handleApproveDevice(d.Ledger), requireAccount, limitSettings)
 	return nil
