@@ -162,7 +162,7 @@ func (f *Fallback) Allow(ctx context.Context, checks ...ratelimit.Check) ratelim
 	for i, c := range checks {
 		keys[i] = f.keys.Key(c)
 		q := c.Policy
-		q.Limit = (c.Policy.Capacity() + n - 1) / n
+		q.Limit = (c.Policy.Limit + n - 1) / n // the sustained rate's share: a bucket's burst (Capacity) would let the fleet pass Limit
 		q.Algorithm, q.Burst = ratelimit.SlidingLog, 0
 		quotas[i], local[i] = q, ratelimit.Check{Policy: q, Identity: c.Identity}
 	}

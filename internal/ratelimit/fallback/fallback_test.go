@@ -51,7 +51,7 @@ func policy(name string, limit int, window time.Duration) ratelimit.Policy {
 type check = ratelimit.Check
 
 // TestAllowDecidesAtItsShare: with a fleet of 3, a limit of 10 is 4 per window in each
-// replica's memory, as an exact sliding log: 4 admitted, the 5th refused until exactly when the
+// replica's memory, as an exact sliding log (a bucket's too, whatever its burst): 4 admitted, the 5th refused until exactly when the
 // oldest leaves the window; two keys are decided together; the memory forgets everything at the
 // first beat Redis answers; and it is bounded by LogSize.
 func TestAllowDecidesAtItsShare(t *testing.T) {
@@ -78,6 +78,13 @@ func TestAllowDecidesAtItsShare(t *testing.T) {
 	clk.Add(time.Microsecond)
 	if !l.Allow(context.Background(), check{Policy: p, Identity: "ana"}).Allowed {
 		t.Fatal("refused at Retry-After")
+	}
+	// A bucket's share is its limit's, not its burst's: 9 at once and 5 per window is 2 per window
+	// here (⌈5/3⌉), or the fleet would pass 5 per window.
+	bucket := policy("bursty", 5, time.Minute)
+	bucket.Algorithm, bucket.Burst = ratelimit.GCRA, 9
+	if d := l.Allow(context.Background(), check{Policy: bucket, Identity: "ana"}); d.Worst.Capacity != 2 || d.Worst.Policy.Limit != 2 {
+		t.Errorf("a GCRA of 5 per window, burst 9, in a fleet of 3: its local quota %d (%+v), want 2", d.Worst.Capacity, d.Worst.Policy)
 	}
 	ip, doc := policy("login-ip", 10, time.Minute), policy("login-account", 5, time.Minute) // shares 4 and 2
 	for range 2 {
