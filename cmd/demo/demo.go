@@ -32,6 +32,7 @@ type demo struct {
 	out      *narrator
 	client   http.Client
 	replicas []string
+	target   bool // the replicas are a deployment's (-target), not this process's
 	next     atomic.Uint64
 	outage   outageControl // nil when the demo cannot stop Redis
 	// lab is where the algorithm lesson runs, straight on the limiter: the self-contained
@@ -276,7 +277,11 @@ func (d *demo) burst(n int, send func(i int) reply) []reply {
 func (d *demo) login(ctx context.Context, ip, document, password string) (string, error) {
 	r := d.show(d.call(ctx, ip, "POST", "/v1/login", "", map[string]string{"document": document, "password": password}))
 	if r.status != http.StatusOK {
-		return "", fmt.Errorf("login %s from %s: %s", document, ip, r.summary())
+		hint := ""
+		if d.target && r.code() == "invalid_credentials" {
+			hint = " (does the deployment hold the demo accounts? DEMO_ACCOUNTS=true, a lab's only)"
+		}
+		return "", fmt.Errorf("login %s from %s: %s%s", document, ip, r.summary(), hint)
 	}
 	return r.str("access_token"), nil
 }

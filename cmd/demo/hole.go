@@ -14,6 +14,10 @@ import (
 // against a fixed window, the sliding log (sorted and packed) and the sliding window counter,
 // then a token bucket's burst and refill, drawn as timelines.
 func hole(ctx context.Context, d *demo) error {
+	if d.target {
+		d.skip("the 2× hole plays on a Redis of its own, not the deployment: nothing of it to check")
+		return nil
+	}
 	l, err := ratelimit.New(d.lab, ratelimit.Options{KeySecret: []byte(rand.Text() + rand.Text()), Timeout: time.Second})
 	if err != nil {
 		return err

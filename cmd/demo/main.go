@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -86,10 +87,18 @@ func (d *demo) selfContained(redisURL string, passwordCost int, logs io.Writer) 
 // against drives a running deployment: the replicas of target, and with redisURL its Redis.
 func (d *demo) against(ctx context.Context, target, redisURL string) (func(), error) {
 	for _, u := range strings.Split(target, ",") {
-		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
-			d.replicas = append(d.replicas, u)
+		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u == "" {
+			continue
 		}
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.Path != "" || p.RawQuery != "" {
+			return nil, fmt.Errorf("-target: %q is no replica's base URL: want http://host:port", u)
+		}
+		d.replicas = append(d.replicas, u)
 	}
+	if len(d.replicas) == 0 {
+		return nil, fmt.Errorf("-target %q names no replica: want http://host:port[,http://host:port...]", target)
+	}
+	d.target = true
 	if redisURL == "" {
 		// The algorithm lesson runs straight on a limiter: give it a Redis of its own.
 		mr, err := memredis.Start()
@@ -213,11 +222,6 @@ func play(ctx context.Context, o options, getenv func(string) string, stdout, st
 		return err
 	}
 	defer cleanup()
-	for _, i := range o.chosen {
-		if scenarios[i].name == "outage" && d.outage == nil {
-			return errors.New("the outage scenario against -target needs -redis URL to pause Redis (or pick another -scenario)")
-		}
-	}
 	d.client.Timeout = 10 * time.Second
 
 	for _, i := range o.chosen {

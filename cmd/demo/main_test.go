@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -140,11 +141,13 @@ func TestGenerousLimitsFail(t *testing.T) {
 }
 
 // TestNothingCheckedIsNoSuccess: against a target, the support story is skipped (the desk is the
-// deployment's); a run that checked nothing fails, and its JSON names what was skipped and why.
+// deployment's), the outage without -redis (it pauses the deployment's Redis) and the 2× hole
+// (it plays on a Redis of its own: it passed against a target it never reached); a run that
+// checked nothing fails, and its JSON names what was skipped and why.
 func TestNothingCheckedIsNoSuccess(t *testing.T) {
 	t.Parallel()
 	var out, narration bytes.Buffer
-	err := run(context.Background(), []string{"demo", "-target", "http://localhost:1", "-scenario", "support", "-json"}, noEnv, &out, &narration)
+	err := run(context.Background(), []string{"demo", "-target", "http://localhost:1", "-scenario", "support,outage,hole", "-json"}, noEnv, &out, &narration)
 	if !errors.Is(err, errFailed) {
 		t.Fatalf("a run whose one story was skipped: %v, want errFailed\n%s", err, narration.String())
 	}
@@ -155,8 +158,12 @@ func TestNothingCheckedIsNoSuccess(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
 		t.Fatalf("-json: %v\n%s", err, out.String())
 	}
-	if got.OK || len(got.Skipped) != 1 || got.Skipped[0]["scenario"] != "support" {
-		t.Errorf("-json: %s, want ok false and the support story skipped", out.String())
+	var names []any
+	for _, s := range got.Skipped {
+		names = append(names, s["scenario"])
+	}
+	if got.OK || !slices.Equal(names, []any{"support", "outage", "hole"}) {
+		t.Errorf("-json: %s, want ok false and the support, outage and hole stories skipped", out.String())
 	}
 }
 
@@ -165,7 +172,9 @@ func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"demo", "-scenario", "nope"},
 		{"demo", "-redis", "redis://localhost:1"},
-		{"demo", "-target", "http://localhost:1", "-scenario", "outage"},
+		{"demo", "-target", ","},                     // no replica (a division by zero once)
+		{"demo", "-target", "localhost:8080"},        // no scheme
+		{"demo", "-target", "http://localhost:1/v1"}, // a path
 		{"demo", "extra"},
 	} {
 		if err := run(context.Background(), args, noEnv, io.Discard, io.Discard); err == nil || errors.Is(err, errFailed) {
