@@ -204,3 +204,15 @@ func TestWhoSends(t *testing.T) {
 		}
 	}
 }
+
+// TestTheEveningFollowsItsTarget: against a deployment whose new-device cap and delays are not the
+// demo fleet's (R$ 300,00, two hours), the evening story holds: it checks what the deployment
+// refuses and postpones, not the demo's own figures.
+func TestTheEveningFollowsItsTarget(t *testing.T) {
+	t.Parallel()
+	out, err := against(t, map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "NEW_DEVICE_TRANSFER_LIMIT_CENTS": "30000",
+		"LIMIT_INCREASE_DELAY": "2h", "DEVICE_REGISTRATION_DELAY": "2h"}, "-scenario", "evening")
+	if err != nil {
+		t.Fatalf("the evening against another cap and delays: %v\n%s", err, out)
+	}
+}
