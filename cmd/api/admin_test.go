@@ -425,3 +425,50 @@ func TestAStoppedReplicaWritesItsDeskRefusals(t *testing.T) {
 		t.Errorf("refused calls audited after the stop: %d, want 3", calls)
 	}
 }
+
+// TestTheDeskRefusesWhatItCannotName: on PostgreSQL, a tier name no tier can have (a NUL in it)
+// is 400, not a 500 from the database, and changes nothing; an Admin-Agent outside its pattern, or
+// sent twice, is 400 and audited as a failed call, not silently dropped; a CNPJ's slash
+// percent-encoded in a key's identity (the one segment the contract's path has) is decoded. (The
+// last two are sent raw: the test client sets one header of a name, and its contract check
+// matches routes on the decoded path.)
+func TestTheDeskRefusesWhatItCannotName(t *testing.T) {
+	t.Parallel()
+	db, token := pgtest.URL(t), rand.Text()+rand.Text()
+	env := map[string]string{"DATABASE_URL": db, "DEMO_ACCOUNTS": "true", "ADMIN_ADDR": apitest.FreeAddr(t), "ADMIN_TOKEN": token}
+	startAPI(t, redistest.Start(t), env)
+	desk := &apitest.Client{T: t, Base: "http://" + env["ADMIN_ADDR"]}
+	for _, tier := range []string{"prem\u0000ium", "\u0000", "premium\u0000"} {
+		if r := desk.Do(http.MethodPut, "/admin/v1/accounts/acct-diego/tier", map[string]string{"tier": tier}, "Authorization", "Bearer "+token); r.Status != http.StatusBadRequest {
+			t.Errorf("the tier %q: %v, want 400", tier, r)
+		}
+	}
+	raw := func(path string, agents ...string) int {
+		req, err := http.NewRequest(http.MethodGet, desk.Base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		for _, a := range agents {
+			req.Header.Add("Admin-Agent", a)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, agents := range [][]string{{"bad agent!"}, {strings.Repeat("a", 65)}, {"ana", "bruno"}} {
+		if got := raw("/admin/v1/tiers", agents...); got != http.StatusBadRequest {
+			t.Errorf("Admin-Agent %q: %d, want 400", agents, got)
+		}
+	}
+	var failed int
+	if err := pgtest.Connect(t, db).QueryRow(t.Context(), "SELECT count(*) FROM admin_audit WHERE status = 400 AND action = 'GET /admin/v1/tiers'").Scan(&failed); err != nil || failed != 3 {
+		t.Errorf("refused agents audited: %d (%v), want 3", failed, err)
+	}
+	if got := raw("/admin/v1/keys/login-account/11.222.333%2F0001-81", "ana"); got != http.StatusOK {
+		t.Errorf("a CNPJ's key, its slash encoded: %d, want 200", got)
+	}
+}

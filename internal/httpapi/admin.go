@@ -16,6 +16,7 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -162,8 +163,10 @@ func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 			return d.refuse(c)
 		}
 		actor := "token:" + hex.EncodeToString(d.token[:4])
-		if agent := c.Request().Header.Get("Admin-Agent"); agentName.MatchString(agent) {
-			actor += " agent:" + agent
+		agents := c.Request().Header.Values("Admin-Agent")
+		badAgent := len(agents) > 1 || len(agents) == 1 && !agentName.MatchString(agents[0])
+		if len(agents) == 1 && !badAgent {
+			actor += " agent:" + agents[0]
 		}
 		k := &call{record: pix.AuditRecord{Actor: actor, Action: action(c), Request: rand.Text()[:16], Calls: 1}}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(context.WithValue(c.Request().Context(), callKey{}, k)), deskTimeout)
@@ -174,7 +177,9 @@ func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 			read = &heldResponse{to: c.Response().Writer, header: http.Header{}, status: http.StatusOK}
 			c.Response().Writer = read
 		}
-		if err := next(c); err != nil {
+		if badAgent { // refused, and recorded as any call refused before a change
+			c.Error(invalid("invalid Admin-Agent", map[string]string{"Admin-Agent": "one header, 1 to 64 of A-Z a-z 0-9 . _ @ -"}))
+		} else if err := next(c); err != nil {
 			c.Error(err) // answered now, so the status audited is the one sent
 		}
 		rec, a := k.record, k.audited
@@ -394,8 +399,27 @@ type keyState struct {
 	Full         bool   `json:"full"`
 }
 
+// keyParams are a key route's policy and identity, each decoded once: Echo's params are the
+// escaped segments when the path needed escaping and decoded ones when it did not, so a CNPJ's
+// slash sent as %2F (11.222.333%2F0001-81) reached resolve undecoded.
+func keyParams(c echo.Context) (policy, identity string, err error) {
+	rest := strings.TrimPrefix(c.Request().URL.EscapedPath(), "/admin/v1/keys/")
+	p, id, _ := strings.Cut(rest, "/")
+	if policy, err = url.PathUnescape(p); err == nil {
+		identity, err = url.PathUnescape(id)
+	}
+	if err != nil {
+		return "", "", invalid("invalid identity", map[string]string{"identity": "malformed percent-encoding"})
+	}
+	return policy, identity, nil
+}
+
 func (d *desk) getKey(c echo.Context) error {
-	chk, err := d.resolve(c, c.Param("policy"), c.Param("identity"))
+	policy, identity, err := keyParams(c)
+	if err != nil {
+		return err
+	}
+	chk, err := d.resolve(c, policy, identity)
 	if err != nil {
 		return err
 	}
@@ -409,7 +433,11 @@ func (d *desk) getKey(c echo.Context) error {
 }
 
 func (d *desk) deleteKey(c echo.Context) error {
-	chk, err := d.resolve(c, c.Param("policy"), c.Param("identity"))
+	policy, identity, err := keyParams(c)
+	if err != nil {
+		return err
+	}
+	chk, err := d.resolve(c, policy, identity)
 	if err != nil {
 		return err
 	}
@@ -458,6 +486,7 @@ func (d *desk) state(c echo.Context, chk ratelimit.Check) (keyState, error) {
 }
 
 var (
+	tierName  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 	accountID = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 	deviceID  = regexp.MustCompile(`^[A-Za-z0-9]{1,64}$`)
 )
@@ -621,7 +650,7 @@ func (d *desk) putTier(c echo.Context) error {
 	if err := decodeJSON(c, &req); err != nil {
 		return err
 	}
-	if req.Name != "" || req.Tier == "" {
+	if req.Name != "" || !tierName.MatchString(req.Tier) { // a name no tier can have never reaches the ledger
 		return invalid("invalid tier", map[string]string{"tier": "required: one of GET /admin/v1/tiers"})
 	}
 	before, _ := json.Marshal(d.Tiers.Table().Accounts[id])

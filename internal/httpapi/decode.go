@@ -170,7 +170,7 @@ func member(pointer string) string {
 func jsonKind(goKind string) string {
 	switch goKind {
 	case "int64", "int":
-		return "an integer (cents) within range"
+		return "an integer within range"
 	case "string":
 		return "a string"
 	}
