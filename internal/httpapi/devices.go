@@ -51,8 +51,9 @@ type registrar interface {
 // id), before the password is checked: a token stolen without the password buys that key's few
 // guesses and no more, since another token needs a login, and the owner, logging in again, has a
 // key of her own. It counts against the route's (account-settings) too, once its body is valid,
-// and the two decide in one call (registrationSteps): a request either refuses is recorded by
-// neither. Its answer's RateLimit headers are account-settings' unless login-device refuses it.
+// the two in one decision when they share an algorithm and a shadow mode (by default): a request
+// either refuses is recorded by neither. Its answer's RateLimit headers are account-settings'
+// unless login-device refuses it.
 func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger registrar, passwords *auth.Passwords, delay time.Duration) echo.HandlerFunc {
 	type request struct {
 		Password string `json:"password"`
@@ -68,6 +69,14 @@ func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger re
 		}
 		return d
 	}}
+	// Decided together, the route's headers when admitted, the refusing key's when refused.
+	both := &report{show: func(d ratelimit.Decision) ratelimit.Decision {
+		if d.Allowed {
+			return first(d)
+		}
+		return ratelimit.Decision{Worst: d.Worst, Results: []ratelimit.Result{d.Worst}}
+	}}
+	together := validateTogether(limits.Settings, limits.LoginDevice) == nil // one algorithm and shadow mode
 	return func(c echo.Context) error {
 		s, err := auth.SubjectOf(c)
 		if err != nil {
@@ -75,10 +84,6 @@ func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger re
 		}
 		if s.Device == "" {
 			return auth.ErrUnauthorized // a token from before devices were named: log in again
-		}
-		acct, err := ledger.Account(c.Request().Context(), s.Account)
-		if err != nil {
-			return err
 		}
 		var req request
 		if err := decodeJSON(c, &req); err != nil {
@@ -91,25 +96,22 @@ func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger re
 		if err != nil {
 			return err
 		}
-		settings, guess := check{limits.Settings, device}, check{limits.LoginDevice, "token:" + s.ID} // a guess, not a malformed body
-		steps, ask, guessed := registrationSteps(settings, guess)
-		decided := limiter.sequenceOf(c.Request().Context(), steps...)
-		if ask != nil && (decided.err != nil || decided.refused(ask)) { // an admitted ask is answered by the take
-			if _, err := limiter.answerStep(c, nil, []check{settings}, decided, ask); err != nil {
-				return err
-			}
+		// A guess (login-device), not a malformed body; one decision with the route's key, so that a
+		// request either key refuses is recorded by neither.
+		settings, guess := check{limits.Settings, device}, check{limits.LoginDevice, "token:" + s.ID}
+		if together {
+			err = limiter.enforce(c, both, settings, guess)
+		} else if err = limiter.enforce(c, nil, settings); err == nil {
+			// Two calls, their algorithms or shadow modes differing: a guess refused here leaves
+			// the settings' admission spent.
+			err = limiter.enforce(c, guesses, guess)
 		}
-		for _, st := range steps {
-			switch {
-			case st == ask:
-			case st == guessed:
-				_, err = limiter.answerStep(c, guesses, []check{guess}, decided, st)
-			default:
-				_, err = limiter.answerStep(c, nil, []check{settings}, decided, st)
-			}
-			if err != nil {
-				return err
-			}
+		if err != nil {
+			return err
+		}
+		acct, err := ledger.Account(c.Request().Context(), s.Account)
+		if err != nil {
+			return err
 		}
 		if _, err := passwords.Check(c.Request().Context(), ledger, acct.Document, req.Password); err != nil {
 			return err
@@ -125,23 +127,6 @@ func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger re
 		}
 		return c.JSON(status, response{DeviceID: b.DeviceID, Registered: b.Registered, PendingUntil: b.PendingUntil})
 	}
-}
-
-// registrationSteps are the steps of a registration's one call, so that a request refused by
-// either key is recorded by neither: account-settings asked (taking nothing), then the guess
-// taken, then account-settings taken; ask is that first step (nil when left out), guessed the
-// guess's. A shadow limit, whose refusal ends a sequence without refusing the request, goes last,
-// the ask left out: the other, enforced, decides first.
-func registrationSteps(settings, guess check) (steps []ratelimit.Step, ask, guessed ratelimit.Step) {
-	guessed, taken := ratelimit.AllowStep(checks([]check{guess})...), ratelimit.AllowStep(checks([]check{settings})...)
-	switch {
-	case settings.limit.Shadow && !guess.limit.Shadow:
-		return []ratelimit.Step{guessed, taken}, nil, guessed
-	case guess.limit.Shadow && !settings.limit.Shadow:
-		return []ratelimit.Step{taken, guessed}, nil, guessed
-	}
-	ask = ratelimit.AskStep(checks([]check{settings})...)
-	return []ratelimit.Step{ask, guessed, taken}, ask, guessed
 }
 
 // handleDevices lists the account's registered and pending devices, the current one marked.
