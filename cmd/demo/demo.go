@@ -35,8 +35,8 @@ type demo struct {
 	target   bool // the replicas are a deployment's (-target), not this process's
 	next     atomic.Uint64
 	outage   outageControl // nil when the demo cannot stop Redis
-	// lab is where the algorithm lesson runs, straight on the limiter: the self-contained
-	// fleet's Redis, the deployment's (-redis), or an embedded one of its own.
+	// lab is where the algorithm lesson (the 2× hole) runs, straight on the limiter: the
+	// self-contained fleet's Redis (nil against -target, where the lesson is skipped).
 	lab      *redis.Client
 	scenario string
 	results  []result

@@ -25,7 +25,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pixlimit/pixlimit/internal/memredis"
 )
 
 func main() {
@@ -100,20 +99,14 @@ func (d *demo) against(ctx context.Context, target, redisURL string) (func(), er
 	}
 	d.target = true
 	if redisURL == "" {
-		// The algorithm lesson runs straight on a limiter: give it a Redis of its own.
-		mr, err := memredis.Start()
-		if err != nil {
-			return nil, err
-		}
-		d.lab = redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		d.out.intro(fmt.Sprintf("Driving %s. Without -redis, state left by a run in the last window shows up here.", strings.Join(d.replicas, ", ")))
-		return func() { _ = d.lab.Close(); mr.Close() }, nil
+		return func() {}, nil
 	}
 	r, err := newRedisControl(ctx, redisURL)
 	if err != nil {
 		return nil, err
 	}
-	d.outage, d.lab = r, r.rdb
+	d.outage = r
 	n, err := r.clearLimits(ctx)
 	if err != nil {
 		r.close()
