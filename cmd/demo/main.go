@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
 )
 
 func main() {
