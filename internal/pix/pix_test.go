@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -859,5 +860,71 @@ func TestTheMemoryLedgerBoundsItsCalls(t *testing.T) {
 	}
 	for _, r := range releases[1:] {
 		r()
+	}
+}
+
+// TestAReadOnlyDatabaseIsNotReadyAndRecovers: a database made read-only (as a demoted primary, or
+// default_transaction_read_only set for it) fails Ping, and a transfer is ErrUnavailable with
+// nothing moved; once writable again, Ping passes and a transfer goes through within a few
+// tries, without a restart: the connections opened while it was read-only, which keep the setting
+// for their lives, are closed when told so (25006), not kept for the pool's hour.
+func TestAReadOnlyDatabaseIsNotReadyAndRecovers(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	l, err := OpenPostgres(context.Background(), url, 0, demo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	admin := pgtest.Connect(t, url)
+	var db string
+	if err := admin.QueryRow(t.Context(), "SELECT current_database()").Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	set := func(sql string) {
+		t.Helper()
+		if _, err := admin.Exec(t.Context(), sql); err != nil {
+			t.Fatal(err)
+		}
+		// The setting is read at connect: end the ledger's connections, as a failover does.
+		if _, err := admin.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	transfer := func(key string) error {
+		_, err := l.Transfer(context.Background(), TransferRequest{From: "acct-ana", ToKey: "bruno@example.com", AmountCents: 100, IdempotencyKey: key})
+		return err
+	}
+	set("ALTER DATABASE " + pgx.Identifier{db}.Sanitize() + " SET default_transaction_read_only = on")
+	var err1 error
+	for range 3 { // the first calls may meet connections the termination broke
+		if err1 = l.Ping(context.Background()); errors.Is(err1, ErrUnavailable) && strings.Contains(err1.Error(), "read-only") {
+			break
+		}
+	}
+	if !errors.Is(err1, ErrUnavailable) || !strings.Contains(err1.Error(), "read-only") {
+		t.Fatalf("Ping of a read-only database: %v, want ErrUnavailable saying read-only", err1)
+	}
+	for i := range 3 {
+		if err := transfer(fmt.Sprint("ro-", i)); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("a transfer on a read-only database: %v, want ErrUnavailable", err)
+		}
+	}
+	if _, err := admin.Exec(t.Context(), "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" RESET default_transaction_read_only"); err != nil {
+		t.Fatal(err)
+	}
+	// Writable again, for new connections: the pool's, opened read-only, each fail once at most.
+	var err2 error
+	for i := range int(l.pool.Config().MaxConns) + 2 {
+		if err2 = transfer(fmt.Sprint("rw-", i)); err2 == nil {
+			break
+		}
+	}
+	if err2 != nil {
+		t.Fatalf("a transfer once the database is writable again: %v, want it made within the pool's size of tries", err2)
+	}
+	if err := l.Ping(context.Background()); err != nil {
+		t.Errorf("Ping of a writable database: %v", err)
 	}
 }

@@ -90,6 +90,15 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, accoun
 		cfg.ConnConfig.ConnectTimeout = limit
 	}
 	cfg.ConnConfig.DialFunc = boundedDial(limit)
+	// A connection told its transaction is read-only (25006) was opened while the database was
+	// (default_transaction_read_only, set for the database or the role, is read at connect and
+	// holds for the connection's life) or reaches a primary demoted under it: it is closed, so
+	// that the pool's next one sees the database as it is now. Kept, it refused every write for
+	// up to the pool's connection lifetime (an hour) after the database was writable again.
+	onPgError := cfg.ConnConfig.OnPgError
+	cfg.ConnConfig.OnPgError = func(c *pgconn.PgConn, e *pgconn.PgError) bool {
+		return e.Code != "25006" && (onPgError == nil || onPgError(c, e))
+	}
 
 	conn, err := pgx.ConnectConfig(ctx, setup)
 	if err != nil {
@@ -180,7 +189,8 @@ func (c boundedConn) SetDeadline(t time.Time) error      { return c.Conn.SetDead
 func (c boundedConn) SetReadDeadline(t time.Time) error  { return c.Conn.SetReadDeadline(c.bound(t)) }
 func (c boundedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWriteDeadline(c.bound(t)) }
 
-// Ping checks the database answers within the ledger's timeout. A ping that found no answer,
+// Ping checks the database answers within the ledger's timeout, and takes writes (else
+// errReadOnly: a ledger that cannot move money is not ready). A ping that found no answer,
 // by its own deadline or its caller's (/readyz gives it a second), resets the pool: its idle
 // connections are closed, and the ones in use when they come back. After a network cut every
 // idle connection can be dead, and the next pings would otherwise each take one of them and wait
@@ -190,12 +200,20 @@ func (c boundedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWrit
 func (l *PostgresLedger) Ping(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	err := l.pool.Ping(pctx)
+	var readOnly string // a database that answers but cannot be written is no ledger: not ready
+	err := l.pool.QueryRow(pctx, "SELECT current_setting('transaction_read_only')").Scan(&readOnly)
+	if err == nil && readOnly == "on" {
+		err = errReadOnly
+	}
 	if err != nil && !errors.Is(ctx.Err(), context.Canceled) { // a deadline, the caller's own too, is no answer
-		l.pool.Reset()
+		l.pool.Reset() // read-only connections included: the next ones see the database as it is now
 	}
 	return unavailable(err)
 }
+
+// errReadOnly is Ping's answer from a database that takes no writes: a standby, a demoted
+// primary, or default_transaction_read_only set.
+var errReadOnly = errors.New("pix: the database is read-only")
 
 // unavailable wraps err in ErrUnavailable when it means the ledger could not do its work for a
 // reason of the database's state, not of the request: no answer came (a deadline passed, no
