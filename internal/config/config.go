@@ -882,14 +882,13 @@ var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("fe80::/10"), netip.MustParsePrefix("fc00::/7"),
 }
 
-// v4In6 are the IPv6 ranges that hold all of IPv4 in their last 32 bits: IPv4-mapped addresses,
-// and NAT64's well-known prefix (RFC 6052), as which a translator shows IPv4 clients.
-var v4In6 = []netip.Prefix{netip.MustParsePrefix("::ffff:0:0/96"), netip.MustParsePrefix("64:ff9b::/96")}
-
-// localNAT64 is NAT64's local-use prefix (RFC 8215): a translator's own prefix within it may put
-// IPv4 anywhere in the bits after it, so a trusted range within it is judged as the IPv4 of its
-// last 32 bits only when it is a /96 or narrower, and as all of IPv4 when wider.
-var localNAT64 = netip.MustParsePrefix("64:ff9b:1::/48")
+// v4In6 are the IPv6 ranges that hold all of IPv4: IPv4-mapped addresses, NAT64's well-known
+// prefix (RFC 6052), as which a translator shows IPv4 clients, and its local-use prefix (RFC
+// 8215), within which a translator's own prefix may put IPv4 anywhere after it. A trusted range
+// overlapping one is judged as the IPv4 range of its last 32 bits when it is a /96 or narrower,
+// and as all of IPv4 when wider.
+var v4In6 = []netip.Prefix{netip.MustParsePrefix("::ffff:0:0/96"), netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48")}
 
 // checkProxies refuses TRUSTED_PROXIES ranges that would trust the internet: a trusted peer's
 // X-Forwarded-For is believed, so trusting every hop (0.0.0.0/0, or any wide public range) lets
@@ -904,17 +903,10 @@ func checkProxies(p *problems, prefixes []netip.Prefix) []netip.Prefix {
 		p4, wholeV4 := pfx, false
 		for _, e := range v4In6 {
 			switch {
-			case pfx.Bits() >= e.Bits() && e.Contains(pfx.Addr()):
-				b := pfx.Addr().As16()
-				p4 = netip.PrefixFrom(netip.AddrFrom4([4]byte(b[12:])), pfx.Bits()-e.Bits())
-			case pfx.Bits() < e.Bits() && pfx.Contains(e.Addr()):
+			case !pfx.Overlaps(e):
+			case pfx.Bits() < 96:
 				wholeV4 = true
-			}
-		}
-		if pfx.Overlaps(localNAT64) {
-			if pfx.Bits() < 96 {
-				wholeV4 = true
-			} else {
+			default:
 				b := pfx.Addr().As16()
 				p4 = netip.PrefixFrom(netip.AddrFrom4([4]byte(b[12:])), pfx.Bits()-96)
 			}

@@ -486,7 +486,7 @@ func (d *desk) state(c echo.Context, chk ratelimit.Check) (keyState, error) {
 }
 
 var (
-	tierName  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	tierName  = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`) // the tiers table's own check (migration 006)
 	accountID = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 	deviceID  = regexp.MustCompile(`^[A-Za-z0-9]{1,64}$`)
 )

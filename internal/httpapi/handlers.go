@@ -158,8 +158,8 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		if err := validLogin(docErr, req.Password); err != nil {
 			return err
 		}
-		// Her look-up takes a place of her share of the ledger, as her account's calls do.
-		ctx := pix.ForCustomer(c.Request().Context(), tokens.PayerID(document))
+		payer := tokens.PayerID(document) // her look-up takes a place of her share of the ledger, as her account's calls do
+		ctx := pix.ForCustomer(c.Request().Context(), payer)
 		acct, err := passwords.Check(ctx, accounts, document, req.Password)
 		if err != nil {
 			return err
@@ -173,7 +173,7 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		if err != nil {
 			return err
 		}
-		token, err := tokens.Issue(auth.Subject{Account: acct.ID, Payer: tokens.PayerID(document), Person: string(person), Device: device, IssuedAt: at})
+		token, err := tokens.Issue(auth.Subject{Account: acct.ID, Payer: payer, Person: string(person), Device: device, IssuedAt: at})
 		if err != nil {
 			return err
 		}
