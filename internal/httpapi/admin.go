@@ -247,7 +247,7 @@ func (d *desk) begin(c echo.Context, a audited) error {
 // and counts it in the IP's summary for the minute.
 func (d *desk) refuse(c echo.Context) error {
 	ip := clientAddr(c.Request())
-	err := d.limiter.enforce(c, nil, check{adminIP, ratelimit.IPIdentity(ip)})
+	err := d.limiter.enforce(c, nil, checkOf(adminIP, ratelimit.IPIdentity(ip)))
 	if err == nil {
 		err = auth.ErrUnauthorized
 	}
@@ -600,7 +600,7 @@ func (d *desk) lookupCheck(c echo.Context, doc string, person pix.Person, keyTyp
 		return ratelimit.Check{}, err
 	}
 	chk := newBuckets(limiter{}, d.Limits, d.Tiers).bucket(payer, keyType)
-	return ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}, nil
+	return chk.Check, nil
 }
 
 // tierBody is a tier or an account's assignment as the desk shows and takes it: 0 is the

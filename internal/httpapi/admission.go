@@ -81,9 +81,9 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 	tk := ticket{pa: pa, c: c, s: s, user: user, key: req.ToKey, held: held, orig: orig}
 	// Refused from memory: asking the buckets would change nothing. (Not a shadow limit's: it
 	// refuses nothing, so its memory of a full key ends no admission.)
-	if !own.limit.Shadow {
-		if d, full := pa.knownFull(checks([]check{own})...); full {
-			_, err := pa.answer(c, nil, []check{own}, checks([]check{own}), d, nil, 0)
+	if !own.shadow {
+		if d, full := pa.knownFull(own.Check); full {
+			_, err := pa.answer(c, nil, []check{own}, []ratelimit.Check{own.Check}, d, nil, 0)
 			return tk, err
 		}
 	}
@@ -131,11 +131,11 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 // taken, the mark taken. A limit in shadow mode never refuses, so its slot is taken before it (a
 // shadow refusal ends the sequence). A queued PIX takes its slot and mark at its turn.
 func newAdmission(user, bank, own check, held *slot, orig *mark) admission {
-	a := admission{ask: ratelimit.AskStep(checks([]check{user, bank})...), limit: ratelimit.AllowStep(checks([]check{own})...),
-		queued: own.limit.Policy.Algorithm == ratelimit.LeakyBucket, held: held, orig: orig}
+	a := admission{ask: ratelimit.AskStep(user.Check, bank.Check), limit: ratelimit.AllowStep(own.Check),
+		queued: own.Policy.Algorithm == ratelimit.LeakyBucket, held: held, orig: orig}
 	a.steps = []ratelimit.Step{a.ask}
 	switch {
-	case held != nil && !a.queued && own.limit.Shadow:
+	case held != nil && !a.queued && own.shadow:
 		a.takeSlot = held.hold()
 		a.steps = append(a.steps, a.takeSlot, a.limit)
 	case held != nil && !a.queued:
@@ -234,8 +234,7 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 	switch {
 	case errors.Is(err, pix.ErrKeyNotFound) && t.unanswered != nil:
 		settled(func() { t.pa.release(ctx, release...) })
-		user := []check{t.user}
-		_, closed := t.pa.answer(t.c, nil, user, checks(user), ratelimit.Decision{}, t.unanswered, 0)
+		_, closed := t.pa.answer(t.c, nil, []check{t.user}, []ratelimit.Check{t.user.Check}, ratelimit.Decision{}, t.unanswered, 0)
 		return cmp.Or(closed, err) // the buckets fail closed: a 429; were one ever to fail open, the 404
 	case errors.Is(err, pix.ErrKeyNotFound):
 		if payErr := t.pa.charge(t.c, t.user, false, true, "", release...); payErr != nil {
@@ -285,7 +284,7 @@ func slotOf(limit enforce.RouteLimit, account, idem string) *slot {
 	if p.Limit < 1 {
 		return nil
 	}
-	return &slot{check: check{limit, account}, slots: slots.Slots{Name: p.Name, Count: p.Limit, Lease: p.Window},
+	return &slot{check: checkOf(limit, account), slots: slots.Slots{Name: p.Name, Count: p.Limit, Lease: p.Window},
 		name: slots.Holder(idem)}
 }
 
@@ -305,23 +304,23 @@ func (s *slot) answer(c echo.Context, r limiter, own check, d ratelimit.Decision
 	if err != nil || d.Allowed {
 		return nil
 	}
-	r.metrics.decided(checks([]check{s.check}), outcomeRefused, took)
+	r.metrics.decided([]ratelimit.Check{s.check.Check}, outcomeRefused, took)
 	inProgress := ratelimit.Result{Policy: ratelimit.Policy{Name: s.slots.Name, Limit: s.slots.Count},
 		Capacity: s.slots.Count, Reset: time.Second, RetryAfter: time.Second}
-	setHeaders(c.Response().Header(), ratelimit.Decision{Worst: inProgress, Results: []ratelimit.Result{{Policy: own.limit.Policy}, inProgress}})
+	setHeaders(c.Response().Header(), ratelimit.Decision{Worst: inProgress, Results: []ratelimit.Result{{Policy: own.Policy}, inProgress}})
 	return &Error{Code: CodeRateLimitExceeded, RetryAfter: inProgress.RetryAfter}
 }
 
 // hold and ask are the steps that take the slot and ask whether it would be taken.
-func (s *slot) hold() ratelimit.Step { return s.slots.Hold(s.check.identity, s.name) }
-func (s *slot) ask() ratelimit.Step  { return s.slots.Ask(s.check.identity, s.name) }
+func (s *slot) hold() ratelimit.Step { return s.slots.Hold(s.check.Identity, s.name) }
+func (s *slot) ask() ratelimit.Step  { return s.slots.Ask(s.check.Identity, s.name) }
 
 // release is the step that gives the slot back, or none.
 func (s *slot) release() []ratelimit.Step {
 	if s == nil {
 		return nil
 	}
-	return []ratelimit.Step{s.slots.Release(s.check.identity, s.name)}
+	return []ratelimit.Step{s.slots.Release(s.check.Identity, s.name)}
 }
 
 // mark is a PIX's mark as its Idempotency-Key's original, fleet-wide: a hold of the key's one

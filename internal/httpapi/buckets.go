@@ -41,13 +41,13 @@ func (b buckets) payer(s auth.Subject) dict.Payer {
 // bucket is s's payer's bucket for keys of type t.
 func (b buckets) bucket(s auth.Subject, t pix.KeyType) check {
 	limit, id := b.rules.PayerBucket(b.payer(s), t)
-	return check{limit, id}
+	return checkOf(limit, id)
 }
 
 // bank is the participant's bucket.
 func (b buckets) bank() check {
 	limit, id := b.rules.ParticipantBucket()
-	return check{limit, id}
+	return checkOf(limit, id)
 }
 
 // askAll asks cs in a Decide of one step, for answerAsk: one step takes the batched path of any
@@ -62,7 +62,7 @@ func (b buckets) askAll(ctx context.Context, cs ...check) (sequence, ratelimit.S
 // empty bank's bucket is a 503 lookup_capacity_exhausted without RateLimit headers; the fail mode
 // is the payer bucket's. With quiet, an admission sets no RateLimit headers.
 func (b buckets) answerAsk(c echo.Context, user, bank check, quiet bool, asked sequence, step ratelimit.Step) error {
-	bank.limit.FailMode = user.limit.FailMode
+	bank.failMode = user.failMode
 	rep := &report{show: func(d ratelimit.Decision) ratelimit.Decision {
 		switch {
 		case !d.Allowed && d.Results[0].RetryAfter > 0: // the payer's bucket
@@ -77,16 +77,16 @@ func (b buckets) answerAsk(c echo.Context, user, bank check, quiet bool, asked s
 		if len(shown.Results) > 0 { // the payer's: a 429
 			return nil
 		}
-		return b.exhausted(bank.limit, shown.Worst.RetryAfter)
+		return b.exhausted(bank.Policy, shown.Worst.RetryAfter)
 	}}
 	_, err := b.answerStep(c, rep, []check{user, bank}, asked, step)
 	return err
 }
 
 // exhausted is the answer while the bank's bucket is empty, logged (at most once per interval).
-func (b buckets) exhausted(bank enforce.RouteLimit, retryAfter time.Duration) *Error {
-	b.events.log("exhausted:"+bank.Policy.Name, slog.LevelWarn, "the bank's DICT look-up quota is spent: look-ups answer 503",
-		"policy", bank.Policy.Name, "retry_after", retryAfter.String())
+func (b buckets) exhausted(bank ratelimit.Policy, retryAfter time.Duration) *Error {
+	b.events.log("exhausted:"+bank.Name, slog.LevelWarn, "the bank's DICT look-up quota is spent: look-ups answer 503",
+		"policy", bank.Name, "retry_after", retryAfter.String())
 	return &Error{Code: CodeLookupCapacityExhausted, RetryAfter: retryAfter}
 }
 
@@ -100,7 +100,7 @@ func (b buckets) exhausted(bank enforce.RouteLimit, retryAfter time.Duration) *E
 func (b buckets) charge(c echo.Context, user check, found, quiet bool, grant string, first ...ratelimit.Step) error {
 	userCost, bankCost := b.rules.Price(found)
 	bank := b.bank()
-	payUser, payBank := ratelimit.ChargeStep(checks([]check{user})[0], userCost), ratelimit.ChargeStep(checks([]check{bank})[0], bankCost)
+	payUser, payBank := ratelimit.ChargeStep(user.Check, userCost), ratelimit.ChargeStep(bank.Check, bankCost)
 	steps := append(first, payUser, payBank)
 	var granted ratelimit.Step
 	if grant != "" {
@@ -124,7 +124,7 @@ func (b buckets) charge(c echo.Context, user check, found, quiet bool, grant str
 	}
 	bankReport := &report{show: func(d ratelimit.Decision) ratelimit.Decision { // no RateLimit headers: not the customer's
 		return ratelimit.Decision{Allowed: d.Allowed, Worst: d.Worst}
-	}, refuse: func(shown ratelimit.Decision) *Error { return b.exhausted(bank.limit, shown.Worst.RetryAfter) }}
+	}, refuse: func(shown ratelimit.Decision) *Error { return b.exhausted(bank.Policy, shown.Worst.RetryAfter) }}
 	_, payErr := b.answerStep(c, bankReport, []check{bank}, paid, payBank)
 	if payErr == nil && granted != nil && !paid.admitted(granted) {
 		b.events.log("grant:"+dict.Vouchers.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
@@ -143,14 +143,14 @@ func (b buckets) refund(ctx context.Context, s auth.Subject, user check, key str
 	payer := b.payer(s)
 	toUser, toBank := payer.Refund()
 	bank := b.bank()
-	steps := []ratelimit.Step{dict.Vouchers.Redeem(dict.Voucher(payer, key)), ratelimit.RefundStep(toUser, checks([]check{user, bank})...)}
+	steps := []ratelimit.Step{dict.Vouchers.Redeem(dict.Voucher(payer, key)), ratelimit.RefundStep(toUser, user.Check, bank.Check)}
 	if toUser != toBank {
 		steps = []ratelimit.Step{dict.Vouchers.Redeem(dict.Voucher(payer, key)),
-			ratelimit.RefundStep(toUser, checks([]check{user})...), ratelimit.RefundStep(toBank, checks([]check{bank})...)}
+			ratelimit.RefundStep(toUser, user.Check), ratelimit.RefundStep(toBank, bank.Check)}
 	}
 	if _, err := b.decider().Decide(ctx, append(first, steps...)...); err != nil {
-		b.events.log("refund:"+user.limit.Policy.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
-			"policy", user.limit.Policy.Name, "cause", err.Error())
+		b.events.log("refund:"+user.Policy.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
+			"policy", user.Policy.Name, "cause", err.Error())
 		if len(first) > 0 {
 			b.releaseLater(first, err)
 		}

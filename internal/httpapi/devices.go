@@ -98,7 +98,7 @@ func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger re
 		}
 		// A guess (login-device), not a malformed body; one decision with the route's key, so that a
 		// request either key refuses is recorded by neither.
-		settings, guess := check{limits.Settings, device}, check{limits.LoginDevice, "token:" + s.ID}
+		settings, guess := checkOf(limits.Settings, device), checkOf(limits.LoginDevice, "token:"+s.ID)
 		if together {
 			err = limiter.enforce(c, both, settings, guess)
 		} else if err = limiter.enforce(c, nil, settings); err == nil {

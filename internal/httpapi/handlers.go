@@ -133,16 +133,16 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		}
 		// A trusted device's login counts against neither the document nor the /48: a botnet
 		// filling either (a site's flood included) does not lock her out on a device she used.
-		checks := []check{{limits.LoginIP, ratelimit.IPIdentity(addr)}}
+		checks := []check{checkOf(limits.LoginIP, ratelimit.IPIdentity(addr))}
 		net, v6 := enforce.NetIdentity(addr) // IPv6: its /48 too
 		if v6 && device == "" {
-			checks = append(checks, check{limits.LoginNet, net})
+			checks = append(checks, checkOf(limits.LoginNet, net))
 		}
 		switch {
 		case device != "":
-			checks = append(checks, check{limits.LoginDevice, device})
+			checks = append(checks, checkOf(limits.LoginDevice, device))
 		case decodeErr == nil && docErr == nil:
-			checks = append(checks, check{limits.LoginAccount, document})
+			checks = append(checks, checkOf(limits.LoginAccount, document))
 		}
 		netSkipped := 0
 		if v6 && device != "" {
@@ -287,7 +287,7 @@ func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxW
 		// One PIX of this key in progress on this replica: the others wait for its answer.
 		defer originals.enter(c.Request().Context(), s.Account+"\x00"+req.IdempotencyKey, waitUntil)()
 		own := pixes.own(s)
-		if share != nil && own.limit.Policy.Algorithm != ratelimit.LeakyBucket {
+		if share != nil && own.Policy.Algorithm != ratelimit.LeakyBucket {
 			// One of the account's places of the ledger, held from before its admission: a PIX
 			// answered ledger_busy was decided by nothing, so it spent no quota and holds no slot.
 			// (A queued PIX takes its place at its turn, in the transfer's call: it would hold
@@ -418,7 +418,7 @@ func handleStatement(ledger pix.Payments, decide limiter, limit enforce.RouteLim
 			decide.metrics.shed(limit.Policy.Name)
 			return &Error{Code: CodeLedgerBusy, RetryAfter: time.Second}
 		}
-		own := []check{{limitOf(tiers, decide.maxWait, limit, s, true), s.Account}}
+		own := []check{checkOf(limitOf(tiers, decide.maxWait, limit, s, true), s.Account)}
 		ctx, cancel := decide.throttle(c) // a queue's turn comes within it
 		defer cancel()
 		start := time.Now()

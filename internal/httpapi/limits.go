@@ -7,23 +7,28 @@ import (
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
-// check is one key of a request: a route's limit and the identity it counts.
+// check is one key of a request: what the limiter decides (the route's policy and the identity
+// it counts) and what the route does with its decision, or without one.
 type check struct {
-	limit    enforce.RouteLimit
-	identity string
+	ratelimit.Check
+	failMode enforce.FailMode // what the route does when the limiter cannot decide
+	shadow   bool             // a refusal is served as if admitted (enforce.RouteLimit.Shadow)
 }
 
-// checks makes the limiter's checks of cs.
+// checkOf is limit's check of identity.
+func checkOf(limit enforce.RouteLimit, identity string) check {
+	return check{ratelimit.Check{Policy: limit.Policy, Identity: identity}, limit.FailMode, limit.Shadow}
+}
+
+// checks are the limiter's checks of cs.
 func checks(cs []check) []ratelimit.Check {
 	out := make([]ratelimit.Check, len(cs))
 	for i, c := range cs {
-		out[i] = ratelimit.Check{Policy: c.limit.Policy, Identity: c.identity}
+		out[i] = c.Check
 	}
 	return out
 }
 
-// validateTogether validates limits decided together, in one decision: their policies as
-// ratelimit.ValidateTogether does, and one shadow mode for all, since one decision serves them.
 // layersFor refuses limits that need a layer the server lacks: a queue's (leaky_bucket) needs a
 // Queue to hold its admissions until their turns, a local fail mode a Fallback.
 func layersFor(queue, fallback bool, ls ...enforce.RouteLimit) error {
@@ -38,6 +43,8 @@ func layersFor(queue, fallback bool, ls ...enforce.RouteLimit) error {
 	return nil
 }
 
+// validateTogether validates limits decided together, in one decision: their policies as
+// ratelimit.ValidateTogether does, and one shadow mode for all, since one decision serves them.
 func validateTogether(ls ...enforce.RouteLimit) error {
 	ps := make([]ratelimit.Policy, len(ls))
 	for i, l := range ls {

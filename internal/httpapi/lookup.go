@@ -109,12 +109,12 @@ func handleLookupLimits(lookups buckets) echo.HandlerFunc {
 		resp := response{Category: lookups.category, Policies: []policy{}}
 		for _, t := range []pix.KeyType{pix.KeyEmail, pix.KeyCPF} {
 			chk := lookups.bucket(s, t)
-			ds, err := lookups.decider().Decide(c.Request().Context(), ratelimit.AskStep(ratelimit.Check{Policy: chk.limit.Policy, Identity: chk.identity}))
+			ds, err := lookups.decider().Decide(c.Request().Context(), ratelimit.AskStep(chk.Check))
 			d := ds.Last()
 			if err != nil {
 				return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: lookups.failClosedRetryAfter, cause: err}
 			}
-			p := chk.limit.Policy
+			p := chk.Policy
 			resp.Policies = append(resp.Policies, policy{Name: p.Name, AvailableTokens: d.Worst.Remaining, Capacity: p.Burst,
 				RefillTokens: p.Limit, RefillPeriodSeconds: int64(p.Window / time.Second)})
 		}

@@ -116,7 +116,7 @@ func handlePutLimits(ledger pix.MoneyLimitStore, limiter limiter, settings enfor
 		if err != nil {
 			return err
 		}
-		if err := limiter.enforce(c, nil, check{settings, device}); err != nil {
+		if err := limiter.enforce(c, nil, checkOf(settings, device)); err != nil {
 			return err
 		}
 		l, err := ledger.SetLimits(c.Request().Context(), id, change)

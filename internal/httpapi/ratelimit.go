@@ -194,8 +194,8 @@ func (r limiter) answer(c echo.Context, rep *report, cs []check, decided []ratel
 			return ratelimit.Decision{}, err // a client that left: nothing to fail open or closed
 		}
 		mode := failMode(cs)
-		r.events.log("fail:"+cs[0].limit.Policy.Name, slog.LevelWarn, "rate limiter unavailable: fail mode applied",
-			"policy", cs[0].limit.Policy.Name, "fail_mode", mode.String())
+		r.events.log("fail:"+cs[0].Policy.Name, slog.LevelWarn, "rate limiter unavailable: fail mode applied",
+			"policy", cs[0].Policy.Name, "fail_mode", mode.String())
 		if mode == enforce.FailFallback && r.fallback == nil { // layersFor refuses it at startup
 			mode = enforce.FailClosed
 		}
@@ -213,7 +213,7 @@ func (r limiter) answer(c echo.Context, rep *report, cs []check, decided []ratel
 		d = r.fallback.Allow(fctx, decided...)
 		cancel()
 	}
-	shadow := cs[0].limit.Shadow // limits decided together share it (validateTogether)
+	shadow := cs[0].shadow // limits decided together share it (validateTogether)
 	switch {
 	case d.Fallback:
 		r.metrics.decided(decided, outcomeFallback, took)
@@ -257,10 +257,10 @@ func failMode(cs []check) enforce.FailMode {
 	mode := enforce.FailOpen
 	for _, c := range cs {
 		switch {
-		case c.limit.Shadow:
-		case c.limit.FailMode == enforce.FailClosed:
+		case c.shadow:
+		case c.failMode == enforce.FailClosed:
 			return enforce.FailClosed
-		case c.limit.FailMode == enforce.FailFallback:
+		case c.failMode == enforce.FailFallback:
 			mode = enforce.FailFallback
 		}
 	}
@@ -367,7 +367,7 @@ func (config RateLimitConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 			if err != nil {
 				return err
 			}
-			if err := r.enforce(c, nil, check{config.RouteLimit, id}); err != nil {
+			if err := r.enforce(c, nil, checkOf(config.RouteLimit, id)); err != nil {
 				return err
 			}
 			return next(c)

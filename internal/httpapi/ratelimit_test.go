@@ -213,7 +213,7 @@ func TestClientThatLeftIsNotAnOutage(t *testing.T) {
 	req := httptest.NewRequest(http.MethodGet, "/r", nil).WithContext(ctx)
 	c := echo.New().NewContext(req, httptest.NewRecorder())
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	err := limiter{core: l, stack: outages.New(l, outages.Options{Logger: logger}), events: newEventLog(logger, time.Hour)}.enforce(c, nil, check{enforce.RouteLimit{Policy: policy("pix", 2, time.Minute)}, "ana"})
+	err := limiter{core: l, stack: outages.New(l, outages.Options{Logger: logger}), events: newEventLog(logger, time.Hour)}.enforce(c, nil, checkOf(enforce.RouteLimit{Policy: policy("pix", 2, time.Minute)}, "ana"))
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("enforce for a client that left: %v, want context.Canceled (neither fail open nor closed)", err)
 	}

@@ -41,7 +41,7 @@ func (r limiter) throttleBudget() time.Duration {
 // back). Its answer says how long it waited (Server-Timing: throttle;dur=ms), 0 when its turn was
 // now. A shadow limit never waits. A replica holding its most waiters refuses it, 429.
 func (r limiter) wait(c echo.Context, ctx context.Context, cs []check, d ratelimit.Decision, took time.Duration) error {
-	if !d.Allowed || cs[0].limit.Shadow || cs[0].limit.Policy.Algorithm != ratelimit.LeakyBucket {
+	if !d.Allowed || cs[0].shadow || cs[0].Policy.Algorithm != ratelimit.LeakyBucket {
 		return nil
 	}
 	if d.Wait <= 0 {

@@ -44,7 +44,7 @@ func figures(t *pix.Tiers, s auth.Subject) pix.Tier {
 
 // own is s's PIX limit: its account's tier's (limitOf).
 func (pa admissions) own(s auth.Subject) check {
-	return check{limitOf(pa.tiers, pa.maxWait, pa.limit, s, false), s.Account}
+	return checkOf(limitOf(pa.tiers, pa.maxWait, pa.limit, s, false), s.Account)
 }
 
 // limitOf is l, the PIX route's limit (the statement's when statement), as s's account's tier
