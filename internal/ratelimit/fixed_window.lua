@@ -73,7 +73,7 @@ local function operation(op)
   if kind == 97 then return nil, 0 end                             -- 'a'
   if kind == 99 and v and v >= 1 then return nil, v end            -- 'c'
   if kind == 114 and v and v >= 1 then return nil, -v end          -- 'r'
-  if kind == 119 then return v, 1 end                              -- 'w'
+  if kind == 119 and v then return v, 1 end                        -- 'w'
   return error('pixlimit: unknown operation ' .. op)
 end
 
@@ -101,7 +101,8 @@ end
 -- KEYS         the keys: the request is admitted only if every one has room
 -- ARGV[1]      LIMIT: requests per window of KEYS[1] (and of every key not given its own below)
 -- ARGV[2]      WINDOW_MS: its window, in milliseconds
--- ARGV[3]      ID: the request's id, which the sorted sets record (default: the Redis time, µs)
+-- ARGV[3]      ID: the request's id, which the sorted sets record (default: the time decided, µs);
+--              unique per request: an id recorded already is that request again, admitted, not recorded twice
 -- ARGV[4]      BURST: requests at once (token_bucket, gcra; a queue's places; default: LIMIT)
 -- ARGV[5]      NOW_US: the time decided, µs ('' or absent: the Redis clock; tests inject time)
 -- ARGV[6]      OP: the operation (prelude.lua's operation: '' or absent decides)
@@ -125,13 +126,16 @@ for i = 1, n do
 end
 
 -- the algorithm follows
--- count(i, index) is keys[i]'s count in calendar window `index` (0 for any other window's).
-local function count(i, index)
+-- window(i) is keys[i]'s calendar window and its count: now's window, or a later one stored
+-- before the clock stepped back (its count stands until it ends).
+local function window(i)
+  local index = floor(now / windows[i])                            -- which calendar window now falls in
   local v = redis.call('GET', keys[i])
-  if not v then return 0 end
+  if not v then return index, 0 end
   local w, c = string.match(v, '^(%d+):(%d+)$')
-  if tonumber(w) ~= index then return 0 end                        -- an earlier window's count is void
-  return tonumber(c)
+  w, c = tonumber(w), tonumber(c)
+  if w < index then return index, 0 end                            -- an earlier window's count is void
+  return w, c
 end
 
 ---- each decision: what follows runs once per request (what precedes it, once per call)
@@ -139,8 +143,8 @@ if undo_at then                                                    -- withdraw: 
   local removed = 0
   for i = 1, n do
     local index = floor(undo_at / windows[i])
-    local c = count(i, index)
-    if c > 0 then                                                  -- else its window is over: it counts nowhere now
+    local w, c = window(i)
+    if w == index and c > 0 then                                   -- else its window is over: it counts nowhere now
       redis.call('SET', keys[i], string.format('%d:%d', index, c - 1), 'KEEPTTL')
       removed = removed + 1
     end
@@ -151,8 +155,7 @@ end
 local counts, indexes = {}, {}
 local full = false
 for i = 1, n do
-  indexes[i] = floor(now / windows[i])                        -- which calendar window now falls in
-  counts[i] = count(i, indexes[i])
+  indexes[i], counts[i] = window(i)
   if counts[i] >= limits[i] then full = true end                   -- one full key refuses the whole request
 end
 

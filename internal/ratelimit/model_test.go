@@ -35,7 +35,7 @@ func newModel(a Algorithm) model {
 	case TokenBucket:
 		return &bucketModel{state: map[string][2]int64{}}
 	case GCRA:
-		return &gcraModel{tat: map[string]float64{}}
+		return &gcraModel{tat: map[string][2]int64{}}
 	}
 	panic(a)
 }
@@ -164,31 +164,30 @@ func (m *bucketModel) decide(now int64, keys []string, ps []Policy) (bool, []int
 	return !full, rem, reset
 }
 
-type gcraModel struct{ tat map[string]float64 }
+// gcraModel keeps each key's TAT exact, as gcra.lua does: whole µs and a numerator over the
+// limit; it decides in 1/limit µs, where the emission interval is the window.
+type gcraModel struct{ tat map[string][2]int64 }
 
 func (m *gcraModel) decide(now int64, keys []string, ps []Policy) (bool, []int64, []int64) {
 	full := false
-	tats := make([]float64, len(keys))
+	aheads := make([]int64, len(keys))
 	for i, k := range keys {
-		interval, burst := float64(ps[i].Window.Microseconds())/float64(ps[i].Limit), float64(ps[i].Capacity())
-		tat, ok := m.tat[k]
-		if !ok || tat < float64(now) {
-			tat = float64(now)
+		limit, w, burst := int64(ps[i].Limit), ps[i].Window.Microseconds(), int64(ps[i].Capacity())
+		if st, ok := m.tat[k]; ok {
+			aheads[i] = max(0, (st[0]-now)*limit+min(st[1], limit-1))
 		}
-		tats[i] = tat
-		full = full || tat+interval-float64(now) > burst*interval
+		full = full || aheads[i]+w > burst*w
 	}
 	rem, reset := make([]int64, len(keys)), make([]int64, len(keys))
 	for i, k := range keys {
-		interval, burst := float64(ps[i].Window.Microseconds())/float64(ps[i].Limit), float64(ps[i].Capacity())
+		limit, w, burst, a := int64(ps[i].Limit), ps[i].Window.Microseconds(), int64(ps[i].Capacity()), aheads[i]
 		if !full {
-			tats[i] += interval
-			m.tat[k] = tats[i]
+			a += w
+			m.tat[k] = [2]int64{now + a/limit, a % limit}
 		}
-		r := math.Floor((burst*interval - (tats[i] - float64(now))) / interval)
-		rem[i] = int64(max(0, r))
-		if tats[i] > float64(now) {
-			reset[i] = int64(math.Ceil(tats[i] - float64(now) - (burst-float64(rem[i])-1)*interval))
+		rem[i] = max(0, (burst*w-a)/w)
+		if a > 0 {
+			reset[i] = (a - (burst-rem[i]-1)*w + limit - 1) / limit
 		}
 	}
 	return !full, rem, reset
@@ -257,6 +256,81 @@ func TestScriptsMatchModels(t *testing.T) {
 				t.Errorf("%d admitted, %d refused: the run did not exercise both sides", steps[true], steps[false])
 			}
 		})
+	}
+}
+
+// TestAClockSteppingBackAdmitsNoMore: Redis's clock can step back (NTP, a failover to a replica
+// whose clock is behind). A key decided on such a clock must admit no more than a key decided
+// on the same clock held at the latest time it has shown: a fixed or sliding window's count must
+// not be wiped by a step back across a window's edge, nor a bucket refill a span twice. The
+// sorted-set log alone may admit more, one at most per admission it scored while the clock was
+// behind (sliding_log.lua says why).
+func TestAClockSteppingBackAdmitsNoMore(t *testing.T) {
+	for _, a := range meters() {
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			l, _, _ := newTestLimiter(t)
+			p := Policy{Name: "p", Limit: 5, Window: 10 * time.Second, Algorithm: a}
+			rng := rand.New(rand.NewPCG(11, uint64(len(a))))
+			at, latest := time.UnixMicro(1_800_000_000_000_000), time.Time{}
+			stepped, held, backs, behind := 0, 0, 0, 0
+			for step := range 2000 {
+				if rng.IntN(10) == 0 {
+					at, backs = at.Add(-time.Duration(rng.IntN(4000))*time.Millisecond), backs+1
+				} else {
+					at = at.Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+				}
+				if at.After(latest) {
+					latest = at
+				}
+				now := at
+				l.now = func() time.Time { return now }
+				if mustAllow(t, l, Check{p, "stepped"}).Allowed {
+					stepped++
+					if a == SlidingLog && now.Before(latest) {
+						behind++
+					}
+				}
+				now = latest
+				if mustAllow(t, l, Check{p, "held"}).Allowed {
+					held++
+				}
+				if stepped > held+behind {
+					t.Fatalf("step %d: %d admitted on the clock that steps back (%d scored behind), %d on the one held at its latest", step, stepped, behind, held)
+				}
+			}
+			if backs < 100 || held < 300 {
+				t.Errorf("%d steps back, %d admitted: the run did not exercise both", backs, held)
+			}
+		})
+	}
+}
+
+// TestABucketRefillsASpanOnce: a token bucket drawn at a time earlier than its last draw (the
+// clock stepped back) refills nothing until the clock is past that draw again, and then counts
+// from it: the span between is refilled once, not twice.
+func TestABucketRefillsASpanOnce(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	clk := withClock(l)
+	p := Policy{Name: "b", Limit: 10, Window: 10 * time.Second, Algorithm: TokenBucket} // a token a second
+	for range 10 {
+		mustAllow(t, l, Check{p, "k"})
+	}
+	start := clk.Now()
+	for _, step := range []struct {
+		at   time.Duration
+		want int // Remaining after it
+	}{
+		{5 * time.Second, 4}, // 5 refilled, 1 taken
+		{1 * time.Second, 3}, // the clock 4s back: nothing refilled, 1 taken
+		{5 * time.Second, 2}, // back where it was: still nothing refilled, 1 taken
+		{7 * time.Second, 3}, // 2 refilled since 5s, 1 taken
+	} {
+		clk.Set(start.Add(step.at))
+		if got := mustAllow(t, l, Check{p, "k"}).Results[0].Remaining; got != step.want {
+			t.Fatalf("a draw at +%v: %d remaining, want %d", step.at, got, step.want)
+		}
 	}
 }
 
@@ -384,6 +458,44 @@ func TestBucketsBurstThenRefill(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGCRADecidesAsATokenBucket: GCRA and a token bucket of the same policy give the same
+// answers to the microsecond (admission, Remaining, Reset, RetryAfter), for every limit from 1 to
+// 100 per minute and a third of those per second and per 10 minutes (intervals rarely a whole
+// microsecond): a whole burst at one instant, as a batch decides it, then requests now and then.
+// A float schedule refused the last request of 37 of the 100 bursts per minute.
+func TestGCRADecidesAsATokenBucket(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLimiter(t)
+	clk := withClock(l)
+	for _, window := range []time.Duration{time.Minute, time.Second, 10 * time.Minute} {
+		for limit := 1; limit <= 100; limit++ {
+			if window != time.Minute && limit%3 != 0 {
+				continue
+			}
+			gcra := Policy{Name: "g", Limit: limit, Window: window, Algorithm: GCRA}
+			bucket := Policy{Name: "b", Limit: limit, Window: window, Algorithm: TokenBucket}
+			id, admitted := fmt.Sprintf("%d-%v", limit, window), 0
+			for step := range limit + 6 {
+				if step > limit { // past the burst: a while later, off any interval
+					clk.Add(window/7 + time.Duration(step)*time.Microsecond)
+				}
+				g, b := mustAllow(t, l, Check{gcra, id}), mustAllow(t, l, Check{bucket, id})
+				if step < limit && g.Allowed {
+					admitted++
+				}
+				gr, br := g.Results[0], b.Results[0]
+				if g.Allowed != b.Allowed || gr.Remaining != br.Remaining || gr.Reset != br.Reset || gr.RetryAfter != br.RetryAfter {
+					t.Fatalf("%d per %v, request %d: gcra allowed=%v remaining=%d reset=%v retry=%v; token bucket %v %d %v %v",
+						limit, window, step+1, g.Allowed, gr.Remaining, gr.Reset, gr.RetryAfter, b.Allowed, br.Remaining, br.Reset, br.RetryAfter)
+				}
+			}
+			if admitted != limit {
+				t.Fatalf("%d per %v: %d of a burst of %d at one instant admitted, want all", limit, window, admitted, limit)
+			}
+		}
 	}
 }
 

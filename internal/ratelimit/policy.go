@@ -102,9 +102,9 @@ func (p Policy) Validate() error {
 	if p.algorithm() == LeakyBucket && p.Limit > 0 && p.Window/time.Duration(p.Limit) < time.Millisecond {
 		bad("Limit", "%d per %v: a leaky_bucket's pace (window / limit) must be at least 1ms", p.Limit, p.Window)
 	}
-	// The sliding window and the token bucket multiply counts by the window in microseconds;
-	// Lua numbers are exact integers only below 2^53.
-	if a := p.algorithm(); (a == SlidingWindow || a == TokenBucket) &&
+	// The sliding window, the token bucket and GCRA multiply counts by the window in
+	// microseconds; Lua numbers are exact integers only below 2^53.
+	if a := p.algorithm(); (a == SlidingWindow || a == TokenBucket || a == GCRA) &&
 		float64(max(p.Limit, p.Capacity()))*float64(p.Window.Microseconds()) >= 1<<53 {
 		bad("Limit", "limit × window too large for exact arithmetic (%d × %v)", max(p.Limit, p.Capacity()), p.Window)
 	}

@@ -78,7 +78,7 @@ local function operation(op)
   if kind == 97 then return nil, 0 end                             -- 'a'
   if kind == 99 and v and v >= 1 then return nil, v end            -- 'c'
   if kind == 114 and v and v >= 1 then return nil, -v end          -- 'r'
-  if kind == 119 then return v, 1 end                              -- 'w'
+  if kind == 119 and v then return v, 1 end                        -- 'w'
   return error('pixlimit: unknown operation ' .. op)
 end
 
@@ -106,7 +106,8 @@ end
 -- KEYS         the keys: the request is admitted only if every one has room
 -- ARGV[1]      LIMIT: requests per window of KEYS[1] (and of every key not given its own below)
 -- ARGV[2]      WINDOW_MS: its window, in milliseconds
--- ARGV[3]      ID: the request's id, which the sorted sets record (default: the Redis time, µs)
+-- ARGV[3]      ID: the request's id, which the sorted sets record (default: the time decided, µs);
+--              unique per request: an id recorded already is that request again, admitted, not recorded twice
 -- ARGV[4]      BURST: requests at once (token_bucket, gcra; a queue's places; default: LIMIT)
 -- ARGV[5]      NOW_US: the time decided, µs ('' or absent: the Redis clock; tests inject time)
 -- ARGV[6]      OP: the operation (prelude.lua's operation: '' or absent decides)
@@ -160,6 +161,9 @@ local remaining, reset = {}, {}
 for i = 1, n do
   local key, limit, window, count = keys[i], limits[i], windows[i], counts[i]
   if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
+    -- Recorded at now, even if the clock has stepped back behind the newest entry: such an entry
+    -- leaves the window up to that step early (TestAClockSteppingBackAdmitsNoMore). Recording
+    -- at the newest entry's time, as the packed log does, would cost a command per admission.
     count = count + redis.call('ZADD', key, 'NX', now, id)         -- record the admission (ids are unique: adds 1)
     redis.call('PEXPIRE', key, window / 1000)                      -- the newest entry outlives the rest; so does the key, no longer
   end

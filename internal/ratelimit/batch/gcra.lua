@@ -7,12 +7,18 @@
 -- (prelude.lua, put before it, holds one decision's clock, arguments and reply.)
 --
 -- Requests are due one emission interval T = window / limit apart; a client may run ahead of
--- that schedule by up to `burst` intervals. The only state is the theoretical arrival time (TAT),
--- microseconds since the epoch as a float: when the schedule would next be caught up. A request
--- at `now` moves it to max(TAT, now) + T and is admitted if the new TAT is at most burst × T
--- ahead of now. It decides as a token bucket of the same burst and rate does, with one number of
--- state instead of two. remaining_i is how many more requests fit now; reset_i the time until
--- one more does.
+-- that schedule by up to `burst` intervals. The only state is the theoretical arrival time (TAT):
+-- when the schedule would next be caught up. A request at `now` moves it to max(TAT, now) + T and
+-- is admitted if the new TAT is at most burst × T ahead of now. It decides as a token bucket of
+-- the same burst and rate does (TAT − now is the bucket's missing tokens, in time), with one
+-- number of state instead of two. remaining_i is how many more requests fit now; reset_i the time
+-- until one more does.
+--
+-- T is rarely a whole microsecond (60 s / 9), and a float TAT near 1.7e15 µs keeps quarters of a
+-- microsecond only: its rounding, step after step, refused the last request of a burst. So the
+-- TAT is kept exact, as whole microseconds and a fraction over the limit ("<µs>:<numerator>"),
+-- and the decision counts in 1/limit µs, where T is the window: exact integer arithmetic, as
+-- long as burst × window (µs) stays below 2^53 (Policy.Validate).
 
 -- prelude.lua: what every script that decides shares, whether it decides one request (args.lua
 -- reads its arguments: an algorithm's script) or several (batch.lua reads each member's, and
@@ -73,7 +79,7 @@ local function operation(op)
   if kind == 97 then return nil, 0 end                             -- 'a'
   if kind == 99 and v and v >= 1 then return nil, v end            -- 'c'
   if kind == 114 and v and v >= 1 then return nil, -v end          -- 'r'
-  if kind == 119 then return v, 1 end                              -- 'w'
+  if kind == 119 and v then return v, 1 end                        -- 'w'
   return error('pixlimit: unknown operation ' .. op)
 end
 
@@ -109,17 +115,26 @@ local function member_now(arg)
   return call_now
 end
 
--- tat(i) is keys[i]'s schedule, never behind now: an idle schedule restarts now.
-local function tat(i)
-  return max(now, tonumber(redis.call('GET', keys[i]) or now))
+-- ahead(i) is how far keys[i]'s schedule is ahead of now, in 1/limit µs: 0 when caught up (an
+-- idle schedule restarts now).
+local function ahead(i)
+  local v = redis.call('GET', keys[i])
+  if not v then return 0 end
+  local us, frac = string.match(v, '^(%d+):(%d+)$')
+  us, frac = tonumber(us), tonumber(frac)
+  if not us then us, frac = ceil(tonumber(v) or 0), 0 end        -- an older replica's float TAT: whole µs, never less strict
+  return max(0, (us - now) * limits[i] + min(frac, limits[i] - 1)) -- (a fraction over a larger, earlier limit: under a µs)
 end
 
--- store(i, t) keeps schedule t of keys[i] until it is caught up, or drops one already caught up.
-local function store(i, t)
-  if t <= now then
+-- store(i, a) keeps keys[i]'s schedule, a (1/limit µs) ahead of now, until it is caught up, or
+-- drops one already caught up.
+local function store(i, a)
+  local limit = limits[i]
+  if a <= 0 then
     redis.call('DEL', keys[i])                                     -- caught up: an idle key needs no state
   else
-    redis.call('SET', keys[i], string.format('%.17g', t), 'PX', max(1, ceil((t - now) / 1000)))
+    local frac = a % limit
+    redis.call('SET', keys[i], string.format('%d:%d', now + (a - frac) / limit, frac), 'PX', max(1, ceil(a / limit / 1000)))
   end
 end
 
@@ -127,31 +142,30 @@ local function decide()
 ---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then                                                    -- withdraw: move the schedule back one interval
   for i = 1, n do
-    store(i, tat(i) - windows[i] / limits[i])
+    store(i, ahead(i) - windows[i])
   end
   return n
 end
 
-local intervals, tats = {}, {}
+local aheads = {}
 local full = false
 for i = 1, n do
-  intervals[i] = windows[i] / limits[i]                            -- T, the emission interval
-  tats[i] = tat(i)
-  if tats[i] + intervals[i] - now > bursts[i] * intervals[i] then full = true end -- too far ahead: refuse all
+  aheads[i] = ahead(i)                                             -- in 1/limit µs, where T is the window
+  if aheads[i] + windows[i] > bursts[i] * windows[i] then full = true end -- too far ahead: refuse all
 end
 
 local remaining, reset = {}, {}
 for i = 1, n do
-  local interval, burst, t = intervals[i], bursts[i], tats[i]
+  local window, burst, a = windows[i], bursts[i], aheads[i]
   if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
-    t = t + interval                                               -- admit: the schedule moves one interval
-    store(i, t)
+    a = a + window                                                 -- admit: the schedule moves one interval
+    store(i, a)
   end
   -- How many more fit now: the room left ahead of the schedule, in whole intervals.
-  remaining[i] = max(0, floor((burst * interval - (t - now)) / interval))
+  remaining[i] = max(0, floor((burst * window - a) / window))
   reset[i] = 0
-  if t > now then                                                  -- one more fits when the schedule is that much nearer
-    reset[i] = ceil(t - now - (burst - remaining[i] - 1) * interval)
+  if a > 0 then                                                    -- one more fits when the schedule is that much nearer
+    reset[i] = ceil((a - (burst - remaining[i] - 1) * window) / limits[i])
   end
 end
 return reply(not full, remaining, reset)

@@ -84,7 +84,7 @@ local function operation(op)
   if kind == 97 then return nil, 0 end                             -- 'a'
   if kind == 99 and v and v >= 1 then return nil, v end            -- 'c'
   if kind == 114 and v and v >= 1 then return nil, -v end          -- 'r'
-  if kind == 119 then return v, 1 end                              -- 'w'
+  if kind == 119 and v then return v, 1 end                        -- 'w'
   return error('pixlimit: unknown operation ' .. op)
 end
 

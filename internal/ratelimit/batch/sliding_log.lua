@@ -75,7 +75,7 @@ local function operation(op)
   if kind == 97 then return nil, 0 end                             -- 'a'
   if kind == 99 and v and v >= 1 then return nil, v end            -- 'c'
   if kind == 114 and v and v >= 1 then return nil, -v end          -- 'r'
-  if kind == 119 then return v, 1 end                              -- 'w'
+  if kind == 119 and v then return v, 1 end                        -- 'w'
   return error('pixlimit: unknown operation ' .. op)
 end
 
@@ -142,6 +142,9 @@ local remaining, reset = {}, {}
 for i = 1, n do
   local key, limit, window, count = keys[i], limits[i], windows[i], counts[i]
   if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
+    -- Recorded at now, even if the clock has stepped back behind the newest entry: such an entry
+    -- leaves the window up to that step early (TestAClockSteppingBackAdmitsNoMore). Recording
+    -- at the newest entry's time, as the packed log does, would cost a command per admission.
     count = count + redis.call('ZADD', key, 'NX', now, id)         -- record the admission (ids are unique: adds 1)
     redis.call('PEXPIRE', key, window / 1000)                      -- the newest entry outlives the rest; so does the key, no longer
   end

@@ -7,13 +7,16 @@
 -- end of one window and again at the start of the next: up to twice the limit in a moment.
 -- reset_i is the time until the window of keys[i] ends and its count starts again from zero.
 
--- count(i, index) is keys[i]'s count in calendar window `index` (0 for any other window's).
-local function count(i, index)
+-- window(i) is keys[i]'s calendar window and its count: now's window, or a later one stored
+-- before the clock stepped back (its count stands until it ends).
+local function window(i)
+  local index = floor(now / windows[i])                            -- which calendar window now falls in
   local v = redis.call('GET', keys[i])
-  if not v then return 0 end
+  if not v then return index, 0 end
   local w, c = string.match(v, '^(%d+):(%d+)$')
-  if tonumber(w) ~= index then return 0 end                        -- an earlier window's count is void
-  return tonumber(c)
+  w, c = tonumber(w), tonumber(c)
+  if w < index then return index, 0 end                            -- an earlier window's count is void
+  return w, c
 end
 
 ---- each decision: what follows runs once per request (what precedes it, once per call)
@@ -21,8 +24,8 @@ if undo_at then                                                    -- withdraw: 
   local removed = 0
   for i = 1, n do
     local index = floor(undo_at / windows[i])
-    local c = count(i, index)
-    if c > 0 then                                                  -- else its window is over: it counts nowhere now
+    local w, c = window(i)
+    if w == index and c > 0 then                                   -- else its window is over: it counts nowhere now
       redis.call('SET', keys[i], string.format('%d:%d', index, c - 1), 'KEEPTTL')
       removed = removed + 1
     end
@@ -33,8 +36,7 @@ end
 local counts, indexes = {}, {}
 local full = false
 for i = 1, n do
-  indexes[i] = floor(now / windows[i])                        -- which calendar window now falls in
-  counts[i] = count(i, indexes[i])
+  indexes[i], counts[i] = window(i)
   if counts[i] >= limits[i] then full = true end                   -- one full key refuses the whole request
 end
 

@@ -41,33 +41,38 @@ if undo_at then                                                    -- withdraw: 
   return removed
 end
 
-local prevs, currs, indexes = {}, {}, {}
+-- A key whose window is later than now's (the clock stepped back since it was stored) is decided
+-- as at that window's start (at, later than now): its counts stand, as the clock had not stepped.
+local prevs, currs, indexes, ats = {}, {}, {}, {}
 local full = false
 for i = 1, n do
   local limit, window = limits[i], windows[i]
-  local index = floor(now / window)
+  local index, at = floor(now / window), now
   local prev, curr = 0, 0
   local w, p, c = stored(i)
+  if w and w > index then
+    index, at = w, w * window
+  end
   if w == index then
     prev, curr = p, c
   elseif w == index - 1 then
     prev = c                                                       -- the stored current window is now the previous one
   end                                                              -- anything older weighs nothing
-  local elapsed = now - index * window
+  local elapsed = at - index * window
   if prev * (window - elapsed) + (curr + 1) * window > limit * window then
     full = true                                                    -- estimate + 1 > limit: one full key refuses all
   end
-  prevs[i], currs[i], indexes[i] = prev, curr, index
+  prevs[i], currs[i], indexes[i], ats[i] = prev, curr, index, at
 end
 
 local remaining, reset = {}, {}
 for i = 1, n do
   local limit, window, prev, curr = limits[i], windows[i], prevs[i], currs[i]
-  local elapsed = now - indexes[i] * window
+  local elapsed = ats[i] - indexes[i] * window
   if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     curr = curr + 1                                                -- record; a refusal is never counted
     redis.call('SET', keys[i], string.format('%d:%d:%d', indexes[i], prev, curr),
-      'PX', ceil((2 * window - elapsed) / 1000))              -- needed until the next window ends
+      'PX', ceil((2 * window - elapsed + ats[i] - now) / 1000))  -- needed until the next window ends
   end
   local spent = prev * (window - elapsed) + curr * window           -- estimate × window
   remaining[i] = max(0, floor((limit * window - spent) / window))
@@ -80,6 +85,7 @@ for i = 1, n do
     else                                                           -- next window: this count becomes the fading one
       reset[i] = window - elapsed + window - floor(target * window / curr)
     end
+    reset[i] = reset[i] + ats[i] - now
   end
 end
 return reply(not full, remaining, reset)

@@ -33,6 +33,9 @@ end
 
 ---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then return 0 end                                       -- nothing to withdraw: a grant is not an admission
+if cost > 0 and n > 1 then                                         -- one key redeemed at a time: all-or-nothing is not kept across keys
+  return error('pixlimit: a redemption takes one key')
+end
 
 local allowed, remaining, reset = true, {}, {}
 for i = 1, n do

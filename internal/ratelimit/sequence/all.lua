@@ -61,7 +61,7 @@ local function operation(op)
   if kind == 97 then return nil, 0 end                             -- 'a'
   if kind == 99 and v and v >= 1 then return nil, v end            -- 'c'
   if kind == 114 and v and v >= 1 then return nil, -v end          -- 'r'
-  if kind == 119 then return v, 1 end                              -- 'w'
+  if kind == 119 and v then return v, 1 end                        -- 'w'
   return error('pixlimit: unknown operation ' .. op)
 end
 
@@ -144,6 +144,9 @@ local remaining, reset = {}, {}
 for i = 1, n do
   local key, limit, window, count = keys[i], limits[i], windows[i], counts[i]
   if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
+    -- Recorded at now, even if the clock has stepped back behind the newest entry: such an entry
+    -- leaves the window up to that step early (TestAClockSteppingBackAdmitsNoMore). Recording
+    -- at the newest entry's time, as the packed log does, would cost a command per admission.
     count = count + redis.call('ZADD', key, 'NX', now, id)         -- record the admission (ids are unique: adds 1)
     redis.call('PEXPIRE', key, window / 1000)                      -- the newest entry outlives the rest; so does the key, no longer
   end
@@ -343,33 +346,38 @@ if undo_at then                                                    -- withdraw: 
   return removed
 end
 
-local prevs, currs, indexes = {}, {}, {}
+-- A key whose window is later than now's (the clock stepped back since it was stored) is decided
+-- as at that window's start (at, later than now): its counts stand, as the clock had not stepped.
+local prevs, currs, indexes, ats = {}, {}, {}, {}
 local full = false
 for i = 1, n do
   local limit, window = limits[i], windows[i]
-  local index = floor(now / window)
+  local index, at = floor(now / window), now
   local prev, curr = 0, 0
   local w, p, c = stored(i)
+  if w and w > index then
+    index, at = w, w * window
+  end
   if w == index then
     prev, curr = p, c
   elseif w == index - 1 then
     prev = c                                                       -- the stored current window is now the previous one
   end                                                              -- anything older weighs nothing
-  local elapsed = now - index * window
+  local elapsed = at - index * window
   if prev * (window - elapsed) + (curr + 1) * window > limit * window then
     full = true                                                    -- estimate + 1 > limit: one full key refuses all
   end
-  prevs[i], currs[i], indexes[i] = prev, curr, index
+  prevs[i], currs[i], indexes[i], ats[i] = prev, curr, index, at
 end
 
 local remaining, reset = {}, {}
 for i = 1, n do
   local limit, window, prev, curr = limits[i], windows[i], prevs[i], currs[i]
-  local elapsed = now - indexes[i] * window
+  local elapsed = ats[i] - indexes[i] * window
   if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     curr = curr + 1                                                -- record; a refusal is never counted
     redis.call('SET', keys[i], string.format('%d:%d:%d', indexes[i], prev, curr),
-      'PX', ceil((2 * window - elapsed) / 1000))              -- needed until the next window ends
+      'PX', ceil((2 * window - elapsed + ats[i] - now) / 1000))  -- needed until the next window ends
   end
   local spent = prev * (window - elapsed) + curr * window           -- estimate × window
   remaining[i] = max(0, floor((limit * window - spent) / window))
@@ -382,6 +390,7 @@ for i = 1, n do
     else                                                           -- next window: this count becomes the fading one
       reset[i] = window - elapsed + window - floor(target * window / curr)
     end
+    reset[i] = reset[i] + ats[i] - now
   end
 end
 return reply(not full, remaining, reset)
@@ -397,13 +406,16 @@ end
 -- end of one window and again at the start of the next: up to twice the limit in a moment.
 -- reset_i is the time until the window of keys[i] ends and its count starts again from zero.
 
--- count(i, index) is keys[i]'s count in calendar window `index` (0 for any other window's).
-local function count(i, index)
+-- window(i) is keys[i]'s calendar window and its count: now's window, or a later one stored
+-- before the clock stepped back (its count stands until it ends).
+local function window(i)
+  local index = floor(now / windows[i])                            -- which calendar window now falls in
   local v = redis.call('GET', keys[i])
-  if not v then return 0 end
+  if not v then return index, 0 end
   local w, c = string.match(v, '^(%d+):(%d+)$')
-  if tonumber(w) ~= index then return 0 end                        -- an earlier window's count is void
-  return tonumber(c)
+  w, c = tonumber(w), tonumber(c)
+  if w < index then return index, 0 end                            -- an earlier window's count is void
+  return w, c
 end
 
 decisions['fixed_window'] = function()
@@ -412,8 +424,8 @@ if undo_at then                                                    -- withdraw: 
   local removed = 0
   for i = 1, n do
     local index = floor(undo_at / windows[i])
-    local c = count(i, index)
-    if c > 0 then                                                  -- else its window is over: it counts nowhere now
+    local w, c = window(i)
+    if w == index and c > 0 then                                   -- else its window is over: it counts nowhere now
       redis.call('SET', keys[i], string.format('%d:%d', index, c - 1), 'KEEPTTL')
       removed = removed + 1
     end
@@ -424,8 +436,7 @@ end
 local counts, indexes = {}, {}
 local full = false
 for i = 1, n do
-  indexes[i] = floor(now / windows[i])                        -- which calendar window now falls in
-  counts[i] = count(i, indexes[i])
+  indexes[i], counts[i] = window(i)
   if counts[i] >= limits[i] then full = true end                   -- one full key refuses the whole request
 end
 
@@ -467,28 +478,33 @@ end
 -- a refund (RefundStep), such as the token a PIX payment returns to the look-up bucket that
 -- preceded it.
 --
--- level(i) is keys[i]'s scaled tokens now, refilled since they were stored; an absent key is full.
+-- level(i) is keys[i]'s scaled tokens now, refilled since they were stored, and the time they
+-- count from: now, or the later time they were stored at if the clock has stepped back since, so
+-- that no span is refilled twice. An absent key is full.
 local function level(i)
   local capacity = bursts[i] * windows[i]                          -- a full bucket, scaled
   local v = redis.call('GET', keys[i])
-  if not v then return capacity end
+  if not v then return capacity, now end
   local tokens, at = string.match(v, '^(-?%d+):(%d+)$')          -- negative: in debt after a charge
   tokens, at = tonumber(tokens), tonumber(at)
-  local elapsed = max(0, now - at)
-  if elapsed >= (capacity - tokens) / limits[i] then
-    return capacity                                                -- refilled to the brim (and no overflow)
+  local elapsed = now - at
+  if elapsed < 0 then
+    return tokens, at                                              -- the clock stepped back: nothing refilled yet
+  elseif elapsed >= (capacity - tokens) / limits[i] then
+    return capacity, now                                           -- refilled to the brim (and no overflow)
   end
-  return tokens + elapsed * limits[i]                              -- refill since it was stored
+  return tokens + elapsed * limits[i], now                         -- refill since it was stored
 end
 
--- store(i, l) keeps level l of keys[i] until the bucket is full again, or drops a full one.
-local function store(i, l)
+-- store(i, l, at) keeps level l of keys[i], as of at, until the bucket is full again, or drops a
+-- full one.
+local function store(i, l, at)
   local capacity = bursts[i] * windows[i]
   if l >= capacity then
     redis.call('DEL', keys[i])                                     -- a full bucket needs no key
   else
-    redis.call('SET', keys[i], string.format('%d:%d', l, now),
-      'PX', max(1, ceil((capacity - l) / limits[i] / 1000)))
+    redis.call('SET', keys[i], string.format('%d:%d', l, at),
+      'PX', max(1, ceil(((capacity - l) / limits[i] + at - now) / 1000)))
   end
 end
 
@@ -496,15 +512,16 @@ decisions['token_bucket'] = function()
 ---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then                                                    -- withdraw: give the token back, now
   for i = 1, n do
-    store(i, min(bursts[i] * windows[i], level(i) + windows[i]))
+    local l, at = level(i)
+    store(i, min(bursts[i] * windows[i], l + windows[i]), at)
   end
   return n
 end
 
-local levels = {}
+local levels, ats = {}, {}
 local full = false
 for i = 1, n do
-  levels[i] = level(i)
+  levels[i], ats[i] = level(i)
   if levels[i] < windows[i] and cost >= 0 then
     full = true                                                    -- less than one token: refuse the whole request
   end
@@ -515,15 +532,15 @@ for i = 1, n do
   local limit, window, l = limits[i], windows[i], levels[i]
   if cost < 0 then
     l = min(bursts[i] * window, l - cost * window)            -- a refund, up to a full bucket
-    store(i, l)
+    store(i, l, ats[i])
   elseif not full and cost > 0 then
     l = l - cost * window                                          -- take the cost; a refusal takes nothing
-    store(i, l)
+    store(i, l, ats[i])
   end
   remaining[i] = max(0, floor(l / window))               -- a bucket in debt has none
   reset[i] = 0
   if l < bursts[i] * window then
-    reset[i] = ceil(((remaining[i] + 1) * window - l) / limit) -- until the next whole token
+    reset[i] = ceil(((remaining[i] + 1) * window - l) / limit) + ats[i] - now -- until the next whole token
   end
 end
 return reply(not full, remaining, reset)
@@ -535,24 +552,39 @@ end
 -- (prelude.lua, put before it, holds one decision's clock, arguments and reply.)
 --
 -- Requests are due one emission interval T = window / limit apart; a client may run ahead of
--- that schedule by up to `burst` intervals. The only state is the theoretical arrival time (TAT),
--- microseconds since the epoch as a float: when the schedule would next be caught up. A request
--- at `now` moves it to max(TAT, now) + T and is admitted if the new TAT is at most burst × T
--- ahead of now. It decides as a token bucket of the same burst and rate does, with one number of
--- state instead of two. remaining_i is how many more requests fit now; reset_i the time until
--- one more does.
+-- that schedule by up to `burst` intervals. The only state is the theoretical arrival time (TAT):
+-- when the schedule would next be caught up. A request at `now` moves it to max(TAT, now) + T and
+-- is admitted if the new TAT is at most burst × T ahead of now. It decides as a token bucket of
+-- the same burst and rate does (TAT − now is the bucket's missing tokens, in time), with one
+-- number of state instead of two. remaining_i is how many more requests fit now; reset_i the time
+-- until one more does.
+--
+-- T is rarely a whole microsecond (60 s / 9), and a float TAT near 1.7e15 µs keeps quarters of a
+-- microsecond only: its rounding, step after step, refused the last request of a burst. So the
+-- TAT is kept exact, as whole microseconds and a fraction over the limit ("<µs>:<numerator>"),
+-- and the decision counts in 1/limit µs, where T is the window: exact integer arithmetic, as
+-- long as burst × window (µs) stays below 2^53 (Policy.Validate).
 
--- tat(i) is keys[i]'s schedule, never behind now: an idle schedule restarts now.
-local function tat(i)
-  return max(now, tonumber(redis.call('GET', keys[i]) or now))
+-- ahead(i) is how far keys[i]'s schedule is ahead of now, in 1/limit µs: 0 when caught up (an
+-- idle schedule restarts now).
+local function ahead(i)
+  local v = redis.call('GET', keys[i])
+  if not v then return 0 end
+  local us, frac = string.match(v, '^(%d+):(%d+)$')
+  us, frac = tonumber(us), tonumber(frac)
+  if not us then us, frac = ceil(tonumber(v) or 0), 0 end        -- an older replica's float TAT: whole µs, never less strict
+  return max(0, (us - now) * limits[i] + min(frac, limits[i] - 1)) -- (a fraction over a larger, earlier limit: under a µs)
 end
 
--- store(i, t) keeps schedule t of keys[i] until it is caught up, or drops one already caught up.
-local function store(i, t)
-  if t <= now then
+-- store(i, a) keeps keys[i]'s schedule, a (1/limit µs) ahead of now, until it is caught up, or
+-- drops one already caught up.
+local function store(i, a)
+  local limit = limits[i]
+  if a <= 0 then
     redis.call('DEL', keys[i])                                     -- caught up: an idle key needs no state
   else
-    redis.call('SET', keys[i], string.format('%.17g', t), 'PX', max(1, ceil((t - now) / 1000)))
+    local frac = a % limit
+    redis.call('SET', keys[i], string.format('%d:%d', now + (a - frac) / limit, frac), 'PX', max(1, ceil(a / limit / 1000)))
   end
 end
 
@@ -560,31 +592,30 @@ decisions['gcra'] = function()
 ---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then                                                    -- withdraw: move the schedule back one interval
   for i = 1, n do
-    store(i, tat(i) - windows[i] / limits[i])
+    store(i, ahead(i) - windows[i])
   end
   return n
 end
 
-local intervals, tats = {}, {}
+local aheads = {}
 local full = false
 for i = 1, n do
-  intervals[i] = windows[i] / limits[i]                            -- T, the emission interval
-  tats[i] = tat(i)
-  if tats[i] + intervals[i] - now > bursts[i] * intervals[i] then full = true end -- too far ahead: refuse all
+  aheads[i] = ahead(i)                                             -- in 1/limit µs, where T is the window
+  if aheads[i] + windows[i] > bursts[i] * windows[i] then full = true end -- too far ahead: refuse all
 end
 
 local remaining, reset = {}, {}
 for i = 1, n do
-  local interval, burst, t = intervals[i], bursts[i], tats[i]
+  local window, burst, a = windows[i], bursts[i], aheads[i]
   if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
-    t = t + interval                                               -- admit: the schedule moves one interval
-    store(i, t)
+    a = a + window                                                 -- admit: the schedule moves one interval
+    store(i, a)
   end
   -- How many more fit now: the room left ahead of the schedule, in whole intervals.
-  remaining[i] = max(0, floor((burst * interval - (t - now)) / interval))
+  remaining[i] = max(0, floor((burst * window - a) / window))
   reset[i] = 0
-  if t > now then                                                  -- one more fits when the schedule is that much nearer
-    reset[i] = ceil(t - now - (burst - remaining[i] - 1) * interval)
+  if a > 0 then                                                    -- one more fits when the schedule is that much nearer
+    reset[i] = ceil((a - (burst - remaining[i] - 1) * window) / limits[i])
   end
 end
 return reply(not full, remaining, reset)
@@ -707,6 +738,9 @@ end
 decisions['voucher'] = function()
 ---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then return 0 end                                       -- nothing to withdraw: a grant is not an admission
+if cost > 0 and n > 1 then                                         -- one key redeemed at a time: all-or-nothing is not kept across keys
+  return error('pixlimit: a redemption takes one key')
+end
 
 local allowed, remaining, reset = true, {}, {}
 for i = 1, n do

@@ -61,7 +61,7 @@ local function operation(op)
   if kind == 97 then return nil, 0 end                             -- 'a'
   if kind == 99 and v and v >= 1 then return nil, v end            -- 'c'
   if kind == 114 and v and v >= 1 then return nil, -v end          -- 'r'
-  if kind == 119 then return v, 1 end                              -- 'w'
+  if kind == 119 and v then return v, 1 end                        -- 'w'
   return error('pixlimit: unknown operation ' .. op)
 end
 
@@ -135,6 +135,9 @@ end
 decisions['voucher'] = function()
 ---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then return 0 end                                       -- nothing to withdraw: a grant is not an admission
+if cost > 0 and n > 1 then                                         -- one key redeemed at a time: all-or-nothing is not kept across keys
+  return error('pixlimit: a redemption takes one key')
+end
 
 local allowed, remaining, reset = true, {}, {}
 for i = 1, n do
@@ -187,28 +190,33 @@ end
 -- a refund (RefundStep), such as the token a PIX payment returns to the look-up bucket that
 -- preceded it.
 --
--- level(i) is keys[i]'s scaled tokens now, refilled since they were stored; an absent key is full.
+-- level(i) is keys[i]'s scaled tokens now, refilled since they were stored, and the time they
+-- count from: now, or the later time they were stored at if the clock has stepped back since, so
+-- that no span is refilled twice. An absent key is full.
 local function level(i)
   local capacity = bursts[i] * windows[i]                          -- a full bucket, scaled
   local v = redis.call('GET', keys[i])
-  if not v then return capacity end
+  if not v then return capacity, now end
   local tokens, at = string.match(v, '^(-?%d+):(%d+)$')          -- negative: in debt after a charge
   tokens, at = tonumber(tokens), tonumber(at)
-  local elapsed = max(0, now - at)
-  if elapsed >= (capacity - tokens) / limits[i] then
-    return capacity                                                -- refilled to the brim (and no overflow)
+  local elapsed = now - at
+  if elapsed < 0 then
+    return tokens, at                                              -- the clock stepped back: nothing refilled yet
+  elseif elapsed >= (capacity - tokens) / limits[i] then
+    return capacity, now                                           -- refilled to the brim (and no overflow)
   end
-  return tokens + elapsed * limits[i]                              -- refill since it was stored
+  return tokens + elapsed * limits[i], now                         -- refill since it was stored
 end
 
--- store(i, l) keeps level l of keys[i] until the bucket is full again, or drops a full one.
-local function store(i, l)
+-- store(i, l, at) keeps level l of keys[i], as of at, until the bucket is full again, or drops a
+-- full one.
+local function store(i, l, at)
   local capacity = bursts[i] * windows[i]
   if l >= capacity then
     redis.call('DEL', keys[i])                                     -- a full bucket needs no key
   else
-    redis.call('SET', keys[i], string.format('%d:%d', l, now),
-      'PX', max(1, ceil((capacity - l) / limits[i] / 1000)))
+    redis.call('SET', keys[i], string.format('%d:%d', l, at),
+      'PX', max(1, ceil(((capacity - l) / limits[i] + at - now) / 1000)))
   end
 end
 
@@ -216,15 +224,16 @@ decisions['token_bucket'] = function()
 ---- each decision: what follows runs once per request (what precedes it, once per call)
 if undo_at then                                                    -- withdraw: give the token back, now
   for i = 1, n do
-    store(i, min(bursts[i] * windows[i], level(i) + windows[i]))
+    local l, at = level(i)
+    store(i, min(bursts[i] * windows[i], l + windows[i]), at)
   end
   return n
 end
 
-local levels = {}
+local levels, ats = {}, {}
 local full = false
 for i = 1, n do
-  levels[i] = level(i)
+  levels[i], ats[i] = level(i)
   if levels[i] < windows[i] and cost >= 0 then
     full = true                                                    -- less than one token: refuse the whole request
   end
@@ -235,15 +244,15 @@ for i = 1, n do
   local limit, window, l = limits[i], windows[i], levels[i]
   if cost < 0 then
     l = min(bursts[i] * window, l - cost * window)            -- a refund, up to a full bucket
-    store(i, l)
+    store(i, l, ats[i])
   elseif not full and cost > 0 then
     l = l - cost * window                                          -- take the cost; a refusal takes nothing
-    store(i, l)
+    store(i, l, ats[i])
   end
   remaining[i] = max(0, floor(l / window))               -- a bucket in debt has none
   reset[i] = 0
   if l < bursts[i] * window then
-    reset[i] = ceil(((remaining[i] + 1) * window - l) / limit) -- until the next whole token
+    reset[i] = ceil(((remaining[i] + 1) * window - l) / limit) + ats[i] - now -- until the next whole token
   end
 end
 return reply(not full, remaining, reset)

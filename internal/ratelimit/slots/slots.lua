@@ -85,7 +85,7 @@ local function operation(op)
   if kind == 97 then return nil, 0 end                             -- 'a'
   if kind == 99 and v and v >= 1 then return nil, v end            -- 'c'
   if kind == 114 and v and v >= 1 then return nil, -v end          -- 'r'
-  if kind == 119 then return v, 1 end                              -- 'w'
+  if kind == 119 and v then return v, 1 end                        -- 'w'
   return error('pixlimit: unknown operation ' .. op)
 end
 
@@ -113,7 +113,8 @@ end
 -- KEYS         the keys: the request is admitted only if every one has room
 -- ARGV[1]      LIMIT: requests per window of KEYS[1] (and of every key not given its own below)
 -- ARGV[2]      WINDOW_MS: its window, in milliseconds
--- ARGV[3]      ID: the request's id, which the sorted sets record (default: the Redis time, µs)
+-- ARGV[3]      ID: the request's id, which the sorted sets record (default: the time decided, µs);
+--              unique per request: an id recorded already is that request again, admitted, not recorded twice
 -- ARGV[4]      BURST: requests at once (token_bucket, gcra; a queue's places; default: LIMIT)
 -- ARGV[5]      NOW_US: the time decided, µs ('' or absent: the Redis clock; tests inject time)
 -- ARGV[6]      OP: the operation (prelude.lua's operation: '' or absent decides)
