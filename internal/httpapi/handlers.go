@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -49,43 +48,107 @@ func handleOpenAPI(doc []byte) echo.HandlerFunc {
 // handleReadyz reports whether this replica can do its job: each probe answers within its
 // timeout. The Redis probe is a decision's own needs (a script that writes: ratelimit.Probe,
 // through the breaker's Ready when there is one), not a PING, which a read-only or full Redis still answers while
-// every decision fails. The probes run together, so the answer takes the slowest probe's timeout
+// every decision fails. The probes run together, so a round takes the slowest probe's timeout
 // at most, not their sum: a proxy routing on /readyz gives its check a deadline. An open breaker
 // is named in the body ("breaker": "open"). A probe that changes state is logged once, with the
 // cause of its failure: /readyz is asked every second, and a line each would bury the one that
 // says why a replica left the rotation.
+//
+// Anyone may ask /readyz, and a round of probes holds a Redis connection and a database one:
+// a flood of it would take the connections customers' requests need. So one round runs at a
+// time, and a request is answered by the first round that starts after it came, which every
+// request that came meanwhile shares: never an answer older than the request, and one
+// connection of each pool at most, however often /readyz is asked.
 func handleReadyz(probes []Probe, brk Breaker, logger *slog.Logger) echo.HandlerFunc {
-	down := make([]atomic.Bool, len(probes))
+	r := &readiness{probes: probes, logger: logger, turn: make(chan struct{}, 1), down: make([]bool, len(probes))}
 	return func(c echo.Context) error {
-		failed := make([]error, len(probes))
-		var wg sync.WaitGroup
-		for i, p := range probes {
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(c.Request().Context(), p.Timeout)
-				defer cancel()
-				failed[i] = p.Ping(ctx)
-			})
-		}
-		wg.Wait()
-		body := map[string]string{"status": "ready"}
-		status := http.StatusOK
-		for i, p := range probes {
-			body[p.Name] = "up"
-			if failed[i] != nil {
-				body[p.Name], body["status"], status = "down", "degraded", http.StatusServiceUnavailable
-			}
-			switch was := down[i].Swap(failed[i] != nil); {
-			case failed[i] != nil && !was:
-				logger.Warn("readiness: a dependency is down", "probe", p.Name, "cause", failed[i].Error())
-			case failed[i] == nil && was:
-				logger.Info("readiness: a dependency is up again", "probe", p.Name)
-			}
+		body, status, err := r.answer(c.Request().Context())
+		if err != nil {
+			return err // the client left
 		}
 		if brk != nil && brk.Open() {
 			body["breaker"], body["status"], status = "open", "degraded", http.StatusServiceUnavailable
 		}
 		return c.JSON(status, body)
 	}
+}
+
+// readiness runs /readyz's rounds of probes, one at a time.
+type readiness struct {
+	probes []Probe
+	logger *slog.Logger
+	turn   chan struct{} // held by the round under way
+	down   []bool        // each probe's state as last logged; the round under way's
+
+	mu   sync.Mutex
+	next *round // the round that starts when the one under way ends; nil: none yet
+}
+
+// round is one run of the probes: failed holds their failures once done is closed.
+type round struct {
+	done   chan struct{}
+	failed []error
+}
+
+// answer is the body and status of the first round to start after it was asked. The request
+// that makes a round runs it, on a context its client cannot cancel (others share the round);
+// each probe has its timeout, so a request waits at most two rounds of them.
+func (r *readiness) answer(ctx context.Context) (map[string]string, int, error) {
+	r.mu.Lock()
+	rd, mine := r.next, r.next == nil
+	if mine {
+		rd = &round{done: make(chan struct{})}
+		r.next = rd
+	}
+	r.mu.Unlock()
+	if mine {
+		r.run(context.WithoutCancel(ctx), rd)
+	}
+	select {
+	case <-rd.done:
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	}
+	body := map[string]string{"status": "ready"}
+	status := http.StatusOK
+	for i, p := range r.probes {
+		body[p.Name] = "up"
+		if rd.failed[i] != nil {
+			body[p.Name], body["status"], status = "down", "degraded", http.StatusServiceUnavailable
+		}
+	}
+	return body, status, nil
+}
+
+// run runs rd once the round under way has ended: the probes together, each within its
+// timeout; then it logs each probe that changed state.
+func (r *readiness) run(ctx context.Context, rd *round) {
+	r.turn <- struct{}{}
+	defer func() { <-r.turn }()
+	r.mu.Lock()
+	r.next = nil // it starts: a request that comes now waits for the next
+	r.mu.Unlock()
+	failed := make([]error, len(r.probes))
+	var wg sync.WaitGroup
+	for i, p := range r.probes {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, p.Timeout)
+			defer cancel()
+			failed[i] = p.Ping(ctx)
+		})
+	}
+	wg.Wait()
+	for i, p := range r.probes {
+		switch was := r.down[i]; {
+		case failed[i] != nil && !was:
+			r.logger.Warn("readiness: a dependency is down", "probe", p.Name, "cause", failed[i].Error())
+		case failed[i] == nil && was:
+			r.logger.Info("readiness: a dependency is up again", "probe", p.Name)
+		}
+		r.down[i] = failed[i] != nil
+	}
+	rd.failed = failed
+	close(rd.done)
 }
 
 // loginLedger is what a login needs of the ledger: the accounts, and its clock.

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,5 +69,48 @@ func TestReadyzProbesRunTogether(t *testing.T) {
 	}
 	if got := strings.Count(logs, "readiness: a dependency is up again"); got != 1 {
 		t.Errorf("the database back logged %d times, want once:\n%s", got, logs)
+	}
+}
+
+// TestAFloodOfReadyzHoldsOneConnection: /readyz is public, and each round of probes holds a
+// Redis connection and a database one. Fifty at once run one round at a time (never two probes
+// of a kind together), a few rounds for all of them, and each answers what its round found.
+func TestAFloodOfReadyzHoldsOneConnection(t *testing.T) {
+	t.Parallel()
+	var running, most, rounds atomic.Int32
+	probe := httpapi.Probe{Name: "redis", Timeout: 2 * time.Second, Ping: func(ctx context.Context) error {
+		rounds.Add(1)
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		select { // a slow dependency: the flood piles up behind it
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return nil
+	}}
+	s := newServer(t, redistest.Start(t), lax(), probe)
+	statuses := make(chan int, 50)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			rec := httptest.NewRecorder()
+			s.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			statuses <- rec.Code
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	for code := range statuses {
+		if code != http.StatusOK {
+			t.Errorf("/readyz %d, want 200", code)
+		}
+	}
+	if got := most.Load(); got != 1 {
+		t.Errorf("%d probes at once, want 1: one round at a time", got)
+	}
+	if got := rounds.Load(); got > 10 {
+		t.Errorf("%d rounds for 50 requests at once, want a few: the requests that come during a round share the next", got)
 	}
 }
