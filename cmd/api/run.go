@@ -83,14 +83,7 @@ func runReplica(ctx context.Context, args []string, environ []string, stdout, st
 		cancel()
 		defer stopAdmin(done) // at once (a run that failed); after a drain, a no-op
 	}
-	srv := &http.Server{
-		Handler:           replica.Handler,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      config.WriteTimeout, // config.Load refuses timeouts whose longest answer would not fit
-		IdleTimeout:       60 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	srv := httpServer(replica.Handler, config.WriteTimeout, logger) // config.Load refuses timeouts whose longest answer would not fit
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("listening", "addr", ln.Addr().String(), "redis_timeout", cfg.RedisTimeout.String())
@@ -132,6 +125,21 @@ func warnVariables(logger *slog.Logger, cfg config.Config, environ []string) {
 	}
 }
 
+// httpServer is every listener's server: the public API's, the desk's and the metrics'. Each of
+// its waits has a deadline, so that no client holds a connection (a file descriptor the public
+// API needs) by sending slowly or by keeping it idle: its headers within 5 s, its request within
+// 10 s, its answer written within write, and an idle connection closed after a minute.
+func httpServer(h http.Handler, write time.Duration, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      write,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
 // serveAdmin serves the support desk on its own listener (ADMIN_ADDR), never the public one. stop
 // drains its calls until ctx ends, then closes what is left.
 func serveAdmin(addr string, h http.Handler, logger *slog.Logger) (stop func(context.Context), err error) {
@@ -139,7 +147,7 @@ func serveAdmin(addr string, h http.Handler, logger *slog.Logger) (stop func(con
 	if err != nil {
 		return nil, fmt.Errorf("admin listen: %w", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 15 * time.Second}
+	srv := httpServer(h, 15*time.Second, logger)
 	go func() { _ = srv.Serve(ln) }()
 	logger.Info("support desk listening", "addr", ln.Addr().String())
 	return func(ctx context.Context) {
@@ -157,8 +165,9 @@ func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (s
 		return nil, fmt.Errorf("metrics listen: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 15 * time.Second}
+	// A scrape asks Redis (pixlimit_ratelimit_redis_up): a few at once, the rest answered 503.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, MaxRequestsInFlight: 4}))
+	srv := httpServer(mux, 15*time.Second, logger)
 	go func() { _ = srv.Serve(ln) }()
 	logger.Info("metrics", "addr", ln.Addr().String())
 	return func() { _ = srv.Close() }, nil
