@@ -92,3 +92,14 @@ func readOnlyRole(t *testing.T) string {
 	u.User = url.UserPassword(role, "reader-"+role)
 	return u.String()
 }
+
+// TestPublishedDemoPasswordsAreAWarning: a replica on a shared Redis with no DATABASE_URL seeds
+// the demo accounts by default (the contract's), and their passwords are published: it says so
+// as loudly as it does for PostgreSQL, not at INFO.
+func TestPublishedDemoPasswordsAreAWarning(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, redistest.Start(t), map[string]string{})
+	if logs := a.logs.String(); !strings.Contains(logs, `level=WARN msg="seeding the demo accounts, whose passwords are published, into the in-memory ledger`) {
+		t.Errorf("the demo accounts seeded into memory without a warning:\n%s", logs)
+	}
+}

@@ -359,8 +359,9 @@ func openLedger(ctx context.Context, cfg config.Config, passwordCost int, logger
 		}
 	}
 	if cfg.DatabaseURL == "" {
-		if cfg.DemoAccounts {
-			logger.Info("seeding the demo accounts into the in-memory ledger")
+		if cfg.DemoAccounts { // the contract's default for an in-memory ledger: loud, as for PostgreSQL
+			logger.Warn("seeding the demo accounts, whose passwords are published, into the in-memory ledger; " +
+				"never serve real customers so (DEMO_ACCOUNTS=false)")
 		}
 		logger.Warn("DATABASE_URL is empty: the ledger is in this process's memory; balances are " +
 			"lost on restart and not shared with other replicas, so set DATABASE_URL for a fleet")
