@@ -157,7 +157,9 @@ func NewServer(d Deps) (http.Handler, error) {
 // edge is the outermost middleware, the one place every request ends: it turns a panic into an
 // error (with its stack, for the log), writes every error once through the error handler (the
 // JSON body), then logs one line per request and counts it, so a panic is a 500 that the log and
-// the metrics see like any other.
+// the metrics see like any other. Every answer is marked not to be stored by any cache (a
+// login's tokens, a balance; a handler may say otherwise: the OpenAPI document) and not to be
+// read as another type than it says.
 //
 // The line says method, route, status, duration and client address; never the body, the query
 // or the headers, so no CPF, password or token reaches the log. Health and readiness checks,
@@ -170,6 +172,9 @@ func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]b
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
+			h := c.Response().Header()
+			h.Set("Cache-Control", "no-store")
+			h.Set("X-Content-Type-Options", "nosniff")
 			if err := recovering(next, c); err != nil {
 				c.Error(err) // write the response now, so the status logged and counted is the one sent
 			}

@@ -442,3 +442,38 @@ func TestTheProbesAnswerHEAD(t *testing.T) {
 		}
 	}
 }
+
+// TestNoAnswerIsStored: a login's tokens and a statement's balance must stay out of every cache
+// between the client and the API, and no answer may be read as another type than it says: every
+// answer, refusals and errors included, carries Cache-Control: no-store and nosniff.
+func TestNoAnswerIsStored(t *testing.T) {
+	t.Parallel()
+	limits := lax()
+	limits.Statement.Policy.Limit = 1
+	s := newServer(t, redistest.Start(t), limits)
+	token, _ := s.tokens.Issue(auth.Subject{Account: "acct-diego", Payer: "payer-diego", Person: "PF"})
+	send := func(method, path, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		s.h.ServeHTTP(rec, req)
+		return rec
+	}
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{http.MethodPost, "/v1/login", `{"document":"93541134780","password":"demo-diego-123"}`, http.StatusOK},
+		{http.MethodGet, "/v1/statement", "", http.StatusOK},
+		{http.MethodGet, "/v1/statement", "", http.StatusTooManyRequests},
+		{http.MethodPost, "/v1/pix", `{`, http.StatusBadRequest},
+		{http.MethodGet, "/v1/nowhere", "", http.StatusNotFound},
+	} {
+		rec := send(tc.method, tc.path, tc.body)
+		if rec.Code != tc.status || rec.Header().Get("Cache-Control") != "no-store" || rec.Header().Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s %s: %d, Cache-Control %q, X-Content-Type-Options %q; want %d, no-store, nosniff", tc.method, tc.path,
+				rec.Code, rec.Header().Get("Cache-Control"), rec.Header().Get("X-Content-Type-Options"), tc.status)
+		}
+	}
+}
