@@ -256,6 +256,9 @@ func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTP
 		e := toError(err, ledgerRetryAfter)
 		status := e.status()
 		switch {
+		case e.Code == CodeLedgerBusy, e.Code == CodeLookupCapacityExhausted:
+			// Shed on purpose, and counted where decided (the bank's quota logged there too): a
+			// line each at ERROR would bury the server's own errors under a flood's.
 		case e.Code == CodeLedgerUnavailable, e.Code == CodeTransferOutcomeUnknown:
 			logger.Error(string(e.Code), "route", c.Path(), "err", err)
 		case status >= http.StatusInternalServerError:

@@ -38,7 +38,8 @@ func (l *stuckTransfers) Transfer(ctx context.Context, r pix.TransferRequest) (p
 // TestALoginTakesItsAccountsShareOfTheLedger: a login's look-up takes a place of the same share
 // of the ledger as its account's calls: with Ana's two places held by two PIX in progress, a login
 // to her document waits its turn and is 503 ledger_busy, having asked the ledger nothing (it took
-// a place of its own, and one account held twice its share); Bruno's login is served.
+// a place of its own, and one account held twice its share), and not logged as an error of the
+// server; Bruno's login is served.
 func TestALoginTakesItsAccountsShareOfTheLedger(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, redistest.Start(t), lax())
@@ -47,7 +48,8 @@ func TestALoginTakesItsAccountsShareOfTheLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(), Ledger: pix.Shared(ledger, share), Share: share,
+	logs := &apitest.Logs{}
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(logs, nil)), Limiter: s.limiter, Limits: lax(), Ledger: pix.Shared(ledger, share), Share: share,
 		Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +94,9 @@ func TestALoginTakesItsAccountsShareOfTheLedger(t *testing.T) {
 	}
 	if rec := login(ana.Document, ana.Password); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"ledger_busy"`) {
 		t.Errorf("Ana's login while her 2 places are held: %d %s, want 503 ledger_busy", rec.Code, rec.Body)
+	}
+	if strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("a login shed ledger_busy logged as an error of the server:\n%s", logs)
 	}
 	if rec := login(bruno.Document, bruno.Password); rec.Code != http.StatusOK {
 		t.Errorf("Bruno's login meanwhile: %d %s, want 200", rec.Code, rec.Body)
