@@ -277,3 +277,30 @@ func TestAMalformedHashTakesAComparisonsTime(t *testing.T) {
 		}
 	}
 }
+
+// TestTokensAreShort: an access token is read before anyone is known, so one longer than
+// maxTokenLen is refused unread, however well signed; the tokens Issue makes, with the longest
+// names the ledger gives, are far shorter.
+func TestTokensAreShort(t *testing.T) {
+	tokens, err := NewTokens(secret, 15*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("x", 64)
+	issued, err := tokens.Issue(Subject{Account: long, Payer: long, Person: "PJ", Device: long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(issued) > maxTokenLen/2 {
+		t.Errorf("an issued token of %d bytes: want at most half of maxTokenLen (%d)", len(issued), maxTokenLen)
+	}
+	c := claims{RegisteredClaims: jwt.RegisteredClaims{Subject: "acct-ana", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Minute)),
+		IssuedAt: jwt.NewNumericDate(time.Now())}, Payer: strings.Repeat("p", maxTokenLen), Person: "PF"}
+	huge, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokens.Verify(huge); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("a well-signed token of %d bytes: %v, want ErrUnauthorized", len(huge), err)
+	}
+}

@@ -111,6 +111,9 @@ func (t *Tokens) Issue(s Subject) (string, error) {
 // decoded strictly (canonical base64url): a token whose signature's last character is changed in
 // its unused bits decodes to the same bytes, and would pass as a different string.
 func (t *Tokens) Verify(token string) (Subject, error) {
+	if len(token) > maxTokenLen { // read before anyone is known: no client makes the API decode and hash a megabyte
+		return Subject{}, ErrUnauthorized
+	}
 	var c claims
 	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return t.secret, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
@@ -123,6 +126,9 @@ func (t *Tokens) Verify(token string) (Subject, error) {
 	}
 	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person, Device: c.Device, ID: c.ID, IssuedAt: issuedAt(c.IssuedAt, c.IssuedUs, c.IssuedMs)}, nil
 }
+
+// maxTokenLen bounds an access token: Issue's are a few hundred bytes (TestTokensAreShort).
+const maxTokenLen = 2048
 
 // issuedAt is a token's issue time: its microseconds, else its milliseconds (a token from before
 // iat_us), when it carries them and they agree with its iat, else iat's whole second (a token
