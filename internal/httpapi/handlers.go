@@ -300,10 +300,13 @@ func validLogin(docErr error, password string) error {
 }
 
 // presentedDevice is the device token a login presents: the Device-Token header, else the
-// cookie.
+// cookie. Two headers are ambiguous (a proxy may read one, the API another): no device's.
 func presentedDevice(c echo.Context) string {
-	if t := c.Request().Header.Get("Device-Token"); t != "" {
-		return t
+	switch vs := c.Request().Header.Values("Device-Token"); {
+	case len(vs) > 1:
+		return ""
+	case len(vs) == 1 && vs[0] != "":
+		return vs[0]
 	}
 	if ck, err := c.Cookie(deviceCookie); err == nil {
 		return ck.Value
