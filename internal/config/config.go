@@ -425,8 +425,11 @@ func (cfg *environment) check(p *problems) Config {
 	}
 	out.AdminAddr, out.AdminToken = cfg.AdminAddr, cfg.AdminToken
 	cfg.checkAdmin(p)
-	if cfg.MetricsAddr != "" && !listenAddr(cfg.MetricsAddr) {
+	switch {
+	case cfg.MetricsAddr != "" && !listenAddr(cfg.MetricsAddr):
 		p.add("METRICS_ADDR", "%q is not host:port with a port from 0 to 65535 (or empty, for no metrics)", cfg.MetricsAddr)
+	case sameListener(cfg.MetricsAddr, cfg.HTTPAddr):
+		p.add("METRICS_ADDR", "%q is HTTP_ADDR's: each listener needs an address of its own", cfg.MetricsAddr)
 	}
 	out.TrustedProxies = checkProxies(p, cfg.TrustedProxies)
 	out.Redis = cfg.checkRedis(p)
@@ -843,8 +846,10 @@ func (cfg *environment) checkAdmin(p *problems) {
 		return
 	case !listenAddr(cfg.AdminAddr):
 		p.add("ADMIN_ADDR", "%q is not host:port with a port from 0 to 65535", cfg.AdminAddr)
-	case cfg.AdminAddr == cfg.HTTPAddr:
-		p.add("ADMIN_ADDR", "%q is HTTP_ADDR: the support desk never answers on the public listener", cfg.AdminAddr)
+	case sameListener(cfg.AdminAddr, cfg.HTTPAddr):
+		p.add("ADMIN_ADDR", "%q is HTTP_ADDR's: the support desk never answers on the public listener", cfg.AdminAddr)
+	case sameListener(cfg.AdminAddr, cfg.MetricsAddr):
+		p.add("ADMIN_ADDR", "%q is METRICS_ADDR's: each listener needs an address of its own", cfg.AdminAddr)
 	}
 	switch t := cfg.AdminToken; {
 	case len(t) < 32:
@@ -859,6 +864,16 @@ func (cfg *environment) checkAdmin(p *problems) {
 }
 
 // listenAddr reports whether addr is what net.Listen takes: a host (or none) and a numeric port.
+// sameListener says whether listening on a and on b would take the same port of one address (a
+// host left empty, 0.0.0.0 or :: is every address): the second listener would fail to start.
+// Port 0 is any free port, never the same.
+func sameListener(a, b string) bool {
+	ha, pa, erra := net.SplitHostPort(a)
+	hb, pb, errb := net.SplitHostPort(b)
+	every := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return erra == nil && errb == nil && pa == pb && pa != "0" && (ha == hb || every(ha) || every(hb))
+}
+
 func listenAddr(addr string) bool {
 	_, port, err := net.SplitHostPort(addr)
 	n, perr := strconv.Atoi(port)

@@ -430,6 +430,8 @@ func TestSupportDesk(t *testing.T) {
 		{"ADMIN_ADDR": "127.0.0.1:9000", "ADMIN_TOKEN": strings.Repeat("ab", 20)},                     // a predictable one
 		{"ADMIN_ADDR": "127.0.0.1:9000", "ADMIN_TOKEN": secret},                                       // AUTH_SECRET again
 		{"ADMIN_ADDR": ":8080", "ADMIN_TOKEN": token},                                                 // the public listener
+		{"ADMIN_ADDR": "127.0.0.1:8080", "ADMIN_TOKEN": token},                                        // the public listener's port, on one of its addresses
+		{"ADMIN_ADDR": "127.0.0.1:9464", "ADMIN_TOKEN": token},                                        // the metrics'
 		{"ADMIN_ADDR": "9000", "ADMIN_TOKEN": token},                                                  // no port
 	} {
 		env["AUTH_SECRET"] = secret
@@ -439,6 +441,29 @@ func TestSupportDesk(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), secret) {
 			t.Errorf("%v: the error shows a secret", env)
+		}
+	}
+}
+
+// TestMetricsListenOnTheirOwn: METRICS_ADDR may not take HTTP_ADDR's port: the process would
+// stop at its second listen, naming neither variable.
+func TestMetricsListenOnTheirOwn(t *testing.T) {
+	t.Parallel()
+	secret := rand.Text() + rand.Text()
+	for _, tc := range []struct {
+		http, metrics string
+		ok            bool
+	}{
+		{":8080", ":9464", true},
+		{"127.0.0.1:8080", "127.0.0.2:8080", true},
+		{":0", ":0", true},
+		{":8080", ":8080", false},
+		{":8080", "127.0.0.1:8080", false},
+		{"[::1]:8080", "[::]:8080", false},
+	} {
+		_, err := load(map[string]string{"AUTH_SECRET": secret, "HTTP_ADDR": tc.http, "METRICS_ADDR": tc.metrics})
+		if got := err == nil; got != tc.ok || err != nil && !strings.Contains(err.Error(), "METRICS_ADDR") {
+			t.Errorf("HTTP_ADDR %q, METRICS_ADDR %q: %v, want ok %v (else a problem naming METRICS_ADDR)", tc.http, tc.metrics, err, tc.ok)
 		}
 	}
 }
