@@ -317,8 +317,9 @@ for i = 1, n do
   local key, limit, window, count = keys[i], limits[i], windows[i], counts[i]
   if not full and cost > 0 then                                    -- cost 0 only asks (AskStep): it records nothing
     -- Recorded at now, even if the clock has stepped back behind the newest entry: such an entry
-    -- leaves the window up to that step early (TestAClockSteppingBackAdmitsNoMore). Recording
-    -- at the newest entry's time, as the packed log does, would cost a command per admission.
+    -- leaves the window up to that step early (TestAClockSteppingBackAdmitsNoMore), and so may
+    -- the key, whose TTL counts from now. Recording at the newest entry's time, as the packed
+    -- log does, would cost a command per admission.
     count = count + redis.call('ZADD', key, 'NX', now, id)         -- record the admission (ids are unique: adds 1)
     redis.call('PEXPIRE', key, window / 1000)                      -- the newest entry outlives the rest; so does the key, no longer
   end
