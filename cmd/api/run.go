@@ -20,10 +20,11 @@ import (
 	"github.com/pixlimit/pixlimit/internal/config"
 )
 
-// shutdownGrace is how long a stopping server waits for in-flight requests: with the desk's last
-// summaries (httpapi.DeskCloseTimeout) and a second for the rest of the replica's closing, shorter
-// than Docker's stop timeout (10 s), so a stop ends before the SIGKILL, not by it.
-const shutdownGrace = 7 * time.Second
+// shutdownGrace is how long a stopping server waits for in-flight requests: the longest answer,
+// a queued PIX's wait and transfer included (config.WriteTimeout), so that every request accepted
+// is answered. With the desk's last summaries (httpapi.DeskCloseTimeout) and the replica's
+// closing, it fits compose's stop grace (25 s), so a stop ends before the SIGKILL, not by it.
+const shutdownGrace = config.WriteTimeout
 
 // run is the API program: it loads the configuration from environ (os.Environ), warns of any
 // variable with one of its prefixes that it does not know and of any set under a deprecated
@@ -101,6 +102,7 @@ func runReplica(ctx context.Context, args []string, environ []string, stdout, st
 	err = srv.Shutdown(shutdownCtx)
 	desk.Wait()
 	if err != nil {
+		_ = srv.Close() // cancels what is left before the replica closes under it
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {

@@ -109,3 +109,48 @@ func TestAKilledReplicasSlotsFreeAtTheirLease(t *testing.T) {
 	}
 	t.Logf("served %v after the kill", time.Since(killed))
 }
+
+// TestAStoppingReplicaAnswersWhatItQueued: a replica stopped while a request waits in a queue
+// for a turn 8 s away (more than the drain had, 7 s) answers it at its turn, then stops
+// cleanly: the drain lasts the longest answer, so no request it accepted goes unanswered.
+func TestAStoppingReplicaAnswersWhatItQueued(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	a, done := launch(t, ctx, srv, map[string]string{"STATEMENT_ALGORITHM": "leaky_bucket", "STATEMENT_LIMIT": "1",
+		"STATEMENT_WINDOW": "8s", "STATEMENT_QUEUE": "1", "REDIS_TIMEOUT": "100ms"}) // the default timeout: a wait of up to 8.7 s
+	diego := a.Token(demo[3].Document, demo[3].Password)
+	if r := a.Statement(diego); r.Status != http.StatusOK {
+		t.Fatalf("the first statement: %v, want 200 at once", r)
+	}
+	queued := make(chan apitest.Response, 1)
+	go func() { queued <- a.Statement(diego) }()
+	rdb := srv.Client(nil)
+	waiting := func() bool { // the queue's sorted set holds both places: the second waits its turn
+		keys, _ := rdb.Keys(t.Context(), "*statement*").Result()
+		for _, k := range keys {
+			if n, err := rdb.ZCard(t.Context(), k).Result(); err == nil && n == 2 {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(5 * time.Second); !waiting(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second statement never took its place in the queue")
+		}
+	}
+	stop()
+	if r := <-queued; r.Status != http.StatusOK {
+		t.Errorf("the queued statement, its replica stopping: %v, want 200 at its turn", r)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("api exit: %v, want nil: every request answered within the drain", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("api did not stop within 20s")
+	}
+}
