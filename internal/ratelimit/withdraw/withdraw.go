@@ -227,15 +227,24 @@ func window(c ratelimit.Call) time.Duration {
 }
 
 // enqueue adds w to the queue, due now, and starts a worker if fewer than withdrawWorkers run.
+// One that comes once Close has begun (a late decision of a request still running) is lost at
+// once: Close's wait for the pending ones has begun, and may not be joined (sync.WaitGroup).
 func (r *Runner) enqueue(w *withdrawal) {
 	w.size = withdrawalOverhead + len(w.key)
 	w.size += len(w.c.ID)
 	w.due = time.Now()
 	q := r.q
-	r.pending.Add(1)
 	q.mu.Lock()
-	if q.bytes+w.size > maxWithdrawalBytes {
+	closed := !q.closedAt.IsZero()
+	if !closed {
+		r.pending.Add(1) // under q.mu, which Close takes before its wait
+	}
+	if closed || q.bytes+w.size > maxWithdrawalBytes {
 		q.mu.Unlock()
+		if closed {
+			r.count(w, errors.New("the runner is closed"))
+			return
+		}
 		r.lose(w, errors.New("too many withdrawals waiting"))
 		return
 	}
@@ -358,6 +367,11 @@ func (r *Runner) attempt(w *withdrawal, closing bool) (answered bool) {
 // lose gives up w: counted, and logged at most once per Options.LogEvery with how many were lost.
 func (r *Runner) lose(w *withdrawal, cause error) {
 	defer r.pending.Done()
+	r.count(w, cause)
+}
+
+// count counts w lost, and logs it (at most once per LogEvery).
+func (r *Runner) count(w *withdrawal, cause error) {
 	if w.late { // it may never have been recorded: nothing known to be lost
 		return
 	}

@@ -352,6 +352,22 @@ func TestLostWithdrawalsAreCountedAndLogged(t *testing.T) {
 	}
 }
 
+// TestAWithdrawalAfterCloseIsCountedLost: a decision that fails once Close has begun (a request
+// still running when its replica closes) is counted lost at once, not queued: Close's wait for
+// the pending withdrawals has begun and may not be joined, and no worker may start after it.
+func TestAWithdrawalAfterCloseIsCountedLost(t *testing.T) {
+	t.Parallel()
+	_, r, _ := single(t, false, budget, ratelimit.Options{})
+	_ = r.Close()
+	r.enqueue(&withdrawal{a: SlidingLog, key: "rl:pix:{x}", c: ratelimit.Call{ID: "id"}, at: 1, decided: time.Now(), expires: time.Now().Add(time.Minute)})
+	r.q.mu.Lock()
+	waiting, workers := len(r.q.items), r.q.workers
+	r.q.mu.Unlock()
+	if waiting != 0 || workers != 0 || r.Lost() != 1 {
+		t.Errorf("after Close: %d waiting, %d workers, %d lost; want 0, 0, 1", waiting, workers, r.Lost())
+	}
+}
+
 // settledQueue checks that l's withdrawal queue holds nothing once every withdrawal settled: its
 // memory accounting, with the retries of a freeze, comes back to zero. (A worker counts its
 // attempt out of flight just after the attempt settles its withdrawal: that count is not checked.)
