@@ -104,7 +104,11 @@ func OpenPostgres(ctx context.Context, url string, timeout time.Duration, accoun
 	if err != nil {
 		return nil, fmt.Errorf("pix: postgres: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { // within a second, even once ctx is done: a dead network holds no start
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		conn.Close(ctx)
+	}()
 	if err := migrate(ctx, conn); err != nil {
 		return nil, err
 	}
@@ -280,7 +284,11 @@ func migrate(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLock); err != nil {
 		return fmt.Errorf("pix: migrate: lock: %w", err)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrationLock) //nolint:errcheck // the session ends with the connection anyway
+	defer func() { // the session ends with the connection anyway: a second at most, even once ctx is done
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", migrationLock)
+	}()
 
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
