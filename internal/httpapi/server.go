@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -154,27 +155,42 @@ func NewServer(d Deps) (http.Handler, error) {
 	return e, nil
 }
 
+// marks marks an answer, as its status is written, not to be stored by any cache (a login's
+// tokens, a balance), unless its handler said otherwise (the OpenAPI document), and not to be
+// read as another type than it says. A 429 is left as light as a refusal can be (its two headers
+// more cost a flood's refusals measurably: BenchmarkRefusal): no cache stores one (RFC 9111,
+// none without an explicit freshness), and it is JSON, as it says.
+func marks(res *echo.Response) {
+	if res.Status == http.StatusTooManyRequests {
+		return
+	}
+	h := res.Header()
+	if h.Get("Cache-Control") == "" {
+		h.Set("Cache-Control", "no-store")
+	}
+	h.Set("X-Content-Type-Options", "nosniff")
+}
+
 // edge is the outermost middleware, the one place every request ends: it turns a panic into an
 // error (with its stack, for the log), writes every error once through the error handler (the
 // JSON body), then logs one line per request and counts it, so a panic is a 500 that the log and
-// the metrics see like any other. Every answer is marked not to be stored by any cache (a
-// login's tokens, a balance; a handler may say otherwise: the OpenAPI document) and not to be
-// read as another type than it says.
+// the metrics see like any other. It marks every answer but a refusal for caches and browsers
+// (marks).
 //
 // The line says method, route, status, duration and client address; never the body, the query
 // or the headers, so no CPF, password or token reaches the log. Health and readiness checks,
 // which a container engine and a proxy send every few seconds, are logged at debug level. Labels
 // and logged names come from fixed sets: the route templates registered (routes, filled once
 // they are) or "unmatched", the standard methods or "other", so that no request mints a series.
-// Refusals (429) are logged as counted summaries, per route at most once per interval of
-// floods: under attack they are most requests, and a line each would cost more than the refusal.
+// Refusals are logged as counted summaries, per route and status at most once per interval of
+// floods: 429s, and the 401s, 404s and 405s that a token guesser or a scanner sends by the
+// thousand. Under attack they are most requests, and a line each would cost more than the answer.
 func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]bool) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
-			h := c.Response().Header()
-			h.Set("Cache-Control", "no-store")
-			h.Set("X-Content-Type-Options", "nosniff")
+			res := c.Response()
+			res.Before(func() { marks(res) })
 			if err := recovering(next, c); err != nil {
 				c.Error(err) // write the response now, so the status logged and counted is the one sent
 			}
@@ -184,10 +200,15 @@ func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]b
 			}
 			took := time.Since(start)
 			m.observe(route, method, c.Response().Status, took)
-			if c.Response().Status == http.StatusTooManyRequests {
-				if held, due := floods.due(route); due { // floods holds the refusals alone: the route is the key
+			switch status := c.Response().Status; status {
+			case http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusNotFound, http.StatusMethodNotAllowed:
+				key := route // floods holds the refusals alone: the route, and the status but a 429's
+				if status != http.StatusTooManyRequests {
+					key += " " + strconv.Itoa(status)
+				}
+				if held, due := floods.due(key); due {
 					logger.LogAttrs(c.Request().Context(), slog.LevelInfo, "requests refused", slog.String("route", route),
-						slog.Int("status", http.StatusTooManyRequests), slog.Int("held_back", held))
+						slog.Int("status", status), slog.Int("held_back", held))
 				}
 				return nil
 			}
