@@ -102,7 +102,7 @@ func runReplica(ctx context.Context, args []string, environ []string, stdout, st
 	err = srv.Shutdown(shutdownCtx)
 	desk.Wait()
 	if err != nil {
-		_ = srv.Close() // cancels what is left before the replica closes under it
+		_ = srv.Close() // cancels what is left (its handlers end within their budgets) as the replica closes
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {

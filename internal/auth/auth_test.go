@@ -294,13 +294,22 @@ func TestTokensAreShort(t *testing.T) {
 	if len(issued) > maxTokenLen/2 {
 		t.Errorf("an issued token of %d bytes: want at most half of maxTokenLen (%d)", len(issued), maxTokenLen)
 	}
-	c := claims{RegisteredClaims: jwt.RegisteredClaims{Subject: "acct-ana", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Minute)),
-		IssuedAt: jwt.NewNumericDate(time.Now())}, Payer: strings.Repeat("p", maxTokenLen), Person: "PF"}
-	huge, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
-	if err != nil {
-		t.Fatal(err)
+	signed := func(payer int) string { // a token signed as Issue signs, its payer id payer bytes long
+		c := claims{RegisteredClaims: jwt.RegisteredClaims{Subject: "acct-ana", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Minute)),
+			IssuedAt: jwt.NewNumericDate(time.Now())}, Payer: strings.Repeat("p", payer), Person: "PF"}
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(tokens.secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}
+	if fits := signed(maxTokenLen / 2); len(fits) > maxTokenLen {
+		t.Fatalf("the control token is %d bytes, over the cap", len(fits))
+	} else if _, err := tokens.Verify(fits); err != nil {
+		t.Errorf("a well-signed token of %d bytes: %v, want it verified", len(fits), err)
+	}
+	huge := signed(maxTokenLen)
 	if _, err := tokens.Verify(huge); !errors.Is(err, ErrUnauthorized) {
-		t.Errorf("a well-signed token of %d bytes: %v, want ErrUnauthorized", len(huge), err)
+		t.Errorf("a well-signed token of %d bytes, over the cap: %v, want ErrUnauthorized", len(huge), err)
 	}
 }

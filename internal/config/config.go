@@ -863,10 +863,9 @@ func (cfg *environment) checkAdmin(p *problems) {
 	}
 }
 
-// listenAddr reports whether addr is what net.Listen takes: a host (or none) and a numeric port.
 // sameListener says whether listening on a and on b would take the same port of one address (a
-// host left empty, 0.0.0.0 or :: is every address): the second listener would fail to start.
-// Port 0 is any free port, never the same.
+// host left empty, 0.0.0.0 or :: is every address of its kind): the second listener would fail
+// to start. Port 0 is any free port, never the same.
 func sameListener(a, b string) bool {
 	ha, pa, erra := net.SplitHostPort(a)
 	hb, pb, errb := net.SplitHostPort(b)
@@ -874,6 +873,7 @@ func sameListener(a, b string) bool {
 	return erra == nil && errb == nil && pa == pb && pa != "0" && (ha == hb || every(ha) || every(hb))
 }
 
+// listenAddr reports whether addr is what net.Listen takes: a host (or none) and a numeric port.
 func listenAddr(addr string) bool {
 	_, port, err := net.SplitHostPort(addr)
 	n, perr := strconv.Atoi(port)

@@ -155,6 +155,22 @@ func NewServer(d Deps) (http.Handler, error) {
 	return e, nil
 }
 
+// summarized says which answers are logged as counted summaries (edge): the refusals (429), and
+// what a token guesser or a scanner sends by the thousand: a bad token's 401 (a login's, bounded by
+// its IP key, each logged with its client, as a fraud team reads them), an unknown path's 404
+// and a made-up method's 405.
+func summarized(route string, status int) bool {
+	switch status {
+	case http.StatusTooManyRequests, http.StatusMethodNotAllowed:
+		return true
+	case http.StatusUnauthorized:
+		return route != "/v1/login"
+	case http.StatusNotFound:
+		return route == "unmatched"
+	}
+	return false
+}
+
 // marks marks an answer, as its status is written, not to be stored by any cache (a login's
 // tokens, a balance), unless its handler said otherwise (the OpenAPI document), and not to be
 // read as another type than it says. A 429 is left as light as a refusal can be (its two headers
@@ -182,9 +198,9 @@ func marks(res *echo.Response) {
 // which a container engine and a proxy send every few seconds, are logged at debug level. Labels
 // and logged names come from fixed sets: the route templates registered (routes, filled once
 // they are) or "unmatched", the standard methods or "other", so that no request mints a series.
-// Refusals are logged as counted summaries, per route and status at most once per interval of
-// floods: 429s, and the 401s, 404s and 405s that a token guesser or a scanner sends by the
-// thousand. Under attack they are most requests, and a line each would cost more than the answer.
+// Refusals are logged as counted summaries (summarized), per route and status at most once per
+// interval of floods: under attack they are most requests, and a line each would cost more
+// than the answer.
 func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]bool) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -200,8 +216,7 @@ func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]b
 			}
 			took := time.Since(start)
 			m.observe(route, method, c.Response().Status, took)
-			switch status := c.Response().Status; status {
-			case http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusNotFound, http.StatusMethodNotAllowed:
+			if status := c.Response().Status; summarized(route, status) {
 				key := route // floods holds the refusals alone: the route, and the status but a 429's
 				if status != http.StatusTooManyRequests {
 					key += " " + strconv.Itoa(status)

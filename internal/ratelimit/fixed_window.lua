@@ -102,7 +102,7 @@ end
 -- ARGV[1]      LIMIT: requests per window of KEYS[1] (and of every key not given its own below)
 -- ARGV[2]      WINDOW_MS: its window, in milliseconds
 -- ARGV[3]      ID: the request's id, which the sorted sets record (default: the time decided, µs);
---              unique per request: an id recorded already is that request again, admitted, not recorded twice
+--              unique per request: an id recorded already is not recorded twice (the sorted sets)
 -- ARGV[4]      BURST: requests at once (token_bucket, gcra; a queue's places; default: LIMIT)
 -- ARGV[5]      NOW_US: the time decided, µs ('' or absent: the Redis clock; tests inject time)
 -- ARGV[6]      OP: the operation (prelude.lua's operation: '' or absent decides)
@@ -127,7 +127,8 @@ end
 
 -- the algorithm follows
 -- window(i) is keys[i]'s calendar window and its count: now's window, or a later one stored
--- before the clock stepped back (its count stands until it ends).
+-- before the clock stepped back (its count stands until it ends; an admission counted in it then
+-- is withdrawn by the earlier now it was decided at, so not at all: fewer admissions, not more).
 local function window(i)
   local index = floor(now / windows[i])                            -- which calendar window now falls in
   local v = redis.call('GET', keys[i])

@@ -110,7 +110,7 @@ end
 -- ARGV[1]      LIMIT: requests per window of KEYS[1] (and of every key not given its own below)
 -- ARGV[2]      WINDOW_MS: its window, in milliseconds
 -- ARGV[3]      ID: the request's id, which the sorted sets record (default: the time decided, µs);
---              unique per request: an id recorded already is that request again, admitted, not recorded twice
+--              unique per request: an id recorded already is not recorded twice (the sorted sets)
 -- ARGV[4]      BURST: requests at once (token_bucket, gcra; a queue's places; default: LIMIT)
 -- ARGV[5]      NOW_US: the time decided, µs ('' or absent: the Redis clock; tests inject time)
 -- ARGV[6]      OP: the operation (prelude.lua's operation: '' or absent decides)
@@ -161,7 +161,9 @@ if undo_at then                                                    -- withdraw: 
 end
 
 -- A key whose window is later than now's (the clock stepped back since it was stored) is decided
--- as at that window's start (at, later than now): its counts stand, as the clock had not stepped.
+-- as at that window's start (at, later than now): its counts stand, and the previous window's
+-- weighs whole. (A withdrawal of an admission decided so names the earlier now, and finds its
+-- window over: it takes nothing back, erring toward fewer admissions, as fixed_window.lua's.)
 local prevs, currs, indexes, ats = {}, {}, {}, {}
 local full = false
 for i = 1, n do

@@ -104,7 +104,7 @@ end
 -- ARGV[1]      LIMIT: requests per window of KEYS[1] (and of every key not given its own below)
 -- ARGV[2]      WINDOW_MS: its window, in milliseconds
 -- ARGV[3]      ID: the request's id, which the sorted sets record (default: the time decided, µs);
---              unique per request: an id recorded already is that request again, admitted, not recorded twice
+--              unique per request: an id recorded already is not recorded twice (the sorted sets)
 -- ARGV[4]      BURST: requests at once (token_bucket, gcra; a queue's places; default: LIMIT)
 -- ARGV[5]      NOW_US: the time decided, µs ('' or absent: the Redis clock; tests inject time)
 -- ARGV[6]      OP: the operation (prelude.lua's operation: '' or absent decides)

@@ -16,9 +16,11 @@
 --
 -- T is rarely a whole microsecond (60 s / 9), and a float TAT near 1.7e15 µs keeps quarters of a
 -- microsecond only: its rounding, step after step, refused the last request of a burst. So the
--- TAT is kept exact, as whole microseconds and a fraction over the limit ("<µs>:<numerator>"),
--- and the decision counts in 1/limit µs, where T is the window: exact integer arithmetic, as
--- long as burst × window (µs) stays below 2^53 (Policy.Validate).
+-- TAT is kept exact, as whole microseconds and a fraction over the limit, and the decision
+-- counts in 1/limit µs, where T is the window: exact integer arithmetic, as long as burst ×
+-- window (µs) stays below 2^53 (Policy.Validate). A TAT of whole µs is stored as it is; one of
+-- µs and n/limit as "<µs + 1>.0<n>", a number that a replica of the float schedule (during a
+-- rolling update) reads as a TAT a microsecond later at most: stricter, never broken.
 
 -- prelude.lua: what every script that decides shares, whether it decides one request (args.lua
 -- reads its arguments: an algorithm's script) or several (batch.lua reads each member's, and
@@ -120,9 +122,12 @@ end
 local function ahead(i)
   local v = redis.call('GET', keys[i])
   if not v then return 0 end
-  local us, frac = string.match(v, '^(%d+):(%d+)$')
-  us, frac = tonumber(us), tonumber(frac)
-  if not us then us, frac = ceil(tonumber(v) or 0), 0 end        -- an older replica's float TAT: whole µs, never less strict
+  local us, frac = string.match(v, '^(%d+)%.0(%d+)$')              -- "<µs + 1>.0<n>"
+  if us then
+    us, frac = tonumber(us) - 1, tonumber(frac)
+  else
+    us, frac = ceil(tonumber(v) or 0), 0                           -- whole µs; or a float replica's TAT, read whole, never less strict
+  end
   return max(0, (us - now) * limits[i] + min(frac, limits[i] - 1)) -- (a fraction over a larger, earlier limit: under a µs)
 end
 
@@ -134,7 +139,9 @@ local function store(i, a)
     redis.call('DEL', keys[i])                                     -- caught up: an idle key needs no state
   else
     local frac = a % limit
-    redis.call('SET', keys[i], string.format('%d:%d', now + (a - frac) / limit, frac), 'PX', max(1, ceil(a / limit / 1000)))
+    local us = now + (a - frac) / limit
+    local tat = frac == 0 and string.format('%d', us) or string.format('%d.0%d', us + 1, frac)
+    redis.call('SET', keys[i], tat, 'PX', max(1, ceil(a / limit / 1000)))
   end
 end
 

@@ -8,7 +8,8 @@
 -- reset_i is the time until the window of keys[i] ends and its count starts again from zero.
 
 -- window(i) is keys[i]'s calendar window and its count: now's window, or a later one stored
--- before the clock stepped back (its count stands until it ends).
+-- before the clock stepped back (its count stands until it ends; an admission counted in it then
+-- is withdrawn by the earlier now it was decided at, so not at all: fewer admissions, not more).
 local function window(i)
   local index = floor(now / windows[i])                            -- which calendar window now falls in
   local v = redis.call('GET', keys[i])

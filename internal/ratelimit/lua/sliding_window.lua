@@ -42,7 +42,9 @@ if undo_at then                                                    -- withdraw: 
 end
 
 -- A key whose window is later than now's (the clock stepped back since it was stored) is decided
--- as at that window's start (at, later than now): its counts stand, as the clock had not stepped.
+-- as at that window's start (at, later than now): its counts stand, and the previous window's
+-- weighs whole. (A withdrawal of an admission decided so names the earlier now, and finds its
+-- window over: it takes nothing back, erring toward fewer admissions, as fixed_window.lua's.)
 local prevs, currs, indexes, ats = {}, {}, {}, {}
 local full = false
 for i = 1, n do

@@ -348,7 +348,9 @@ if undo_at then                                                    -- withdraw: 
 end
 
 -- A key whose window is later than now's (the clock stepped back since it was stored) is decided
--- as at that window's start (at, later than now): its counts stand, as the clock had not stepped.
+-- as at that window's start (at, later than now): its counts stand, and the previous window's
+-- weighs whole. (A withdrawal of an admission decided so names the earlier now, and finds its
+-- window over: it takes nothing back, erring toward fewer admissions, as fixed_window.lua's.)
 local prevs, currs, indexes, ats = {}, {}, {}, {}
 local full = false
 for i = 1, n do
@@ -408,7 +410,8 @@ end
 -- reset_i is the time until the window of keys[i] ends and its count starts again from zero.
 
 -- window(i) is keys[i]'s calendar window and its count: now's window, or a later one stored
--- before the clock stepped back (its count stands until it ends).
+-- before the clock stepped back (its count stands until it ends; an admission counted in it then
+-- is withdrawn by the earlier now it was decided at, so not at all: fewer admissions, not more).
 local function window(i)
   local index = floor(now / windows[i])                            -- which calendar window now falls in
   local v = redis.call('GET', keys[i])
@@ -562,18 +565,23 @@ end
 --
 -- T is rarely a whole microsecond (60 s / 9), and a float TAT near 1.7e15 µs keeps quarters of a
 -- microsecond only: its rounding, step after step, refused the last request of a burst. So the
--- TAT is kept exact, as whole microseconds and a fraction over the limit ("<µs>:<numerator>"),
--- and the decision counts in 1/limit µs, where T is the window: exact integer arithmetic, as
--- long as burst × window (µs) stays below 2^53 (Policy.Validate).
+-- TAT is kept exact, as whole microseconds and a fraction over the limit, and the decision
+-- counts in 1/limit µs, where T is the window: exact integer arithmetic, as long as burst ×
+-- window (µs) stays below 2^53 (Policy.Validate). A TAT of whole µs is stored as it is; one of
+-- µs and n/limit as "<µs + 1>.0<n>", a number that a replica of the float schedule (during a
+-- rolling update) reads as a TAT a microsecond later at most: stricter, never broken.
 
 -- ahead(i) is how far keys[i]'s schedule is ahead of now, in 1/limit µs: 0 when caught up (an
 -- idle schedule restarts now).
 local function ahead(i)
   local v = redis.call('GET', keys[i])
   if not v then return 0 end
-  local us, frac = string.match(v, '^(%d+):(%d+)$')
-  us, frac = tonumber(us), tonumber(frac)
-  if not us then us, frac = ceil(tonumber(v) or 0), 0 end        -- an older replica's float TAT: whole µs, never less strict
+  local us, frac = string.match(v, '^(%d+)%.0(%d+)$')              -- "<µs + 1>.0<n>"
+  if us then
+    us, frac = tonumber(us) - 1, tonumber(frac)
+  else
+    us, frac = ceil(tonumber(v) or 0), 0                           -- whole µs; or a float replica's TAT, read whole, never less strict
+  end
   return max(0, (us - now) * limits[i] + min(frac, limits[i] - 1)) -- (a fraction over a larger, earlier limit: under a µs)
 end
 
@@ -585,7 +593,9 @@ local function store(i, a)
     redis.call('DEL', keys[i])                                     -- caught up: an idle key needs no state
   else
     local frac = a % limit
-    redis.call('SET', keys[i], string.format('%d:%d', now + (a - frac) / limit, frac), 'PX', max(1, ceil(a / limit / 1000)))
+    local us = now + (a - frac) / limit
+    local tat = frac == 0 and string.format('%d', us) or string.format('%d.0%d', us + 1, frac)
+    redis.call('SET', keys[i], tat, 'PX', max(1, ceil(a / limit / 1000)))
   end
 end
 
