@@ -305,7 +305,9 @@ func TestMetricsCountTheQueue(t *testing.T) {
 	}
 	var m map[string]float64
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if m = scrape(t, metrics); decisions(m, "statement", "abandoned") == 1 {
+		// A scrape gathers the families at once, each as it is then: the abandoned request's wait
+		// and its outcome may show in different scrapes.
+		if m = scrape(t, metrics); decisions(m, "statement", "abandoned") == 1 && m[`pixlimit_ratelimit_wait_seconds_count{policy="statement"}`] == 3 {
 			break
 		}
 	}

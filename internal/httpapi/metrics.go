@@ -122,7 +122,6 @@ func (m *Metrics) waited(checks []ratelimit.Check, outcome string, took, waited 
 	if m == nil {
 		return
 	}
-	// The wait first: a scrape that sees the outcome counted sees its wait too.
 	m.waitedOnly(checks, waited)
 	m.decided(checks, outcome, took)
 }
