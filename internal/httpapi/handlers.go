@@ -56,9 +56,10 @@ func handleOpenAPI(doc []byte) echo.HandlerFunc {
 //
 // Anyone may ask /readyz, and a round of probes holds a Redis connection and a database one:
 // a flood of it would take the connections customers' requests need. So one round runs at a
-// time, and a request is answered by the first round that starts after it came, which every
-// request that came meanwhile shares: never an answer older than the request, and one
-// connection of each pool at most, however often /readyz is asked.
+// time, readyGap at least after the last one ended, and a request is answered by the first
+// round that starts after it came, which every request that came meanwhile shares: never an
+// answer older than the request, one connection of each pool at most, and ten rounds a second
+// at most, however often /readyz is asked (a proxy asks once a second).
 func handleReadyz(probes []Probe, brk Breaker, logger *slog.Logger) echo.HandlerFunc {
 	r := &readiness{probes: probes, logger: logger, turn: make(chan struct{}, 1), down: make([]bool, len(probes))}
 	return func(c echo.Context) error {
@@ -73,12 +74,16 @@ func handleReadyz(probes []Probe, brk Breaker, logger *slog.Logger) echo.Handler
 	}
 }
 
+// readyGap is the least time between two rounds of /readyz's probes.
+const readyGap = 100 * time.Millisecond
+
 // readiness runs /readyz's rounds of probes, one at a time.
 type readiness struct {
 	probes []Probe
 	logger *slog.Logger
 	turn   chan struct{} // held by the round under way
 	down   []bool        // each probe's state as last logged; the round under way's
+	ended  time.Time     // when the last round ended; the round under way's
 
 	mu   sync.Mutex
 	next *round // the round that starts when the one under way ends; nil: none yet
@@ -92,7 +97,7 @@ type round struct {
 
 // answer is the body and status of the first round to start after it was asked. The request
 // that makes a round runs it, on a context its client cannot cancel (others share the round);
-// each probe has its timeout, so a request waits at most two rounds of them.
+// each probe has its timeout, so a request waits at most two rounds of them and a gap.
 func (r *readiness) answer(ctx context.Context) (map[string]string, int, error) {
 	r.mu.Lock()
 	rd, mine := r.next, r.next == nil
@@ -120,11 +125,15 @@ func (r *readiness) answer(ctx context.Context) (map[string]string, int, error) 
 	return body, status, nil
 }
 
-// run runs rd once the round under way has ended: the probes together, each within its
-// timeout; then it logs each probe that changed state.
+// run runs rd once the round under way has ended, and readyGap after it: the probes together,
+// each within its timeout; then it logs each probe that changed state. The requests that come
+// meanwhile share rd.
 func (r *readiness) run(ctx context.Context, rd *round) {
 	r.turn <- struct{}{}
 	defer func() { <-r.turn }()
+	if gap := readyGap - time.Since(r.ended); gap > 0 {
+		time.Sleep(gap)
+	}
 	r.mu.Lock()
 	r.next = nil // it starts: a request that comes now waits for the next
 	r.mu.Unlock()
@@ -147,7 +156,7 @@ func (r *readiness) run(ctx context.Context, rd *round) {
 		}
 		r.down[i] = failed[i] != nil
 	}
-	rd.failed = failed
+	rd.failed, r.ended = failed, time.Now()
 	close(rd.done)
 }
 
