@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // A README sentence is a claim, and so is a link: these tests hold the docs to the code.
@@ -163,6 +165,84 @@ func TestDocsLinksLandOnWhatTheyName(t *testing.T) {
 	if checked == 0 {
 		t.Error("no link to a line of code was checked")
 	}
+}
+
+// relLink is a Markdown link to a file of the repository or a heading, not to a line: its path
+// (empty: this file) and its anchor (empty: none).
+var relLink = regexp.MustCompile(`\]\(([^)#\s]*)(?:#([^)\s]+))?\)`)
+
+// TestDocsLinksFindTheirTargets: every link of README.md and docs/ to a file of the repository
+// finds it, and every link to a heading (#anchor, as GitHub makes them) finds the heading.
+func TestDocsLinksFindTheirTargets(t *testing.T) {
+	t.Parallel()
+	checked := 0
+	for _, doc := range append(docs(t), "docs/benchmarks-history.md") {
+		src, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range relLink.FindAllStringSubmatch(string(src), -1) {
+			path, anchor := m[1], m[2]
+			if strings.Contains(path, "://") || strings.HasPrefix(path, "mailto:") || strings.HasPrefix(anchor, "L") && path != "" {
+				continue // the web, and lines (TestDocsLinksLandOnWhatTheyName)
+			}
+			target := doc
+			if path != "" {
+				target = filepath.Join(filepath.Dir(doc), path)
+			}
+			if _, err := os.Stat(target); err != nil {
+				t.Errorf("%s: link %q: no such file %s", doc, m[0], target)
+				continue
+			}
+			if anchor != "" && !slices.Contains(headingAnchors(t, target), anchor) {
+				t.Errorf("%s: link %q: %s has no heading #%s", doc, m[0], target, anchor)
+				continue
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Error("no link was checked")
+	}
+}
+
+// headingAnchors are the anchors GitHub gives the headings of a Markdown file: lower case, spaces
+// as hyphens, punctuation but hyphens and underscores dropped, a repeated one numbered (-1, -2).
+func headingAnchors(t *testing.T, path string) []string {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var anchors []string
+	seen := map[string]int{}
+	fenced := false
+	for _, l := range strings.Split(string(src), "\n") {
+		if strings.HasPrefix(l, "```") {
+			fenced = !fenced
+		}
+		if fenced || !strings.HasPrefix(l, "#") {
+			continue
+		}
+		text := strings.TrimSpace(strings.TrimLeft(l, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(text) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			anchors = append(anchors, a+"-"+strconv.Itoa(n))
+		} else {
+			anchors = append(anchors, a)
+		}
+		seen[a]++
+	}
+	return anchors
 }
 
 // landsOn reports whether line n of path is, within 2 lines, where name is defined (Go) or
