@@ -91,7 +91,7 @@ func NewAdmin(d AdminDeps) (*Admin, error) {
 	e.HTTPErrorHandler = errorHandler(d.Logger, time.Second)
 	desk := &desk{AdminDeps: d, token: sha256.Sum256([]byte(d.Token)), refusals: newRefusals(d.Ledger, d.Logger),
 		limiter: limiter{core: d.Limiter, stack: d.Stack, cache: d.DenyCache, failClosedRetryAfter: d.Limits.FailClosedRetryAfter}}
-	e.Use(desk.audit, limitBody)
+	e.Use(marked, desk.audit, limitBody) // the desk's answers hold key states and audit data: no cache keeps them
 	e.GET("/admin/v1/keys/:policy/:identity", desk.getKey)
 	e.DELETE("/admin/v1/keys/:policy/:identity", desk.deleteKey)
 	e.PUT("/admin/v1/accounts/:account_id/tier", desk.putTier)

@@ -125,6 +125,32 @@ func TestTheDeskKnowsNoMadeUpAccount(t *testing.T) {
 	}
 }
 
+// TestNoDeskAnswerIsStored: the desk's answers (key states, tiers, its refusals) carry
+// Cache-Control: no-store and nosniff, as the API's do, a refusal (429) but.
+func TestNoDeskAnswerIsStored(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, redistest.Start(t), lax())
+	desk, token := newDesk(t, s)
+	for _, tt := range []struct {
+		path, token string
+		want        int
+	}{
+		{"/admin/v1/tiers", token, http.StatusOK},
+		{"/admin/v1/keys/" + lax().PIX.Policy.Name + "/acct-ana", token, http.StatusOK},
+		{"/admin/v1/nowhere", token, http.StatusNotFound},
+		{"/admin/v1/tiers", "wrong", http.StatusUnauthorized},
+	} {
+		req := httptest.NewRequest(http.MethodGet, tt.path, nil)
+		req.Header.Set("Authorization", "Bearer "+tt.token)
+		rec := httptest.NewRecorder()
+		desk.ServeHTTP(rec, req)
+		got := [2]string{rec.Header().Get("Cache-Control"), rec.Header().Get("X-Content-Type-Options")}
+		if want := [2]string{"no-store", "nosniff"}; rec.Code != tt.want || got != want {
+			t.Errorf("GET %s: %d, Cache-Control and X-Content-Type-Options %q; want %d, %q", tt.path, rec.Code, got, tt.want, want)
+		}
+	}
+}
+
 // newDesk is a support desk over s's limiter and ledger, and its token.
 func newDesk(t *testing.T, s server) (*httpapi.Admin, string) {
 	t.Helper()
