@@ -114,3 +114,39 @@ func TestAFloodOfReadyzHoldsOneConnection(t *testing.T) {
 		t.Errorf("%d rounds for 50 requests at once, want a few: the requests that come during a round share the next", got)
 	}
 }
+
+// TestReadyzRestsBetweenRounds: a round of probes starts 100 ms at least after the last one
+// ended (readyGap), so that /readyz asked back to back runs ten rounds a second at most; and
+// each request is answered by a round that started after it came: asked one after the other,
+// every request makes a round of its own. (A busy machine only lengthens the gaps.)
+func TestReadyzRestsBetweenRounds(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var starts, ends []time.Time
+	probe := httpapi.Probe{Name: "redis", Timeout: 2 * time.Second, Ping: func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		starts = append(starts, time.Now())
+		ends = append(ends, time.Now())
+		return nil
+	}}
+	s := newServer(t, redistest.Start(t), lax(), probe)
+	const asked = 5
+	for range asked {
+		rec := httptest.NewRecorder()
+		s.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("/readyz %d, want 200", rec.Code)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(starts) != asked {
+		t.Fatalf("%d rounds for %d requests one after the other, want one each", len(starts), asked)
+	}
+	for i := 1; i < asked; i++ {
+		if gap := starts[i].Sub(ends[i-1]); gap < 100*time.Millisecond {
+			t.Errorf("round %d started %v after round %d ended, want 100ms at least", i+1, gap, i)
+		}
+	}
+}
