@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
@@ -620,5 +623,72 @@ func TestEveryAlgorithmKeepsTTLs(t *testing.T) {
 		if ttl <= 0 || ttl > bound[a] {
 			t.Errorf("%s key %s: TTL %v, want in (0, %v]", a, k, ttl, bound[a])
 		}
+	}
+}
+
+// TestGCRARollsForward: during a rolling update, replicas of the float GCRA (the script before
+// 49c2326: testdata/gcra_float.lua) and of the exact one decide the same keys. The exact one
+// stores a TAT of whole µs as it is and one of µs and n/limit as "<µs + 1>.0<n>", which the float
+// one reads as a number a µs later at most; and it reads the float one's TAT rounded up. So a key
+// decided by the two in turn errs nowhere, and, a few µs stricter, admits no more than one decided
+// by the exact one alone, and never more than one request fewer.
+func TestGCRARollsForward(t *testing.T) {
+	t.Parallel()
+	l, rdb, _ := newTestLimiter(t)
+	clk := withClock(l)
+	src, err := os.ReadFile("testdata/gcra_float.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	float := redis.NewScript(string(src))
+	p := Policy{Name: "g", Limit: 9, Window: time.Minute, Algorithm: GCRA} // T = 6,666,666 µs and 6/9
+	whole := Policy{Name: "w", Limit: 10, Window: time.Minute, Algorithm: GCRA}
+	now := clk.Now().UnixMicro()
+	for _, tc := range []struct {
+		p    Policy
+		want string
+	}{
+		{p, fmt.Sprintf("%d.06", now+6_666_666+1)},
+		{whole, fmt.Sprintf("%d", now+6_000_000)},
+	} {
+		mustAllow(t, l, Check{tc.p, "stored"})
+		if got := rdb.Get(t.Context(), l.Key(Check{tc.p, "stored"})).Val(); got != tc.want {
+			t.Errorf("%d per minute: stored %q, want %q", tc.p.Limit, got, tc.want)
+		}
+	}
+
+	rng := rand.New(rand.NewPCG(5, 9))
+	alone, mixed, refused, differed := 0, 0, 0, 0
+	for step := range 600 {
+		clk.Add(time.Duration(rng.IntN(9_000)) * time.Millisecond) // 4.5 s on average, T 6.7 s: a third refused
+		a := mustAllow(t, l, Check{p, "alone"}).Allowed
+		var m bool
+		if step%2 == 0 {
+			m = mustAllow(t, l, Check{p, "mixed"}).Allowed
+		} else {
+			r, err := float.Run(t.Context(), rdb, []string{l.Key(Check{p, "mixed"})}, p.Limit, p.Window.Milliseconds(), "", p.Limit, clk.Now().UnixMicro(), "").Int64Slice()
+			if err != nil {
+				t.Fatalf("step %d: the float script on the exact one's key: %v", step, err)
+			}
+			m = r[0] == 1
+		}
+		if a {
+			alone++
+		} else {
+			refused++
+		}
+		if m {
+			mixed++
+		}
+		if a != m {
+			differed++
+		}
+		if mixed > alone || mixed < alone-1 {
+			t.Fatalf("step %d: %d admitted by both scripts in turn, %d by the exact one alone: want as many, or one fewer", step, mixed, alone)
+		}
+	}
+	t.Logf("%d admitted alone, %d in turn, %d decisions differed", alone, mixed, differed)
+	if alone < 200 || refused < 100 {
+		t.Errorf("%d admitted, %d refused: the run did not exercise both", alone, refused)
 	}
 }
