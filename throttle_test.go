@@ -314,9 +314,9 @@ func TestAReplicaHoldsAtMostThrottleMaxWaiting(t *testing.T) {
 
 // TestAKeyInProgressMakesNoOtherLedgerCall: 16 PIX of Ana at once over two replicas, one
 // Idempotency-Key and 16 bodies, while the original is held in the ledger: no other reaches the
-// ledger until it has answered (on its replica, its turn; on the other, its mark in Redis); then
-// each is answered in turn from the ledger's record, 409 for another body. With and without the
-// in-flight limit.
+// ledger until it has answered (on its replica, its turn; on the other, its mark in Redis), and
+// each replica lets one of them at a time reach the limiter; then each is answered in turn from
+// the ledger's record, 409 for another body. With and without the in-flight limit.
 func TestAKeyInProgressMakesNoOtherLedgerCall(t *testing.T) {
 	t.Parallel()
 	for _, concurrency := range []string{"0", "2"} {
@@ -327,7 +327,8 @@ func TestAKeyInProgressMakesNoOtherLedgerCall(t *testing.T) {
 				t.Fatal(err)
 			}
 			ledger := newGated(inner, 16)
-			replicas, _ := fleet(t, redistest.Start(t), ledger, 2, map[string]string{"REDIS_TIMEOUT": "1s",
+			srv := redistest.Start(t)
+			replicas, _ := fleet(t, srv, ledger, 2, map[string]string{"REDIS_TIMEOUT": "1s",
 				"PIX_LIMIT": "100", "PIX_CONCURRENCY": concurrency})
 			t.Cleanup(ledger.open) // before the servers close: a PIX held at the gate goes on
 			ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
@@ -344,10 +345,20 @@ func TestAKeyInProgressMakesNoOtherLedgerCall(t *testing.T) {
 				})
 			}
 			ledger.arrived(t, "the original") // held at the gate
+			// Each replica lets one request of the key at a time go on, the rest waiting their turn
+			// with no limiter call: the original, held, and the other replica's first, admitted
+			// (Ana's pix log holds it) and waiting for the original's mark. The log holds 2.
+			admitted := pixLog(t, srv)
+			for deadline := time.Now().Add(5 * time.Second); admitted() < 2 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
 			select {
 			case <-ledger.entered:
 				t.Error("a second PIX of the key reached the ledger while its original was in progress")
-			case <-time.After(300 * time.Millisecond): // bounded: the others would have arrived by now
+			case <-time.After(300 * time.Millisecond): // the replica's own 7 are in by now (a request's parsing)
+			}
+			if got := admitted(); got != 2 {
+				t.Errorf("%d PIX admitted by the limiter while the original was held, want 2: the original and the other replica's first", got)
 			}
 			ledger.open()
 			wg.Wait()
@@ -496,5 +507,23 @@ func TestAShadowLimitStillWaitsForTheKeysOriginal(t *testing.T) {
 	}
 	if r := <-second; r.Status != http.StatusConflict {
 		t.Errorf("the second PIX of the key, another body: %v, want 409", r)
+	}
+}
+
+// pixLog reads how many admissions the one account's pix log in srv holds (its sorted set: the
+// default algorithm), 0 before there is one.
+func pixLog(t *testing.T, srv *redistest.Server) func() int64 {
+	t.Helper()
+	rdb := srv.Client(nil)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return func() int64 {
+		keys, err := rdb.Keys(t.Context(), "rl:pix:{*").Result()
+		if err != nil || len(keys) > 1 {
+			t.Fatalf("pix logs %v: %v, want one account's at most", keys, err)
+		}
+		if len(keys) == 0 {
+			return 0
+		}
+		return rdb.ZCard(t.Context(), keys[0]).Val()
 	}
 }
