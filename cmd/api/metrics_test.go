@@ -286,7 +286,7 @@ func TestMetricsCountTheQueue(t *testing.T) {
 	t.Parallel()
 	metrics := apitest.FreeAddr(t)
 	a := startAPI(t, redistest.Start(t), map[string]string{"METRICS_ADDR": metrics,
-		"STATEMENT_ALGORITHM": "leaky_bucket", "STATEMENT_LIMIT": "5", "STATEMENT_WINDOW": "1s"})
+		"STATEMENT_ALGORITHM": "leaky_bucket", "STATEMENT_LIMIT": "5", "STATEMENT_WINDOW": "3s"}) // a turn every 600 ms
 	diego := a.Token(demo[3].Document, demo[3].Password)
 	statuses := apitest.Burst([]*apitest.Client{a.Client}, 3, func(c *apitest.Client, _ int) apitest.Response {
 		return c.Statement(diego)
@@ -294,7 +294,8 @@ func TestMetricsCountTheQueue(t *testing.T) {
 	if statuses[200] != 3 {
 		t.Fatalf("3 statements at once on a queue of 5 places: %v, want 3 × 200", statuses)
 	}
-	// A client that gives up after 100 ms, while its turn is about 200 ms away.
+	// A client that gives up after 100 ms, while its turn is 600 ms after the third's: time enough
+	// to send it on a busy machine.
 	req, _ := http.NewRequest(http.MethodGet, a.Base+"/v1/statement", nil)
 	req.Header.Set("Authorization", "Bearer "+diego)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
