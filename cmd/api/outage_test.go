@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 	"github.com/pixlimit/pixlimit/internal/testing/stalls"
@@ -178,7 +181,7 @@ func TestTheStatementDecidesLocallyWhileRedisIsGone(t *testing.T) {
 	env := map[string]string{"STATEMENT_LIMIT": "10", "REDIS_TIMEOUT": "200ms", "RATELIMIT_BREAKER_FAILURES": "0"}
 	replicas := []*api{startAPI(t, srv, env), startAPI(t, srv, env), startAPI(t, srv, env)}
 	ana := replicas[0].Token(demo[0].Document, demo[0].Password)
-	time.Sleep(1500 * time.Millisecond) // the heartbeat's period: every replica has counted the three
+	everyReplicaCounted(t, srv, len(replicas))
 	srv.Kill()
 	admitted := 0
 	for i, a := range replicas {
@@ -241,4 +244,31 @@ func TestAnOpenPIXWaitsForRedisOnce(t *testing.T) {
 	if got, want := a.Balance(ana), before-100; got != want {
 		t.Errorf("balance %d, want %d: the admitted PIX alone moved money", got, want)
 	}
+}
+
+// everyReplicaCounted waits until each of n replicas has counted a fleet of n (the outage
+// fallback's share): the fleet's roster in srv holds n, and each has beaten since it did.
+func everyReplicaCounted(t *testing.T, srv *redistest.Server, n int) {
+	t.Helper()
+	rdb := srv.Client(nil)
+	defer rdb.Close()
+	roster := ratelimit.DefaultPrefix + ":{fleet}"
+	var all int64 // the Redis time, ms, at which the roster was seen holding n
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		beats, err := rdb.ZRangeWithScores(t.Context(), roster, 0, -1).Result()
+		if err != nil || len(beats) != n {
+			continue
+		}
+		if all == 0 {
+			now, err := rdb.Time(t.Context()).Result()
+			if err != nil {
+				continue
+			}
+			all = now.UnixMilli()
+		}
+		if !slices.ContainsFunc(beats, func(z redis.Z) bool { return int64(z.Score) <= all }) {
+			return
+		}
+	}
+	t.Fatalf("the replicas did not each count a fleet of %d within 15s", n)
 }
