@@ -422,6 +422,9 @@ func TestASlowCommitOnARealServer(t *testing.T) {
 	first := a.PIX(ana, "bruno@example.com", 700, "Idempotency-Key", key)
 	code, _ := first.JSON(t)["error"].(string)
 	t.Logf("the PIX whose COMMIT waited for a standby: %v after %v", first, first.Took.Round(time.Millisecond))
+	if first.Took < 500*time.Millisecond { // a PIX takes milliseconds; one whose COMMIT waited, its wait
+		t.Fatalf("the PIX took %v: its COMMIT did not wait (the setting not yet in force?), and the test would check nothing", first.Took)
+	}
 	if first.Status != http.StatusCreated && code != "transfer_outcome_unknown" {
 		t.Errorf("the PIX whose COMMIT waited for a standby: %v, want 201 or 503 transfer_outcome_unknown", first)
 	}
