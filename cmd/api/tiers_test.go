@@ -40,8 +40,8 @@ func TestTiersChangeAtRuntime(t *testing.T) {
 	// b learns it by polling the version: the statement's policy tells when (restricted: 10).
 	start := time.Now()
 	for b.Statement(ana).Header.Get("RateLimit-Policy") != `"statement";q=10;w=60` {
-		if time.Since(start) > 2*time.Second {
-			t.Fatal("the other replica did not apply the new tier within 2 s")
+		if time.Since(start) > 10*time.Second { // a bound, not the figure (logged below): a poll every 500 ms
+			t.Fatal("the other replica did not apply the new tier within 10 s")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

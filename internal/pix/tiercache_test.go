@@ -21,11 +21,13 @@ type flakyTiers struct {
 	mu    sync.Mutex
 	table TierTable
 	down  bool
+	reads int // how many times the table or its version was asked
 }
 
 func (f *flakyTiers) TierTable(context.Context) (TierTable, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.reads++
 	if f.down {
 		return TierTable{}, ErrUnavailable
 	}
@@ -82,7 +84,9 @@ func TestTiersKeepTheLastTableWhenTheLedgerFails(t *testing.T) {
 	waitFor(t, "the change", func() bool { return tt.Table().Figures("acct-ana", Person("PF")).PIXLimit == 5 })
 	f.set(func(f *flakyTiers) { f.down = true })
 	waitFor(t, "the failure logged", func() bool { return strings.Contains(logs.String(), "keeping the last limits known") })
-	time.Sleep(30 * time.Millisecond) // several failed polls
+	reads := func() (n int) { f.set(func(f *flakyTiers) { n = f.reads }); return n }
+	failed := reads()
+	waitFor(t, "three more failed polls", func() bool { return reads() >= failed+3 })
 	if p := tt.Table().Figures("acct-ana", Person("PF")).PIXLimit; p != 5 {
 		t.Errorf("with the ledger down: PIX limit %d, want 5 (the last table)", p)
 	}
