@@ -34,9 +34,15 @@ func TestOnRedisCluster(t *testing.T) {
 	}
 	// 203.0.113.7's guess was refused by the document key (in another slot, after its own key
 	// had admitted it): that admission is withdrawn just after the answer, so the IP still has all
-	// 10 attempts. Only the 10th needs the withdrawal to have landed, nine bcrypt logins later.
+	// 10 attempts. Only the 10th needs the withdrawal to have landed: if it has not yet (a busy
+	// machine), it is refused, which records nothing, and sent again.
 	for i := range 10 {
-		if r := replicas[i%2].Login(apitest.CPF(950+i), "guess", "X-Forwarded-For", "203.0.113.7"); r.Status != http.StatusUnauthorized {
+		r := replicas[i%2].Login(apitest.CPF(950+i), "guess", "X-Forwarded-For", "203.0.113.7")
+		for deadline := time.Now().Add(5 * time.Second); i == 9 && r.Status == http.StatusTooManyRequests && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+			r = replicas[i%2].Login(apitest.CPF(950+i), "guess", "X-Forwarded-For", "203.0.113.7")
+		}
+		if r.Status != http.StatusUnauthorized {
 			t.Fatalf("attempt %d from an IP whose guess was refused: %v, want 401", i+1, r)
 		}
 	}
