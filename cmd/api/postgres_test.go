@@ -282,11 +282,26 @@ func TestACommitWithoutAnAnswerIsNeverNothingChanged(t *testing.T) {
 // TestAPostgresRestartUnderLoadIsNeverA500: two replicas send PIX, each transfer under its own
 // Idempotency-Key and retried with it after a 503 until it gets a definite answer, while the
 // test's own PostgreSQL restarts (fast shutdown: sessions terminated, 57P01; then 57P03 while
-// it starts). No answer is a 500; every 503 is ledger_unavailable or transfer_outcome_unknown,
-// with Retry-After; the ledger holds exactly the transfers answered 201, each once; the sum of
-// balances is unchanged.
+// it starts), or crashes (immediate shutdown: connections cut mid-answer, COMMITs among them;
+// crash recovery at its start). No answer is a 500; every 503 is ledger_unavailable or
+// transfer_outcome_unknown, with Retry-After; the ledger holds exactly the transfers answered
+// 201, each once; the sum of balances is unchanged.
 func TestAPostgresRestartUnderLoadIsNeverA500(t *testing.T) {
 	t.Parallel()
+	for _, stop := range []struct {
+		name string
+		do   func(*pgtest.Server)
+	}{{"restarted", (*pgtest.Server).Restart}, {"crashed", (*pgtest.Server).Crash}} {
+		t.Run(stop.name, func(t *testing.T) {
+			t.Parallel()
+			underLoad(t, stop.do)
+		})
+	}
+}
+
+// underLoad is TestAPostgresRestartUnderLoadIsNeverA500 with its PostgreSQL stopped and started
+// again by outage.
+func underLoad(t *testing.T, outage func(*pgtest.Server)) {
 	pg := pgtest.StartServer(t)
 	srv := redistest.Start(t)
 	env := map[string]string{"DATABASE_URL": pg.URL, "DEMO_ACCOUNTS": "true", "DB_TIMEOUT": "1s",
@@ -344,7 +359,7 @@ func TestAPostgresRestartUnderLoadIsNeverA500(t *testing.T) {
 	}
 	created201 := func() int { mu.Lock(); defer mu.Unlock(); return statuses[http.StatusCreated] }
 	time.Sleep(500 * time.Millisecond)
-	pg.Restart()
+	outage(pg)
 	// The load stays on until the ledger has taken 20 transfers since the restart and 50 in all,
 	// however slow the machine (a race build on a busy CI took 33 in a fixed second); a
 	// deadline bounds the wait, and the checks below say what it got.

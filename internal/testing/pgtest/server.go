@@ -73,6 +73,13 @@ func (s *Server) Restart() {
 	s.ctl("-m", "fast", "-w", "-t", "60", "restart")
 }
 
+// Crash stops the server as a crash does (immediate shutdown: every process quits at once, no
+// checkpoint, connections cut mid-answer) and starts it again, which recovers from its WAL.
+func (s *Server) Crash() {
+	s.t.Helper()
+	s.ctl("-m", "immediate", "-w", "-t", "60", "restart")
+}
+
 func (s *Server) ctl(args ...string) {
 	s.t.Helper()
 	s.run("pg_ctl", append([]string{"-D", filepath.Join(s.dir, "data"), "-l", filepath.Join(s.dir, "log")}, args...)...)
