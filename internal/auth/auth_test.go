@@ -182,6 +182,53 @@ func TestIPExtractor(t *testing.T) {
 	}
 }
 
+// FuzzIPExtractor: whatever a client writes in X-Forwarded-For, and whatever the peer's address,
+// the extractor does not panic, names a real address (the peer's or a hop's), ignores the header
+// of a peer that is not a trusted proxy, and, behind one that appended the client's address,
+// names that address: nothing written left of it chooses another key.
+func FuzzIPExtractor(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"10.1.1.1:1234", "1.2.3.4, 198.51.100.1"}, {"10.1.1.1:1234", "not-an-ip, 10.3.3.3"},
+		{"[::ffff:10.0.0.1]:1", "[2001:db8::1]:80,, ,"}, {"fe80::1%eth0", "10.0.0.1%x, ::ffff:1.2.3.4"},
+		{"203.0.113.5:1234", "198.51.100.1"}, {"", ""},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	extract := IPExtractor([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")})
+	f.Fuzz(func(t *testing.T, peer, xff string) {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = peer
+		req.Header.Set("X-Forwarded-For", xff)
+		got := extract(req)
+		from, ok := parseHop(peer)
+		if !ok {
+			return // no address to name: clientIP answers 400
+		}
+		if _, err := netip.ParseAddr(got); err != nil {
+			t.Fatalf("peer %q, X-Forwarded-For %q: %q is no address", peer, xff, got)
+		}
+		if !netip.MustParsePrefix("10.0.0.0/8").Contains(from) && !netip.MustParsePrefix("2001:db8::/32").Contains(from) {
+			if got != from.String() {
+				t.Fatalf("untrusted peer %q, X-Forwarded-For %q: %q, want the peer", peer, xff, got)
+			}
+			return
+		}
+		named := got == from.String()
+		for hop := range strings.SplitSeq(xff, ",") {
+			if a, ok := parseHop(hop); ok && a.String() == got {
+				named = true
+			}
+		}
+		if !named {
+			t.Fatalf("peer %q, X-Forwarded-For %q: %q is neither the peer nor a hop", peer, xff, got)
+		}
+		req.Header.Set("X-Forwarded-For", xff+", 198.51.100.7") // our proxy appends the client it saw
+		if got := extract(req); got != "198.51.100.7" {
+			t.Fatalf("X-Forwarded-For %q then the client our proxy saw: %q, want 198.51.100.7", xff, got)
+		}
+	})
+}
+
 type finder map[string]pix.Account
 
 func (f finder) AccountByDocument(_ context.Context, doc string) (pix.Account, error) {
