@@ -182,6 +182,26 @@ func TestIPExtractor(t *testing.T) {
 	}
 }
 
+// FuzzAccessToken: whatever a client sends as its bearer token, Verify does not panic, and what
+// it accepts is a token Issue signed: it names the subject issued, never one a client wrote.
+func FuzzAccessToken(f *testing.F) {
+	tokens, err := NewTokens(secret, time.Hour)
+	if err != nil {
+		f.Fatal(err)
+	}
+	want := Subject{Account: "acct-ana", Payer: "payer-ana", Person: "PF", Device: "the-phone"} // fixed: each fuzzing worker issues its own
+	good, _ := tokens.Issue(want)
+	for _, s := range []string{good, "", "a.b.c", good + "x", strings.ToUpper(good), "eyJhbGciOiJub25lIn0.e30.", strings.Repeat("A", maxTokenLen+1)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, token string) {
+		s, err := tokens.Verify(token)
+		if err == nil && (s.Account != want.Account || s.Payer != want.Payer || s.Person != want.Person || s.Device != want.Device) {
+			t.Fatalf("Verify(%q) accepted subject %+v", token, s)
+		}
+	})
+}
+
 // FuzzIPExtractor: whatever a client writes in X-Forwarded-For, and whatever the peer's address,
 // the extractor does not panic, names a real address (the peer's or a hop's), ignores the header
 // of a peer that is not a trusted proxy, and, behind one that appended the client's address,
