@@ -10,6 +10,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -250,6 +251,43 @@ func FuzzIPExtractor(f *testing.F) {
 }
 
 type finder map[string]pix.Account
+
+// TestPasswordsCompareOnePerCore: a replica compares at most one password per core at once.
+// With every slot taken, a check waits its wait and is ErrBusy; a slot freed while it waits lets
+// it through; a client that leaves ends its wait.
+func TestPasswordsCompareOnePerCore(t *testing.T) {
+	p, err := NewPasswords(bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cap(p.slots), runtime.GOMAXPROCS(0); got != want {
+		t.Fatalf("%d comparisons at once, want %d, one per core", got, want)
+	}
+	hash, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
+	accounts := finder{"11144477735": {ID: "acct-ana", PasswordHash: hash}}
+	for range cap(p.slots) { // every core comparing
+		p.slots <- struct{}{}
+	}
+	p.wait = 20 * time.Millisecond
+	if _, err := p.Check(t.Context(), accounts, "11144477735", "right"); !errors.Is(err, ErrBusy) {
+		t.Errorf("every slot taken: %v, want ErrBusy", err)
+	}
+	left, leave := context.WithCancel(t.Context())
+	leave()
+	if _, err := p.Check(left, accounts, "11144477735", "right"); !errors.Is(err, context.Canceled) {
+		t.Errorf("a client that left: %v, want context.Canceled", err)
+	}
+	p.wait = time.Minute
+	done := make(chan error, 1)
+	go func() { _, err := p.Check(t.Context(), accounts, "11144477735", "right"); done <- err }()
+	<-p.slots // one comparison ends
+	if err := <-done; err != nil {
+		t.Errorf("a slot freed: %v, want the account", err)
+	}
+	if got := len(p.slots); got != cap(p.slots)-1 {
+		t.Errorf("%d slots taken after the check, want %d: it gave its own back", got, cap(p.slots)-1)
+	}
+}
 
 func (f finder) AccountByDocument(_ context.Context, doc string) (pix.Account, error) {
 	a, ok := f[doc]

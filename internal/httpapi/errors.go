@@ -45,6 +45,7 @@ const (
 	CodeLedgerBusy              Code = "ledger_busy"
 	CodeTransferOutcomeUnknown  Code = "transfer_outcome_unknown"
 	CodeLookupCapacityExhausted Code = "lookup_capacity_exhausted"
+	CodeLoginBusy               Code = "login_busy"
 )
 
 // codes is the one table of the contract's errors: each code's status, and the message a person
@@ -77,6 +78,7 @@ var codes = map[Code]struct {
 	CodeLedgerBusy:             {http.StatusServiceUnavailable, "the ledger is busy (with payments, or with this account's other requests); nothing was changed, try again later"},
 	CodeLookupCapacityExhausted: {http.StatusServiceUnavailable, "the bank's key look-up quota at the central bank's DICT is spent for now; " +
 		"this is not your doing, try again after the time given"},
+	CodeLoginBusy: {http.StatusServiceUnavailable, "the replica is checking as many passwords as it can at once; try again later"},
 	CodeTransferOutcomeUnknown: {http.StatusServiceUnavailable, "the ledger did not confirm this transfer in time: it may have been made. " +
 		"Retry with the same Idempotency-Key: if it was made, you get its receipt; if not, it is made once"},
 }
@@ -140,6 +142,7 @@ var domainErrors = []struct {
 	ownText bool
 }{
 	{auth.ErrInvalidCredentials, CodeInvalidCredentials, false},
+	{auth.ErrBusy, CodeLoginBusy, false},
 	{auth.ErrUnauthorized, CodeUnauthorized, false},
 	{pix.ErrAccountNotFound, CodeUnauthorized, false}, // a valid token for no account
 	{pix.ErrKeyNotFound, CodeKeyNotFound, false},
@@ -192,8 +195,8 @@ func toError(err error, ledgerRetryAfter time.Duration) *Error {
 			switch d.code {
 			case CodeLedgerUnavailable, CodeTransferOutcomeUnknown:
 				e.RetryAfter = ledgerRetryAfter
-			case CodeLedgerBusy:
-				e.RetryAfter = time.Second // a place frees as soon as one of the account's calls ends
+			case CodeLedgerBusy, CodeLoginBusy:
+				e.RetryAfter = time.Second // a place frees as soon as a call (a comparison) ends
 			}
 			return e
 		}
@@ -256,7 +259,7 @@ func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTP
 		e := toError(err, ledgerRetryAfter)
 		status := e.status()
 		switch {
-		case e.Code == CodeLedgerBusy, e.Code == CodeLookupCapacityExhausted:
+		case e.Code == CodeLedgerBusy, e.Code == CodeLookupCapacityExhausted, e.Code == CodeLoginBusy:
 			// Shed on purpose, and counted where decided (the bank's quota logged there too): a
 			// line each at ERROR would bury the server's own errors under a flood's.
 		case e.Code == CodeLedgerUnavailable, e.Code == CodeTransferOutcomeUnknown:
