@@ -253,39 +253,61 @@ func FuzzIPExtractor(f *testing.F) {
 type finder map[string]pix.Account
 
 // TestPasswordsCompareOnePerCore: a replica compares at most one password per core at once.
-// With every slot taken, a check waits its wait and is ErrBusy; a slot freed while it waits lets
-// it through; a client that leaves ends its wait.
+// With every comparison running, a check waits its wait and is ErrBusy, or ends with its client;
+// a comparison that ends goes to the first check waiting, a trusted device's before the others,
+// and a check that gives up as its turn comes passes the turn on.
 func TestPasswordsCompareOnePerCore(t *testing.T) {
 	p, err := NewPasswords(bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := cap(p.slots), runtime.GOMAXPROCS(0); got != want {
+	if got, want := p.free, runtime.GOMAXPROCS(0); got != want {
 		t.Fatalf("%d comparisons at once, want %d, one per core", got, want)
 	}
 	hash, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
 	accounts := finder{"11144477735": {ID: "acct-ana", PasswordHash: hash}}
-	for range cap(p.slots) { // every core comparing
-		p.slots <- struct{}{}
+	cores := p.free
+	for range cores { // every core comparing
+		if err := p.take(t.Context(), Anyone); err != nil {
+			t.Fatal(err)
+		}
 	}
 	p.wait = 20 * time.Millisecond
-	if _, err := p.Check(t.Context(), accounts, "11144477735", "right"); !errors.Is(err, ErrBusy) {
-		t.Errorf("every slot taken: %v, want ErrBusy", err)
+	if _, err := p.Check(t.Context(), accounts, "11144477735", "right", Trusted); !errors.Is(err, ErrBusy) {
+		t.Errorf("every comparison running: %v, want ErrBusy", err)
 	}
 	left, leave := context.WithCancel(t.Context())
 	leave()
-	if _, err := p.Check(left, accounts, "11144477735", "right"); !errors.Is(err, context.Canceled) {
+	if _, err := p.Check(left, accounts, "11144477735", "right", Anyone); !errors.Is(err, context.Canceled) {
 		t.Errorf("a client that left: %v, want context.Canceled", err)
 	}
+
 	p.wait = time.Minute
-	done := make(chan error, 1)
-	go func() { _, err := p.Check(t.Context(), accounts, "11144477735", "right"); done <- err }()
-	<-p.slots // one comparison ends
-	if err := <-done; err != nil {
-		t.Errorf("a slot freed: %v, want the account", err)
+	waiting := func(from From) int { p.mu.Lock(); defer p.mu.Unlock(); return len(p.waiting[from]) }
+	done := make(chan string, 2) // in the order the checks ended
+	check := func(name string, from From) {
+		if _, err := p.Check(t.Context(), accounts, "11144477735", "right", from); err != nil {
+			t.Errorf("%s: %v, want the account", name, err)
+		}
+		done <- name
 	}
-	if got := len(p.slots); got != cap(p.slots)-1 {
-		t.Errorf("%d slots taken after the check, want %d: it gave its own back", got, cap(p.slots)-1)
+	go check("the stranger", Anyone)
+	for waiting(Anyone) != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	go check("the trusted device", Trusted)
+	for waiting(Trusted) != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	p.give() // one comparison ends: the device, which came second, goes first; its end lets the stranger in
+	if first, second := <-done, <-done; first != "the trusted device" || second != "the stranger" {
+		t.Errorf("%s compared first, then %s; want the trusted device first", first, second)
+	}
+	p.give()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.free != cores || len(p.waiting[Anyone])+len(p.waiting[Trusted]) != 0 {
+		t.Errorf("%d free, %v waiting, want %d free (every check gave its own back) and none", p.free, p.waiting, cores)
 	}
 }
 
@@ -311,7 +333,7 @@ func TestCheckPassword(t *testing.T) {
 		accounts[a.Document] = a
 	}
 	ctx := context.Background()
-	if a, err := passwords.Check(ctx, accounts, "52998224725", "demo-ana-123"); err != nil || a.ID != "acct-ana" {
+	if a, err := passwords.Check(ctx, accounts, "52998224725", "demo-ana-123", Anyone); err != nil || a.ID != "acct-ana" {
 		t.Fatalf("right password: %v, %v", a.ID, err)
 	}
 	for _, tt := range []struct{ doc, pw string }{
@@ -319,7 +341,7 @@ func TestCheckPassword(t *testing.T) {
 		{"12345678909", "demo-ana-123"},
 		{"12345678909", "pixlimit-dummy-password-never-matches"}, // the dummy hash's own password
 	} {
-		if _, err := passwords.Check(ctx, accounts, tt.doc, tt.pw); !errors.Is(err, ErrInvalidCredentials) {
+		if _, err := passwords.Check(ctx, accounts, tt.doc, tt.pw, Anyone); !errors.Is(err, ErrInvalidCredentials) {
 			t.Errorf("%s/%s: %v, want ErrInvalidCredentials", tt.doc, strings.Repeat("*", len(tt.pw)), err)
 		}
 	}
@@ -367,7 +389,7 @@ func TestAMalformedHashTakesAComparisonsTime(t *testing.T) {
 		var ds []time.Duration
 		for range 5 {
 			start := time.Now()
-			if _, err := passwords.Check(ctx, accounts, doc, "anything"); !errors.Is(err, ErrInvalidCredentials) {
+			if _, err := passwords.Check(ctx, accounts, doc, "anything", Anyone); !errors.Is(err, ErrInvalidCredentials) {
 				t.Fatalf("%s: %v, want ErrInvalidCredentials", doc, err)
 			}
 			ds = append(ds, time.Since(start))

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -32,13 +34,27 @@ var ErrBusy = errors.New("auth: every password comparison is in use")
 // A comparison is tens of milliseconds of a core, and the login's limits admit many, from many
 // addresses and documents: a botnet's logins, each within its keys, would take every core, and the
 // replica's other requests (its limiter's decisions first) would miss their deadlines. So the
-// replica compares at most one password per core at once; a login that finds none free within
-// wait is answered ErrBusy, and what it would have cost is left to the others.
+// replica compares at most one password per core at once; a check that finds none free within
+// wait is answered ErrBusy, and what it would have cost is left to the others. A check from a
+// trusted device (Trusted) goes before every other waiting: a botnet holds no device token, so
+// its flood does not lock a customer out of the devices she used.
 type Passwords struct {
 	dummy []byte
-	slots chan struct{} // a comparison holds one
 	wait  time.Duration
+
+	mu      sync.Mutex
+	free    int                // comparisons that may start now
+	waiting [2][]chan struct{} // the checks waiting for one, by From, each in arrival order
 }
+
+// From says who asks for a check: Trusted, a device the account has used (a valid device token,
+// or the bearer of an access token), goes before Anyone.
+type From int
+
+const (
+	Anyone  From = iota // a login with no device token (or an invalid one): anyone's
+	Trusted             // a login with a valid device token, or an access token's bearer
+)
 
 // NewPasswords returns the checker of passwords hashed at cost (bcrypt.MinCost to MaxCost), the
 // cost the accounts' hashes have: its dummy hash is made at that cost, once.
@@ -50,7 +66,7 @@ func NewPasswords(cost int) (*Passwords, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auth: password cost %d: %w", cost, err)
 	}
-	return &Passwords{dummy: dummy, slots: make(chan struct{}, runtime.GOMAXPROCS(0)), wait: time.Second}, nil
+	return &Passwords{dummy: dummy, free: runtime.GOMAXPROCS(0), wait: time.Second}, nil
 }
 
 // AccountFinder finds the account of a document.
@@ -61,7 +77,7 @@ type AccountFinder interface {
 // Check returns the account of document if password is its password, and
 // ErrInvalidCredentials otherwise, in comparable time whether or not the account exists.
 // bcrypt's comparison is constant-time. ErrBusy: no comparison could start within the wait.
-func (p *Passwords) Check(ctx context.Context, accounts AccountFinder, document, password string) (pix.Account, error) {
+func (p *Passwords) Check(ctx context.Context, accounts AccountFinder, document, password string, from From) (pix.Account, error) {
 	acct, err := accounts.AccountByDocument(ctx, document)
 	hash := acct.PasswordHash
 	switch {
@@ -70,10 +86,10 @@ func (p *Passwords) Check(ctx context.Context, accounts AccountFinder, document,
 	case err != nil:
 		return pix.Account{}, err
 	}
-	if err := p.take(ctx); err != nil {
+	if err := p.take(ctx, from); err != nil {
 		return pix.Account{}, err
 	}
-	defer func() { <-p.slots }()
+	defer p.give()
 	compared := bcrypt.CompareHashAndPassword(hash, []byte(password))
 	if compared != nil && !errors.Is(compared, bcrypt.ErrMismatchedHashAndPassword) {
 		// A stored hash that is empty or no bcrypt hash (a bad import) fails before any work:
@@ -88,21 +104,58 @@ func (p *Passwords) Check(ctx context.Context, accounts AccountFinder, document,
 	return acct, nil
 }
 
-// take waits for a comparison's slot, at most p.wait and while ctx lasts.
-func (p *Passwords) take(ctx context.Context) error {
-	select {
-	case p.slots <- struct{}{}:
+// take waits for a comparison to start, at most p.wait and while ctx lasts: at once if one is
+// free and no one waits before it (give hands a freed one to the first waiting).
+func (p *Passwords) take(ctx context.Context, from From) error {
+	p.mu.Lock()
+	if p.free > 0 && len(p.waiting[Trusted])+len(p.waiting[Anyone]) == 0 {
+		p.free--
+		p.mu.Unlock()
 		return nil
-	default:
 	}
+	turn := make(chan struct{}, 1)
+	q := &p.waiting[from]
+	*q = append(*q, turn)
+	p.mu.Unlock()
+
 	timer := time.NewTimer(p.wait)
 	defer timer.Stop()
+	var err error
 	select {
-	case p.slots <- struct{}{}:
+	case <-turn:
 		return nil
 	case <-timer.C:
-		return ErrBusy
+		err = ErrBusy
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := slices.Index(*q, turn); i >= 0 {
+		*q = slices.Delete(*q, i, i+1)
+		return err
+	}
+	p.free++ // given the turn as it gave up: pass it on
+	p.passLocked()
+	return err
+}
+
+// give ends a comparison: its turn goes to the first check waiting, a trusted device's first.
+func (p *Passwords) give() {
+	p.mu.Lock()
+	p.free++
+	p.passLocked()
+	p.mu.Unlock()
+}
+
+// passLocked hands a free comparison to the first check waiting, if any.
+func (p *Passwords) passLocked() {
+	for _, from := range []From{Trusted, Anyone} {
+		if q := p.waiting[from]; p.free > 0 && len(q) > 0 {
+			p.free--
+			q[0] <- struct{}{}
+			p.waiting[from] = q[1:]
+			return
+		}
 	}
 }

@@ -113,7 +113,8 @@ func handleRegisterDevice(limiter limiter, limits enforce.RouteLimits, ledger re
 		if err != nil {
 			return err
 		}
-		if _, err := passwords.Check(c.Request().Context(), ledger, acct.Document, req.Password); err != nil {
+		// The bearer of an access token: a device that logged in, before a stranger's login.
+		if _, err := passwords.Check(c.Request().Context(), ledger, acct.Document, req.Password, auth.Trusted); err != nil {
 			return err
 		}
 		reg, err := ledger.RegisterDevice(c.Request().Context(), s.Account, s.Device, delay)

@@ -232,7 +232,11 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		}
 		payer := tokens.PayerID(document) // her look-up takes a place of her share of the ledger, as her account's calls do
 		ctx := pix.ForCustomer(c.Request().Context(), payer)
-		acct, err := passwords.Check(ctx, accounts, document, req.Password)
+		from := auth.Anyone // a trusted device's login goes before the others' to a password comparison
+		if device != "" {
+			from = auth.Trusted
+		}
+		acct, err := passwords.Check(ctx, accounts, document, req.Password, from)
 		if err != nil {
 			return err
 		}
