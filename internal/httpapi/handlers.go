@@ -232,11 +232,7 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		}
 		payer := tokens.PayerID(document) // her look-up takes a place of her share of the ledger, as her account's calls do
 		ctx := pix.ForCustomer(c.Request().Context(), payer)
-		from := auth.Anyone // a trusted device's login goes before the others' to a password comparison
-		if device != "" {
-			from = auth.Trusted
-		}
-		acct, err := passwords.Check(ctx, accounts, document, req.Password, from)
+		acct, err := passwords.Check(ctx, accounts, document, req.Password, passwordsFrom(device))
 		if err != nil {
 			return err
 		}
@@ -292,6 +288,15 @@ func loginReport(limits enforce.RouteLimits, netSkipped bool) *report {
 		d.Results, d.Worst = results, asAccount(d.Worst)
 		return d
 	}}
+}
+
+// passwordsFrom is who asks for a login's password check: a trusted device (its token verified)
+// goes before the others to a comparison, which a botnet's logins would otherwise all take.
+func passwordsFrom(device string) auth.From {
+	if device != "" {
+		return auth.Trusted
+	}
+	return auth.Anyone
 }
 
 // validLogin names the login's invalid fields, if any.
