@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"github.com/pixlimit/pixlimit/internal/app"
 	"github.com/pixlimit/pixlimit/internal/auth"
@@ -62,7 +63,7 @@ func runReplica(ctx context.Context, args []string, environ []string, stdout, st
 		return err
 	}
 	defer replica.Close()
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	ln, err := listen(cfg.HTTPAddr, cfg.MaxConnections)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -130,7 +131,9 @@ func warnVariables(logger *slog.Logger, cfg config.Config, environ []string) {
 // httpServer is every listener's server: the public API's, the desk's and the metrics'. Each of
 // its waits has a deadline, so that no client holds a connection (a file descriptor the public
 // API needs) by sending slowly or by keeping it idle: its headers within 5 s, its request within
-// 10 s, its answer written within write, and an idle connection closed after a minute.
+// 10 s, its answer written within write, and an idle connection closed after a minute. A
+// request's headers are 16 KiB at most (431 past it; HAProxy's own bound): Go's default, a
+// megabyte, let each connection pin a megabyte for those 5 s.
 func httpServer(h http.Handler, write time.Duration, logger *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
@@ -138,14 +141,30 @@ func httpServer(h http.Handler, write time.Duration, logger *slog.Logger) *http.
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      write,
 		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 }
 
+// listen is every listener's: at most most connections open at once (HTTP_MAX_CONNECTIONS for the
+// public one), the next one accepted when one closes. Idle connections cost a goroutine, buffers
+// and a file descriptor each, and no client may take every descriptor the replica's Redis and
+// database connections need: 20,000 idle ones did, in a resources audit.
+func listen(addr string, most int) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return netutil.LimitListener(ln, most), nil
+}
+
+// sideConnections bounds the desk's and the metrics' listeners: a few operators and scrapers.
+const sideConnections = 64
+
 // serveAdmin serves the support desk on its own listener (ADMIN_ADDR), never the public one. stop
 // drains its calls until ctx ends, then closes what is left.
 func serveAdmin(addr string, h http.Handler, logger *slog.Logger) (stop func(context.Context), err error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen(addr, sideConnections)
 	if err != nil {
 		return nil, fmt.Errorf("admin listen: %w", err)
 	}
@@ -162,7 +181,7 @@ func serveAdmin(addr string, h http.Handler, logger *slog.Logger) (stop func(con
 // serveMetrics serves reg's metrics in the Prometheus text format on their own listener, never
 // through the public door; stop closes it.
 func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen(addr, sideConnections)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listen: %w", err)
 	}

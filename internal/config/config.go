@@ -32,6 +32,8 @@ import (
 // Load in one pass (environment is what the variables say, as written).
 type Config struct {
 	HTTPAddr string
+	// MaxConnections bounds the public listener's open connections (HTTP_MAX_CONNECTIONS).
+	MaxConnections int
 	// MetricsAddr is the metrics listener's address; empty: none.
 	MetricsAddr string
 	// AdminAddr is the support desk's listener (ADMIN_ADDR); empty: none. AdminToken is its
@@ -105,6 +107,7 @@ type Redis struct {
 // checked or combined.
 type environment struct {
 	HTTPAddr             string         `env:"HTTP_ADDR" envDefault:":8080"`
+	MaxConnections       int            `env:"HTTP_MAX_CONNECTIONS" envDefault:"10000"`
 	MetricsAddr          string         `env:"METRICS_ADDR" envDefault:":9464"`
 	AdminAddr            string         `env:"ADMIN_ADDR"`
 	AdminToken           string         `env:"ADMIN_TOKEN"`
@@ -422,6 +425,9 @@ func (cfg *environment) check(p *problems) Config {
 		LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat, Deprecated: cfg.deprecated}
 	if !listenAddr(cfg.HTTPAddr) {
 		p.add("HTTP_ADDR", "%q is not host:port with a port from 0 to 65535", cfg.HTTPAddr)
+	}
+	if out.MaxConnections = cfg.MaxConnections; out.MaxConnections < 1 || out.MaxConnections > 1_000_000 {
+		p.add("HTTP_MAX_CONNECTIONS", "%d: want 1 to 1,000,000", cfg.MaxConnections)
 	}
 	out.AdminAddr, out.AdminToken = cfg.AdminAddr, cfg.AdminToken
 	cfg.checkAdmin(p)

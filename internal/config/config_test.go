@@ -36,7 +36,7 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("policy %s = %+v, want %+v", got.Policy.Name, got, want[got.Policy.Name])
 		}
 	}
-	if cfg.HTTPAddr != ":8080" || cfg.RedisTimeout != 100*time.Millisecond || cfg.TokenTTL != 15*time.Minute ||
+	if cfg.HTTPAddr != ":8080" || cfg.MaxConnections != 10_000 || cfg.RedisTimeout != 100*time.Millisecond || cfg.TokenTTL != 15*time.Minute ||
 		cfg.Limits.FailClosedRetryAfter != 5*time.Second || !cfg.DemoAccounts || cfg.LogFormat != "text" || cfg.Redis.URL != nil {
 		t.Errorf("defaults = %+v", cfg)
 	}
@@ -130,6 +130,9 @@ func TestValuesThatCouldMeanSomethingElse(t *testing.T) {
 		{"METRICS_ADDR", ":99999", false},
 		{"METRICS_ADDR", "127.0.0.1:0", true},
 		{"HTTP_ADDR", "localhost:http", false},
+		{"HTTP_MAX_CONNECTIONS", "0", false},
+		{"HTTP_MAX_CONNECTIONS", "1", true},
+		{"HTTP_MAX_CONNECTIONS", "1000001", false},
 		{"AUTH_SECRET", strings.Repeat("a", 32), false},
 		{"AUTH_SECRET", strings.Repeat("password", 6), false},
 		{"AUTH_SECRET", published + " ", false},
@@ -194,6 +197,7 @@ func TestEveryInvalidVariableIsNamed(t *testing.T) {
 	t.Parallel()
 	bad := map[string]string{
 		"HTTP_ADDR":                            "8080",
+		"HTTP_MAX_CONNECTIONS":                 "-1",
 		"REDIS_URL":                            "http://redis:6379",
 		"DATABASE_URL":                         "mysql://db/pixlimit",
 		"DB_TIMEOUT":                           "1ms",
