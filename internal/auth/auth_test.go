@@ -252,10 +252,117 @@ func FuzzIPExtractor(f *testing.F) {
 
 type finder map[string]pix.Account
 
+// TestPasswordLanesTakeTurns: with strangers and trusted devices waiting, the comparisons go to
+// each lane in turn, a trusted device's first: a thief's flood in the trusted lane (a stolen
+// device token) takes every other turn, not all.
+func TestPasswordLanesTakeTurns(t *testing.T) {
+	p, err := NewPasswords(bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
+	accounts := finder{"11144477735": {ID: "acct-ana", PasswordHash: hash}}
+	cores := p.free
+	for range cores {
+		_ = p.take(t.Context(), Anyone)
+	}
+	p.wait = time.Minute
+	done := make(chan string, 4)
+	for i, who := range []struct {
+		name string
+		from From
+	}{{"stranger 1", Anyone}, {"stranger 2", Anyone}, {"device 1", Trusted}, {"device 2", Trusted}} {
+		go func() {
+			if _, err := p.Check(t.Context(), accounts, "11144477735", "right", who.from); err != nil {
+				t.Errorf("%s: %v", who.name, err)
+			}
+			done <- who.name
+		}()
+		for p.queued() != i+1 { // each in line before the next
+			time.Sleep(time.Millisecond)
+		}
+	}
+	p.give() // one comparison free: each check's end hands it on
+	var order []string
+	for range 4 {
+		order = append(order, <-done)
+	}
+	if want := []string{"device 1", "stranger 1", "device 2", "stranger 2"}; !slices.Equal(order, want) {
+		t.Errorf("compared in the order %v, want %v", order, want)
+	}
+	for range cores - 1 {
+		p.give()
+	}
+}
+
+// TestNoComparisonIsLost: a check whose client leaves, or whose wait ends, just as a comparison
+// is handed to it neither keeps it idle nor loses it: it passes it to the check behind it, or,
+// its wait over, takes it.
+func TestNoComparisonIsLost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wait time.Duration
+		want error // the check that stops waiting: its answer
+	}{{"its client left", time.Minute, context.Canceled}, {"its wait ended", 10 * time.Millisecond, nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewPasswords(bcrypt.MinCost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cores := p.free
+			for range cores { // every comparison running
+				_ = p.take(t.Context(), Anyone)
+			}
+			p.wait = tc.wait
+			ctx, leave := context.WithCancel(t.Context())
+			defer leave()
+			stopped, handed := make(chan struct{}), make(chan struct{})
+			p.stopped = func() { close(stopped); <-handed } // only the first check stops waiting
+			first := make(chan error, 1)
+			go func() { first <- p.take(ctx, Anyone) }()
+			for p.queued() != 1 {
+				time.Sleep(time.Millisecond)
+			}
+			if tc.want != nil {
+				leave()
+			}
+			<-stopped
+			p.wait, p.stopped = time.Minute, nil
+			behind := make(chan error, 1)
+			go func() { behind <- p.take(t.Context(), Anyone) }() // in line behind it
+			for p.queued() != 2 {
+				time.Sleep(time.Millisecond)
+			}
+			p.give() // handed to the first, which has stopped waiting
+			close(handed)
+			if err := <-first; !errors.Is(err, tc.want) {
+				t.Fatalf("the check that stopped waiting: %v, want %v", err, tc.want)
+			}
+			if tc.want == nil { // it took its turn, compared and ended
+				p.give()
+			}
+			select {
+			case err := <-behind:
+				if err != nil {
+					t.Fatalf("the check behind it: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the check behind it never had its turn: a comparison was lost")
+			}
+			for range cores { // the check behind it, and the rest, end
+				p.give()
+			}
+			if p.queued() != 0 || p.free != cores {
+				t.Errorf("%d free, %d waiting; want %d and none", p.free, p.queued(), cores)
+			}
+		})
+	}
+}
+
 // TestPasswordsCompareOnePerCore: a replica compares at most one password per core at once.
 // With every comparison running, a check waits its wait and is ErrBusy, or ends with its client;
-// a comparison that ends goes to the first check waiting, a trusted device's before the others,
-// and a check that gives up as its turn comes passes the turn on.
+// a comparison that ends goes to a check waiting, a trusted device's before a stranger's that
+// came before it.
 func TestPasswordsCompareOnePerCore(t *testing.T) {
 	p, err := NewPasswords(bcrypt.MinCost)
 	if err != nil {
@@ -303,7 +410,9 @@ func TestPasswordsCompareOnePerCore(t *testing.T) {
 	if first, second := <-done, <-done; first != "the trusted device" || second != "the stranger" {
 		t.Errorf("%s compared first, then %s; want the trusted device first", first, second)
 	}
-	p.give()
+	for range cores - 1 { // the rest end
+		p.give()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.free != cores || len(p.waiting[Anyone])+len(p.waiting[Trusted]) != 0 {
@@ -439,4 +548,11 @@ func TestTokensAreShort(t *testing.T) {
 	if _, err := tokens.Verify(huge); !errors.Is(err, ErrUnauthorized) {
 		t.Errorf("a well-signed token of %d bytes, over the cap: %v, want ErrUnauthorized", len(huge), err)
 	}
+}
+
+// queued is how many checks wait for a comparison.
+func (p *Passwords) queued() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.waiting[Anyone]) + len(p.waiting[Trusted])
 }

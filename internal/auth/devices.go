@@ -80,21 +80,35 @@ func (d *Devices) Issue(document, device string, at time.Time) (string, error) {
 // a token issued before since(its device) (when support revoked the devices of the document's
 // holder, or the owner removed that device; zero: never) is no device either (revokedBy).
 func (d *Devices) Verify(token, document string, since func(device string) time.Time) (string, error) {
-	if token == "" || len(token) > 1024 {
+	claims, ok := d.parse(token)
+	if !ok || !hmac.Equal([]byte(claims.Document), []byte(d.bind(document))) ||
+		claims.IssuedAt == nil || revokedBy(issuedAt(claims.IssuedAt, claims.IssuedUs, claims.IssuedMs), since(claims.ID)) {
 		return "", ErrNoDevice
 	}
+	return claims.ID, nil
+}
+
+// Issued reports whether token is a device token this bank issued and not expired, whoever's
+// it is: what a login's turn at a password comparison goes by (Passwords), which must not tell
+// whose document a token is for, nor whether it was revoked since.
+func (d *Devices) Issued(token string) bool {
+	_, ok := d.parse(token)
+	return ok
+}
+
+// parse reads a token signed with the devices' key, unexpired, naming a device.
+func (d *Devices) parse(token string) (deviceClaims, bool) {
 	var claims deviceClaims
+	if token == "" || len(token) > 1024 {
+		return claims, false
+	}
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return d.signing, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
 		jwt.WithStrictDecoding(), // as Tokens.Verify
 		jwt.WithTimeFunc(d.now),
 	)
-	if err != nil || claims.ID == "" || !hmac.Equal([]byte(claims.Document), []byte(d.bind(document))) ||
-		claims.IssuedAt == nil || revokedBy(issuedAt(claims.IssuedAt, claims.IssuedUs, claims.IssuedMs), since(claims.ID)) {
-		return "", ErrNoDevice
-	}
-	return claims.ID, nil
+	return claims, err == nil && claims.ID != ""
 }
 
 func (d *Devices) bind(document string) string {

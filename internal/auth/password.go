@@ -35,9 +35,14 @@ var ErrBusy = errors.New("auth: every password comparison is in use")
 // addresses and documents: a botnet's logins, each within its keys, would take every core, and the
 // replica's other requests (its limiter's decisions first) would miss their deadlines. So the
 // replica compares at most one password per core at once; a check that finds none free within
-// wait is answered ErrBusy, and what it would have cost is left to the others. A check from a
-// trusted device (Trusted) goes before every other waiting: a botnet holds no device token, so
-// its flood does not lock a customer out of the devices she used.
+// wait is answered ErrBusy, and what it would have cost is left to the others.
+//
+// The checks that wait take turns by where they come from (From): a login that presents a device
+// token this bank issued, or an access token's bearer, and anyone else. A botnet holds no such
+// token, so a customer on a device she used waits at most a turn behind its flood. The lane is
+// chosen by the token alone, not by whose it is: a faster answer for the right document would
+// tell a thief whose token he stole. A thief's own flood in that lane takes every other turn at
+// most.
 type Passwords struct {
 	dummy []byte
 	wait  time.Duration
@@ -45,15 +50,19 @@ type Passwords struct {
 	mu      sync.Mutex
 	free    int                // comparisons that may start now
 	waiting [2][]chan struct{} // the checks waiting for one, by From, each in arrival order
+	next    From               // whose turn comes next when both wait
+
+	// stopped, when set (tests only), runs when a check has stopped waiting, before it looks
+	// whether its turn came meanwhile.
+	stopped func()
 }
 
-// From says who asks for a check: Trusted, a device the account has used (a valid device token,
-// or the bearer of an access token), goes before Anyone.
+// From says where a check comes from, for its turn (Passwords).
 type From int
 
 const (
-	Anyone  From = iota // a login with no device token (or an invalid one): anyone's
-	Trusted             // a login with a valid device token, or an access token's bearer
+	Anyone  From = iota // a login with no device token this bank issued
+	Trusted             // a login with a device token this bank issued (any document's), or an access token's bearer
 )
 
 // NewPasswords returns the checker of passwords hashed at cost (bcrypt.MinCost to MaxCost), the
@@ -66,7 +75,7 @@ func NewPasswords(cost int) (*Passwords, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auth: password cost %d: %w", cost, err)
 	}
-	return &Passwords{dummy: dummy, free: runtime.GOMAXPROCS(0), wait: time.Second}, nil
+	return &Passwords{dummy: dummy, free: runtime.GOMAXPROCS(0), wait: time.Second, next: Trusted}, nil
 }
 
 // AccountFinder finds the account of a document.
@@ -105,8 +114,11 @@ func (p *Passwords) Check(ctx context.Context, accounts AccountFinder, document,
 }
 
 // take waits for a comparison to start, at most p.wait and while ctx lasts: at once if one is
-// free and no one waits before it (give hands a freed one to the first waiting).
+// free and no one waits (give hands a freed one to a check waiting).
 func (p *Passwords) take(ctx context.Context, from From) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	if p.free > 0 && len(p.waiting[Trusted])+len(p.waiting[Anyone]) == 0 {
 		p.free--
@@ -129,18 +141,24 @@ func (p *Passwords) take(ctx context.Context, from From) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
+	if p.stopped != nil {
+		p.stopped()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if i := slices.Index(*q, turn); i >= 0 {
 		*q = slices.Delete(*q, i, i+1)
 		return err
 	}
-	p.free++ // given the turn as it gave up: pass it on
+	if errors.Is(err, ErrBusy) { // its turn came as its wait ended: it takes it
+		return nil
+	}
+	p.free++ // its turn came as its client left: the next one's
 	p.passLocked()
 	return err
 }
 
-// give ends a comparison: its turn goes to the first check waiting, a trusted device's first.
+// give ends a comparison: its turn goes to a check waiting.
 func (p *Passwords) give() {
 	p.mu.Lock()
 	p.free++
@@ -148,13 +166,15 @@ func (p *Passwords) give() {
 	p.mu.Unlock()
 }
 
-// passLocked hands a free comparison to the first check waiting, if any.
+// passLocked hands a free comparison to the first check waiting in the lane whose turn it is,
+// or, that lane empty, in the other.
 func (p *Passwords) passLocked() {
-	for _, from := range []From{Trusted, Anyone} {
+	for _, from := range []From{p.next, 1 - p.next} {
 		if q := p.waiting[from]; p.free > 0 && len(q) > 0 {
 			p.free--
 			q[0] <- struct{}{}
 			p.waiting[from] = q[1:]
+			p.next = 1 - from
 			return
 		}
 	}

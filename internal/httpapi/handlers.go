@@ -232,7 +232,7 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		}
 		payer := tokens.PayerID(document) // her look-up takes a place of her share of the ledger, as her account's calls do
 		ctx := pix.ForCustomer(c.Request().Context(), payer)
-		acct, err := passwords.Check(ctx, accounts, document, req.Password, passwordsFrom(device))
+		acct, err := passwords.Check(ctx, accounts, document, req.Password, passwordsFrom(devices, c))
 		if err != nil {
 			return err
 		}
@@ -290,10 +290,10 @@ func loginReport(limits enforce.RouteLimits, netSkipped bool) *report {
 	}}
 }
 
-// passwordsFrom is who asks for a login's password check: a trusted device (its token verified)
-// goes before the others to a comparison, which a botnet's logins would otherwise all take.
-func passwordsFrom(device string) auth.From {
-	if device != "" {
+// passwordsFrom is where a login's password check comes from, for its turn at a comparison: a
+// device token this bank issued, whoever's (auth.Passwords says why), or anyone.
+func passwordsFrom(devices *auth.Devices, c echo.Context) auth.From {
+	if devices.Issued(presentedDevice(c)) {
 		return auth.Trusted
 	}
 	return auth.Anyone
