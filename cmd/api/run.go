@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 
 	"github.com/pixlimit/pixlimit/internal/app"
 	"github.com/pixlimit/pixlimit/internal/auth"
@@ -141,21 +140,57 @@ func httpServer(h http.Handler, write time.Duration, logger *slog.Logger) *http.
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      write,
 		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    12 << 10, // and the 4 KiB net/http reads on top
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 }
 
 // listen is every listener's: at most most connections open at once (HTTP_MAX_CONNECTIONS for the
-// public one), the next one accepted when one closes. Idle connections cost a goroutine, buffers
-// and a file descriptor each, and no client may take every descriptor the replica's Redis and
-// database connections need: 20,000 idle ones did, in a resources audit.
+// public one). Idle connections cost a goroutine, buffers and a file descriptor each, and no
+// client may take every descriptor the replica's Redis and database connections need: 20,000
+// idle ones did, in a resources audit. One accepted past the bound is closed at once, rather than
+// left in the kernel's backlog: its client (or the proxy, for a GET) learns it now and goes
+// elsewhere, instead of waiting out its timeout.
 func listen(addr string, most int) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return netutil.LimitListener(ln, most), nil
+	return &bounded{Listener: ln, open: make(chan struct{}, most)}, nil
+}
+
+// bounded is listen's listener: open holds a place per connection open.
+type bounded struct {
+	net.Listener
+	open chan struct{}
+}
+
+func (l *bounded) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.open <- struct{}{}:
+			return &placed{Conn: c, leave: func() { <-l.open }}, nil
+		default:
+			_ = c.Close() // past the bound
+		}
+	}
+}
+
+// placed is a connection holding its place until it is closed (once, however often Close is called).
+type placed struct {
+	net.Conn
+	once  sync.Once
+	leave func()
+}
+
+func (c *placed) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.leave)
+	return err
 }
 
 // sideConnections bounds the desk's and the metrics' listeners: a few operators and scrapers.
