@@ -32,7 +32,7 @@ import (
 // then on, each time through three phases: quiet (legitimate users only), flood, and flood with
 // Redis frozen (SIGSTOP) in its middle. It prints the table docs/benchmarks-history.md keeps:
 //
-//	go test -run '^$' -bench Flood -benchtime 1x .
+//	go test -run '^$' -bench '^BenchmarkFlood$' -benchtime 1x .
 //
 // The machine is shared by the attackers, the replicas and Redis, so the attackers' own CPU
 // weighs on everyone's latency: the figures compare the two configurations, not a production box.
