@@ -19,6 +19,13 @@ import (
 // secret and ledger, configured by env. It returns their clients and the fleet's token issuer.
 func fleet(t testing.TB, srv *redistest.Server, ledger pix.Ledger, n int, env map[string]string) ([]*apitest.Client, *auth.Tokens) {
 	t.Helper()
+	return fleetAt(t, srv, ledger, n, env, apitest.PasswordCost)
+}
+
+// fleetAt is fleet with passwords compared at passwordCost: a test of what bcrypt's time does
+// passes a real deployment's (auth.DefaultPasswordCost), with accounts hashed at it.
+func fleetAt(t testing.TB, srv *redistest.Server, ledger pix.Ledger, n int, env map[string]string, passwordCost int) ([]*apitest.Client, *auth.Tokens) {
+	t.Helper()
 	env["NIGHT_LIMIT_CENTS"] = "0"                                                                                    // tests never depend on the hour they run at
 	env["DAY_LIMIT_CENTS"], env["NEW_DEVICE_TRANSFER_LIMIT_CENTS"], env["NEW_DEVICE_DAY_LIMIT_CENTS"] = "0", "0", "0" // nor on the device
 	env["REDIS_URL"] = "redis://" + srv.Addr()
@@ -30,7 +37,7 @@ func fleet(t testing.TB, srv *redistest.Server, ledger pix.Ledger, n int, env ma
 	replicas := make([]*apitest.Client, n)
 	var tokens *auth.Tokens
 	for i := range replicas {
-		r, err := app.New(t.Context(), cfg, app.Deps{Ledger: ledger, PasswordCost: apitest.PasswordCost})
+		r, err := app.New(t.Context(), cfg, app.Deps{Ledger: ledger, PasswordCost: passwordCost})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,20 +1,16 @@
 package pixlimit_test
 
 import (
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/pixlimit/pixlimit/internal/app"
 	"github.com/pixlimit/pixlimit/internal/auth"
-	"github.com/pixlimit/pixlimit/internal/config"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
@@ -39,19 +35,9 @@ func BenchmarkLoginFlood(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg, err := config.Load(config.Map(map[string]string{"REDIS_URL": "redis://" + redistest.Start(b).Addr(),
-		"AUTH_SECRET": rand.Text() + rand.Text(), "TRUSTED_PROXIES": "127.0.0.1/32", "PIX_LIMIT": "1000", "LOG_LEVEL": "error"}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	r, err := app.New(b.Context(), cfg, app.Deps{Ledger: ledger, PasswordCost: auth.DefaultPasswordCost})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(r.Close)
-	hs := httptest.NewServer(r.Handler)
-	b.Cleanup(hs.Close)
-	c := &apitest.Client{T: b, Base: hs.URL}
+	replicas, _ := fleetAt(b, redistest.Start(b), ledger, 1, map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "PIX_LIMIT": "1000", "LOG_LEVEL": "error"},
+		auth.DefaultPasswordCost)
+	c := replicas[0]
 	ana, diego, carla := apitest.Demo[0], apitest.Demo[3], apitest.Demo[2]
 	pays := c.Token(ana.Document, ana.Password, "X-Forwarded-For", "192.0.2.1")
 	phone, _ := c.Login(diego.Document, diego.Password, "X-Forwarded-For", "192.0.2.2").JSON(b)["device_token"].(string)
@@ -64,7 +50,7 @@ func BenchmarkLoginFlood(b *testing.B) {
 		count(fmt.Sprint(who, " ", r.Status, " ", code))
 	}
 	stop := make(chan struct{})
-	flooding := loginFlood(hs.URL, count, stop)
+	flooding := loginFlood(c.Base, count, stop)
 	time.Sleep(2 * time.Second) // the flood at its height
 	var paid []time.Duration
 	for i := range 20 {
