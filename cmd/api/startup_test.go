@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"flag"
 	"net/url"
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,12 +20,20 @@ import (
 )
 
 // TestMain lets a test run this package's main as a process of its own (the test binary, with
-// PIXLIMIT_RUN_MAIN=1), to see its exit status and what it prints.
+// PIXLIMIT_RUN_MAIN=1), to see its exit status and what it prints. Most of this package's tests
+// wait on servers (a lease, a queue's turns, a failover, a restart) more than on the CPU: four
+// run at once, not GOMAXPROCS's two, unless -parallel says how many.
 func TestMain(m *testing.M) {
 	if os.Getenv("PIXLIMIT_RUN_MAIN") == "1" {
 		os.Args = []string{"api"}
 		main()
 		os.Exit(0)
+	}
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(4, runtime.GOMAXPROCS(0))))
 	}
 	os.Exit(m.Run())
 }
