@@ -260,8 +260,9 @@ func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTP
 		status := e.status()
 		switch {
 		case e.Code == CodeLedgerBusy, e.Code == CodeLookupCapacityExhausted, e.Code == CodeLoginBusy:
-			// Shed on purpose, and counted where decided (the bank's quota logged there too): a
-			// line each at ERROR would bury the server's own errors under a flood's.
+			// Shed on purpose, and counted where decided (the bank's quota logged there too; a
+			// busy login among the route's 503s): a line each at ERROR would bury the server's own
+			// errors under a flood's.
 		case e.Code == CodeLedgerUnavailable, e.Code == CodeTransferOutcomeUnknown:
 			logger.Error(string(e.Code), "route", c.Path(), "err", err)
 		case status >= http.StatusInternalServerError:
