@@ -212,6 +212,62 @@ func TestTheStatementDecidesLocallyWhileRedisIsGone(t *testing.T) {
 	}
 }
 
+// TestANetworkCutKeepsTheCount: the network between a replica and Redis is cut, Redis running on
+// and nothing crossing either way, then healed. During the cut each route answers as when Redis is
+// gone, within the budget. Healed, the limits go on from what Redis holds (a cut is not a
+// restart), and the PIX refused during the cut is not counted, though its admission, sent before
+// the replica gave up, reaches Redis late once the network heals.
+func TestANetworkCutKeepsTheCount(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	link := srv.Link()
+	const budget = 250 * time.Millisecond
+	a := startAPI(t, srv, map[string]string{"REDIS_URL": "redis://" + link.Addr(), "REDIS_TIMEOUT": budget.String()})
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	for i := range 3 {
+		if r := a.PIX(ana, "bruno@example.com", 100); r.Status != http.StatusCreated {
+			t.Fatalf("PIX %d before the cut: %v, want 201", i+1, r)
+		}
+	}
+	meter := stalls.Watch(t)
+	link.Cut()
+	r := a.PIX(ana, "bruno@example.com", 100)
+	if r.Status != http.StatusTooManyRequests || r.JSON(t)["error"] != "rate_limiter_unavailable" {
+		t.Errorf("a PIX, the network cut: %v, want 429 rate_limiter_unavailable", r)
+	}
+	if took := meter.Just(r.Took); took > budget+150*time.Millisecond {
+		t.Errorf("the PIX answered in %v (%v without the machine's stalls), want within the %v budget", r.Took, took, budget)
+	}
+	if r := a.Statement(ana); r.Status != http.StatusOK || r.Header.Get("RateLimit-Policy") != `"statement";q=15;w=60` {
+		t.Errorf("a statement, the network cut: %v %v, want 200 decided by the fallback at its share", r, r.Header)
+	}
+	if r := a.Do(http.MethodGet, "/readyz", nil); r.Status != http.StatusServiceUnavailable {
+		t.Errorf("/readyz, the network cut: %v, want 503", r)
+	}
+
+	link.Heal()
+	healed := time.Now()
+	for a.Do(http.MethodGet, "/readyz", nil).Status != http.StatusOK && time.Since(healed) < 3*time.Second {
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The refused PIX's admission, sent before the replica gave up, reaches Redis as the network
+	// heals; package withdraw, which tries again for a few seconds, finds it and takes it back.
+	const withdrawn = "rate limiter withdrew a late decision"
+	for !strings.Contains(a.logs.String(), withdrawn) && time.Since(healed) < 5*time.Second {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(a.logs.String(), withdrawn) {
+		t.Errorf("no %q logged within 5 s of the heal: the refused PIX's late admission was not found", withdrawn)
+	}
+	var got []int
+	for range 8 {
+		got = append(got, a.PIX(ana, "bruno@example.com", 100).Status)
+	}
+	if want := []int{201, 201, 201, 201, 201, 201, 201, 429}; !slices.Equal(got, want) {
+		t.Errorf("PIX once healed: %v, want %v: 3 counted before the cut, the refused one not", got, want)
+	}
+}
+
 // TestAnOpenPIXWaitsForRedisOnce: with PIX_FAIL_MODE=open, a PIX whose admission Redis did not
 // answer goes through, answered within the Redis timeout: its settlement (the look-up's refund,
 // its slot given back) is sent on its way, not waited for, where it waited a second budget. A
