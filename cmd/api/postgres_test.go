@@ -454,6 +454,57 @@ func TestASlowCommitOnARealServer(t *testing.T) {
 	}
 }
 
+// TestAFullDiskMovesNoMoney: the disk of the test's own PostgreSQL fills. A PIX whose ledger
+// must grow a file is refused 503 ledger_unavailable with Retry-After, and moves no money; a PIX
+// that found room in pages already written may pass before it (201, its money moved). Once the
+// disk is freed, the same PIX, retried with its Idempotency-Key, goes through, once.
+func TestAFullDiskMovesNoMoney(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.StartOnSmallDisk(t, 96<<20)
+	a := startAPI(t, redistest.Start(t), map[string]string{"DATABASE_URL": pg.URL, "DEMO_ACCOUNTS": "true", "DB_TIMEOUT": "2s",
+		"PIX_LIMIT": "100000", "PIX_CONCURRENCY": "0"})
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	before := a.Balance(ana)
+	if r := a.PIX(ana, "bruno@example.com", 1); r.Status != http.StatusCreated {
+		t.Fatalf("a PIX before the disk fills: %v, want 201", r)
+	}
+	pg.FillDisk()
+	created := 1
+	var refused apitest.Response
+	var key string
+	for range 500 { // rows fill a table's last page, then it must grow
+		key = apitest.NewIdempotencyKey()
+		r := a.PIX(ana, "bruno@example.com", 1, "Idempotency-Key", key)
+		if r.Status != http.StatusCreated {
+			refused = r
+			break
+		}
+		created++
+	}
+	t.Logf("%d PIX passed before one found no room", created-1)
+	if refused.Status == 0 {
+		t.Fatal("500 PIX on a full disk all went through: the disk never refused a write, and the test checks nothing")
+	}
+	if refused.Status != http.StatusServiceUnavailable || refused.JSON(t)["error"] != "ledger_unavailable" || refused.Header.Get("Retry-After") == "" {
+		t.Errorf("the PIX the full disk refused: %v %v, want 503 ledger_unavailable with Retry-After", refused, refused.Header)
+	}
+	if got, want := a.Balance(ana), before-int64(created); got != want {
+		t.Errorf("balance on the full disk %d, want %d: exactly the PIX answered 201 moved money", got, want)
+	}
+	if logs := a.logs.String(); !strings.Contains(logs, "No space left on device") {
+		t.Errorf("the refusal's cause, the full disk, is not logged:\n%s", logs)
+	}
+
+	pg.FreeDisk()
+	retry := apitest.UntilAnswered(t, func() apitest.Response { return a.PIX(ana, "bruno@example.com", 1, "Idempotency-Key", key) })
+	if retry.Status != http.StatusCreated {
+		t.Errorf("the refused PIX again, the disk freed: %v, want 201", retry)
+	}
+	if got, want := a.Balance(ana), before-int64(created)-1; got != want {
+		t.Errorf("balance once the disk is freed %d, want %d: the retried PIX moved its money once", got, want)
+	}
+}
+
 // TestReadsGiveWayToPayments: Ana's and Carla's PIX, two each (LEDGER_ACCOUNT_SHARE: no one
 // account may hold more), hold every connection of the replica's pool of four (the first's
 // COMMIT held at the gate, the others behind the rows it locked). Meanwhile Diego's statement is

@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -32,6 +33,23 @@ type Server struct {
 // runs them as the postgres user, since PostgreSQL refuses to run as root.
 func StartServer(t testing.TB) *Server {
 	t.Helper()
+	return start(t, 0)
+}
+
+// StartOnSmallDisk is StartServer with the server's files (its data and its WAL) on a file
+// system of their own, of diskBytes, that FillDisk fills and FreeDisk frees: a test of a
+// database whose disk is full. Mounting it needs root; without, the test is skipped, and says so.
+func StartOnSmallDisk(t testing.TB, diskBytes int) *Server {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("pgtest: a disk of the server's own is a tmpfs mount, which needs root")
+	}
+	return start(t, diskBytes)
+}
+
+// start starts a server, on a tmpfs of diskBytes when that is not 0.
+func start(t testing.TB, diskBytes int) *Server {
+	t.Helper()
 	bin, err := serverBin()
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
@@ -43,6 +61,12 @@ func StartServer(t testing.TB) *Server {
 	}
 	s.dir = dir
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	if diskBytes > 0 {
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0700", diskBytes), "pixlimit-pg", dir).CombinedOutput(); err != nil {
+			t.Fatalf("pgtest: mount a tmpfs of %d bytes: %v\n%s", diskBytes, err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() }) // after the server's stop below
+	}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -63,6 +87,38 @@ func StartServer(t testing.TB) *Server {
 	t.Cleanup(func() { s.ctl("-m", "immediate", "stop") })
 	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	return s
+}
+
+// FillDisk fills the server's disk (StartOnSmallDisk) with a file of its own until no byte more
+// fits: what the server has written keeps its place, and whatever must grow a file fails.
+func (s *Server) FillDisk() {
+	s.t.Helper()
+	f, err := os.Create(filepath.Join(s.dir, "ballast"))
+	if err != nil {
+		s.t.Fatalf("pgtest: %v", err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for err == nil {
+		_, err = f.Write(chunk)
+	}
+	for len(chunk) > 1 && errors.Is(err, syscall.ENOSPC) { // the last pages, smaller writes
+		chunk = chunk[:len(chunk)/2]
+		for err = nil; err == nil; {
+			_, err = f.Write(chunk)
+		}
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		s.t.Fatalf("pgtest: fill the disk: %v, want no space left", err)
+	}
+}
+
+// FreeDisk removes what FillDisk wrote.
+func (s *Server) FreeDisk() {
+	s.t.Helper()
+	if err := os.Remove(filepath.Join(s.dir, "ballast")); err != nil {
+		s.t.Fatalf("pgtest: %v", err)
+	}
 }
 
 // Restart stops the server as an operator's restart does (fast shutdown: every session is
