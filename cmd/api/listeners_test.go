@@ -87,6 +87,31 @@ func TestAListenerHoldsAtMostItsConnections(t *testing.T) {
 	}
 }
 
+// TestThePublicBoundLeavesTheReplicaItsFiles: HTTP_MAX_CONNECTIONS past the descriptors the
+// process may open is cut to what leaves the replica its own (ownFiles: Redis's and the
+// database's connections, the desk and the metrics), or half of a limit too small for that.
+func TestThePublicBoundLeavesTheReplicaItsFiles(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		want      int
+		openFiles uint64
+		got       int
+	}{
+		{10_000, 1 << 20, 10_000},
+		{10_000, 10_000 + ownFiles, 10_000},
+		{10_000, 10_000 + ownFiles - 1, 10_000 - 1},
+		{10_000, 4096, 4096 - ownFiles},
+		{10_000, 1024, 512},
+		{100, 1024, 100},
+		{10_000, 1, 1},
+		{10_000, 0, 1},
+	} {
+		if got := publicConnections(tc.want, tc.openFiles); got != tc.got {
+			t.Errorf("publicConnections(%d, %d) = %d, want %d", tc.want, tc.openFiles, got, tc.got)
+		}
+	}
+}
+
 // TestRequestHeadersAre16KiBAtMost: 15 KiB of a request's headers are read, 17 KiB are 431.
 func TestRequestHeadersAre16KiBAtMost(t *testing.T) {
 	t.Parallel()
