@@ -345,6 +345,35 @@ func TestProxyConfig(t *testing.T) {
 	}
 }
 
+// TestTheImageHoldsTheAPIAlone: the image's last stage, the one that runs, copies in the api
+// binary and nothing else (the demo, with its published passwords' accounts, drives a deployment
+// from outside), and runs it as a user other than root.
+func TestTheImageHoldsTheAPIAlone(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(repo("Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages := strings.Split(string(raw), "\nFROM ")
+	last := stages[len(stages)-1]
+	var copied []string
+	user := ""
+	for _, line := range strings.Split(last, "\n") {
+		switch f := strings.Fields(line); {
+		case len(f) > 0 && f[0] == "COPY":
+			copied = append(copied, strings.Join(f[1:], " "))
+		case len(f) > 1 && f[0] == "USER":
+			user = f[1]
+		}
+	}
+	if want := []string{"--from=build /out/api /usr/local/bin/"}; !slices.Equal(copied, want) {
+		t.Errorf("the running stage copies %q, want %q alone", copied, want)
+	}
+	if len(stages) < 2 || user == "" || strings.HasPrefix(user, "root") || strings.HasPrefix(user, "0") {
+		t.Errorf("the running stage's user %q (of %d stages), want a user other than root", user, len(stages))
+	}
+}
+
 // TestTheImageHasWhatTheBuildEmbeds: every file a package of the module embeds (go list's
 // EmbedFiles) is in the Docker build context, whatever .dockerignore excludes: an excluded one
 // fails the image's go build (docs/openapi.yaml did, in an e2e run), which no other test builds.
