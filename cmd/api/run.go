@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,14 +62,12 @@ func runReplica(ctx context.Context, args []string, environ []string, stdout, st
 		return err
 	}
 	defer replica.Close()
-	var files syscall.Rlimit // Go has raised the soft limit to the hard one at its start
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &files); err != nil {
-		return fmt.Errorf("the limit on open files: %w", err)
-	}
-	most := publicConnections(cfg.MaxConnections, files.Cur)
-	if most < cfg.MaxConnections {
-		logger.Warn("HTTP_MAX_CONNECTIONS is more than this process may open files for: the public listener holds fewer; raise the limit (ulimit -n) to hold more",
-			"HTTP_MAX_CONNECTIONS", cfg.MaxConnections, "open_files_limit", files.Cur, "held", most)
+	most := cfg.MaxConnections
+	if files, ok := openFilesLimit(); ok {
+		if most = publicConnections(cfg.MaxConnections, files); most < cfg.MaxConnections {
+			logger.Warn("HTTP_MAX_CONNECTIONS is more than this process may open files for: the public listener holds fewer; raise the limit (ulimit -n) to hold more",
+				"HTTP_MAX_CONNECTIONS", cfg.MaxConnections, "open_files_limit", files, "held", most)
+		}
 	}
 	ln, err := listen(cfg.HTTPAddr, most)
 	if err != nil {
@@ -207,17 +204,18 @@ func (c *placed) Close() error {
 const sideConnections = 64
 
 // ownFiles are the descriptors a replica keeps for itself beside its public connections: the
-// desk's and the metrics' listeners, and room for Redis's and the database's pools, its listeners
-// and its files.
+// desk's and the metrics' connections, and a fixed 1,024 for the rest (Redis's pools, go-redis's
+// default 10 a core; the database's, pgxpool's default 4 or a core each; its listeners and
+// files). A deployment with larger pools raises the limit or lowers HTTP_MAX_CONNECTIONS.
 const ownFiles = 2*sideConnections + 1024
 
-// publicConnections is how many connections the public listener holds: want (HTTP_MAX_CONNECTIONS),
-// or fewer where the process may open only openFiles descriptors. A bound past them would keep
-// none for Redis and the database (accept would fail for everyone first, /readyz too), so it
-// leaves ownFiles, or half of a limit too small for that.
+// publicConnections is how many connections the public listener holds: want (HTTP_MAX_CONNECTIONS,
+// at least 1), or fewer where the process may open only openFiles descriptors. A bound past them
+// would keep none for Redis and the database (accept would fail for everyone first, /readyz
+// too), so it leaves ownFiles, or half of a limit too small for that.
 func publicConnections(want int, openFiles uint64) int {
 	left := openFiles - min(ownFiles, openFiles/2)
-	if left < uint64(want) {
+	if want > 0 && left < uint64(want) {
 		return max(int(left), 1)
 	}
 	return want

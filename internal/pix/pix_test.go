@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/crypto/bcrypt"
 
@@ -926,5 +927,22 @@ func TestAReadOnlyDatabaseIsNotReadyAndRecovers(t *testing.T) {
 	}
 	if err := l.Ping(context.Background()); err != nil {
 		t.Errorf("Ping of a writable database: %v", err)
+	}
+}
+
+// TestWhichServerErrorsAreUnavailable: a server error that says the database cannot serve now (a
+// full disk, too many connections, a shutdown, a standby, a deadline) is ErrUnavailable, a 503
+// the client may retry; one that says the request or the code is wrong is not (a 500).
+// TestAFullDiskMovesNoMoney (cmd/api) fills a real server's disk, as root.
+func TestWhichServerErrorsAreUnavailable(t *testing.T) {
+	for code, want := range map[string]bool{
+		"53100": true, "53200": true, "53300": true, "08006": true, "57P01": true, "57P03": true,
+		"57014": true, "25006": true, "40001": true, "40P01": true, "55P03": true, "58030": true,
+		"23505": false, "42P01": false, "22003": false, "42601": false,
+	} {
+		err := unavailable(fmt.Errorf("transfer: %w", &pgconn.PgError{Code: code}))
+		if got := errors.Is(err, ErrUnavailable); got != want {
+			t.Errorf("SQLSTATE %s: unavailable %v, want %v", code, got, want)
+		}
 	}
 }

@@ -1,22 +1,25 @@
 package redistest
 
 import (
+	"errors"
 	"io"
 	"net"
 	"sync"
-	"testing"
+	"time"
 )
 
 // Link is a network between clients and a Server that a test can cut: a TCP relay on a loopback
 // port of its own. A client given Addr instead of the server's reaches the server through it.
 type Link struct {
-	t  testing.TB
-	ln net.Listener
-	to string
+	ln    net.Listener
+	to    string
+	pipes sync.WaitGroup // the relays, both ways, of every connection
 
-	mu    sync.Mutex
-	flows chan struct{} // closed while bytes cross; a Cut replaces it with an open one
-	conns []net.Conn
+	mu     sync.Mutex
+	cut    bool
+	held   []func() // what the relays sent on during the cut, in the order they read it
+	conns  []net.Conn
+	closed bool
 }
 
 // Link starts a Link to s, closed when the test ends.
@@ -26,8 +29,7 @@ func (s *Server) Link() *Link {
 	if err != nil {
 		s.t.Fatalf("redistest: link: %v", err)
 	}
-	l := &Link{t: s.t, ln: ln, to: s.addr, flows: make(chan struct{})}
-	close(l.flows)
+	l := &Link{ln: ln, to: s.addr}
 	go l.accept()
 	s.t.Cleanup(l.close)
 	return l
@@ -36,38 +38,41 @@ func (s *Server) Link() *Link {
 // Addr is the link's host:port, for clients.
 func (l *Link) Addr() string { return l.ln.Addr().String() }
 
-// Cut stops every byte between the clients and the server, both ways, on every connection open
-// or opened later, as a network partition does: nothing is refused or reset, nothing arrives.
-// The server keeps running, and keeps its data.
+// Cut stops the bytes between the clients and the server, both ways, on every connection open or
+// opened later, as a network partition does: nothing is refused or reset, and nothing more
+// arrives (but what a relay was already writing). The server keeps running, and its data. A
+// client's new connection is accepted by the link, so its dial succeeds where a partition's would
+// time out; its first command's answer never comes instead.
 func (l *Link) Cut() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	select {
-	case <-l.flows:
-		l.flows = make(chan struct{})
-	default: // already cut
-	}
+	l.cut = true
 }
 
-// Heal lets bytes cross again. What was sent during the cut arrives now, late, in order on each
-// connection, as TCP delivers what a partition held back once it heals; a connection its client
-// closed meanwhile delivers what it had sent, then closes.
+// Heal delivers what was sent during the cut, late, in the order it was sent across every
+// connection (as TCP delivers what a partition held back once it heals), and returns once it is
+// delivered; bytes cross freely again. A connection its client closed meanwhile delivers what it
+// had sent, then its end.
 func (l *Link) Heal() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	select {
-	case <-l.flows:
-	default:
-		close(l.flows)
+	for _, send := range l.held {
+		send()
 	}
+	l.held, l.cut = nil, false
 }
 
-// wait returns once bytes may cross.
-func (l *Link) wait() {
+// pass sends on what a relay read (a write, an end): now, or, the link cut, at Heal.
+func (l *Link) pass(send func() error) error {
 	l.mu.Lock()
-	flows := l.flows
+	if !l.cut {
+		l.mu.Unlock()
+		return send()
+	}
+	done := make(chan error, 1)
+	l.held = append(l.held, func() { done <- send() })
 	l.mu.Unlock()
-	<-flows
+	return <-done
 }
 
 func (l *Link) accept() {
@@ -77,49 +82,61 @@ func (l *Link) accept() {
 			return // closed
 		}
 		s, err := net.Dial("tcp", l.to)
-		if err != nil { // the server is down: as it would, refuse the client by closing
+		if err != nil { // the server is down: its client reads an end at once
 			_ = c.Close()
 			continue
 		}
 		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			_, _ = c.Close(), s.Close()
+			return
+		}
 		l.conns = append(l.conns, c, s)
+		l.pipes.Add(2)
 		l.mu.Unlock()
-		var both sync.WaitGroup
-		both.Go(func() { l.relay(s, c) })
-		both.Go(func() { l.relay(c, s) })
-		go func() { both.Wait(); _ = c.Close(); _ = s.Close() }()
+		go l.relay(s, c)
+		go l.relay(c, s)
 	}
 }
 
-// relay copies src to dst, each read held at the cut until it heals, and passes src's end on.
+// relay copies src to dst through pass, and passes src's end on: its close as dst's write side
+// closed, a failure as dst closed.
 func (l *Link) relay(dst, src net.Conn) {
+	defer l.pipes.Done()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		l.wait()
 		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			write := func() error {
+				_ = dst.SetWriteDeadline(time.Now().Add(time.Second)) // a peer that reads no more
+				_, err := dst.Write(buf[:n])
+				return err
+			}
+			if l.pass(write) != nil {
 				break
 			}
 		}
+		if errors.Is(err, io.EOF) {
+			_ = l.pass(dst.(*net.TCPConn).CloseWrite)
+			return
+		}
 		if err != nil {
-			if err == io.EOF {
-				_ = dst.(*net.TCPConn).CloseWrite()
-				return
-			}
 			break
 		}
 	}
-	_ = dst.Close()
+	_ = l.pass(dst.Close)
 }
 
-// close ends the link and every connection through it, cut or not.
+// close ends the link and every connection through it, cut or not, and waits for its relays.
 func (l *Link) close() {
 	_ = l.ln.Close()
 	l.Heal()
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.closed = true
 	for _, c := range l.conns {
 		_ = c.Close()
 	}
+	l.mu.Unlock()
+	l.pipes.Wait()
 }
