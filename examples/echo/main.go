@@ -1,6 +1,6 @@
 // Command echo is the smallest service that limits a route with pixlimit's limiter: GET /hello,
-// 5 a minute per client IP, exact across every replica that shares its Redis. Copy it and
-// internal/ratelimit; the rest of pixlimit is not needed.
+// 5 a minute per client IP, exact across every replica that shares its Redis and KEY_SECRET. Copy
+// it and internal/ratelimit; the rest of pixlimit is not needed.
 //
 //	REDIS_URL=redis://localhost:6379 KEY_SECRET=$(openssl rand -hex 16) go run ./examples/echo
 package main
@@ -40,6 +40,9 @@ func newServer(rdb redis.Scripter, secret []byte) (*echo.Echo, error) {
 	}
 	hello := ratelimit.Policy{Name: "hello", Limit: 5, Window: time.Minute}
 	e := echo.New()
+	// The client is the connection's peer: a header anyone can write must not pick the key. Behind
+	// your proxy, echo.ExtractIPFromXFFHeader(echo.TrustIPRange(itsNetwork)) instead.
+	e.IPExtractor = echo.ExtractIPDirect()
 	e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") }, limit(l, hello))
 	return e, nil
 }
@@ -50,12 +53,12 @@ func limit(l *ratelimit.Limiter, p ratelimit.Policy) echo.MiddlewareFunc {
 	seconds := func(d time.Duration) string { return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10) }
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			addr, err := netip.ParseAddr(c.RealIP()) // trust X-Forwarded-For only behind your proxy (echo.IPExtractor)
+			addr, err := netip.ParseAddr(c.RealIP())
 			if err != nil {
 				return echo.NewHTTPError(http.StatusBadRequest, "no client address")
 			}
 			d, err := l.AllowAll(c.Request().Context(), ratelimit.Check{Policy: p, Identity: ratelimit.IPIdentity(addr)})
-			if errors.Is(err, ratelimit.ErrUnavailable) {
+			if errors.Is(err, ratelimit.ErrUnavailable) && c.Request().Context().Err() == nil { // not a client that left
 				c.Response().Header().Set("Retry-After", "5")
 				return echo.NewHTTPError(http.StatusServiceUnavailable, "rate limiter unavailable")
 			} else if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -8,17 +9,20 @@ import (
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
-// TestHelloIsLimited: six requests from one IP get five 200s, then a 429 with Retry-After; another
-// IP still gets its own five.
+// TestHelloIsLimited: six requests from one IP get five 200s, then a 429 with Retry-After, whatever
+// X-Forwarded-For they carry; another IP still gets its own five.
 func TestHelloIsLimited(t *testing.T) {
 	t.Parallel()
 	e, err := newServer(redistest.Start(t).Client(nil), []byte("a test secret of 32 bytes, long."))
 	if err != nil {
 		t.Fatal(err)
 	}
+	spoofed := 0
 	get := func(ip string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodGet, "/hello", nil)
 		req.RemoteAddr = ip + ":40000"
+		spoofed++ // a new address each time in a header anyone can write: not the client's
+		req.Header.Set("X-Forwarded-For", fmt.Sprintf("192.0.2.%d", spoofed))
 		rec := httptest.NewRecorder()
 		e.ServeHTTP(rec, req)
 		return rec
