@@ -199,9 +199,9 @@ func TestShadowMode(t *testing.T) {
 }
 
 // TestTheDashboardQueriesWhatTheAPIExports parses the Grafana dashboard and checks that every
-// pixlimit metric its panels query is one a live API exports, and every decision outcome they
-// select is one its help lists (refused_cached since wave 5, no longer refused_local), so the two
-// cannot drift apart.
+// pixlimit metric its panels query is one a live API exports (a _bucket, a histogram's), every
+// label they group by one its samples carry, and every decision outcome they select one its help
+// lists (refused_cached since wave 5, no longer refused_local), so the two cannot drift apart.
 // The observability compose file must scrape the metrics port the API listens on by default.
 func TestTheDashboardQueriesWhatTheAPIExports(t *testing.T) {
 	t.Parallel()
@@ -231,11 +231,23 @@ func TestTheDashboardQueriesWhatTheAPIExports(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	exported := map[string]bool{}
+	exported := map[string]string{}        // family: its type
+	labels := map[string]map[string]bool{} // family: the labels of its samples
+	sampleLabel := regexp.MustCompile(`(\w+)="`)
 	var outcomes []string
 	for _, line := range strings.Split(string(body), "\n") {
 		if f := strings.Fields(line); len(f) == 4 && f[1] == "TYPE" {
-			exported[f[2]] = true
+			exported[f[2]] = f[3]
+		}
+		if series, set, ok := strings.Cut(line, "{"); ok && !strings.HasPrefix(line, "#") {
+			family := histogramFamily(series, exported)
+			if labels[family] == nil {
+				labels[family] = map[string]bool{}
+			}
+			set, _, _ = strings.Cut(set, "}")
+			for _, m := range sampleLabel.FindAllStringSubmatch(set, -1) {
+				labels[family][m[1]] = true
+			}
 		}
 		if help, ok := strings.CutPrefix(line, "# HELP pixlimit_ratelimit_decisions_total "); ok {
 			_, list, _ := strings.Cut(help, "(")
@@ -245,14 +257,32 @@ func TestTheDashboardQueriesWhatTheAPIExports(t *testing.T) {
 	}
 	selected := regexp.MustCompile(`outcome=~?"([^"]+)"`)
 	name := regexp.MustCompile(`pixlimit_[a-z_]+`)
+	grouped := regexp.MustCompile(`by\s*\(([^)]*)\)`)
 	queried := 0
 	for _, p := range dash.Panels {
 		for _, target := range p.Targets {
+			var families []string
 			for _, m := range name.FindAllString(target.Expr, -1) {
 				queried++
-				family := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_count"), "_sum")
-				if !exported[family] {
+				family := histogramFamily(m, exported)
+				if exported[family] == "" {
 					t.Errorf("panel %q queries %s, which the API does not export", p.Title, m)
+				}
+				if family != m && exported[family] != "histogram" {
+					t.Errorf("panel %q queries %s, but %s is a %s, not a histogram", p.Title, m, family, exported[family])
+				}
+				families = append(families, family)
+			}
+			// Each label it groups by is one its metrics' samples carry (le: a histogram's
+			// buckets; instance and job: Prometheus's own).
+			for _, by := range grouped.FindAllStringSubmatch(target.Expr, -1) {
+				for _, l := range strings.Split(by[1], ",") {
+					l = strings.TrimSpace(l)
+					for _, f := range families {
+						if l != "instance" && l != "job" && !labels[f][l] {
+							t.Errorf("panel %q groups %s by %q, a label its samples do not carry", p.Title, f, l)
+						}
+					}
 				}
 			}
 			for _, sel := range selected.FindAllStringSubmatch(target.Expr, -1) {
@@ -277,6 +307,17 @@ func TestTheDashboardQueriesWhatTheAPIExports(t *testing.T) {
 			t.Errorf("deploy/prometheus.yml does not scrape %s (METRICS_ADDR's default port)", target)
 		}
 	}
+}
+
+// histogramFamily is the family of a series name: a histogram's _bucket, _sum and _count are its
+// family's, given exported (family: type).
+func histogramFamily(series string, exported map[string]string) string {
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if f, ok := strings.CutSuffix(series, suffix); ok && exported[f] == "histogram" {
+			return f
+		}
+	}
+	return series
 }
 
 // TestMetricsCountTheQueue: on a statement queue of a turn every 200 ms, three statements at once
