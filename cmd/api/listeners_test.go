@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/rand"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 )
 
 // TestEveryListenerHasItsDeadlines: the public API, the desk and the metrics are each served by
@@ -84,6 +87,26 @@ func TestAListenerHoldsAtMostItsConnections(t *testing.T) {
 	}
 	if got != "HTTP/1.1 200 OK" {
 		t.Fatalf("a connection once one of the two left: %q, want 200", got)
+	}
+}
+
+// TestTheDeskAndTheMetricsHold64ConnectionsEach: the program's side listeners, each with 64
+// connections open, close a 65th at once, unanswered: a few operators and scrapers, never the
+// public listener's thousands.
+func TestTheDeskAndTheMetricsHold64ConnectionsEach(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"METRICS_ADDR": apitest.FreeAddr(t), "ADMIN_ADDR": apitest.FreeAddr(t), "ADMIN_TOKEN": rand.Text() + rand.Text()}
+	startAPI(t, nil, env)
+	for _, side := range []string{"METRICS_ADDR", "ADMIN_ADDR"} {
+		addr := env[side]
+		for i := range 64 { // the figure api.md gives
+			if got, err := ask(dial(t, addr), "x"); !strings.HasPrefix(got, "HTTP/1.1 ") {
+				t.Fatalf("%s, connection %d: %q %v, want an answer", side, i+1, got, err)
+			}
+		}
+		if got, err := ask(dial(t, addr), "x"); err == nil {
+			t.Errorf("%s, a connection beside 64 open: %q, want it closed unanswered", side, got)
+		}
 	}
 }
 
