@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -20,9 +21,11 @@ import (
 
 // Client talks to one API address.
 type Client struct {
-	// BaseURL is the API's address, such as "http://127.0.0.1:8080".
+	// BaseURL is the API's address, such as "http://127.0.0.1:8080" (a trailing slash is
+	// dropped).
 	BaseURL string
-	// HTTP sends the requests. Nil: a client that gives up after DefaultTimeout.
+	// HTTP sends the requests. Nil: a client that gives up after DefaultTimeout. One of your own
+	// needs its Timeout, or every call a context with a deadline: nothing else ends a wait.
 	HTTP *http.Client
 }
 
@@ -39,9 +42,23 @@ type Response struct {
 	Header http.Header
 	Body   []byte
 	Took   time.Duration
-	// Code is the error body's "error" (rate_limit_exceeded, ...), or "" for an answer that is
-	// not an error.
+	// Code is the error body's "error" (rate_limit_exceeded, ...) of an answer of status 400 or
+	// more, or "": an answer below 400, or one whose body is no error of the API's (a proxy's
+	// HTML 502). Judge success by Status.
 	Code string
+	// IdempotencyKey is the Idempotency-Key the request carried: a PIX's fresh one unless the
+	// caller gave its own. Set also when no answer came (the error of PIX): a retry of the same
+	// transfer sends it again ("Idempotency-Key", r.IdempotencyKey), and is never paid twice.
+	IdempotencyKey string
+}
+
+// RetryAfter is the answer's Retry-After in seconds (the API sends no date), or 0 without one.
+func (r Response) RetryAfter() time.Duration {
+	s, err := strconv.Atoi(r.Header.Get("Retry-After"))
+	if err != nil || s < 0 {
+		return 0
+	}
+	return time.Duration(s) * time.Second
 }
 
 // Decode decodes the body into v.
@@ -52,13 +69,22 @@ func (r Response) Decode(v any) error {
 	return nil
 }
 
-func (r Response) String() string { return fmt.Sprintf("%d %s", r.Status, bytes.TrimSpace(r.Body)) }
+// String is the status and the body, its tokens masked: a response logged leaks no credential.
+func (r Response) String() string {
+	return fmt.Sprintf("%d %s", r.Status, tokenValue.ReplaceAll(bytes.TrimSpace(r.Body), []byte(`"$1":"…"`)))
+}
+
+// tokenValue matches a login's tokens in a body.
+var tokenValue = regexp.MustCompile(`"(access_token|device_token)"\s*:\s*"[^"]*"`)
 
 // Do sends a request and reads its whole answer. Headers come in pairs (name, value); an empty
 // value deletes the header. A body that is a string is sent as is, any other is encoded as
-// JSON; both with the JSON content type. The error is for no answer at all: an answer with an
-// error status is a Response, its Code set.
+// JSON; both with the JSON content type. The error is for no answer at all, or one past 1 MiB:
+// an answer with an error status is a Response, its Code set.
 func (c *Client) Do(ctx context.Context, method, path string, body any, headers ...string) (Response, error) {
+	if len(headers)%2 != 0 {
+		return Response{}, fmt.Errorf("client: %s %s: headers %q: want name, value pairs", method, path, headers)
+	}
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -71,14 +97,14 @@ func (c *Client) Do(ctx context.Context, method, path string, body any, headers 
 		}
 		rd = bytes.NewReader(buf)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.BaseURL, "/")+path, rd)
 	if err != nil {
 		return Response{}, fmt.Errorf("client: %s %s: %w", method, path, err)
 	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	for i := 0; i+1 < len(headers); i += 2 {
+	for i := 0; i < len(headers); i += 2 {
 		if headers[i+1] == "" {
 			req.Header.Del(headers[i])
 			continue
@@ -95,13 +121,17 @@ func (c *Client) Send(req *http.Request) (Response, error) {
 		h = &http.Client{Timeout: DefaultTimeout}
 	}
 	start := time.Now()
+	key := req.Header.Get("Idempotency-Key")
 	resp, err := h.Do(req)
 	if err != nil {
-		return Response{Header: http.Header{}, Took: time.Since(start)}, fmt.Errorf("client: %s %s: %w", req.Method, req.URL.Path, err)
+		return Response{Header: http.Header{}, Took: time.Since(start), IdempotencyKey: key}, fmt.Errorf("client: %s %s: %w", req.Method, req.URL.Path, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	r := Response{Status: resp.StatusCode, Header: resp.Header, Body: b, Took: time.Since(start)}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err == nil && len(b) > maxBody {
+		b, err = b[:maxBody], fmt.Errorf("an answer past %d bytes", maxBody)
+	}
+	r := Response{Status: resp.StatusCode, Header: resp.Header, Body: b, Took: time.Since(start), IdempotencyKey: key}
 	if r.Status >= 400 {
 		var e struct {
 			Error string `json:"error"`
@@ -141,8 +171,12 @@ func (c *Client) Statement(ctx context.Context, token string, limit int, headers
 		append([]string{"Authorization", "Bearer " + token}, headers...)...)
 }
 
-// LookupKey asks who owns a PIX key.
+// LookupKey asks who owns a PIX key. An empty key, "." or ".." is an error, not sent: escaped or
+// not, it would name another path.
 func (c *Client) LookupKey(ctx context.Context, token, key string, headers ...string) (Response, error) {
+	if key == "" || key == "." || key == ".." {
+		return Response{}, fmt.Errorf("client: look up the PIX key %q: no key", key)
+	}
 	return c.Do(ctx, http.MethodGet, "/v1/pix/keys/"+url.PathEscape(key), nil,
 		append([]string{"Authorization", "Bearer " + token}, headers...)...)
 }
