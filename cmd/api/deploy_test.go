@@ -94,6 +94,19 @@ func TestComposeFile(t *testing.T) {
 		t.Errorf("api stop_grace_period %q, want longer than the drain (%s), the desk's close (%s) and a second", c.Services["api-1"].StopGracePeriod,
 			shutdownGrace, httpapi.DeskCloseTimeout)
 	}
+	// The proxy's soft stop waits for the answers under way (a PIX's, up to the write timeout),
+	// ended by its hard-stop-after, which fits in its stop_grace_period.
+	proxyConf, err := os.ReadFile(repo("deploy/haproxy.cfg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hard := regexp.MustCompile(`(?m)^\s*hard-stop-after\s+(\S+)`).FindSubmatch(proxyConf)
+	grace, graceErr := time.ParseDuration(c.Services["proxy"].StopGracePeriod)
+	if hard == nil {
+		t.Error("deploy/haproxy.cfg sets no hard-stop-after: a soft stop could outlast compose's grace")
+	} else if stop, err := time.ParseDuration(string(hard[1])); err != nil || graceErr != nil || stop <= config.WriteTimeout || stop >= grace {
+		t.Errorf("proxy: hard-stop-after %s, stop_grace_period %q; want the write timeout (%s) < hard-stop-after < the grace", hard[1], c.Services["proxy"].StopGracePeriod, config.WriteTimeout)
+	}
 
 	// The API replicas: one configuration, shared secrets and stores, started only when their
 	// stores are healthy, trusting only the proxy's fixed address.
@@ -258,7 +271,8 @@ func TestProxyConfig(t *testing.T) {
 		t.Skip("haproxy is not installed; TestComposeFile still checks the compose file")
 	}
 	redisA, redisB := redistest.Start(t), redistest.Start(t)
-	env := map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "LOGIN_IP_LIMIT": "2", "REDIS_TIMEOUT": "200ms"}
+	env := map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "LOGIN_IP_LIMIT": "2", "REDIS_TIMEOUT": "200ms",
+		"LOOKUP_PARTICIPANT_CAPACITY": "1", "LOOKUP_PARTICIPANT_REFILL_PER_MINUTE": "1"} // the bank's DICT quota, spent at once
 	a, b := startAPI(t, redisA, env), startAPI(t, redisB, env)
 	addrs := apitest.FreeAddrs(t, 3)
 	public, lab, health := addrs[0], addrs[1], addrs[2]
@@ -319,6 +333,31 @@ func TestProxyConfig(t *testing.T) {
 	for i := range 5 { // the lab door: each forwarded address is its own client
 		if r := login(lab, fmt.Sprintf("198.51.100.%d", i)); r.Status != http.StatusBadRequest {
 			t.Fatalf("lab door, client %d: %v, want 400 (not limited)", i+1, r)
+		}
+	}
+
+	// Answers a client can cause do not take a replica out of the rotation (its checks and its
+	// connections do): here 503 lookup_capacity_exhausted, the bank's DICT quota spent; login_busy
+	// and ledger_busy are 503s of the same kind. Counted as failed checks, a flood of them would
+	// empty the rotation of healthy replicas.
+	r := door(lab).Do(http.MethodPost, "/v1/login", fmt.Sprintf(`{"document":%q,"password":%q}`, demo[0].Document, demo[0].Password), "X-Forwarded-For", "198.51.103.2")
+	token, _ := r.JSON(t)["access_token"].(string)
+	shed := 0
+	for range 8 {
+		if r := door(lab).Do(http.MethodGet, "/v1/pix/keys/bruno@example.com", nil, "Authorization", "Bearer "+token); r.Status == http.StatusServiceUnavailable {
+			shed++
+		}
+	}
+	if shed < 4 {
+		t.Fatalf("%d of 8 look-ups were 503 lookup_capacity_exhausted, want most: the check below would check nothing", shed)
+	}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if r, err := http.Get("http://" + health + "/servers"); err == nil {
+			raw, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if got := strings.TrimSpace(string(raw)); got != "2 2" {
+				t.Fatalf("after %d answers 503 a client caused, the proxy reports %q ready and live replicas, want \"2 2\"", shed, got)
+			}
 		}
 	}
 
