@@ -408,7 +408,14 @@ func (n *narrator) request(r reply) {
 		r.replica, r.ip, r.method, r.path, status, dash(r.header.Get("RateLimit-Remaining")), dash(r.header.Get("Retry-After")), calls, turn)
 	n.events.publish(event{Kind: "call", Scenario: n.scenario, Replica: r.replica, IP: r.ip, Who: r.who, Memory: r.memory, Scripts: scripts, Method: r.method, Path: r.path,
 		Status: r.status, Code: r.code(), Remaining: r.header.Get("RateLimit-Remaining"), RetryAfter: r.header.Get("Retry-After"),
-		Policy: r.header.Get("RateLimit-Policy"), Waited: waited, Text: r.summary()})
+		Policy: r.header.Get("RateLimit-Policy"), Worst: worstKey(r.header.Get("RateLimit")), Waited: waited, Text: r.summary()})
+}
+
+// worstKey is the policy a RateLimit header names (`"pix";r=0;t=42`): the key the answer
+// reports, and of a 429 the one that refused.
+func worstKey(rateLimit string) string {
+	name, _, _ := strings.Cut(rateLimit, ";")
+	return strings.Trim(name, `" `)
 }
 
 func (n *narrator) verdict(expectation string, ok bool, observed string) {

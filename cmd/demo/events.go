@@ -34,7 +34,8 @@ type event struct {
 	Code       string `json:"code,omitempty"`
 	Remaining  string `json:"remaining,omitempty"`
 	RetryAfter string `json:"retry_after,omitempty"`
-	Policy     string `json:"policy,omitempty"` // RateLimit-Policy, as sent
+	Policy     string `json:"policy,omitempty"` // RateLimit-Policy, as sent: every key decided
+	Worst      string `json:"worst,omitempty"`  // the key RateLimit names: the one reported, the refusing one of a 429
 	Waited     string `json:"waited,omitempty"` // ms the request waited for its turn in a queue (Server-Timing)
 
 	// verdict: an expectation and what was seen.

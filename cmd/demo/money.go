@@ -248,8 +248,11 @@ func evening(ctx context.Context, d *demo) error {
 	bakery := d.show(d.pix(ctx, own, mine, pixBody("padaria@example.com", 120_000)))
 	d.expect("the customer's registered device is not capped as a new one", bakery.status == http.StatusCreated, bakery.summary())
 	if d.limiters != nil { // in-process the night is set around now; a deployment's may be day
-		d.expect("the night cap covers payments between persons only: R$ 1.200,00 to a company passes at night",
-			bakery.status == http.StatusCreated, bakery.summary())
+		d.out.say("The same R$ 1.200,00 to Ana, a person, is past his night limit (R$ 1.000,00).")
+		person := d.show(d.pix(ctx, own, mine, pixBody("ana@example.com", 120_000)))
+		d.expect("the night cap covers payments between persons only: to Ana refused at night, to a company passed",
+			bakery.status == http.StatusCreated && person.status == http.StatusUnprocessableEntity && person.code() == "night_limit_exceeded",
+			bakery.summary()+"; "+person.summary())
 	}
 	return nil
 }

@@ -266,7 +266,7 @@ func (d *demo) reportCachedRefusals(before counters, replies []reply) {
 	}
 	cached := int(after.DenyCached - before.DenyCached)
 	d.out.say("Inside the replicas: %d of the %d refusals were answered from the replica's own memory of a full key,\n"+
-		"with no Redis call; %d decisions reached Redis. A replica asks Redis to learn that a key is full,\n"+
+		"with no Redis call; the replicas called Redis %d times. A replica asks Redis to learn that a key is full,\n"+
 		"then again at most every 5 s while it stays full.", cached, refused, after.Redis-before.Redis)
 	d.expect("most refusals cost no Redis call: the replicas remember full keys",
 		2*cached > refused, fmt.Sprintf("%d of %d refusals answered by the deny cache", cached, refused))

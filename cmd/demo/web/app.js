@@ -10,6 +10,8 @@ let done = false;         // the demo said it is over
 let focus = null;         // the focused participant, or null
 let offset = null;        // the page's clock minus the run's, in seconds
 const stepMs = 60;
+// Reduced motion: each event is drawn at once, no step animation, and marks do not slide.
+const calm = !!(window.matchMedia && matchMedia("(prefers-reduced-motion: reduce)").matches);
 
 const $ = (id) => document.getElementById(id);
 const SVG = "http://www.w3.org/2000/svg";
@@ -34,9 +36,10 @@ source.onmessage = (m) => {
   const e = JSON.parse(m.data);
   if (e.seq < events.length) return; // a reconnection's replay
   events.push(e);
-  if (offset === null) offset = Date.now() / 1000 - e.at;
+  // The run's clock read from the latest event: a page opened late gets the past replayed at once.
+  offset = Math.min(offset ?? Infinity, Date.now() / 1000 - e.at);
   if (e.kind === "done") { done = true; source.close(); }
-  if (playing && pos === events.length - 1) { pos = events.length; draw(); } else drawPosition();
+  if (playing && (calm || pos === events.length - 1)) { pos = events.length; draw(); } else drawPosition();
 };
 
 // ---- playback
@@ -51,7 +54,10 @@ $("end").onclick = () => { seek(events.length); };
 $("play").onclick = () => { playing = !playing; drawPosition(); };
 document.addEventListener("keydown", (k) => {
   const keys = { " ": "play", ArrowLeft: "back", ArrowRight: "fwd", Home: "start", End: "end" };
-  if (keys[k.key]) { k.preventDefault(); $(keys[k.key]).click(); }
+  if (!keys[k.key] || k.defaultPrevented) return;
+  if (k.key === " " && k.target.closest && k.target.closest("button, [role=button]")) return; // the focused control's own
+  k.preventDefault();
+  $(keys[k.key]).click();
 });
 
 // ---- what the events up to pos say
@@ -117,10 +123,13 @@ function drawSequence(sc) {
   svg.setAttribute("width", laneX(lanes.length - 1) + 90);
   svg.setAttribute("height", height);
   lanes.forEach((name, i) => {
-    const g = el("g", { class: "participant" + (focus === name ? " focused" : ""), "data-participant": name }, svg);
+    const g = el("g", { class: "participant" + (focus === name ? " focused" : ""), "data-participant": name,
+      tabindex: 0, role: "button", "aria-pressed": focus === name, "aria-label": `focus ${name}` }, svg);
     el("rect", { x: laneX(i) - 55, y: 6, width: 110, height: 24, rx: 4 }, g);
     el("text", { x: laneX(i), y: 22, "text-anchor": "middle" }, g, name);
-    g.addEventListener("click", () => { focus = focus === name ? null : name; drawSequence(scenarioAt(pos)); });
+    const toggle = () => { focus = focus === name ? null : name; drawSequence(scenarioAt(pos)); };
+    g.addEventListener("click", toggle);
+    g.addEventListener("keydown", (k) => { if (k.key === "Enter" || k.key === " ") { k.preventDefault(); toggle(); } });
     el("line", { class: "lane", x1: laneX(i), y1: 30, x2: laneX(i), y2: height }, svg);
   });
   const group = el("g", { class: "scenario", "data-scenario": sc }, svg);
@@ -137,20 +146,25 @@ function drawSequence(sc) {
       const d = el("g", { class: "decide memory" }, g);
       el("circle", { cx: rep, cy: y + 6, r: 3 }, d);
       el("text", { x: rep + 6, y: y + 9 }, d, "from memory");
-    } else if (c.scripts > 0 || (c.scripts === undefined && decided)) {
+    } else if (c.scripts > 0) {
       // One arrow for each Redis call its limiter made for it (a PIX: its buckets and its limit
-      // in one, then the buckets settled); one, unlabelled by number, when the count is unknown
-      // (a deployment's, or a burst's, whose calls mix).
-      const n = c.scripts || 1;
-      const d = el("g", { class: "decide", "data-scripts": c.scripts === undefined ? "" : c.scripts }, g);
-      for (let k = 0; k < n; k++) {
+      // in one, then the buckets settled).
+      const d = el("g", { class: "decide", "data-scripts": c.scripts }, g);
+      for (let k = 0; k < c.scripts; k++) {
         const yk = y + 2 + k * 4;
         el("line", { class: "script", x1: rep, y1: yk, x2: laneX(3) - 4, y2: yk }, d);
       }
-      el("text", { x: laneX(3) + 4, y: y + 8 }, d, c.scripts === undefined ? "script" : `${n} script call${n > 1 ? "s" : ""}`);
+      el("text", { x: laneX(3) + 4, y: y + 8 }, d, `${c.scripts} script call${c.scripts > 1 ? "s" : ""}`);
+      involved.push("Redis");
+    } else if (c.scripts === undefined && decided) {
+      // Redis decided it, in calls not counted (a deployment's, or a burst's, whose calls mix):
+      // one dotted arrow, no number.
+      const d = el("g", { class: "decide uncounted", "data-scripts": "" }, g);
+      el("line", { class: "script", x1: rep, y1: y + 2, x2: laneX(3) - 4, y2: y + 2 }, d);
+      el("text", { x: laneX(3) + 4, y: y + 8 }, d, "Redis calls not counted");
       involved.push("Redis");
     }
-    if (c.status !== 429 && c.status > 0 && ledgerRoutes.some((r) => c.path.startsWith(r))) {
+    if (askedLedger(c) && ledgerRoutes.some((r) => c.path.startsWith(r))) {
       const l = el("g", { class: "ledger" }, g);
       el("line", { x1: rep, y1: y + 10, x2: laneX(4) - 4, y2: y + 10 }, l);
       involved.push("ledger");
@@ -167,10 +181,18 @@ function drawSequence(sc) {
   $("seq-title").textContent = sc ? `The sequence: ${sc}` : "The sequence";
 }
 
+// askedLedger says whether the answer came after the ledger was asked: not a refusal before it
+// (malformed, too large, limited, a bearer token refused, no limiter to decide).
+function askedLedger(c) {
+  if (!(c.status > 0) || [400, 413, 415, 429].includes(c.status)) return false;
+  if (c.status === 401 && c.path !== "/v1/login") return false;
+  return c.code !== "rate_limiter_unavailable";
+}
+
 // ---- the window of a key
-function parsePolicy(p) {
-  const m = /^"([^"]+)";q=(\d+);w=(\d+)/.exec(p || "");
-  return m ? { name: m[1], q: +m[2], w: +m[3] } : null;
+// parsePolicies reads every item of RateLimit-Policy ("login-ip";q=10;w=600, "login-account";…).
+function parsePolicies(p) {
+  return [...(p || "").matchAll(/"([^"]+)";q=(\d+);w=(\d+)/g)].map((m) => ({ name: m[1], q: +m[2], w: +m[3] }));
 }
 function clockAt() {
   if (pos === 0) return 0;
@@ -183,12 +205,17 @@ function drawWindows(sc) {
   const keys = new Map();
   for (const c of shown()) {
     if (c.kind !== "call" || c.scenario !== sc) continue;
-    const p = parsePolicy(c.policy);
-    if (!p) continue;
-    // Whose key it is: the IP for login-ip, else who sent the request (its account or document).
-    const k = `${p.name} · ${p.name === "login-ip" || !c.who ? c.ip : c.who}`;
-    if (!keys.has(k)) keys.set(k, { p, calls: [] });
-    keys.get(k).calls.push(c);
+    const policies = parsePolicies(c.policy);
+    for (const p of policies) {
+      // A bucket counts tokens, not requests in a window: the look-ups' are left out.
+      if (p.name.startsWith("pix-lookup")) continue;
+      // An admission counts in every key decided; a refusal is the refusing key's alone.
+      if (c.status === 429 && p.name !== (c.worst || policies[0].name)) continue;
+      // Whose key it is: the IP for login-ip, else who sent the request (its account or document).
+      const k = `${p.name} · ${p.name === "login-ip" || !c.who ? c.ip : c.who}`;
+      if (!keys.has(k)) keys.set(k, { p, calls: [] });
+      keys.get(k).calls.push(c);
+    }
   }
   // Each key is a row: its window as a line, "now" at the right end; an admission is a dot above
   // the line, a refusal a cross below it, stacked where they came at the same moment.
@@ -279,13 +306,13 @@ function drawCosts(sc) {
   const redis = (last.redis_calls || 0) - (before.redis_calls || 0);
   const cached = (last.cached_refusals || 0) - (before.cached_refusals || 0);
   html("div", { class: "cost", "data-cached": cached, "data-redis": redis }, box,
-    `In this story: ${cached} refusals answered from memory, ${redis} decisions that asked Redis.`);
+    `In this story: ${cached} refusals answered from memory, ${redis} Redis calls.`);
   const line = html("div", { class: "breakers" }, box, "Breaker, at each expectation: ");
   for (const s of mine) html("span", { class: "breaker" + (s.breaker_open ? " open" : ""), title: s.breaker_open ? "open" : "closed" }, line);
 }
 
 function tick() { if (pos === events.length && !done) drawWindows(scenarioAt(pos)); requestAnimationFrame(tick); }
-requestAnimationFrame(tick);
+if (!calm) requestAnimationFrame(tick);
 
 // For tests and the curious: the events, and a way to step to just after one.
 window.pixlimit = {
