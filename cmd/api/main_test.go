@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -204,11 +205,15 @@ func TestServesItsContract(t *testing.T) {
 // TestMisspelledAndDeprecatedVariablesAreNamedAtStart: PIX_LIMIT_TYPO is not silently ignored:
 // the replica warns at start, naming it, and serves with PIX_LIMIT's default.
 // RATELIMIT_LOCAL_CACHE_SIZE, the deny cache's size under its name before wave 5, is read, with
-// a warning naming it as deprecated.
+// a warning naming it as deprecated. A raise in force an hour after it is asked is served, with a
+// warning that the central bank asks 24 hours at least.
 func TestMisspelledAndDeprecatedVariablesAreNamedAtStart(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t, nil, map[string]string{"PIX_LIMIT_TYPO": "5", "RATELIMIT_LOCAL_CACHE_SIZE": "1000"})
+	a := startAPI(t, nil, map[string]string{"PIX_LIMIT_TYPO": "5", "RATELIMIT_LOCAL_CACHE_SIZE": "1000", "LIMIT_INCREASE_DELAY": "1h"})
 	logs := a.logs.String()
+	if !regexp.MustCompile(`level=WARN msg="a money rule is set apart from the central bank's[^\n]*rule="LIMIT_INCREASE_DELAY=1h0m0s: `).MatchString(logs) {
+		t.Errorf("the start's logs do not warn of LIMIT_INCREASE_DELAY=1h:\n%s", logs)
+	}
 	warnings := map[string]bool{}
 	for _, line := range strings.Split(logs, "\n") {
 		for _, name := range []string{"PIX_LIMIT_TYPO", "RATELIMIT_LOCAL_CACHE_SIZE"} {

@@ -120,7 +120,7 @@ func runReplica(ctx context.Context, args []string, environ []string, stdout, st
 }
 
 // warnVariables warns of the variables environ sets that the configuration ignores (misspelled)
-// or reads under a deprecated name.
+// or reads under a deprecated name, and of the money rules set apart from the central bank's.
 func warnVariables(logger *slog.Logger, cfg config.Config, environ []string) {
 	for _, name := range config.Unknown(environ) {
 		logger.Warn("a variable with a prefix of the configuration's is not one of its variables: misspelled? it is ignored", "variable", name)
@@ -131,6 +131,9 @@ func warnVariables(logger *slog.Logger, cfg config.Config, environ []string) {
 			msg = "a variable is set under its deprecated name and its new one: the new one wins; remove the deprecated one"
 		}
 		logger.Warn(msg, "variable", d.Old, "use", d.New)
+	}
+	for _, rule := range cfg.MoneyOffRules {
+		logger.Warn("a money rule is set apart from the central bank's: fine for a test or a demo, not for a real bank", "rule", rule)
 	}
 }
 

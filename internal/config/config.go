@@ -85,6 +85,10 @@ type Config struct {
 	// Deprecated are the variables set under a former name: each is worth a warning at start,
 	// though the configuration is valid all the same.
 	Deprecated []Deprecation
+	// MoneyOffRules are the money rules set apart from what the central bank asks of a real bank
+	// (docs/rules.md), each "VARIABLE=value: what the rule is": worth a warning at start, valid
+	// all the same (a test or a demo may want a short delay or no cap).
+	MoneyOffRules []string
 }
 
 // Deprecation is a variable set under its former name, Old, that the contract renamed New. The
@@ -460,6 +464,7 @@ func (cfg *environment) check(p *problems) Config {
 	between(p, "DEVICE_REGISTRATION_DELAY", cfg.DeviceRegistration, 0, 30*24*time.Hour)
 	cfg.checkLimiter(p)
 	out.Money = cfg.checkMoney(p)
+	out.MoneyOffRules = moneyOffRules(out.Money)
 	cfg.checkSecret(p)
 	out.DemoAccounts = cfg.DatabaseURL == ""
 	if cfg.DemoAccountsSet != nil {
@@ -590,6 +595,34 @@ func (cfg *environment) checkMoney(p *problems) pix.Rules {
 		p.add("LIMIT_INCREASE_DELAY", "%v: want a positive duration (the central bank asks 24h at least of a real bank)", cfg.IncreaseDelay)
 	}
 	return rules
+}
+
+// moneyOffRules names the rules of r apart from the central bank's (docs/rules.md): its night cap
+// between persons of R$ 1.000,00 from 20:00 to 06:00, a raise in force 24 to 48 hours after it is
+// asked, and R$ 200,00 a transfer and R$ 1.000,00 a day from a device not registered.
+func moneyOffRules(r pix.Rules) []string {
+	var off []string
+	looser := func(name string, cents, rule int64, what string) {
+		if cents == 0 || cents > rule {
+			off = append(off, fmt.Sprintf("%s=%d: %s", name, cents, what))
+		}
+	}
+	looser("NIGHT_LIMIT_CENTS", r.Night.LimitCents, 100_000, "the central bank caps a night's payments between persons at R$ 1.000,00 (100000)")
+	looser("NEW_DEVICE_TRANSFER_LIMIT_CENTS", r.NewDeviceTransferCents, 20_000, "the central bank caps a transfer from a device not registered at R$ 200,00 (20000)")
+	looser("NEW_DEVICE_DAY_LIMIT_CENTS", r.NewDeviceDayCents, 100_000, "the central bank caps a day's transfers from devices not registered at R$ 1.000,00 (100000)")
+	if r.Night.Start != 20*time.Hour || r.Night.End != 6*time.Hour {
+		off = append(off, fmt.Sprintf("NIGHT_START=%s, NIGHT_END=%s: the central bank's night runs from 20:00 (22:00 at the customer's choice) to 06:00",
+			clock(r.Night.Start), clock(r.Night.End)))
+	}
+	if d := r.IncreaseDelay; d < 24*time.Hour || d > 48*time.Hour {
+		off = append(off, fmt.Sprintf("LIMIT_INCREASE_DELAY=%v: the central bank puts a raised limit in force 24 to 48 hours after it is asked", d))
+	}
+	return off
+}
+
+// clock writes a time of day since midnight as HH:MM.
+func clock(d time.Duration) string {
+	return fmt.Sprintf("%02d:%02d", int(d/time.Hour), int(d%time.Hour/time.Minute))
 }
 
 // limiterOptions are the limiter's options.

@@ -42,6 +42,34 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// TestTheMoneyDefaultsAreTheCentralBanks: with nothing set, the ledger holds the rules a real
+// bank must (docs/rules.md): R$ 1.000,00 a night between persons from 20:00 to 06:00 São Paulo
+// time, R$ 200,00 a transfer and R$ 1.000,00 a day from a device not registered, a raise in
+// force 24 hours after it is asked, a new device registered a day later, and the bank's own day limit of R$ 10.000,00 (api.md). Every
+// other test sets these; only this one would see a default change.
+func TestTheMoneyDefaultsAreTheCentralBanks(t *testing.T) {
+	t.Parallel()
+	cfg, err := load(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.Money
+	type money struct {
+		night, newTransfer, newDay, day int64
+		start, end, raise, register     time.Duration
+		zone                            string
+	}
+	got := money{m.Night.LimitCents, m.NewDeviceTransferCents, m.NewDeviceDayCents, m.DayLimitCents,
+		m.Night.Start, m.Night.End, m.IncreaseDelay, cfg.DeviceRegistrationDelay, ""}
+	if m.Night.Location != nil {
+		got.zone = m.Night.Location.String()
+	}
+	want := money{100_000, 20_000, 100_000, 1_000_000, 20 * time.Hour, 6 * time.Hour, 24 * time.Hour, 24 * time.Hour, "America/Sao_Paulo"}
+	if got != want {
+		t.Errorf("money defaults = %+v, want %+v", got, want)
+	}
+}
+
 // TestLookUpDefaultsAreDICTs: the payer buckets hold 100 for a person, refilled 2 a minute, and
 // 1,000 for a company, refilled 20 a minute; the bank's bucket follows DICT's table for its
 // category (D by default; Manual Operacional do DICT, §13.1), and either figure can be set apart.
@@ -652,5 +680,35 @@ func TestAMappedProxyRangeMatchesItsPeers(t *testing.T) {
 	}
 	if !cfg.TrustedProxies[0].Contains(netip.MustParseAddr("::ffff:203.0.113.9").Unmap()) {
 		t.Error("a mapped proxy's peer, unmapped, is not in its range")
+	}
+}
+
+// TestMoneyOffTheRulesIsNamed: each money rule set apart from the central bank's is named, for
+// a warning at start; the defaults and a stricter bank are named nowhere.
+func TestMoneyOffTheRulesIsNamed(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		env  map[string]string
+		want []string // the variables named, in order
+	}{
+		{nil, nil},
+		{map[string]string{"NIGHT_LIMIT_CENTS": "50000", "NEW_DEVICE_TRANSFER_LIMIT_CENTS": "10000", "LIMIT_INCREASE_DELAY": "48h"}, nil},
+		{map[string]string{"NIGHT_LIMIT_CENTS": "0", "NEW_DEVICE_DAY_LIMIT_CENTS": "100001", "LIMIT_INCREASE_DELAY": "2h"},
+			[]string{"NIGHT_LIMIT_CENTS=0", "NEW_DEVICE_DAY_LIMIT_CENTS=100001", "LIMIT_INCREASE_DELAY=2h0m0s"}},
+		{map[string]string{"NEW_DEVICE_TRANSFER_LIMIT_CENTS": "0", "NIGHT_START": "21:00", "LIMIT_INCREASE_DELAY": "72h"},
+			[]string{"NEW_DEVICE_TRANSFER_LIMIT_CENTS=0", "NIGHT_START=21:00, NIGHT_END=06:00", "LIMIT_INCREASE_DELAY=72h0m0s"}},
+	} {
+		cfg, err := load(tt.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, rule := range cfg.MoneyOffRules {
+			name, _, _ := strings.Cut(rule, ": ")
+			got = append(got, name)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%v: named %q, want %q", tt.env, cfg.MoneyOffRules, tt.want)
+		}
 	}
 }

@@ -68,7 +68,9 @@ func TestBucketsPricesAndRefunds(t *testing.T) {
 	if a, b := dict.Voucher(person, "bruno@example.com"), dict.Voucher(company, "bruno@example.com"); a == b {
 		t.Error("two payers' look-ups of one key share a voucher")
 	}
-	for name, want := range map[string][2]int{"A": {25_000, 50_000}, "D": {8_000, 16_000}, "H": {2, 50}} {
+	// DICT's table, every category (a typo in one a test did not name passed before).
+	for name, want := range map[string][2]int{"A": {25_000, 50_000}, "B": {20_000, 40_000}, "C": {15_000, 30_000},
+		"D": {8_000, 16_000}, "E": {2_500, 5_000}, "F": {250, 500}, "G": {25, 250}, "H": {2, 50}} {
 		if refill, capacity, ok := dict.Category(name); !ok || refill != want[0] || capacity != want[1] {
 			t.Errorf("category %s: %d a minute, %d at most (%v), want %v", name, refill, capacity, ok, want)
 		}

@@ -11,13 +11,13 @@ import (
 // lock, beside the balance it protects, never in Redis: concurrent transfers can never sum past
 // one, and a limit never forgets what was sent.
 //
-//   - The night cap (NightCap; Resolução BCB nº 142/2021, art. 2, I) applies to payments between
+//   - The night cap (NightCap; Resolução BCB nº 142/2021) applies to payments between
 //     distinct natural persons only, PF to PF: a payment by or to a company is outside it. The
 //     payer's night starts at the bank's NightCap.Start or, at the customer's choice, at 20:00 or
 //     22:00 (Instrução Normativa BCB nº 185/2021), and ends at NightCap.End.
 //   - A day limit (DayLimitCents) over every transfer of a São Paulo calendar day.
-//   - Limits the customer sets (Res. BCB 142/2021, art. 2, II): lowered at once, raised only
-//     IncreaseDelay after the request (24 hours by default), so that a fraudster holding the phone
+//   - Limits the customer sets (Res. BCB 142/2021): lowered at once, raised only
+//     IncreaseDelay after the request (24 hours by default; the rule asks 24 to 48), so that a fraudster holding the phone
 //     for an evening cannot raise a limit and empty the account.
 //   - New devices (the central bank's rule of July 2024, in force since 1 November 2024): a
 //     device not registered for PIX under the customer's strong authentication may send at most

@@ -946,3 +946,24 @@ func TestWhichServerErrorsAreUnavailable(t *testing.T) {
 		}
 	}
 }
+
+// TestEndToEndIDFormat: "E", the ISPB, the UTC minute (a PIX at 23:30 in São Paulo is the next
+// day's 02:30 UTC) and 11 alphanumerics, 32 characters, as the central bank's id reads; and no
+// two of a thousand made in one minute alike.
+func TestEndToEndIDFormat(t *testing.T) {
+	t.Parallel()
+	brt := time.FixedZone("BRT", -3*60*60)
+	now := time.Date(2026, 12, 1, 23, 30, 59, 0, brt)
+	format := regexp.MustCompile(`^E` + ISPB + `202612020230[A-Za-z0-9]{11}$`)
+	seen := map[string]bool{}
+	for range 1000 {
+		id := NewEndToEndID(now)
+		if !format.MatchString(id) || len(id) != 32 {
+			t.Fatalf("NewEndToEndID(%v) = %q, want E%s202612020230 and 11 alphanumerics, 32 characters", now, id, ISPB)
+		}
+		if seen[id] {
+			t.Fatalf("NewEndToEndID made %q twice", id)
+		}
+		seen[id] = true
+	}
+}
