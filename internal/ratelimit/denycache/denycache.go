@@ -19,7 +19,9 @@
 // be up to one round trip after it, which costs one extra Redis call, never a wrong refusal.
 // Only a withdrawal (of a late decision, or of a cluster split's admission), a token bucket's
 // refund (ratelimit.RefundStep) and a waiter leaving a queue free room early: a refund clears its
-// keys here; a split decision is never cached (Options.Cluster); the rest is seen within the hold.
+// keys here, as a desk's Forget clears its key on every replica, and a refusal still on its way
+// back when they do is not learnt (entries); a split decision is never cached (Options.Cluster);
+// the rest is seen within the hold.
 package denycache
 
 import (
@@ -39,7 +41,8 @@ import (
 
 // Options configure a Cache. The zero value of each field has a default.
 type Options struct {
-	// Size bounds the keys the cache remembers as full. Default 100,000 (about 38 MB).
+	// Size bounds the keys the cache remembers as full (default 100,000: about 38 MB), and the
+	// recent forgets it remembers besides (a key and a time each).
 	Size int
 	// Hold is the longest the cache keeps a block before asking Redis again, even when the key
 	// stays full longer. Default 5s.
@@ -89,7 +92,7 @@ func New(l *ratelimit.Limiter, rdb redis.UniversalClient, prefix string, opts Op
 		go func() {
 			defer c.listening.Done()
 			for msg := range c.sub.Channel() {
-				c.entries.forget(msg.Payload)
+				c.entries.forget(msg.Payload, c.now())
 			}
 		}()
 	}
@@ -116,30 +119,38 @@ func (c *Cache) AllowAll(ctx context.Context, checks ...ratelimit.Check) (rateli
 // refuses it (KnownFull asks the cache first). Every step's refusal teaches the cache (learn),
 // unless a refund among the steps may have made room.
 func (c *Cache) Decide(ctx context.Context, steps ...ratelimit.Step) (ratelimit.Decisions, error) {
-	sent := c.now() // before asking Redis, which decides later: deadlines from here are never late
-	refunds := false
-	for _, s := range steps {
-		if s.Script().Refunds {
-			refunds = true
-			for _, ch := range s.Checks() {
-				c.entries.forget(c.l.Key(ch)) // the refund makes room
-			}
-		}
-	}
+	sent := c.now()                          // before asking Redis, which decides later: deadlines from here are never late
+	refunds := c.forgetRefunded(steps, sent) // the refund makes room
 	if len(steps) > 0 && steps[0].Script().Cacheable {
 		if d, ok := c.refuse(steps[0].Checks(), sent); ok {
 			return ratelimit.DecisionsOf(steps, d), nil
 		}
 	}
 	ds, err := c.l.Decide(ctx, steps...)
-	if !refunds {
-		for _, s := range steps {
-			if d, ran := ds.Of(s); ran && s.Script().Cacheable {
-				c.learn(d, s.Checks(), sent)
-			}
+	if refunds {
+		c.forgetRefunded(steps, c.now()) // and again once made: a refusal sent before may come back after
+		return ds, err
+	}
+	for _, s := range steps {
+		if d, ran := ds.Of(s); ran && s.Script().Cacheable {
+			c.learn(d, s.Checks(), sent)
 		}
 	}
 	return ds, err
+}
+
+// forgetRefunded forgets, at at, the keys of the steps that refund, and reports whether any does.
+func (c *Cache) forgetRefunded(steps []ratelimit.Step, at time.Time) bool {
+	refunds := false
+	for _, s := range steps {
+		if s.Script().Refunds {
+			refunds = true
+			for _, ch := range s.Checks() {
+				c.entries.forget(c.l.Key(ch), at)
+			}
+		}
+	}
+	return refunds
 }
 
 // KnownFull answers checks as AllowAll would from memory alone, with no call: refused
@@ -161,7 +172,7 @@ var ErrNotAnnounced = errors.New("denycache: key forgotten, not announced to the
 func (c *Cache) Forget(ctx context.Context, ch ratelimit.Check) error {
 	key := c.l.Key(ch)
 	err := c.l.Forget(ctx, ch)
-	c.entries.forget(key)
+	c.entries.forget(key, c.now()) // after Redis forgot: a refusal sent before may still come back
 	if err != nil || c.rdb == nil {
 		return err
 	}
@@ -188,7 +199,7 @@ var forgottenScript = redis.NewScript(forgottenSource)
 // limits changed (a re-tiered account).
 func (c *Cache) Forgotten(checks ...ratelimit.Check) {
 	for _, ch := range checks {
-		c.entries.forget(c.l.Key(ch))
+		c.entries.forget(c.l.Key(ch), c.now())
 	}
 }
 
@@ -223,13 +234,13 @@ func (c *Cache) learn(d ratelimit.Decision, checks []ratelimit.Check, sent time.
 			// Redis's TIME counts whole microseconds, so its now can be up to 1µs behind
 			// the true moment it decided: the entry stops answering that microsecond early.
 			if wait := r.RetryAfter - time.Microsecond; wait > 0 {
-				c.entries.block(c.l.Key(checks[i]), checks[i], sent.Add(min(wait, c.hold)), sent.Add(r.RetryAfter))
+				c.entries.block(c.l.Key(checks[i]), checks[i], sent, sent.Add(min(wait, c.hold)), sent.Add(r.RetryAfter))
 			}
 		}
 	case d.Allowed && len(checks) == 1 && checks[0].Policy.Algorithm == ratelimit.TokenBucket:
 		if r := d.Worst; r.Remaining == 0 && r.Reset > time.Microsecond {
 			wait := r.Reset - time.Microsecond
-			c.entries.block(c.l.Key(checks[0]), checks[0], sent.Add(min(wait, c.hold)), sent.Add(r.Reset))
+			c.entries.block(c.l.Key(checks[0]), checks[0], sent, sent.Add(min(wait, c.hold)), sent.Add(r.Reset))
 		}
 	}
 }

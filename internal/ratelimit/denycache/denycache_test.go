@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,11 +212,11 @@ func TestDenyCacheIsBounded(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	c := newEntries(3)
-	c.block("expired", ratelimit.Check{Identity: "expired"}, now.Add(-time.Second), now.Add(-time.Second))
-	c.block("soon", ratelimit.Check{Identity: "soon"}, now.Add(time.Second), now.Add(time.Second))
-	c.block("late", ratelimit.Check{Identity: "late"}, now.Add(time.Hour), now.Add(time.Hour))
-	c.block("new", ratelimit.Check{Identity: "new"}, now.Add(time.Minute), now.Add(time.Minute)) // pushes out "expired"
-	c.block("newer", ratelimit.Check{Identity: "newer"}, now.Add(time.Minute), now.Add(time.Minute))
+	c.block("expired", ratelimit.Check{Identity: "expired"}, now, now.Add(-time.Second), now.Add(-time.Second))
+	c.block("soon", ratelimit.Check{Identity: "soon"}, now, now.Add(time.Second), now.Add(time.Second))
+	c.block("late", ratelimit.Check{Identity: "late"}, now, now.Add(time.Hour), now.Add(time.Hour))
+	c.block("new", ratelimit.Check{Identity: "new"}, now, now.Add(time.Minute), now.Add(time.Minute)) // pushes out "expired"
+	c.block("newer", ratelimit.Check{Identity: "newer"}, now, now.Add(time.Minute), now.Add(time.Minute))
 	if c.len() != 3 {
 		t.Fatalf("%d entries, want 3", c.len())
 	}
@@ -242,13 +243,13 @@ func TestAnEntryIsFoundByItsCheckUntilItGoes(t *testing.T) {
 	unnamed := ratelimit.Check{Policy: ratelimit.Policy{Name: "p", Limit: 1, Window: time.Minute}, Identity: "ana"}
 	named := unnamed
 	named.Policy.Algorithm = ratelimit.SlidingLog // the same Redis key
-	c.block("k-ana", unnamed, now.Add(time.Minute), now.Add(time.Minute))
-	c.block("k-ana", named, now.Add(time.Minute), now.Add(time.Minute))
+	c.block("k-ana", unnamed, now, now.Add(time.Minute), now.Add(time.Minute))
+	c.block("k-ana", named, now, now.Add(time.Minute), now.Add(time.Minute))
 	sizes("one key learnt under both spellings", 1)
 	if _, ok := c.blockedUntil(named, now); !ok {
 		t.Error("the entry is not found by the check it was last learnt under")
 	}
-	c.forget("k-ana")
+	c.forget("k-ana", now)
 	sizes("forgotten by key", 0)
 	if _, ok := c.blockedUntil(named, now); ok {
 		t.Error("a forgotten key is still found by its check")
@@ -256,7 +257,7 @@ func TestAnEntryIsFoundByItsCheckUntilItGoes(t *testing.T) {
 	for i, id := range []string{"a", "b", "c"} { // the third evicts the first, which expires soonest
 		ch := unnamed
 		ch.Identity = id
-		c.block("k-"+id, ch, now.Add(time.Duration(i+1)*time.Minute), now.Add(time.Hour))
+		c.block("k-"+id, ch, now, now.Add(time.Duration(i+1)*time.Minute), now.Add(time.Hour))
 	}
 	sizes("full, one evicted", 2)
 	if _, ok := c.blockedUntil(ratelimit.Check{Policy: unnamed.Policy, Identity: "a"}, now); ok {
@@ -278,10 +279,11 @@ func TestDenyCacheMemory(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	c := newEntries(n)
-	until := time.Now().Add(time.Hour)
+	sent := time.Now()
+	until := sent.Add(time.Hour)
 	for i := range n {
 		ch := ratelimit.Check{Policy: p, Identity: fmt.Sprintf("%011d", 52998224725+i)}
-		c.block(l.Key(ch), ch, until, until)
+		c.block(l.Key(ch), ch, sent, until, until)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
@@ -408,5 +410,108 @@ func TestAKeyForgottenButNotAnnouncedIsForgotten(t *testing.T) {
 	}
 	if d, err := c.AllowAll(t.Context(), ch); err != nil || !d.Allowed || d.DenyCached {
 		t.Errorf("the next request here: %+v, %v, want admitted by Redis", d, err)
+	}
+}
+
+// heldReply is a Runner whose next decision runs in Redis at once and has its reply held until
+// release is closed: an answer still on its way back when something else happens.
+type heldReply struct {
+	next    ratelimit.Runner
+	hold    atomic.Bool
+	ran     chan struct{}
+	release chan struct{}
+}
+
+func (h *heldReply) Run(ctx context.Context, a ratelimit.Algorithm, keys []string, c ratelimit.Call) (ratelimit.Reply, error) {
+	r, err := h.next.Run(ctx, a, keys, c)
+	if h.hold.CompareAndSwap(true, false) {
+		h.ran <- struct{}{}
+		<-h.release
+	}
+	return r, err
+}
+
+// TestARefusalComingBackAfterAForgetBlocksNothing: Redis refuses a request, the desk clears the
+// key (Forget) while that refusal is on its way back, and the refusal then arrives: the cache does
+// not learn it, since it predates the forget. The next request is Redis's to decide, and Redis
+// admits it. Before, the cache blocked the key again for the hold and told the customer to wait
+// the whole window.
+func TestARefusalComingBackAfterAForgetBlocksNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, generous) })
+	held := &heldReply{next: ratelimit.Scripts(rdb), ran: make(chan struct{}), release: make(chan struct{})}
+	l, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: testSecret, Timeout: generous, Runner: held})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(l, rdb, "", Options{Hold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ch := ratelimit.Check{Policy: ratelimit.Policy{Name: "login-account", Limit: 2, Window: 10 * time.Minute}, Identity: "52998224725"}
+	for range 2 {
+		if d, err := c.AllowAll(t.Context(), ch); err != nil || !d.Allowed {
+			t.Fatalf("under the limit: %+v, %v", d, err)
+		}
+	}
+	held.hold.Store(true)
+	refused := make(chan ratelimit.Decision, 1)
+	go func() {
+		d, _ := c.AllowAll(context.Background(), ch)
+		refused <- d
+	}()
+	<-held.ran // Redis has refused it; its answer waits
+	if err := c.Forget(t.Context(), ch); err != nil {
+		t.Fatal(err)
+	}
+	close(held.release)
+	if d := <-refused; d.Allowed {
+		t.Fatalf("the request decided before the forget: %+v, want refused", d)
+	}
+	if d, err := c.AllowAll(t.Context(), ch); err != nil || !d.Allowed || d.DenyCached {
+		t.Errorf("after the desk cleared the key: %+v, %v; want admitted by Redis, not refused from memory", d, err)
+	}
+}
+
+// TestAForgetIsRememberedWhileADecisionMayBeOnItsWay: a decision sent before its key's last
+// forget is not learnt, one sent after is; a forget let go (past forgetMemory, or past the
+// cache's size) still keeps every decision sent before it from being learnt.
+func TestAForgetIsRememberedWhileADecisionMayBeOnItsWay(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	later := now.Add(time.Hour)
+	c := newEntries(2)
+	ana, bia := ratelimit.Check{Identity: "ana"}, ratelimit.Check{Identity: "bia"}
+	blocked := func(ch ratelimit.Check) bool { _, ok := c.blockedUntil(ch, now); return ok }
+
+	c.forget("ana", now)
+	c.block("ana", ana, now.Add(-time.Nanosecond), later, later)
+	if blocked(ana) {
+		t.Error("a refusal sent before the key was forgotten was learnt")
+	}
+	c.block("ana", ana, now, later, later)
+	if !blocked(ana) {
+		t.Error("a refusal sent after the forget was not learnt")
+	}
+
+	c.forget("x", now.Add(time.Second))
+	c.forget("y", now.Add(2*time.Second)) // the cache holds 2 forgets: "ana"'s is let go
+	c.block("bia", bia, now.Add(-time.Millisecond), later, later)
+	if blocked(bia) {
+		t.Error("a refusal sent before a forget let go for room was learnt")
+	}
+	c.forget("z", now.Add(forgetMemory+time.Minute)) // "x" and "y" let go for age
+	c.block("bia", bia, now.Add(1500*time.Millisecond), later, later)
+	if blocked(bia) {
+		t.Error("a refusal sent before a forget let go for age was learnt")
+	}
+	c.block("bia", bia, now.Add(forgetMemory+2*time.Minute), later, later)
+	if !blocked(bia) {
+		t.Error("a refusal sent after every forget was not learnt")
+	}
+	if len(c.forgottenAt) != 1 || len(c.forgets) != 1 {
+		t.Errorf("%d keys and %d forgets remembered, want 1 and 1", len(c.forgottenAt), len(c.forgets))
 	}
 }

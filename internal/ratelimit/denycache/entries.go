@@ -15,6 +15,13 @@ import (
 // (about 380 bytes each: the key, the identity, the policy, two map slots and a heap slot;
 // TestDenyCacheMemory measures it); when full, the entry that expires soonest goes first,
 // which is an expired one whenever there is one.
+//
+// They also remember when each key was last forgotten here (a desk's reset, a refund, another
+// replica's announcement), so that a refusal Redis decided before the forget, whose answer comes
+// back after it, does not block the key again: a decision sent before its key's last forget is
+// not learnt. That memory keeps the forgets of the last forgetMemory, at most max of them; a
+// decision sent before one it has let go is not learnt either (floor), which costs a Redis call,
+// never a wrong refusal.
 type entries struct {
 	max int
 
@@ -22,6 +29,20 @@ type entries struct {
 	entries map[string]*denied
 	byCheck map[checkOf]*denied
 	byUntil untilHeap
+
+	forgottenAt map[string]time.Time // each key's last forget still remembered
+	forgets     []forgetting         // the same, oldest first
+	floor       time.Time            // the latest forget let go: decisions sent before it are not learnt
+}
+
+// forgetMemory is how long a key's forget is remembered: longer than any decision is on its way
+// (a call's budget, REDIS_TIMEOUT, is a minute at most).
+const forgetMemory = 2 * time.Minute
+
+// forgetting is one forget of key at at.
+type forgetting struct {
+	key string
+	at  time.Time
 }
 
 // checkOf names a check's key without hashing its identity: a Limiter's key is
@@ -46,7 +67,8 @@ type denied struct {
 }
 
 func newEntries(max int) *entries {
-	return &entries{max: max, entries: make(map[string]*denied), byCheck: make(map[checkOf]*denied)}
+	return &entries{max: max, entries: make(map[string]*denied), byCheck: make(map[checkOf]*denied),
+		forgottenAt: make(map[string]time.Time)}
 }
 
 // blockedUntil reports until when ch's key is known to be full under ch's policy, if the entry
@@ -67,10 +89,15 @@ func (c *entries) blockedUntil(ch ratelimit.Check, now time.Time) (time.Time, bo
 }
 
 // block records that ch's key, key, is full under ch's policy until deadline, an entry that
-// answers until until (≤ deadline).
-func (c *entries) block(key string, ch ratelimit.Check, until, deadline time.Time) {
+// answers until until (≤ deadline), as a decision sent at sent said; unless the key was forgotten
+// after sent: the decision may predate the forget. (Each forget is read once its change is made:
+// a decision sent then or later was decided after it.)
+func (c *entries) block(key string, ch ratelimit.Check, sent, until, deadline time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if at, ok := c.forgottenAt[key]; (ok && sent.Before(at)) || sent.Before(c.floor) {
+		return
+	}
 	if e, ok := c.entries[key]; ok {
 		if check := checkOfCheck(ch); check != e.check { // the same key named another way (its algorithm left to the default)
 			delete(c.byCheck, e.check)
@@ -89,12 +116,29 @@ func (c *entries) block(key string, ch ratelimit.Check, until, deadline time.Tim
 	c.byCheck[e.check] = e
 }
 
-// forget drops key's entry, if any: its key may have room before the entry's deadline.
-func (c *entries) forget(key string) {
+// forget drops key's entry, if any: its key may have room before the entry's deadline. It
+// remembers that key was forgotten at at, so that no decision sent before is learnt (block).
+func (c *entries) forget(key string, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[key]; ok {
 		c.removeLocked(e)
+	}
+	if at.Before(c.forgottenAt[key]) { // an earlier clock reading, come late: the later one stands
+		return
+	}
+	c.forgottenAt[key] = at
+	c.forgets = append(c.forgets, forgetting{key, at})
+	for len(c.forgets) > 0 && (len(c.forgets) > c.max || c.forgets[0].at.Before(at.Add(-forgetMemory))) {
+		old := c.forgets[0]
+		c.forgets[0] = forgetting{}
+		c.forgets = c.forgets[1:]
+		if c.forgottenAt[old.key] == old.at {
+			delete(c.forgottenAt, old.key)
+		}
+		if old.at.After(c.floor) {
+			c.floor = old.at
+		}
 	}
 }
 
