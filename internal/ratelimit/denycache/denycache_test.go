@@ -373,6 +373,22 @@ func TestTheCacheLearnsDebtAndForgetsRefunds(t *testing.T) {
 	}
 }
 
+// cacheOn is a Limiter on rdb, its scripts run by runner (nil: the default), behind a deny cache
+// that holds a block a minute.
+func cacheOn(t *testing.T, rdb redis.UniversalClient, runner ratelimit.Runner) (*ratelimit.Limiter, *Cache) {
+	t.Helper()
+	l, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: testSecret, Timeout: generous, Runner: runner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(l, rdb, "", Options{Hold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return l, c
+}
+
 // TestAKeyForgottenButNotAnnouncedIsForgotten: when the announcement to the other replicas fails
 // (here Redis refuses the client PUBLISH), the key is still forgotten, in Redis and here, and
 // Forget says just that (ErrNotAnnounced), not that nothing changed.
@@ -387,15 +403,7 @@ func TestAKeyForgottenButNotAnnouncedIsForgotten(t *testing.T) {
 		ratelimit.ClientOptions(o, generous)
 		o.Username, o.Password = "nopublish", "a-test-password"
 	})
-	l, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: testSecret, Timeout: generous})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := New(l, rdb, "", Options{Hold: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	l, c := cacheOn(t, rdb, nil)
 	ch := ratelimit.Check{Policy: ratelimit.Policy{Name: "login-account", Limit: 1, Window: time.Minute}, Identity: "52998224725"}
 	for range 3 { // admitted, refused by Redis, refused from memory
 		if _, err := c.AllowAll(t.Context(), ch); err != nil {
@@ -441,15 +449,7 @@ func TestARefusalComingBackAfterAForgetBlocksNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, generous) })
 	held := &heldReply{next: ratelimit.Scripts(rdb), ran: make(chan struct{}), release: make(chan struct{})}
-	l, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: testSecret, Timeout: generous, Runner: held})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := New(l, rdb, "", Options{Hold: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	_, c := cacheOn(t, rdb, held)
 	ch := ratelimit.Check{Policy: ratelimit.Policy{Name: "login-account", Limit: 2, Window: 10 * time.Minute}, Identity: "52998224725"}
 	for range 2 {
 		if d, err := c.AllowAll(t.Context(), ch); err != nil || !d.Allowed {
