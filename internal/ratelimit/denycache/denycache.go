@@ -42,7 +42,7 @@ import (
 // Options configure a Cache. The zero value of each field has a default.
 type Options struct {
 	// Size bounds the keys the cache remembers as full (default 100,000: about 38 MB), and the
-	// recent forgets it remembers besides (a key and a time each).
+	// recent forgets it remembers besides (as many: about 9.5 MB and their keys).
 	Size int
 	// Hold is the longest the cache keeps a block before asking Redis again, even when the key
 	// stays full longer. Default 5s.
@@ -101,13 +101,13 @@ func New(l *ratelimit.Limiter, rdb redis.UniversalClient, prefix string, opts Op
 
 // AllowAll is ratelimit.Limiter.AllowAll, answered from memory when a key is known to be full.
 func (c *Cache) AllowAll(ctx context.Context, checks ...ratelimit.Check) (ratelimit.Decision, error) {
-	sent := c.now()
+	sent, seen := c.now(), c.entries.seen()
 	if d, ok := c.refuse(checks, sent); ok {
 		return d, nil
 	}
 	d, err := c.l.AllowAll(ctx, checks...)
 	if err == nil {
-		c.learn(d, checks, sent)
+		c.learn(d, checks, sent, seen)
 	}
 	return d, err
 }
@@ -119,7 +119,7 @@ func (c *Cache) AllowAll(ctx context.Context, checks ...ratelimit.Check) (rateli
 // refuses it (KnownFull asks the cache first). Every step's refusal teaches the cache (learn),
 // unless a refund among the steps may have made room.
 func (c *Cache) Decide(ctx context.Context, steps ...ratelimit.Step) (ratelimit.Decisions, error) {
-	sent := c.now()                          // before asking Redis, which decides later: deadlines from here are never late
+	sent, seen := c.now(), c.entries.seen()  // before asking Redis, which decides later: deadlines from here are never late
 	refunds := c.forgetRefunded(steps, sent) // the refund makes room
 	if len(steps) > 0 && steps[0].Script().Cacheable {
 		if d, ok := c.refuse(steps[0].Checks(), sent); ok {
@@ -128,12 +128,12 @@ func (c *Cache) Decide(ctx context.Context, steps ...ratelimit.Step) (ratelimit.
 	}
 	ds, err := c.l.Decide(ctx, steps...)
 	if refunds {
-		c.forgetRefunded(steps, c.now()) // and again once made: a refusal sent before may come back after
+		c.forgetRefunded(steps, c.now()) // and again once made: a refusal Redis decided before it may come back after
 		return ds, err
 	}
 	for _, s := range steps {
 		if d, ran := ds.Of(s); ran && s.Script().Cacheable {
-			c.learn(d, s.Checks(), sent)
+			c.learn(d, s.Checks(), sent, seen)
 		}
 	}
 	return ds, err
@@ -172,7 +172,7 @@ var ErrNotAnnounced = errors.New("denycache: key forgotten, not announced to the
 func (c *Cache) Forget(ctx context.Context, ch ratelimit.Check) error {
 	key := c.l.Key(ch)
 	err := c.l.Forget(ctx, ch)
-	c.entries.forget(key, c.now()) // after Redis forgot: a refusal sent before may still come back
+	c.entries.forget(key, c.now()) // after Redis forgot: a refusal decided before may still come back
 	if err != nil || c.rdb == nil {
 		return err
 	}
@@ -223,24 +223,25 @@ func (c *Cache) Close() error {
 	return nil
 }
 
-// learn teaches the cache what a decision over checks sent at sent says of their keys. A refusal
-// blocks its full keys until their RetryAfter, unless its keys may see withdrawals that free room
-// early: a split decision on a cluster, whose sibling admissions are withdrawn, is never cached.
-// An admission that left a bucket without a token (a cost taken into debt) blocks it until Reset.
-func (c *Cache) learn(d ratelimit.Decision, checks []ratelimit.Check, sent time.Time) {
+// learn teaches the cache what a decision over checks sent at sent, having seen seen forgets,
+// says of their keys (a key forgotten since is not learnt: entries). A refusal blocks its full
+// keys until their RetryAfter, unless its keys may see withdrawals that free room early: a split
+// decision on a cluster, whose sibling admissions are withdrawn, is never cached. An admission
+// that left a bucket without a token (a cost taken into debt) blocks it until Reset.
+func (c *Cache) learn(d ratelimit.Decision, checks []ratelimit.Check, sent time.Time, seen uint64) {
 	switch {
 	case !d.Allowed && !(c.cluster && len(checks) > 1):
 		for i, r := range d.Results {
 			// Redis's TIME counts whole microseconds, so its now can be up to 1µs behind
 			// the true moment it decided: the entry stops answering that microsecond early.
 			if wait := r.RetryAfter - time.Microsecond; wait > 0 {
-				c.entries.block(c.l.Key(checks[i]), checks[i], sent, sent.Add(min(wait, c.hold)), sent.Add(r.RetryAfter))
+				c.entries.block(c.l.Key(checks[i]), checks[i], seen, sent.Add(min(wait, c.hold)), sent.Add(r.RetryAfter))
 			}
 		}
 	case d.Allowed && len(checks) == 1 && checks[0].Policy.Algorithm == ratelimit.TokenBucket:
 		if r := d.Worst; r.Remaining == 0 && r.Reset > time.Microsecond {
 			wait := r.Reset - time.Microsecond
-			c.entries.block(c.l.Key(checks[0]), checks[0], sent, sent.Add(min(wait, c.hold)), sent.Add(r.Reset))
+			c.entries.block(c.l.Key(checks[0]), checks[0], seen, sent.Add(min(wait, c.hold)), sent.Add(r.Reset))
 		}
 	}
 }

@@ -212,11 +212,11 @@ func TestDenyCacheIsBounded(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	c := newEntries(3)
-	c.block("expired", ratelimit.Check{Identity: "expired"}, now, now.Add(-time.Second), now.Add(-time.Second))
-	c.block("soon", ratelimit.Check{Identity: "soon"}, now, now.Add(time.Second), now.Add(time.Second))
-	c.block("late", ratelimit.Check{Identity: "late"}, now, now.Add(time.Hour), now.Add(time.Hour))
-	c.block("new", ratelimit.Check{Identity: "new"}, now, now.Add(time.Minute), now.Add(time.Minute)) // pushes out "expired"
-	c.block("newer", ratelimit.Check{Identity: "newer"}, now, now.Add(time.Minute), now.Add(time.Minute))
+	c.block("expired", ratelimit.Check{Identity: "expired"}, 0, now.Add(-time.Second), now.Add(-time.Second))
+	c.block("soon", ratelimit.Check{Identity: "soon"}, 0, now.Add(time.Second), now.Add(time.Second))
+	c.block("late", ratelimit.Check{Identity: "late"}, 0, now.Add(time.Hour), now.Add(time.Hour))
+	c.block("new", ratelimit.Check{Identity: "new"}, 0, now.Add(time.Minute), now.Add(time.Minute)) // pushes out "expired"
+	c.block("newer", ratelimit.Check{Identity: "newer"}, 0, now.Add(time.Minute), now.Add(time.Minute))
 	if c.len() != 3 {
 		t.Fatalf("%d entries, want 3", c.len())
 	}
@@ -243,8 +243,8 @@ func TestAnEntryIsFoundByItsCheckUntilItGoes(t *testing.T) {
 	unnamed := ratelimit.Check{Policy: ratelimit.Policy{Name: "p", Limit: 1, Window: time.Minute}, Identity: "ana"}
 	named := unnamed
 	named.Policy.Algorithm = ratelimit.SlidingLog // the same Redis key
-	c.block("k-ana", unnamed, now, now.Add(time.Minute), now.Add(time.Minute))
-	c.block("k-ana", named, now, now.Add(time.Minute), now.Add(time.Minute))
+	c.block("k-ana", unnamed, 0, now.Add(time.Minute), now.Add(time.Minute))
+	c.block("k-ana", named, 0, now.Add(time.Minute), now.Add(time.Minute))
 	sizes("one key learnt under both spellings", 1)
 	if _, ok := c.blockedUntil(named, now); !ok {
 		t.Error("the entry is not found by the check it was last learnt under")
@@ -257,7 +257,7 @@ func TestAnEntryIsFoundByItsCheckUntilItGoes(t *testing.T) {
 	for i, id := range []string{"a", "b", "c"} { // the third evicts the first, which expires soonest
 		ch := unnamed
 		ch.Identity = id
-		c.block("k-"+id, ch, now, now.Add(time.Duration(i+1)*time.Minute), now.Add(time.Hour))
+		c.block("k-"+id, ch, 0, now.Add(time.Duration(i+1)*time.Minute), now.Add(time.Hour))
 	}
 	sizes("full, one evicted", 2)
 	if _, ok := c.blockedUntil(ratelimit.Check{Policy: unnamed.Policy, Identity: "a"}, now); ok {
@@ -279,11 +279,10 @@ func TestDenyCacheMemory(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	c := newEntries(n)
-	sent := time.Now()
-	until := sent.Add(time.Hour)
+	until := time.Now().Add(time.Hour)
 	for i := range n {
 		ch := ratelimit.Check{Policy: p, Identity: fmt.Sprintf("%011d", 52998224725+i)}
-		c.block(l.Key(ch), ch, sent, until, until)
+		c.block(l.Key(ch), ch, 0, until, until)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
@@ -292,7 +291,27 @@ func TestDenyCacheMemory(t *testing.T) {
 	if per > 420 {
 		t.Errorf("%.0f bytes per entry, want at most 420 (the package documentation's entry, with its key and identity)", per)
 	}
+
+	// The forgets it remembers beside them: as many, of other keys (a refund's, a desk's).
+	keys := make([]string, n) // made before measuring: a forget keeps the caller's key
+	for i := range keys {
+		keys[i] = l.Key(ratelimit.Check{Policy: p, Identity: fmt.Sprintf("%011d", 62998224725+i)})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	now := time.Now()
+	for _, key := range keys {
+		c.forget(key, now)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perForget := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("%.0f bytes per forget remembered, its key not included: %.1f MB for %d", perForget, perForget*n/1e6, n)
+	if perForget > 110 {
+		t.Errorf("%.0f bytes per forget, want at most 110 (entries' documentation: about 95)", perForget)
+	}
 	runtime.KeepAlive(c)
+	runtime.KeepAlive(keys)
 }
 
 // TestForgetUnblocksEveryReplica: a key both replicas hold as full in their deny caches is
@@ -373,15 +392,25 @@ func TestTheCacheLearnsDebtAndForgetsRefunds(t *testing.T) {
 	}
 }
 
-// cacheOn is a Limiter on rdb, its scripts run by runner (nil: the default), behind a deny cache
-// that holds a block a minute.
-func cacheOn(t *testing.T, rdb redis.UniversalClient, runner ratelimit.Runner) (*ratelimit.Limiter, *Cache) {
+// cacheOn is a Limiter on srv (a client with opts, when given), its scripts run by runner (nil:
+// the default) on clk (nil: the real clock), behind a deny cache that holds a block a minute.
+func cacheOn(t *testing.T, srv *redistest.Server, runner ratelimit.Runner, clk *clocktest.Clock, opts ...func(*redis.Options)) (*ratelimit.Limiter, *Cache) {
 	t.Helper()
-	l, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: testSecret, Timeout: generous, Runner: runner})
+	rdb := srv.Client(func(o *redis.Options) {
+		ratelimit.ClientOptions(o, generous)
+		for _, opt := range opts {
+			opt(o)
+		}
+	})
+	lo, co := ratelimit.Options{KeySecret: testSecret, Timeout: generous, Runner: runner}, Options{Hold: time.Minute}
+	if clk != nil {
+		lo.Now, co.Now = clk.Now, clk.Now
+	}
+	l, err := ratelimit.New(rdb, lo)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(l, rdb, "", Options{Hold: time.Minute})
+	c, err := New(l, rdb, "", co)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,11 +428,7 @@ func TestAKeyForgottenButNotAnnouncedIsForgotten(t *testing.T) {
 	if err := admin.Do(t.Context(), "ACL", "SETUSER", "nopublish", "on", ">a-test-password", "+@all", "-publish", "~*", "&*").Err(); err != nil {
 		t.Fatal(err)
 	}
-	rdb := srv.Client(func(o *redis.Options) {
-		ratelimit.ClientOptions(o, generous)
-		o.Username, o.Password = "nopublish", "a-test-password"
-	})
-	l, c := cacheOn(t, rdb, nil)
+	l, c := cacheOn(t, srv, nil, nil, func(o *redis.Options) { o.Username, o.Password = "nopublish", "a-test-password" })
 	ch := ratelimit.Check{Policy: ratelimit.Policy{Name: "login-account", Limit: 1, Window: time.Minute}, Identity: "52998224725"}
 	for range 3 { // admitted, refused by Redis, refused from memory
 		if _, err := c.AllowAll(t.Context(), ch); err != nil {
@@ -421,52 +446,66 @@ func TestAKeyForgottenButNotAnnouncedIsForgotten(t *testing.T) {
 	}
 }
 
-// heldReply is a Runner whose next decision runs in Redis at once and has its reply held until
-// release is closed: an answer still on its way back when something else happens.
-type heldReply struct {
-	next    ratelimit.Runner
-	hold    atomic.Bool
-	ran     chan struct{}
-	release chan struct{}
+// gated is a Runner whose next call, once a gate is set, stops at it: before Redis runs it
+// (before) or after, its reply held; it says so on arrived and goes on when open is closed.
+type gated struct {
+	next ratelimit.Runner
+	gate atomic.Pointer[gate]
 }
 
-func (h *heldReply) Run(ctx context.Context, a ratelimit.Algorithm, keys []string, c ratelimit.Call) (ratelimit.Reply, error) {
-	r, err := h.next.Run(ctx, a, keys, c)
-	if h.hold.CompareAndSwap(true, false) {
-		h.ran <- struct{}{}
-		<-h.release
+type gate struct {
+	before        bool
+	arrived, open chan struct{}
+}
+
+// stop sets a gate for the next call, before Redis runs it or after, and returns it.
+func (g *gated) stop(before bool) *gate {
+	gt := &gate{before: before, arrived: make(chan struct{}), open: make(chan struct{})}
+	g.gate.Store(gt)
+	return gt
+}
+
+func (g *gated) Run(ctx context.Context, a ratelimit.Algorithm, keys []string, c ratelimit.Call) (ratelimit.Reply, error) {
+	gt := g.gate.Swap(nil)
+	wait := func() { close(gt.arrived); <-gt.open }
+	if gt != nil && gt.before {
+		wait()
+	}
+	r, err := g.next.Run(ctx, a, keys, c)
+	if gt != nil && !gt.before {
+		wait()
 	}
 	return r, err
 }
 
 // TestARefusalComingBackAfterAForgetBlocksNothing: Redis refuses a request, the desk clears the
 // key (Forget) while that refusal is on its way back, and the refusal then arrives: the cache does
-// not learn it, since it predates the forget. The next request is Redis's to decide, and Redis
-// admits it. Before, the cache blocked the key again for the hold and told the customer to wait
-// the whole window.
+// not learn it, since Redis decided it before the forget. The next request is Redis's to decide,
+// and Redis admits it. Before, the cache blocked the key again for the hold and told the customer
+// to wait the whole window. The clock stands still: the forget is told from the refusal by
+// number, not by time.
 func TestARefusalComingBackAfterAForgetBlocksNothing(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	rdb := srv.Client(func(o *redis.Options) { ratelimit.ClientOptions(o, generous) })
-	held := &heldReply{next: ratelimit.Scripts(rdb), ran: make(chan struct{}), release: make(chan struct{})}
-	_, c := cacheOn(t, rdb, held)
+	runner := &gated{next: ratelimit.Scripts(srv.Client(nil))}
+	_, c := cacheOn(t, srv, runner, clocktest.New())
 	ch := ratelimit.Check{Policy: ratelimit.Policy{Name: "login-account", Limit: 2, Window: 10 * time.Minute}, Identity: "52998224725"}
 	for range 2 {
 		if d, err := c.AllowAll(t.Context(), ch); err != nil || !d.Allowed {
 			t.Fatalf("under the limit: %+v, %v", d, err)
 		}
 	}
-	held.hold.Store(true)
+	held := runner.stop(false)
 	refused := make(chan ratelimit.Decision, 1)
 	go func() {
 		d, _ := c.AllowAll(context.Background(), ch)
 		refused <- d
 	}()
-	<-held.ran // Redis has refused it; its answer waits
+	<-held.arrived // Redis has refused it; its answer waits
 	if err := c.Forget(t.Context(), ch); err != nil {
 		t.Fatal(err)
 	}
-	close(held.release)
+	close(held.open)
 	if d := <-refused; d.Allowed {
 		t.Fatalf("the request decided before the forget: %+v, want refused", d)
 	}
@@ -475,43 +514,90 @@ func TestARefusalComingBackAfterAForgetBlocksNothing(t *testing.T) {
 	}
 }
 
-// TestAForgetIsRememberedWhileADecisionMayBeOnItsWay: a decision sent before its key's last
-// forget is not learnt, one sent after is; a forget let go (past forgetMemory, or past the
-// cache's size) still keeps every decision sent before it from being learnt.
+// TestARefusalDecidedBeforeARefundBlocksNothing: a refund is on its way to Redis; a request on
+// its key, sent after the refund was, is refused by Redis before the refund runs, and its answer
+// comes back after the refund's. The cache does not learn it: the refund made room, and Redis
+// admits the next request. (The forget made as the refund is sent does not cover this request:
+// the one made once it has run does.)
+func TestARefusalDecidedBeforeARefundBlocksNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	runner := &gated{next: ratelimit.Scripts(srv.Client(nil))}
+	_, c := cacheOn(t, srv, runner, clocktest.New()) // time stands still: no refill
+	ctx := context.Background()
+	ch := ratelimit.Check{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: 2, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: 2}, Identity: "payer"}
+	if ds, err := c.Decide(ctx, ratelimit.ChargeStep(ch, 2)); err != nil || !ds.Last().Allowed {
+		t.Fatalf("a charge of the bucket's 2 tokens: %+v, %v", ds.Last(), err)
+	}
+	sending := runner.stop(true)
+	refunded := make(chan error, 1)
+	go func() {
+		_, err := c.Decide(ctx, ratelimit.RefundStep(1, ch))
+		refunded <- err
+	}()
+	<-sending.arrived // the refund is on its way, not yet run
+	held := runner.stop(false)
+	refused := make(chan ratelimit.Decision, 1)
+	go func() {
+		d, _ := c.AllowAll(ctx, ch)
+		refused <- d
+	}()
+	<-held.arrived // Redis has refused it (the bucket is empty); its answer waits
+	close(sending.open)
+	if err := <-refunded; err != nil {
+		t.Fatal(err)
+	}
+	close(held.open)
+	if d := <-refused; d.Allowed {
+		t.Fatalf("the request decided before the refund: %+v, want refused", d)
+	}
+	if d, err := c.AllowAll(ctx, ch); err != nil || !d.Allowed || d.DenyCached {
+		t.Errorf("after the refund: %+v, %v; want admitted by Redis, not refused from memory", d, err)
+	}
+}
+
+// TestAForgetIsRememberedWhileADecisionMayBeOnItsWay: a decision that saw fewer forgets than its
+// key's last is not learnt, one that saw it is; a key forgotten again and again lets go only its
+// own older forgets; a forget let go (past the cache's size, or past forgetMemory) still keeps
+// every decision that did not see it from being learnt.
 func TestAForgetIsRememberedWhileADecisionMayBeOnItsWay(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	later := now.Add(time.Hour)
 	c := newEntries(2)
-	ana, bia := ratelimit.Check{Identity: "ana"}, ratelimit.Check{Identity: "bia"}
-	blocked := func(ch ratelimit.Check) bool { _, ok := c.blockedUntil(ch, now); return ok }
+	blocked := func(id string) bool { _, ok := c.blockedUntil(ratelimit.Check{Identity: id}, now); return ok }
+	block := func(id string, seen uint64) { c.block(id, ratelimit.Check{Identity: id}, seen, later, later) }
 
-	c.forget("ana", now)
-	c.block("ana", ana, now.Add(-time.Nanosecond), later, later)
-	if blocked(ana) {
-		t.Error("a refusal sent before the key was forgotten was learnt")
+	before := c.seen()
+	c.forget("ana", now) // 1
+	block("ana", before)
+	if blocked("ana") {
+		t.Error("a refusal that did not see the key's forget was learnt")
 	}
-	c.block("ana", ana, now, later, later)
-	if !blocked(ana) {
-		t.Error("a refusal sent after the forget was not learnt")
+	block("ana", c.seen())
+	if !blocked("ana") {
+		t.Error("a refusal that saw the forget was not learnt")
 	}
 
-	c.forget("x", now.Add(time.Second))
-	c.forget("y", now.Add(2*time.Second)) // the cache holds 2 forgets: "ana"'s is let go
-	c.block("bia", bia, now.Add(-time.Millisecond), later, later)
-	if blocked(bia) {
-		t.Error("a refusal sent before a forget let go for room was learnt")
+	for range 3 {
+		c.forget("bank", now) // 2, 3, 4: a refund's key; "ana"'s 1 let go for room
 	}
-	c.forget("z", now.Add(forgetMemory+time.Minute)) // "x" and "y" let go for age
-	c.block("bia", bia, now.Add(1500*time.Millisecond), later, later)
-	if blocked(bia) {
-		t.Error("a refusal sent before a forget let go for age was learnt")
+	block("bia", 1) // saw "ana"'s: learnt, whatever "bank"'s forgets let go
+	if !blocked("bia") {
+		t.Error("a refusal was not learnt after one key's forgets filled the memory")
 	}
-	c.block("bia", bia, now.Add(forgetMemory+2*time.Minute), later, later)
-	if !blocked(bia) {
-		t.Error("a refusal sent after every forget was not learnt")
+	block("cara", 0) // did not see "ana"'s, let go
+	if blocked("cara") {
+		t.Error("a refusal that did not see a forget let go for room was learnt")
 	}
-	if len(c.forgottenAt) != 1 || len(c.forgets) != 1 {
-		t.Errorf("%d keys and %d forgets remembered, want 1 and 1", len(c.forgottenAt), len(c.forgets))
+
+	c.forget("zé", now.Add(forgetMemory+time.Second)) // 5: "bank"'s 3 and 4 let go for age
+	block("dan", 4)
+	block("eve", 3)
+	if !blocked("dan") || blocked("eve") {
+		t.Errorf("dan (saw 4) blocked %v, eve (saw 3) blocked %v; want true and false", blocked("dan"), blocked("eve"))
+	}
+	if len(c.forgotten) != 1 || len(c.recent) != 1 {
+		t.Errorf("%d keys and %d forgets remembered, want 1 and 1", len(c.forgotten), len(c.recent))
 	}
 }

@@ -3,6 +3,7 @@ package denycache
 import (
 	"container/heap"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
@@ -16,32 +17,37 @@ import (
 // TestDenyCacheMemory measures it); when full, the entry that expires soonest goes first,
 // which is an expired one whenever there is one.
 //
-// They also remember when each key was last forgotten here (a desk's reset, a refund, another
-// replica's announcement), so that a refusal Redis decided before the forget, whose answer comes
-// back after it, does not block the key again: a decision sent before its key's last forget is
-// not learnt. That memory keeps the forgets of the last forgetMemory, at most max of them; a
-// decision sent before one it has let go is not learnt either (floor), which costs a Redis call,
-// never a wrong refusal.
+// They also number the forgets (a desk's reset, another replica's announcement, a refund: each
+// made once its change is made in Redis, a refund's also as it is sent) and remember each key's
+// last, so that a refusal Redis decided before a forget, whose answer comes back after it, does
+// not block the key again: a decision is learnt only if its key was not forgotten after the
+// decision read the count (seen), before it was sent. Numbers, not clock readings: two readings
+// can be equal (a test's clock stands still). That memory keeps the forgets of the last
+// forgetMemory, at most max of them (about 95 bytes each besides its key, TestDenyCacheMemory);
+// a decision that saw fewer forgets than one it has let go is not learnt either (floor), which
+// costs a Redis call, never a wrong refusal.
 type entries struct {
-	max int
+	max     int
+	forgets atomic.Uint64 // how many forgets were made; changed under mu
 
 	mu      sync.Mutex
 	entries map[string]*denied
 	byCheck map[checkOf]*denied
 	byUntil untilHeap
 
-	forgottenAt map[string]time.Time // each key's last forget still remembered
-	forgets     []forgetting         // the same, oldest first
-	floor       time.Time            // the latest forget let go: decisions sent before it are not learnt
+	forgotten map[string]uint64 // each key's last forget still remembered, by its number
+	recent    []forgetting      // the forgets remembered, oldest first
+	floor     uint64            // the latest forget let go: a decision that saw fewer is not learnt
 }
 
 // forgetMemory is how long a key's forget is remembered: longer than any decision is on its way
 // (a call's budget, REDIS_TIMEOUT, is a minute at most).
 const forgetMemory = 2 * time.Minute
 
-// forgetting is one forget of key at at.
+// forgetting is forget number n, of key, at at.
 type forgetting struct {
 	key string
+	n   uint64
 	at  time.Time
 }
 
@@ -68,8 +74,11 @@ type denied struct {
 
 func newEntries(max int) *entries {
 	return &entries{max: max, entries: make(map[string]*denied), byCheck: make(map[checkOf]*denied),
-		forgottenAt: make(map[string]time.Time)}
+		forgotten: make(map[string]uint64)}
 }
+
+// seen is how many forgets were made: a decision reads it before it is sent, for block.
+func (c *entries) seen() uint64 { return c.forgets.Load() }
 
 // blockedUntil reports until when ch's key is known to be full under ch's policy, if the entry
 // still answers at now. An entry learnt under another policy (a decision made under the account's
@@ -89,13 +98,12 @@ func (c *entries) blockedUntil(ch ratelimit.Check, now time.Time) (time.Time, bo
 }
 
 // block records that ch's key, key, is full under ch's policy until deadline, an entry that
-// answers until until (≤ deadline), as a decision sent at sent said; unless the key was forgotten
-// after sent: the decision may predate the forget. (Each forget is read once its change is made:
-// a decision sent then or later was decided after it.)
-func (c *entries) block(key string, ch ratelimit.Check, sent, until, deadline time.Time) {
+// answers until until (≤ deadline), as a decision that had seen seen forgets said; unless the key
+// was forgotten since: Redis may have decided before the forget.
+func (c *entries) block(key string, ch ratelimit.Check, seen uint64, until, deadline time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if at, ok := c.forgottenAt[key]; (ok && sent.Before(at)) || sent.Before(c.floor) {
+	if c.forgotten[key] > seen || c.floor > seen {
 		return
 	}
 	if e, ok := c.entries[key]; ok {
@@ -116,28 +124,25 @@ func (c *entries) block(key string, ch ratelimit.Check, sent, until, deadline ti
 	c.byCheck[e.check] = e
 }
 
-// forget drops key's entry, if any: its key may have room before the entry's deadline. It
-// remembers that key was forgotten at at, so that no decision sent before is learnt (block).
+// forget drops key's entry, if any: its key may have room before the entry's deadline. It counts
+// the forget, made at at, and remembers it for key, so that no decision sent before is learnt
+// (block).
 func (c *entries) forget(key string, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[key]; ok {
 		c.removeLocked(e)
 	}
-	if at.Before(c.forgottenAt[key]) { // an earlier clock reading, come late: the later one stands
-		return
-	}
-	c.forgottenAt[key] = at
-	c.forgets = append(c.forgets, forgetting{key, at})
-	for len(c.forgets) > 0 && (len(c.forgets) > c.max || c.forgets[0].at.Before(at.Add(-forgetMemory))) {
-		old := c.forgets[0]
-		c.forgets[0] = forgetting{}
-		c.forgets = c.forgets[1:]
-		if c.forgottenAt[old.key] == old.at {
-			delete(c.forgottenAt, old.key)
-		}
-		if old.at.After(c.floor) {
-			c.floor = old.at
+	n := c.forgets.Add(1)
+	c.forgotten[key] = n
+	c.recent = append(c.recent, forgetting{key, n, at})
+	for len(c.recent) > 0 && (len(c.recent) > c.max || c.recent[0].at.Before(at.Add(-forgetMemory))) {
+		old := c.recent[0]
+		c.recent[0] = forgetting{}
+		c.recent = c.recent[1:]
+		if c.forgotten[old.key] == old.n { // not forgotten again since: its memory goes
+			delete(c.forgotten, old.key)
+			c.floor = max(c.floor, old.n)
 		}
 	}
 }
