@@ -597,9 +597,11 @@ func (cfg *environment) checkMoney(p *problems) pix.Rules {
 	return rules
 }
 
-// moneyOffRules names the rules of r apart from the central bank's (docs/rules.md): its night cap
-// between persons of R$ 1.000,00 from 20:00 to 06:00, a raise in force 24 to 48 hours after it is
-// asked, and R$ 200,00 a transfer and R$ 1.000,00 a day from a device not registered.
+// moneyOffRules names the rules of r off the central bank's (docs/rules.md): looser than its night
+// cap between persons of R$ 1.000,00 over 20:00 to 06:00 (a higher cap, none, or a night that
+// leaves part of those hours out), or than its R$ 200,00 a transfer and R$ 1.000,00 a day from a
+// device not registered; or a raise in force sooner than 24 hours or later than 48 after it is
+// asked. A stricter bank is named nowhere.
 func moneyOffRules(r pix.Rules) []string {
 	var off []string
 	looser := func(name string, cents, rule int64, what string) {
@@ -610,8 +612,10 @@ func moneyOffRules(r pix.Rules) []string {
 	looser("NIGHT_LIMIT_CENTS", r.Night.LimitCents, 100_000, "the central bank caps a night's payments between persons at R$ 1.000,00 (100000)")
 	looser("NEW_DEVICE_TRANSFER_LIMIT_CENTS", r.NewDeviceTransferCents, 20_000, "the central bank caps a transfer from a device not registered at R$ 200,00 (20000)")
 	looser("NEW_DEVICE_DAY_LIMIT_CENTS", r.NewDeviceDayCents, 100_000, "the central bank caps a day's transfers from devices not registered at R$ 1.000,00 (100000)")
-	if r.Night.Start != 20*time.Hour || r.Night.End != 6*time.Hour {
-		off = append(off, fmt.Sprintf("NIGHT_START=%s, NIGHT_END=%s: the central bank's night runs from 20:00 (22:00 at the customer's choice) to 06:00",
+	day := 24 * time.Hour
+	length, at20 := (r.Night.End-r.Night.Start+day)%day, (20*time.Hour-r.Night.Start+day)%day
+	if at20+10*time.Hour > length { // 20:00 to 06:00 is not all inside the night
+		off = append(off, fmt.Sprintf("NIGHT_START=%s, NIGHT_END=%s: the central bank's night covers 20:00 (22:00 at the customer's choice) to 06:00",
 			clock(r.Night.Start), clock(r.Night.End)))
 	}
 	if d := r.IncreaseDelay; d < 24*time.Hour || d > 48*time.Hour {

@@ -42,12 +42,12 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
-// TestTheMoneyDefaultsAreTheCentralBanks: with nothing set, the ledger holds the rules a real
-// bank must (docs/rules.md): R$ 1.000,00 a night between persons from 20:00 to 06:00 São Paulo
-// time, R$ 200,00 a transfer and R$ 1.000,00 a day from a device not registered, a raise in
-// force 24 hours after it is asked, a new device registered a day later, and the bank's own day limit of R$ 10.000,00 (api.md). Every
-// other test sets these; only this one would see a default change.
-func TestTheMoneyDefaultsAreTheCentralBanks(t *testing.T) {
+// TestTheMoneyDefaults: with nothing set, the ledger holds the rules a real bank must
+// (docs/rules.md): R$ 1.000,00 a night between persons from 20:00 to 06:00 São Paulo time,
+// R$ 200,00 a transfer and R$ 1.000,00 a day from a device not registered, a raise in force 24
+// hours after it is asked; and the bank's own: a new device registered a day later, a day limit
+// of R$ 10.000,00 (api.md). Every other test sets these; only this one sees a default change.
+func TestTheMoneyDefaults(t *testing.T) {
 	t.Parallel()
 	cfg, err := load(nil)
 	if err != nil {
@@ -693,6 +693,9 @@ func TestMoneyOffTheRulesIsNamed(t *testing.T) {
 	}{
 		{nil, nil},
 		{map[string]string{"NIGHT_LIMIT_CENTS": "50000", "NEW_DEVICE_TRANSFER_LIMIT_CENTS": "10000", "LIMIT_INCREASE_DELAY": "48h"}, nil},
+		{map[string]string{"NIGHT_START": "19:00", "NIGHT_END": "07:00"}, nil}, // a longer night: stricter
+		{map[string]string{"NIGHT_START": "22:00"}, []string{"NIGHT_START=22:00, NIGHT_END=06:00"}},
+		{map[string]string{"NIGHT_START": "20:00", "NIGHT_END": "05:00"}, []string{"NIGHT_START=20:00, NIGHT_END=05:00"}},
 		{map[string]string{"NIGHT_LIMIT_CENTS": "0", "NEW_DEVICE_DAY_LIMIT_CENTS": "100001", "LIMIT_INCREASE_DELAY": "2h"},
 			[]string{"NIGHT_LIMIT_CENTS=0", "NEW_DEVICE_DAY_LIMIT_CENTS=100001", "LIMIT_INCREASE_DELAY=2h0m0s"}},
 		{map[string]string{"NEW_DEVICE_TRANSFER_LIMIT_CENTS": "0", "NIGHT_START": "21:00", "LIMIT_INCREASE_DELAY": "72h"},

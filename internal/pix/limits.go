@@ -16,9 +16,9 @@ import (
 //     payer's night starts at the bank's NightCap.Start or, at the customer's choice, at 20:00 or
 //     22:00 (Instrução Normativa BCB nº 185/2021), and ends at NightCap.End.
 //   - A day limit (DayLimitCents) over every transfer of a São Paulo calendar day.
-//   - Limits the customer sets (Res. BCB 142/2021): lowered at once, raised only
-//     IncreaseDelay after the request (24 hours by default; the rule asks 24 to 48), so that a fraudster holding the phone
-//     for an evening cannot raise a limit and empty the account.
+//   - Limits the customer sets (Res. BCB 142/2021): lowered at once, raised only IncreaseDelay
+//     after the request (24 hours by default; the rule asks 24 to 48), so that a fraudster
+//     holding the phone for an evening cannot raise a limit and empty the account.
 //   - New devices (the central bank's rule of July 2024, in force since 1 November 2024): a
 //     device not registered for PIX under the customer's strong authentication may send at most
 //     NewDeviceTransferCents per transfer and NewDeviceDayCents per day in all.
