@@ -614,8 +614,53 @@ func TestEveryFuzzTargetIsListed(t *testing.T) {
 	}
 	_, readme, _ := strings.Cut(string(src), "Fuzz targets:")
 	readme, _, _ = strings.Cut(readme, "e.g.")
-	fset, found := token.NewFileSet(), 0
-	err = filepath.WalkDir(".", func(p string, d os.DirEntry, err error) error {
+	found := 0
+	for name, at := range testFuncs(t) {
+		if strings.HasPrefix(name, "Fuzz") {
+			found++
+			if !strings.Contains(readme, "`"+name+"`") {
+				t.Errorf("%s: %s is not among the README's fuzz targets", at, name)
+			}
+		}
+	}
+	if found == 0 {
+		t.Error("no fuzz target found")
+	}
+}
+
+// TestEveryTestTheDocsNameExists: a test, benchmark, fuzz target or example that README.md or
+// docs/ names in back quotes, as the proof of a claim or the command of a figure, is one the
+// repository has: renamed or removed, the claim has lost its proof.
+func TestEveryTestTheDocsNameExists(t *testing.T) {
+	t.Parallel()
+	defined := testFuncs(t)
+	named := regexp.MustCompile("`((?:Test|Benchmark|Fuzz|Example)[A-Z][A-Za-z0-9_]*)")
+	checked := 0
+	for _, doc := range docs(t) {
+		src, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, line := range strings.Split(string(src), "\n") {
+			for _, m := range named.FindAllStringSubmatch(line, -1) {
+				checked++
+				if _, ok := defined[m[1]]; !ok {
+					t.Errorf("%s:%d names %s, which no _test.go file defines", doc, n+1, m[1])
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("the docs name no test")
+	}
+}
+
+// testFuncs are the repository's top-level functions of its _test.go files, each with where it
+// is defined.
+func testFuncs(t *testing.T) map[string]string {
+	t.Helper()
+	fset, funcs := token.NewFileSet(), map[string]string{}
+	err := filepath.WalkDir(".", func(p string, d os.DirEntry, err error) error {
 		if err != nil || !strings.HasSuffix(p, "_test.go") {
 			return err
 		}
@@ -624,11 +669,8 @@ func TestEveryFuzzTargetIsListed(t *testing.T) {
 			return err
 		}
 		for _, d := range f.Decls {
-			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && strings.HasPrefix(fd.Name.Name, "Fuzz") {
-				found++
-				if !strings.Contains(readme, "`"+fd.Name.Name+"`") {
-					t.Errorf("%s: %s is not among the README's fuzz targets", fset.Position(fd.Pos()), fd.Name.Name)
-				}
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil {
+				funcs[fd.Name.Name] = fset.Position(fd.Pos()).String()
 			}
 		}
 		return nil
@@ -636,7 +678,5 @@ func TestEveryFuzzTargetIsListed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if found == 0 {
-		t.Error("no fuzz target found")
-	}
+	return funcs
 }
