@@ -34,6 +34,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -420,15 +421,17 @@ func (h *withdrawalHeap) Pop() any {
 
 // mayHaveRun reports whether a failed call may have run in Redis, then or later: anything but a
 // failure that surely sent nothing (a dial that failed, a pool with no connection to give, an open
-// breaker) or a
-// reply of Redis's own refusing to run it (an error reply: BUSY, LOADING, READONLY, OOM, ...). A
-// timeout, a reset or an EOF after the script was sent may have run it.
+// breaker) or a reply of Redis's own refusing to run it (an error reply: BUSY, LOADING, READONLY,
+// OOM, ...). A timeout, a reset or an EOF after the script was sent may have run it; so may a
+// script that failed as it ran ("ERR user_script:…", Redis 7's reply to a Lua error): Redis does
+// not roll a script back, and a batch's or a sequence's earlier members may have been recorded
+// before a later one failed.
 func mayHaveRun(err error) bool {
 	var re redis.Error
 	var oe *net.OpError
 	switch {
-	case errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded): // Redis answered: it refused
-		return false
+	case errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded): // Redis answered
+		return strings.HasPrefix(re.Error(), "ERR user_script:")
 	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed), errors.Is(err, ratelimit.ErrNotSent):
 		return false
 	case errors.As(err, &oe) && oe.Op == "dial":

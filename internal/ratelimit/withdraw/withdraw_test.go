@@ -382,8 +382,15 @@ func settledQueue(t *testing.T, r *Runner) {
 	}
 }
 
+// replyError is an error reply of Redis's, as go-redis returns it (redis.Error).
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
 // TestMayHaveRun: only a failure that surely sent nothing, or Redis's own refusal, says the
-// script did not run; a timeout, a reset or an EOF after sending may have run it.
+// script did not run; a timeout, a reset or an EOF after sending may have run it, and so may a
+// script that failed as it ran (a batch's later member, after earlier ones were recorded).
 func TestMayHaveRun(t *testing.T) {
 	for _, tt := range []struct {
 		err  error
@@ -396,6 +403,10 @@ func TestMayHaveRun(t *testing.T) {
 		{redis.ErrPoolTimeout, false},
 		{fmt.Errorf("%w: %w", ErrUnavailable, redis.ErrClosed), false},
 		{fmt.Errorf("%w: %w", ErrUnavailable, ratelimit.ErrNotSent), false},
+		{fmt.Errorf("%w: %w", ErrUnavailable, replyError("ERR user_script:79: pixlimit: unknown operation x script: 5e1f, on @user_script:79.")), true},
+		{replyError("READONLY You can't write against a read only replica. script: 5e1f, on @user_script:52."), false},
+		{replyError("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT."), false},
+		{replyError("NOSCRIPT No matching script. Please use EVAL."), false},
 	} {
 		if got := mayHaveRun(tt.err); got != tt.want {
 			t.Errorf("mayHaveRun(%v) = %v, want %v", tt.err, got, tt.want)
