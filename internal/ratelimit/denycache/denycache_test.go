@@ -275,18 +275,15 @@ func TestDenyCacheMemory(t *testing.T) {
 	const n = 100_000
 	l := fleet(t, redistest.Start(t), "", 1, nil, nil)[0].l
 	p := ratelimit.Policy{Name: "login-account", Limit: 5, Window: time.Minute}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	c := newEntries(n)
-	until := time.Now().Add(time.Hour)
-	for i := range n {
-		ch := ratelimit.Check{Policy: p, Identity: fmt.Sprintf("%011d", 52998224725+i)}
-		c.block(l.Key(ch), ch, 0, until, until)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	var c *entries
+	per := heapGrowth(func() {
+		c = newEntries(n)
+		until := time.Now().Add(time.Hour)
+		for i := range n {
+			ch := ratelimit.Check{Policy: p, Identity: fmt.Sprintf("%011d", 52998224725+i)}
+			c.block(l.Key(ch), ch, 0, until, until)
+		}
+	}) / n
 	t.Logf("%.0f bytes per entry, its key and CPF included: %.1f MB for %d", per, per*n/1e6, n)
 	if per > 420 {
 		t.Errorf("%.0f bytes per entry, want at most 420 (the package documentation's entry, with its key and identity)", per)
@@ -297,21 +294,29 @@ func TestDenyCacheMemory(t *testing.T) {
 	for i := range keys {
 		keys[i] = l.Key(ratelimit.Check{Policy: p, Identity: fmt.Sprintf("%011d", 62998224725+i)})
 	}
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	now := time.Now()
-	for _, key := range keys {
-		c.forget(key, now)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	perForget := float64(after.HeapAlloc-before.HeapAlloc) / n
+	perForget := heapGrowth(func() {
+		now := time.Now()
+		for _, key := range keys {
+			c.forget(key, now)
+		}
+	}) / n
 	t.Logf("%.0f bytes per forget remembered, its key not included: %.1f MB for %d", perForget, perForget*n/1e6, n)
 	if perForget > 110 {
 		t.Errorf("%.0f bytes per forget, want at most 110 (entries' documentation: about 95)", perForget)
 	}
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(keys)
+}
+
+// heapGrowth is how much the live heap grew while fn ran, in bytes, collected before and after.
+func heapGrowth(fn func()) float64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return float64(after.HeapAlloc) - float64(before.HeapAlloc)
 }
 
 // TestForgetUnblocksEveryReplica: a key both replicas hold as full in their deny caches is
