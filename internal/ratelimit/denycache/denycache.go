@@ -92,7 +92,7 @@ func New(l *ratelimit.Limiter, rdb redis.UniversalClient, prefix string, opts Op
 		go func() {
 			defer c.listening.Done()
 			for msg := range c.sub.Channel() {
-				c.entries.forget(msg.Payload, c.now())
+				c.entries.forget(c.now(), msg.Payload)
 			}
 		}()
 	}
@@ -119,16 +119,17 @@ func (c *Cache) AllowAll(ctx context.Context, checks ...ratelimit.Check) (rateli
 // refuses it (KnownFull asks the cache first). Every step's refusal teaches the cache (learn),
 // unless a refund among the steps may have made room.
 func (c *Cache) Decide(ctx context.Context, steps ...ratelimit.Step) (ratelimit.Decisions, error) {
-	sent, seen := c.now(), c.entries.seen()  // before asking Redis, which decides later: deadlines from here are never late
-	refunds := c.forgetRefunded(steps, sent) // the refund makes room
+	sent, seen := c.now(), c.entries.seen() // before asking Redis, which decides later: deadlines from here are never late
+	refunded := c.refundedKeys(steps)
+	c.entries.forget(sent, refunded...) // the refund makes room
 	if len(steps) > 0 && steps[0].Script().Cacheable {
 		if d, ok := c.refuse(steps[0].Checks(), sent); ok {
 			return ratelimit.DecisionsOf(steps, d), nil
 		}
 	}
 	ds, err := c.l.Decide(ctx, steps...)
-	if refunds {
-		c.forgetRefunded(steps, c.now()) // and again once made: a refusal Redis decided before it may come back after
+	if len(refunded) > 0 {
+		c.entries.forget(c.now(), refunded...) // and again once made: a refusal Redis decided before it may come back after
 		return ds, err
 	}
 	for _, s := range steps {
@@ -139,18 +140,17 @@ func (c *Cache) Decide(ctx context.Context, steps ...ratelimit.Step) (ratelimit.
 	return ds, err
 }
 
-// forgetRefunded forgets, at at, the keys of the steps that refund, and reports whether any does.
-func (c *Cache) forgetRefunded(steps []ratelimit.Step, at time.Time) bool {
-	refunds := false
+// refundedKeys are the keys of the steps that refund, in which a refund makes room.
+func (c *Cache) refundedKeys(steps []ratelimit.Step) []string {
+	var keys []string
 	for _, s := range steps {
 		if s.Script().Refunds {
-			refunds = true
 			for _, ch := range s.Checks() {
-				c.entries.forget(c.l.Key(ch), at)
+				keys = append(keys, c.l.Key(ch))
 			}
 		}
 	}
-	return refunds
+	return keys
 }
 
 // KnownFull answers checks as AllowAll would from memory alone, with no call: refused
@@ -172,7 +172,7 @@ var ErrNotAnnounced = errors.New("denycache: key forgotten, not announced to the
 func (c *Cache) Forget(ctx context.Context, ch ratelimit.Check) error {
 	key := c.l.Key(ch)
 	err := c.l.Forget(ctx, ch)
-	c.entries.forget(key, c.now()) // after Redis forgot: a refusal decided before may still come back
+	c.entries.forget(c.now(), key) // after Redis forgot: a refusal decided before may still come back
 	if err != nil || c.rdb == nil {
 		return err
 	}
@@ -199,7 +199,7 @@ var forgottenScript = redis.NewScript(forgottenSource)
 // limits changed (a re-tiered account).
 func (c *Cache) Forgotten(checks ...ratelimit.Check) {
 	for _, ch := range checks {
-		c.entries.forget(c.l.Key(ch), c.now())
+		c.entries.forget(c.now(), c.l.Key(ch))
 	}
 }
 

@@ -249,7 +249,7 @@ func TestAnEntryIsFoundByItsCheckUntilItGoes(t *testing.T) {
 	if _, ok := c.blockedUntil(named, now); !ok {
 		t.Error("the entry is not found by the check it was last learnt under")
 	}
-	c.forget("k-ana", now)
+	c.forget(now, "k-ana")
 	sizes("forgotten by key", 0)
 	if _, ok := c.blockedUntil(named, now); ok {
 		t.Error("a forgotten key is still found by its check")
@@ -297,7 +297,7 @@ func TestDenyCacheMemory(t *testing.T) {
 	perForget := heapGrowth(func() {
 		now := time.Now()
 		for _, key := range keys {
-			c.forget(key, now)
+			c.forget(now, key)
 		}
 	}) / n
 	t.Logf("%.0f bytes per forget remembered, its key not included: %.1f MB for %d", perForget, perForget*n/1e6, n)
@@ -574,7 +574,7 @@ func TestAForgetIsRememberedWhileADecisionMayBeOnItsWay(t *testing.T) {
 	block := func(id string, seen uint64) { c.block(id, ratelimit.Check{Identity: id}, seen, later, later) }
 
 	before := c.seen()
-	c.forget("ana", now) // 1
+	c.forget(now, "ana") // 1
 	block("ana", before)
 	if blocked("ana") {
 		t.Error("a refusal that did not see the key's forget was learnt")
@@ -585,7 +585,7 @@ func TestAForgetIsRememberedWhileADecisionMayBeOnItsWay(t *testing.T) {
 	}
 
 	for range 3 {
-		c.forget("bank", now) // 2, 3, 4: a refund's key; "ana"'s 1 let go for room
+		c.forget(now, "bank") // 2, 3, 4: a refund's key; "ana"'s 1 let go for room
 	}
 	block("bia", 1) // saw "ana"'s: learnt, whatever "bank"'s forgets let go
 	if !blocked("bia") {
@@ -596,7 +596,7 @@ func TestAForgetIsRememberedWhileADecisionMayBeOnItsWay(t *testing.T) {
 		t.Error("a refusal that did not see a forget let go for room was learnt")
 	}
 
-	c.forget("zé", now.Add(forgetMemory+time.Second)) // 5: "bank"'s 3 and 4 let go for age
+	c.forget(now.Add(forgetMemory+time.Second), "zé") // 5: "bank"'s 3 and 4 let go for age
 	block("dan", 4)
 	block("eve", 3)
 	if !blocked("dan") || blocked("eve") {

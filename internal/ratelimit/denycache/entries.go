@@ -124,12 +124,19 @@ func (c *entries) block(key string, ch ratelimit.Check, seen uint64, until, dead
 	c.byCheck[e.check] = e
 }
 
-// forget drops key's entry, if any: its key may have room before the entry's deadline. It counts
-// the forget, made at at, and remembers it for key, so that no decision sent before is learnt
-// (block).
-func (c *entries) forget(key string, at time.Time) {
+// forget drops each key's entry, if any: its key may have room before the entry's deadline. It
+// counts the forget, made at at, and remembers it for the key, so that no decision sent before is
+// learnt (block).
+func (c *entries) forget(at time.Time, keys ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for _, key := range keys {
+		c.forgetLocked(key, at)
+	}
+}
+
+// forgetLocked is forget of one key; c.mu is held.
+func (c *entries) forgetLocked(key string, at time.Time) {
 	if e, ok := c.entries[key]; ok {
 		c.removeLocked(e)
 	}
