@@ -155,20 +155,23 @@ func NewServer(d Deps) (http.Handler, error) {
 	return e, nil
 }
 
-// summarized says which answers are logged as counted summaries (edge): the refusals (429), and
-// what a token guesser or a scanner sends by the thousand: a bad token's 401 (a login's, bounded by
-// its IP key, each logged with its client, as a fraud team reads them), an unknown path's 404
-// and a made-up method's 405.
+// summarized says which answers are logged as counted summaries (edge): every client error
+// (4xx) but a failed login's 401, which keeps its line, with its client, as a fraud team reads
+// them (the login's IP key bounds them). The refusals (429) are most requests under a flood; and
+// what a client can send without limit is a 4xx too: a bad token's 401, an unknown path's 404, a
+// made-up method's 405, and a malformed body's 400, 413 or 415, which its route answers before
+// its limit decides (a mistake costs no quota), so that a line each would let one client fill
+// the log.
 func summarized(route string, status int) bool {
-	switch status {
-	case http.StatusTooManyRequests, http.StatusMethodNotAllowed:
-		return true
-	case http.StatusUnauthorized:
-		return route != "/v1/login"
-	case http.StatusNotFound:
-		return route == "unmatched"
-	}
-	return false
+	return status >= 400 && status < 500 && (status != http.StatusUnauthorized || route != "/v1/login")
+}
+
+// quiet says which answers are logged at debug level (edge): what a replica answers from memory,
+// reading and writing nothing, and that no limit bounds: the probes, which a container engine and
+// a proxy send every few seconds, the OpenAPI document, and an OPTIONS (Echo's, the methods a
+// route allows).
+func quiet(route, method string) bool {
+	return route == "/healthz" || route == "/readyz" || route == "/openapi.yaml" || method == http.MethodOptions
 }
 
 // marks marks an answer, as its status is written, not to be stored by any cache (a login's
@@ -203,13 +206,13 @@ func marked(next echo.HandlerFunc) echo.HandlerFunc {
 // (marks).
 //
 // The line says method, route, status, duration and client address; never the body, the query
-// or the headers, so no CPF, password or token reaches the log. Health and readiness checks,
-// which a container engine and a proxy send every few seconds, are logged at debug level. Labels
+// or the headers, so no CPF, password or token reaches the log. What a replica answers from
+// memory without a limit (quiet) is logged at debug level. Labels
 // and logged names come from fixed sets: the route templates registered (routes, filled once
 // they are) or "unmatched", the standard methods or "other", so that no request mints a series.
-// Refusals are logged as counted summaries (summarized), per route and status at most once per
-// interval of floods: under attack they are most requests, and a line each would cost more
-// than the answer.
+// Client errors, the refusals among them, are logged as counted summaries (summarized), per route
+// and status at most once per interval of floods: under attack they are most requests, and a
+// line each would cost more than the answer.
 func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]bool) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -237,7 +240,7 @@ func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]b
 				return nil
 			}
 			level := slog.LevelInfo
-			if route == "/healthz" || route == "/readyz" {
+			if quiet(route, method) {
 				level = slog.LevelDebug
 			}
 			logger.LogAttrs(c.Request().Context(), level, "request",

@@ -358,7 +358,8 @@ func BenchmarkRefusal(b *testing.B) {
 }
 
 // TestRefusalsAreLoggedAsSummaries: a flood of refused logins is not a flood of log lines: one
-// summary line per route and interval, saying how many were held back, and no line per request.
+// summary line per route and interval, saying how many were held back, and no line per request;
+// nor is a flood of any other client error, or of OPTIONS (at debug level).
 func TestRefusalsAreLoggedAsSummaries(t *testing.T) {
 	t.Parallel()
 	limits := lax()
@@ -381,7 +382,7 @@ func TestRefusalsAreLoggedAsSummaries(t *testing.T) {
 		}
 	}
 	out := logs.String()
-	if refused != 50 || strings.Count(out, `msg="requests refused"`) != 1 || strings.Contains(out, "msg=request method=POST route=/v1/login status=429") {
+	if refused != 50 || strings.Count(out, `msg="requests refused" route=/v1/login status=429`) != 1 || strings.Contains(out, "msg=request ") {
 		t.Errorf("%d refused; log:\n%s\nwant 50 refusals in one summary line, none logged one by one", refused, out)
 	}
 	// A token guesser's 401s and a scanner's 404s and 405s: a summary line each, not a line each.
@@ -395,8 +396,46 @@ func TestRefusalsAreLoggedAsSummaries(t *testing.T) {
 		}
 	}
 	out = logs.String()
-	if strings.Count(out, `msg="requests refused"`) != 4 || strings.Count(out, "msg=request ") != 2 { // the 2 logins admitted
+	if strings.Count(out, `msg="requests refused"`) != 5 || strings.Contains(out, "msg=request ") { // and the 2 malformed logins' 400s
 		t.Errorf("log:\n%s\nwant a summary line each for the 429s, the 401s, the 404s and the 405s, none one by one", out)
+	}
+	// What a signed-in client can send without limit: a malformed request, which its route answers
+	// before its limit decides (400, 413, 415), and an OPTIONS, answered by Echo from the routes.
+	token, err := s.tokens.Issue(auth.Subject{Account: "acct-diego", Payer: s.tokens.PayerID("93541134780"), Person: "PF", Device: "phone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct{ method, path, contentType, body string }{
+		{http.MethodGet, "/v1/statement?limit=abc", "", ""},
+		{http.MethodPost, "/v1/pix", "application/json", `{"key":"bruno@example.com","amount_cents":1}`}, // no Idempotency-Key
+		{http.MethodPost, "/v1/pix", "application/json", strings.Repeat(" ", 20<<10)},
+		{http.MethodPost, "/v1/pix", "text/plain", "{}"},
+		{http.MethodOptions, "/v1/pix", "", ""},
+	} {
+		for range 20 {
+			req := httptest.NewRequest(r.method, r.path, strings.NewReader(r.body))
+			req.Header.Set("Authorization", "Bearer "+token)
+			if r.contentType != "" {
+				req.Header.Set("Content-Type", r.contentType)
+			}
+			h.ServeHTTP(httptest.NewRecorder(), req)
+		}
+	}
+	out = logs.String()
+	for _, status := range []string{"400", "413", "415"} {
+		if !strings.Contains(out, `msg="requests refused" route=/v1/pix status=`+status) {
+			t.Errorf("log:\n%s\nwant a summary line for the PIX's %ss", out, status)
+		}
+	}
+	if strings.Count(out, `msg="requests refused"`) != 9 || strings.Contains(out, "msg=request ") {
+		t.Errorf("log:\n%s\nwant a summary line for the statement's 400s and one for each of the PIX's 400s, 413s and 415s, none one by one, and the OPTIONS at debug level", out)
+	}
+	// An answer a limit bounds keeps its line.
+	req := httptest.NewRequest(http.MethodGet, "/v1/statement", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	if out = logs.String(); strings.Count(out, "msg=request method=GET route=/v1/statement status=200") != 1 {
+		t.Errorf("log:\n%s\nwant the statement's 200 logged", out)
 	}
 }
 
