@@ -318,7 +318,8 @@ func validLogin(docErr error, password string) error {
 }
 
 // presentedDevice is the device token a login presents: the Device-Token header, else the
-// cookie. Two headers are ambiguous (a proxy may read one, the API another): no device's.
+// cookie. Two headers, or two cookies, are ambiguous (a proxy may read one, the API another): no
+// device's.
 func presentedDevice(c echo.Context) string {
 	switch vs := c.Request().Header.Values("Device-Token"); {
 	case len(vs) > 1:
@@ -326,8 +327,8 @@ func presentedDevice(c echo.Context) string {
 	case len(vs) == 1 && vs[0] != "":
 		return vs[0]
 	}
-	if ck, err := c.Cookie(deviceCookie); err == nil {
-		return ck.Value
+	if cks := c.Request().CookiesNamed(deviceCookie); len(cks) == 1 {
+		return cks[0].Value
 	}
 	return ""
 }

@@ -536,8 +536,8 @@ func TestNoAnswerIsStored(t *testing.T) {
 }
 
 // TestTwoDeviceTokensAreNone: a login's Device-Token moves its count from the document's key to
-// its device's; two Device-Token headers are ambiguous (a proxy may read one, the API another)
-// and move nothing: with the document's key full, a login with its device's token is decided by
+// its device's, as its cookie does; two Device-Token headers, or two cookies, are ambiguous (a
+// proxy may read one, the API another) and move nothing: with the document's key full, a login with its device's token is decided by
 // the device's key, and one that adds a second header by the document's, refused.
 func TestTwoDeviceTokensAreNone(t *testing.T) {
 	t.Parallel()
@@ -554,23 +554,29 @@ func TestTwoDeviceTokensAreNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	login := func(headers ...string) int {
+	login := func(cookies bool, tokens ...string) int {
 		req := httptest.NewRequest(http.MethodPost, "/v1/login", strings.NewReader(`{"document":"`+diego.Document+`","password":"guess"}`))
 		req.Header.Set("Content-Type", "application/json")
-		for _, v := range headers {
-			req.Header.Add("Device-Token", v)
+		for _, v := range tokens {
+			if cookies {
+				req.AddCookie(&http.Cookie{Name: "__Host-pixlimit-device", Value: v})
+			} else {
+				req.Header.Add("Device-Token", v)
+			}
 		}
 		rec := httptest.NewRecorder()
 		s.h.ServeHTTP(rec, req)
 		return rec.Code
 	}
-	if got := login(); got != http.StatusUnauthorized {
+	if got := login(false); got != http.StatusUnauthorized {
 		t.Fatalf("a first guess: %d, want 401 (it fills the document's key of 1)", got)
 	}
-	if got := login(phone); got != http.StatusUnauthorized {
-		t.Errorf("a guess with the device's token: %d, want 401, decided by the device's key", got)
-	}
-	if got := login(phone, "other"); got != http.StatusTooManyRequests {
-		t.Errorf("a guess with two Device-Token headers: %d, want 429, decided by the full document key", got)
+	for _, cookies := range []bool{false, true} {
+		if got := login(cookies, phone); got != http.StatusUnauthorized {
+			t.Errorf("a guess with the device's token (cookie %v): %d, want 401, decided by the device's key", cookies, got)
+		}
+		if got := login(cookies, phone, "other"); got != http.StatusTooManyRequests {
+			t.Errorf("a guess with two device tokens (cookies %v): %d, want 429, decided by the full document key", cookies, got)
+		}
 	}
 }
