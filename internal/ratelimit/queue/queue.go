@@ -283,9 +283,9 @@ type waiters struct {
 	byOwner map[string]int64
 	// byQueue counts the waiters of each queue (queueOf): a request of a queue with one waits.
 	byQueue map[string]int64
-	// moves are the recent moves by key, for a waiter decided before one and registered after it
-	// (its decision's reply was on its way back): add applies them. Kept a minute, longer than
-	// any wait.
+	// moves are the recent moves by key, in the order heard, for a waiter decided before one and
+	// registered after it (its decision's reply was on its way back): add applies them. Kept a
+	// minute, longer than any wait, and the last maxMoves of a key at most.
 	moves map[string][]queueMove
 }
 
@@ -296,8 +296,16 @@ type queueMove struct {
 	seen          time.Time
 }
 
-// keepMoves is how long a move is kept for the waiters still to register.
-const keepMoves = time.Minute
+// keepMoves is how long a move is kept for the waiters still to register, and maxMoves how many
+// of one key's at most: a client that takes places and hangs up by the thousand a second must
+// not make every move and every waiter's registration read a list it grows (both under the
+// replica's one lock). A waiter registers within its decision's call of being decided, so only
+// the moves made meanwhile concern it: hundreds of moves of one key within one call are its own
+// account's churn, and a move missed serves its waiter at its old turn (the package's doc).
+const (
+	keepMoves = time.Minute
+	maxMoves  = 256
+)
 
 func newWaiters(max int) *waiters {
 	return &waiters{max: int64(max), byKey: map[string]map[*waiter]struct{}{}, byOwner: map[string]int64{},
@@ -399,22 +407,23 @@ func (ws *waiters) move(key string, after, by, at int64, local bool) {
 	if by <= 0 {
 		return
 	}
-	m := queueMove{after: after, by: by, at: at, local: local, seen: time.Now()}
+	now := time.Now()
+	m := queueMove{after: after, by: by, at: at, local: local, seen: now}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for w := range ws.byKey[key] {
 		m.apply(w)
 	}
-	kept := ws.moves[key][:0]
-	for _, old := range ws.moves[key] {
-		if time.Since(old.seen) < keepMoves {
-			kept = append(kept, old)
-		}
+	kept := ws.moves[key]
+	old := 0 // the moves are in the order heard: the old ones first
+	for old < len(kept) && (now.Sub(kept[old].seen) >= keepMoves || len(kept)-old >= maxMoves) {
+		old++
 	}
+	kept = kept[:copy(kept, kept[old:])]
 	ws.moves[key] = append(kept, m)
 	if len(ws.moves) > 1000 { // many keys: drop those with no recent move
 		for k, ms := range ws.moves {
-			if time.Since(ms[len(ms)-1].seen) >= keepMoves {
+			if now.Sub(ms[len(ms)-1].seen) >= keepMoves {
 				delete(ws.moves, k)
 			}
 		}

@@ -343,6 +343,30 @@ func TestAMoveReachesAWaiterThatRegistersAfterIt(t *testing.T) {
 	}
 }
 
+// TestAKeyKeepsItsLastMoves: a client that takes places and hangs up by the thousand grows no
+// list every move and registration reads under the replica's lock: a key keeps its last maxMoves
+// moves, and a waiter that registers is moved by those.
+func TestAKeyKeepsItsLastMoves(t *testing.T) {
+	ws := newWaiters(10)
+	const leaves = 10 * maxMoves
+	for i := range int64(leaves) {
+		ws.move("k", 1_000+i, 1, 100_000+i, false)
+	}
+	if got := len(ws.moves["k"]); got != maxMoves {
+		t.Fatalf("after %d leaves, %d moves kept, want the last %d", leaves, got, maxMoves)
+	}
+	if got, want := ws.moves["k"][0].at, int64(100_000+leaves-maxMoves); got != want {
+		t.Errorf("the oldest move kept was made at %d, want %d (the last ones kept)", got, want)
+	}
+	w := waiter{turn: 1_000_000, decided: 0, due: time.Now(), moved: make(chan struct{}, 1)}
+	if !ws.add("k", "ana", &w) {
+		t.Fatal("add refused")
+	}
+	if got, want := w.turn, int64(1_000_000-maxMoves); got != want {
+		t.Errorf("a waiter decided before every leave: turn %d, want %d (moved by each move kept)", got, want)
+	}
+}
+
 // TestOneAccountHoldsAtMostHalfTheWaiters: of a replica's 5 waiting places, one account holds at
 // most 2, whatever its queues (its PIX and its statements), so a payroll account never takes
 // every place; with 1 place, that one.
