@@ -302,6 +302,31 @@ func TestALateFailureStartsNoSecondProbe(t *testing.T) {
 	}
 }
 
+// TestAProbeOutlastingACloseIsStillTheOne: a probe still on its way when a decision Redis
+// answered closed the breaker, and failures opened it again, is still the one probe: the new
+// cool-down's end starts no second beside it (a cool-down shorter than a probe's timeout).
+func TestAProbeOutlastingACloseIsStillTheOne(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var probes atomic.Int64
+	b := newBreaker(1, time.Second, 10*time.Second, func(context.Context) error { probes.Add(1); <-release; return errors.New("timed out") },
+		time.Now, slog.New(slog.DiscardHandler))
+	b.after = func(time.Duration, func()) func() bool { return func() bool { return true } }
+	b.failure()
+	b.startProbe()
+	for probes.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	b.success()    // a decision Redis answered meanwhile
+	b.failure()    // and one it did not: open again
+	b.startProbe() // the new cool-down's timer
+	close(release)
+	b.probes.Wait()
+	if n := probes.Load(); n != 1 || b.allow() {
+		t.Errorf("%d probes, closed %t; want 1 probe, whose failure leaves the breaker open", n, b.allow())
+	}
+}
+
 // TestAStaleProbeDoesNotReopenTheBreaker: a probe sent while Redis was down that fails after the
 // breaker closed meanwhile (Ready, or a decision Redis answered) leaves it closed: the replica
 // that says it is ready decides.

@@ -93,31 +93,35 @@ func (b *breaker) runProbe() {
 	defer b.probes.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
-	if err := b.probe(ctx); err != nil {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.probing = false
-		if !b.closed.Load() { // closed meanwhile (Ready, or a decision Redis answered): it stays so
-			b.openLocked(b.clock())
-		}
-		return
+	err := b.probe(ctx)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false // only the probe says it has ended: one may outlast a close and a reopen
+	switch {
+	case err == nil:
+		b.closeLocked()
+	case !b.closed.Load(): // else closed meanwhile (Ready, or a decision Redis answered): it stays so
+		b.openLocked(b.clock())
 	}
-	b.success()
 }
 
-// success records a decision (or a probe) Redis answered: the breaker closes.
+// success records a decision Redis answered: the breaker closes.
 func (b *breaker) success() {
 	if b.closed.Load() && b.failures.Load() == 0 {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.closeLocked()
+}
+
+// closeLocked closes the breaker; b.mu is held.
+func (b *breaker) closeLocked() {
 	if !b.closed.Load() {
 		b.logger.Info("rate limiter circuit closed: Redis answers again",
 			"open_for", b.clock().Sub(b.opened).Round(time.Millisecond).String())
 	}
 	b.failures.Store(0)
-	b.probing = false
 	b.closed.Store(true)
 	if b.timer != nil {
 		b.timer()
