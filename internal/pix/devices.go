@@ -64,7 +64,7 @@ func (l *MemoryLedger) RegisterDevice(_ context.Context, accountID, device strin
 	if !ok {
 		return DeviceRegistration{}, ErrAccountNotFound
 	}
-	now := l.now()
+	now := l.clock()
 	if until, ok := a.devices[device]; ok {
 		return registration(device, until, now), nil
 	}
@@ -84,7 +84,7 @@ func (l *MemoryLedger) Devices(_ context.Context, accountID string) ([]DeviceReg
 	if !ok {
 		return nil, ErrAccountNotFound
 	}
-	now := l.now()
+	now := l.clock()
 	out := []DeviceRegistration{}
 	for _, d := range mapKeys(a.devices) {
 		out = append(out, registration(d, a.devices[d], now))
@@ -126,7 +126,7 @@ func (l *MemoryLedger) onDevice(accountID, actor, device string, self bool, do f
 	if !ok {
 		return ErrAccountNotFound
 	}
-	now := l.now()
+	now := l.clock()
 	if actor != deskActor && !(self && actor == device) && !a.registered(actor, now) {
 		return ErrDeviceNotRegistered
 	}
@@ -164,7 +164,10 @@ func (l *PostgresLedger) RegisterDevice(ctx context.Context, accountID, device s
 		} else if err != nil {
 			return err
 		}
-		now := l.now().UTC()
+		now, err := l.clock(ctx, tx)
+		if err != nil {
+			return err
+		}
 		var until *time.Time
 		err = tx.QueryRow(ctx, "SELECT pending_until FROM devices WHERE account_id = $1 AND device_id = $2", accountID, device).Scan(&until)
 		if err == nil {
@@ -204,11 +207,14 @@ func (l *PostgresLedger) Devices(ctx context.Context, accountID string) ([]Devic
 	if _, err := l.Account(ctx, accountID); err != nil {
 		return nil, err
 	}
+	now, err := l.clock(ctx, l.pool)
+	if err != nil {
+		return nil, deviceErr("devices", err)
+	}
 	rows, err := l.pool.Query(ctx, "SELECT device_id, pending_until FROM devices WHERE account_id = $1 ORDER BY device_id", accountID)
 	if err != nil {
 		return nil, deviceErr("devices", err)
 	}
-	now := l.now().UTC()
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeviceRegistration, error) {
 		var id string
 		var until *time.Time
@@ -240,7 +246,11 @@ func (l *PostgresLedger) approveDevice(ctx context.Context, accountID, approver,
 			return err
 		}
 		if approver != deskActor { // the desk may approve any device the account asked to register
-			if ok, err := registeredDevice(ctx, tx, accountID, approver, l.now().UTC()); err != nil || !ok {
+			now, err := l.clock(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if ok, err := registeredDevice(ctx, tx, accountID, approver, now); err != nil || !ok {
 				return cmpErr(err, ErrDeviceNotRegistered)
 			}
 		}
@@ -260,13 +270,17 @@ func (l *PostgresLedger) approveDevice(ctx context.Context, accountID, approver,
 func (l *PostgresLedger) RemoveDevice(ctx context.Context, accountID, actor, device string) error {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	var actorOK, found bool
-	if err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM devices WHERE account_id = $1 AND device_id = $2
-		AND (pending_until IS NULL OR pending_until <= $4)), EXISTS (SELECT 1 FROM devices WHERE account_id = $1 AND device_id = $3)`,
-		accountID, actor, device, l.now().UTC()).Scan(&actorOK, &found); err != nil {
+	var account, actorOK, found bool
+	if err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1),
+		EXISTS (SELECT 1 FROM devices WHERE account_id = $1 AND device_id = $2
+		AND (pending_until IS NULL OR pending_until <= coalesce($4::timestamptz, clock_timestamp()))),
+		EXISTS (SELECT 1 FROM devices WHERE account_id = $1 AND device_id = $3)`,
+		accountID, actor, device, l.at()).Scan(&account, &actorOK, &found); err != nil {
 		return deviceErr("remove device", err)
 	}
 	switch {
+	case !account:
+		return ErrAccountNotFound
 	case actor != device && !actorOK:
 		return ErrDeviceNotRegistered
 	case !found:

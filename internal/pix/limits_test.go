@@ -733,3 +733,119 @@ func TestATransferIsThreeRoundTrips(t *testing.T) {
 		t.Errorf("a replay: %d round trips, want %d", got, want)
 	}
 }
+
+// TestTheLedgersClockStampsEverything: two replicas whose own clocks are an hour apart stamp a
+// payer's transfers in the order the locks put them, at the database's time, and date a raise
+// and a device's wait from it too: a replica behind would otherwise stamp a PIX before 20:00 that
+// the other had stamped after, and send it past the night cap.
+func TestTheLedgersClockStampsEverything(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	open := func(skew time.Duration) *PostgresLedger {
+		l, err := OpenPostgres(ctx, url, 10*time.Second, demo(), WithRules(Rules{DayLimitCents: 1_000_000, IncreaseDelay: 24 * time.Hour}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(l.Close)
+		l.now = func() time.Time { return time.Now().Add(skew) }
+		return l
+	}
+	ahead, behind := open(time.Hour), open(-time.Hour)
+	before, err := ahead.Now(ctx) // the database's clock
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stamps []time.Time
+	for _, l := range []*PostgresLedger{ahead, behind, ahead} {
+		r, err := l.Transfer(ctx, TransferRequest{From: "acct-ana", ToKey: "bruno@example.com", AmountCents: 100, IdempotencyKey: newKey()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stamps = append(stamps, r.CreatedAt)
+	}
+	day := int64(2_000_000)
+	raised, err := behind.SetLimits(ctx, "acct-ana", MoneyLimitsChange{DayLimitCents: &day})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := ahead.Limits(ctx, "acct-ana")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := behind.RegisterDevice(ctx, "acct-ana", "first", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	second, err := behind.RegisterDevice(ctx, "acct-ana", "second", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := ahead.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	within := func(at, from, to time.Time) bool { return !at.Before(from) && !at.After(to) }
+	for i, at := range stamps {
+		if !within(at, before, after) || i > 0 && at.Before(stamps[i-1]) {
+			t.Errorf("transfers stamped %v, want each in order within the database's %v to %v", stamps, before, after)
+			break
+		}
+	}
+	if len(raised.Pending) != 1 || !within(raised.Pending[0].EffectiveAt, before.Add(24*time.Hour), after.Add(24*time.Hour)) {
+		t.Errorf("a raise asked on the replica behind: %+v, want it to apply 24 h after the database's %v to %v", raised.Pending, before, after)
+	} else if len(read.Pending) != 1 || !read.Pending[0].EffectiveAt.Equal(raised.Pending[0].EffectiveAt) {
+		t.Errorf("the raise read back: %+v, want the time its change answered, %v", read.Pending, raised.Pending[0].EffectiveAt)
+	}
+	if until := second.PendingUntil; !within(until, before.Add(time.Hour), after.Add(time.Hour)) {
+		t.Errorf("a second device registered on the replica behind waits until %v, want an hour after the database's %v to %v", until, before, after)
+	}
+}
+
+// TestBothLedgersReadBackWhatTheyAnswer: a raise's time as its change answers it is the one a read
+// gives back, to the microsecond the database keeps (a clock counting nanoseconds answered
+// 15:00:00.123456789 and read back .123456: applied before the time promised), and a receipt's
+// time is in microseconds in both ledgers.
+func TestBothLedgersReadBackWhatTheyAnswer(t *testing.T) {
+	t.Parallel()
+	sp, err := time.LoadLocation("America/Sao_Paulo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &testClock{now: time.Date(2026, 11, 30, 12, 0, 0, 123456789, sp)}
+	for name, l := range rulesBackends(t, defaultRules(t), clock.Now) {
+		t.Run(name, func(t *testing.T) {
+			night := int64(500_000)
+			set, err := l.SetLimits(context.Background(), "acct-ana", MoneyLimitsChange{NightLimitCents: &night})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := l.Limits(context.Background(), "acct-ana")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(set.Pending) != 1 || len(got.Pending) != 1 || !set.Pending[0].EffectiveAt.Equal(got.Pending[0].EffectiveAt) {
+				t.Errorf("the change answered %+v, a read gives %+v", set.Pending, got.Pending)
+			}
+			r, err := l.Transfer(context.Background(), TransferRequest{From: "acct-ana", ToKey: "bruno@example.com", AmountCents: 100, IdempotencyKey: newKey(), Device: "phone"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.CreatedAt.Nanosecond()%1000 != 0 {
+				t.Errorf("a receipt stamped %v, want microseconds", r.CreatedAt)
+			}
+		})
+	}
+}
+
+// TestRemovingADeviceOfNoAccount: both ledgers answer a removal on an account they do not know as
+// every call answers a token whose account is gone.
+func TestRemovingADeviceOfNoAccount(t *testing.T) {
+	t.Parallel()
+	for name, l := range rulesBackends(t, defaultRules(t), time.Now) {
+		for _, actor := range []string{"d1", "d2"} {
+			if err := l.RemoveDevice(context.Background(), "acct-nobody", actor, "d1"); !errors.Is(err, ErrAccountNotFound) {
+				t.Errorf("%s, by %s: %v, want ErrAccountNotFound", name, actor, err)
+			}
+		}
+	}
+}

@@ -159,7 +159,7 @@ func (l *MemoryLedger) Transfer(ctx context.Context, r TransferRequest) (Receipt
 	if to == from {
 		return Receipt{}, ErrSameAccount
 	}
-	now := l.now().UTC()
+	now := l.clock()
 	facts := transferFacts{now: now, amount: r.AmountCents, betweenPersons: betweenPersons(from.Document, to.Document),
 		deviceRegistered: from.registered(r.Device, now), limits: l.rules.inForce(from.limits, now)}
 	if err := l.rules.check(facts, from.spent(l.rules, facts)); err != nil {
@@ -266,7 +266,7 @@ func (l *MemoryLedger) changeLimits(account string, change func(accountLimits, t
 	if !ok {
 		return MoneyLimits{}, ErrAccountNotFound
 	}
-	now := l.now()
+	now := l.clock()
 	changed, err := change(a.limits, now)
 	if err != nil {
 		return MoneyLimits{}, err

@@ -139,11 +139,22 @@ func (l *PostgresLedger) clock(ctx context.Context, q interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }) (time.Time, error) {
 	if !l.dbClock {
-		return l.now().UTC(), nil
+		return l.now().UTC().Truncate(time.Microsecond), nil
 	}
 	var t time.Time
 	err := q.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&t)
 	return t.UTC(), err
+}
+
+// at is the time a statement judges at, as its argument of `coalesce($n::timestamptz,
+// clock_timestamp())`: nil, the database's clock as the statement runs, or the test's (WithClock).
+// A replica's own clock is never the ledger's: one running behind would stamp a PIX before
+// 20:00 that another had stamped after, and send it past the night cap.
+func (l *PostgresLedger) at() any {
+	if l.dbClock {
+		return nil
+	}
+	return l.now().UTC().Truncate(time.Microsecond)
 }
 
 // startupConnect bounds the dial of the connection that migrates, when DATABASE_URL sets no
@@ -532,9 +543,11 @@ func (l *PostgresLedger) outcomeOf(ctx context.Context, r TransferRequest, commi
 //  2. the money moved and the transfer recorded, in one statement that moves nothing when the
 //     balance is short.
 //
-// The device is judged registered as of before the locks (asked), on the strict side: the
-// transfer's own time (now) is read once they are held, so that one payer's transfers, which
-// the locks put in order, are stamped in that order.
+// Every time a transfer is judged and stamped at is the ledger's clock, the database's (at), never
+// the replica's: the device is judged registered as of just before the transfer's own time
+// (now), on the strict side, and now is read once the locks are held, so that one payer's
+// transfers, which the locks put in order, are stamped in that order, whichever replica sends
+// them. Only the guess of the periods (asked) is the replica's.
 func (l *PostgresLedger) statements(ctx context.Context, conn *pgxpool.Conn, r TransferRequest) (receipt Receipt, replayed bool, err error) {
 	var prior replayRow
 	var locked []lockedAccount
@@ -551,7 +564,9 @@ func (l *PostgresLedger) statements(ctx context.Context, conn *pgxpool.Conn, r T
 		return err
 	})
 	prior.queue(b, r)
-	queueSettings(b, r.From, r.Device, asked, &registered, &stored)
+	queueSettings(b, r.From, r.Device, l.at(), &registered, &stored)
+	var now time.Time // the transfer's time: the ledger's clock, once the locks are held
+	b.Queue("SELECT coalesce($1::timestamptz, clock_timestamp())", l.at()).QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
 	// What the payer sent, in the periods of a night that starts when the rules' nights do: the
 	// limits in force, read in this same batch, confirm the guess, or checkLimits asks again.
 	guess := sentIn{w: l.window(asked, l.rules.Night.Start)}
@@ -566,7 +581,7 @@ func (l *PostgresLedger) statements(ctx context.Context, conn *pgxpool.Conn, r T
 	if err != nil {
 		return Receipt{}, false, err
 	}
-	now := l.now().UTC().Truncate(time.Microsecond)
+	now = now.UTC()
 	if err := l.checkLimits(ctx, conn, r, payer.Document, payee.Document, registered, stored, now, guess); err != nil {
 		return Receipt{}, false, err
 	}
@@ -578,7 +593,8 @@ func (l *PostgresLedger) statements(ctx context.Context, conn *pgxpool.Conn, r T
 // registration no longer pending at a time), and what the payer set of its money limits,
 // pending increases included.
 const settingsSQL = `SELECT
-		EXISTS (SELECT 1 FROM devices WHERE account_id = $1 AND device_id = $2 AND (pending_until IS NULL OR pending_until <= $3)),
+		EXISTS (SELECT 1 FROM devices WHERE account_id = $1 AND device_id = $2
+			AND (pending_until IS NULL OR pending_until <= coalesce($3::timestamptz, clock_timestamp()))),
 		l.night_limit_cents, l.day_limit_cents, l.night_start,
 		coalesce(p.fields, '{}'), coalesce(p.vals, '{}'), coalesce(p.effective, '{}')
 	FROM (SELECT 1) one
@@ -586,9 +602,9 @@ const settingsSQL = `SELECT
 	LEFT JOIN (SELECT array_agg(field) fields, array_agg(value) vals, array_agg(effective_at) effective
 		FROM pending_limits WHERE account_id = $1) p ON true`
 
-// queueSettings queues settingsSQL for account and device ("" for none) at t into b, filling
-// registered and limits.
-func queueSettings(b *pgx.Batch, account, device string, t time.Time, registered *bool, limits *accountLimits) {
+// queueSettings queues settingsSQL for account and device ("" for none) at t (at's, or nil) into
+// b, filling registered and limits.
+func queueSettings(b *pgx.Batch, account, device string, t any, registered *bool, limits *accountLimits) {
 	b.Queue(settingsSQL, account, device, t).QueryRow(func(row pgx.Row) error {
 		var night, day, start *int64
 		var fields []string
@@ -713,7 +729,7 @@ func loadLimits(ctx context.Context, q pgx.Tx, account string) (accountLimits, e
 	var registered bool
 	var a accountLimits
 	b := &pgx.Batch{}
-	queueSettings(b, account, "", time.Time{}, &registered, &a)
+	queueSettings(b, account, "", nil, &registered, &a)
 	return a, q.SendBatch(ctx, b).Close()
 }
 
@@ -787,7 +803,11 @@ func (l *PostgresLedger) Limits(ctx context.Context, accountID string) (MoneyLim
 		if err != nil {
 			return err
 		}
-		out = l.rules.inForce(stored, l.now().UTC())
+		now, err := l.clock(ctx, tx)
+		if err != nil {
+			return err
+		}
+		out = l.rules.inForce(stored, now)
 		return nil
 	})
 	if err != nil {
@@ -831,7 +851,10 @@ func (l *PostgresLedger) changeLimits(ctx context.Context, account string, chang
 		if err != nil {
 			return err
 		}
-		now := l.now().UTC()
+		now, err := l.clock(ctx, tx)
+		if err != nil {
+			return err
+		}
 		changed, write, err := change(stored, now)
 		if err != nil {
 			return err
