@@ -128,12 +128,13 @@ func (b *batcher) decide(ctx context.Context, keys []string, c ratelimit.Call) (
 	if b.inFlight < maxInFlight && len(b.queue) == 0 {
 		b.inFlight++
 		b.mu.Unlock()
-		r, err := b.next.Run(ctx, b.a, keys, c)
-		b.mu.Lock()
-		b.inFlight--
-		b.startFlushLocked()
-		b.mu.Unlock()
-		return r, err
+		defer func() { // its place given back however the call ends, a panic's too
+			b.mu.Lock()
+			b.inFlight--
+			b.startFlushLocked()
+			b.mu.Unlock()
+		}()
+		return b.next.Run(ctx, b.a, keys, c)
 	}
 	p := &pending{ctx: ctx, keys: keys, c: c, done: make(chan batchResult, 1)}
 	b.queue = append(b.queue, p)

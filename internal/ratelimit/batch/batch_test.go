@@ -333,3 +333,31 @@ func (b *batcher) waiting() int {
 	defer b.mu.Unlock()
 	return len(b.queue)
 }
+
+// panicking is a Runner whose calls panic.
+type panicking struct{}
+
+func (panicking) Run(context.Context, Algorithm, []string, ratelimit.Call) (Reply, error) {
+	panic("a bug below the batcher")
+}
+
+// TestAPanicGivesItsPlaceBack: a lone call that panics (a bug below, turned into a 500 above)
+// gives its place in flight back, so the decisions after it are still sent at once, never left
+// waiting in the queue for a place no call will free.
+func TestAPanicGivesItsPlaceBack(t *testing.T) {
+	t.Parallel()
+	b := New(nil, panicking{}, 32).(*Runner).batchers[ratelimit.SlidingLog]
+	for range maxInFlight + 1 {
+		func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond) // queued, it would wait for ever
+			defer cancel()
+			defer func() { _ = recover() }()
+			_, _ = b.decide(ctx, []string{"k"}, ratelimit.Call{})
+		}()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inFlight != 0 || len(b.queue) != 0 {
+		t.Errorf("after %d panics: %d calls in flight, %d queued; want none", maxInFlight+1, b.inFlight, len(b.queue))
+	}
+}
