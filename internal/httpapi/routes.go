@@ -18,7 +18,7 @@ import (
 //
 // Every route a client can call is limited, but what a replica answers from memory, reading and
 // writing nothing: the probes, the OpenAPI document and an OPTIONS (edge logs them at debug
-// level; a malformed request, answered before its limit, is logged in summaries). The login decides its IP and document keys in its
+// level; a malformed request, answered before its limit, is logged in summaries: summarized). The login decides its IP and document keys in its
 // handler (the document comes from the body); PIX and statement decide per authenticated account
 // (never per IP: a whole office shares one) in theirs, after validating the request, so a 400
 // costs no quota and a 429 never reaches the ledger; the settings routes share one bucket per

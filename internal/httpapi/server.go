@@ -155,15 +155,15 @@ func NewServer(d Deps) (http.Handler, error) {
 	return e, nil
 }
 
-// summarized says which answers are logged as counted summaries (edge): every client error
-// (4xx) but a failed login's 401, which keeps its line, with its client, as a fraud team reads
-// them (the login's IP key bounds them). The refusals (429) are most requests under a flood; and
-// what a client can send without limit is a 4xx too: a bad token's 401, an unknown path's 404, a
-// made-up method's 405, and a malformed body's 400, 413 or 415, which its route answers before
-// its limit decides (a mistake costs no quota), so that a line each would let one client fill
-// the log.
-func summarized(route string, status int) bool {
-	return status >= 400 && status < 500 && (status != http.StatusUnauthorized || route != "/v1/login")
+// summarized says which answers are logged as counted summaries (edge): the refusals (429),
+// which are most requests under a flood, and every other client error (4xx) that no limit counted
+// (its answer carries no RateLimit headers), which a client can send without end: a bad token's
+// 401, an unknown path's 404, a made-up method's 405, a malformed body's 400, 413 or 415, which
+// its route answers before its limit decides (a mistake costs no quota). A 4xx that a limit
+// counted keeps its line, as many as the limit lets through: a failed login's 401, with its
+// client, as a fraud team reads them, or a PIX refused by the night cap.
+func summarized(status int, counted bool) bool {
+	return status == http.StatusTooManyRequests || status >= 400 && status < 500 && !counted
 }
 
 // quiet says which answers are logged at debug level (edge): what a replica answers from memory,
@@ -228,7 +228,7 @@ func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]b
 			}
 			took := time.Since(start)
 			m.observe(route, method, c.Response().Status, took)
-			if status := c.Response().Status; summarized(route, status) {
+			if status := c.Response().Status; summarized(status, res.Header().Get("RateLimit-Policy") != "") {
 				key := route // floods holds the refusals alone: the route, and the status but a 429's
 				if status != http.StatusTooManyRequests {
 					key += " " + strconv.Itoa(status)
