@@ -162,8 +162,14 @@ func NewServer(d Deps) (http.Handler, error) {
 // its route answers before its limit decides (a mistake costs no quota). A 4xx that a limit
 // counted keeps its line, as many as the limit lets through: a failed login's 401, with its
 // client, as a fraud team reads them, or a PIX refused by the night cap.
-func summarized(status int, counted bool) bool {
-	return status == http.StatusTooManyRequests || status >= 400 && status < 500 && !counted
+func summarized(status int, h http.Header) bool {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return true
+	case status < 400 || status >= 500:
+		return false
+	}
+	return len(h["Ratelimit-Policy"]) == 0 // setHeaders's key, canonical
 }
 
 // quiet says which answers are logged at debug level (edge): what a replica answers from memory,
@@ -228,7 +234,7 @@ func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]b
 			}
 			took := time.Since(start)
 			m.observe(route, method, c.Response().Status, took)
-			if status := c.Response().Status; summarized(status, res.Header().Get("RateLimit-Policy") != "") {
+			if status := c.Response().Status; summarized(status, res.Header()) {
 				key := route // floods holds the refusals alone: the route, and the status but a 429's
 				if status != http.StatusTooManyRequests {
 					key += " " + strconv.Itoa(status)
