@@ -56,8 +56,11 @@ type AdminDeps struct {
 	AuditKey []byte
 }
 
-// adminIP limits the calls without the right token, per client IP: a token guesser, or a
-// flood that would write an audit row per call.
+// adminIP limits the calls without the right token, per client IP: what a token guesser, or a
+// flood, costs the desk (a refusal answered, counted and summarized, never an audit row each),
+// not its chance: ADMIN_TOKEN's 32 random bytes or more are what no guesser finds. The right
+// token is compared first and works from an IP past the limit, so a guesser behind the support
+// team's own address (an office, a VPN) cannot lock the desk out.
 var adminIP = enforce.RouteLimit{Policy: ratelimit.Policy{Name: "admin-ip", Limit: 10, Window: time.Minute}}
 
 // deskTimeout bounds what one desk call does once the client can no longer cancel it: its audit
