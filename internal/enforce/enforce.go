@@ -111,11 +111,11 @@ type RouteLimits struct {
 }
 
 // NetIdentity is the identity of addr's site: its /48 for an IPv6 address, as one site is
-// usually given (it holds 65,536 /64s, each a ratelimit.IPIdentity); ok is false for IPv4, whose
-// address is the client's. Counting a site's requests too keeps one site from minting keys
+// usually given (it holds 65,536 /64s, each a ratelimit.IPIdentity); ok is false for IPv4 (one
+// carried in IPv6 too: ratelimit.Unmap), whose address is the client's. Counting a site's requests too keeps one site from minting keys
 // without end.
 func NetIdentity(addr netip.Addr) (identity string, ok bool) {
-	addr = addr.Unmap()
+	addr = ratelimit.Unmap(addr)
 	if addr.Is4() {
 		return "", false
 	}

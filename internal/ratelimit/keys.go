@@ -71,15 +71,31 @@ func (k *keyer) key(p Policy, identity string) string {
 	return b.String()
 }
 
-// IPIdentity is the identity of a client address for a Check. An IPv4 address (also one mapped
-// into IPv6) stands for itself. An IPv6 address stands for its /64: one subscriber usually holds
-// a whole /64 and can pick any address in it at will, so limiting single IPv6 addresses would
-// limit nothing.
+// IPIdentity is the identity of a client address for a Check. An IPv4 address (also one carried
+// in IPv6: Unmap) stands for itself. An IPv6 address stands for its /64: one subscriber usually
+// holds a whole /64 and can pick any address in it at will, so limiting single IPv6 addresses
+// would limit nothing.
 func IPIdentity(addr netip.Addr) string {
-	addr = addr.Unmap()
+	addr = Unmap(addr)
 	if addr.Is4() {
 		return addr.String()
 	}
 	p, _ := addr.WithZone("").Prefix(64)
 	return p.String()
+}
+
+// nat64 is NAT64's well-known prefix (RFC 6052): an IPv6-only site sees every IPv4 client in it,
+// its address in the last 32 bits.
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+
+// Unmap is the IPv4 address addr carries, if it carries one: mapped into IPv6 (::ffff:0:0/96), or
+// translated by NAT64 (64:ff9b::/96), where every IPv4 client of an IPv6-only deployment would
+// otherwise share one /64 and one key; else addr, without its zone.
+func Unmap(addr netip.Addr) netip.Addr {
+	addr = addr.WithZone("").Unmap()
+	if nat64.Contains(addr) {
+		b := addr.As16()
+		return netip.AddrFrom4([4]byte(b[12:]))
+	}
+	return addr
 }
