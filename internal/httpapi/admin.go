@@ -180,22 +180,26 @@ func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 			read = &heldResponse{to: c.Response().Writer, header: http.Header{}, status: http.StatusOK}
 			c.Response().Writer = read
 		}
+		var err error // the call's, read by its audit record
 		if badAgent { // refused, and recorded as any call refused before a change
 			c.Error(invalid("invalid Admin-Agent", map[string]string{"Admin-Agent": "one header, 1 to 64 of A-Z a-z 0-9 . _ @ -"}))
-		} else if err := next(c); err != nil {
+		} else if err = recovering(next, c); err != nil { // a panic too: a 500 audited, as the public server logs one
 			c.Error(err) // answered now, so the status audited is the one sent
 		}
 		rec, a := k.record, k.audited
 		rec.At, rec.Status = time.Now().UTC(), c.Response().Status
 		rec.Policy, rec.Key, rec.Before, rec.After = a.policy, a.key, a.before, a.after
 		rec.Outcome = pix.OutcomeDone
-		if rec.Status >= 400 {
+		switch {
+		case err != nil && toError(err, 0).Code == CodeChangeOutcomeUnknown: // sent, not confirmed: never "failed"
+			rec.Outcome = pix.OutcomeUnknown
+		case rec.Status >= 400:
 			rec.Outcome = pix.OutcomeFailed
 		}
 		// Its own deadline: a slow change must not leave its outcome no time to be recorded.
 		octx, ocancel := context.WithTimeout(context.WithoutCancel(ctx), deskTimeout)
 		defer ocancel()
-		err := d.Ledger.Audit(octx, rec)
+		err = d.Ledger.Audit(octx, rec)
 		if err != nil {
 			d.Logger.Error("support desk: audit record not stored", "action", rec.Action, "outcome", rec.Outcome, "status", rec.Status, "err", err)
 		}
@@ -462,8 +466,10 @@ func (d *desk) deleteKey(c echo.Context) error {
 	case errors.Is(err, denycache.ErrNotAnnounced): // cleared: the other replicas' caches forget it within their hold
 		d.Logger.Warn("support desk: key cleared, the other replicas not told; their deny caches forget it within the hold",
 			"policy", before.Policy, "err", err)
-	case err != nil:
+	case err != nil && !ratelimit.MayHaveRun(err): // surely not sent, or refused by Redis: nothing changed
 		return &Error{Code: CodeRateLimiterUnavailable, RetryAfter: time.Second, cause: err}
+	case err != nil: // sent, and not answered in time: Redis may have cleared it
+		return &Error{Code: CodeChangeOutcomeUnknown, RetryAfter: time.Second, cause: err}
 	}
 	// What Forget left: the key empty. Not read again: a read that failed now would answer the
 	// change as failed, though it was made.
@@ -661,8 +667,8 @@ func (d *desk) putTier(c echo.Context) error {
 	if err := d.begin(c, a); err != nil {
 		return err
 	}
-	err := d.Ledger.SetTier(c.Request().Context(), id, pix.TierOf{Tier: req.Tier, PIXLimit: req.PIXLimit,
-		StatementLimit: req.StatementLimit, LookupCapacity: req.LookupCapacity})
+	set := pix.TierOf{Tier: req.Tier, PIXLimit: req.PIXLimit, StatementLimit: req.StatementLimit, LookupCapacity: req.LookupCapacity}
+	err := d.Ledger.SetTier(c.Request().Context(), id, set)
 	switch {
 	case errors.Is(err, pix.ErrUnknownTier):
 		return invalid("invalid tier", map[string]string{"tier": "no such tier: see GET /admin/v1/tiers"})
@@ -676,7 +682,7 @@ func (d *desk) putTier(c echo.Context) error {
 	if err := d.Tiers.Refresh(c.Request().Context()); err != nil {
 		d.Logger.Warn("support desk: tier table not refreshed after a change; the poller will", "err", err)
 	}
-	after, _ := json.Marshal(d.Tiers.Table().Accounts[id])
+	after, _ := json.Marshal(set) // what the ledger stored: this replica's table may not have read it yet
 	a.after = string(after)
 	note(c, a)
 	return c.JSON(http.StatusOK, tierBody{Tier: req.Tier, PIXLimit: req.PIXLimit, StatementLimit: req.StatementLimit, LookupCapacity: req.LookupCapacity})

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -163,4 +164,86 @@ func newDesk(t *testing.T, s server) (*httpapi.Admin, string) {
 		t.Fatal(err)
 	}
 	return desk, token
+}
+
+// deskFaults is a ledger whose tier changes are made but not confirmed (unconfirmed), whose tier
+// table cannot be read again once stale is set, and whose revocations panic (a bug below).
+type deskFaults struct {
+	*pix.MemoryLedger
+	unconfirmed, stale atomic.Bool
+}
+
+func (f *deskFaults) SetTier(ctx context.Context, id string, a pix.TierOf) error {
+	err := f.MemoryLedger.SetTier(ctx, id, a)
+	if err == nil && f.unconfirmed.Load() {
+		return fmt.Errorf("%w: COMMIT sent, no answer", pix.ErrChangeOutcomeUnknown)
+	}
+	return err
+}
+
+func (f *deskFaults) TierTable(ctx context.Context) (pix.TierTable, error) {
+	if f.stale.Load() {
+		return pix.TierTable{}, pix.ErrUnavailable
+	}
+	return f.MemoryLedger.TierTable(ctx)
+}
+
+func (f *deskFaults) RevokeDevices(context.Context, string) (pix.Revocation, error) {
+	panic("a bug below the desk")
+}
+
+// TestTheDeskAuditsWhatItKnows: a desk change's audit record says what happened as far as the
+// replica knows it: a change the ledger made but could not confirm is answered 503
+// change_outcome_unknown and audited "unknown", never "failed" (nothing changed); a change made
+// while this replica cannot read its tier table again is audited with what was written, not the
+// stale table's; and a panic below the desk is a 500, audited, not a connection cut unrecorded.
+func TestTheDeskAuditsWhatItKnows(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, redistest.Start(t), lax())
+	ledger := &deskFaults{MemoryLedger: s.ledger}
+	tiers := pix.NewTiers(t.Context(), ledger, slog.New(slog.DiscardHandler), time.Hour)
+	t.Cleanup(tiers.Close)
+	token := rand.Text() + rand.Text()
+	desk, err := httpapi.NewAdmin(httpapi.AdminDeps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(),
+		Ledger: ledger, Tokens: s.tokens, Token: token, Tiers: tiers, AuditKey: []byte("an-audit-key-16b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(method, path, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		desk.ServeHTTP(rec, req)
+		return rec
+	}
+	last := func() pix.AuditRecord {
+		trail, err := s.ledger.AuditTrail(t.Context(), 1)
+		if err != nil || len(trail) != 1 {
+			t.Fatalf("audit trail: %v, %v", trail, err)
+		}
+		return trail[0]
+	}
+	ledger.unconfirmed.Store(true)
+	if r := call(http.MethodPut, "/admin/v1/accounts/acct-ana/tier", `{"tier":"premium"}`); r.Code != http.StatusServiceUnavailable ||
+		!strings.Contains(r.Body.String(), `"change_outcome_unknown"`) || r.Header().Get("Retry-After") == "" {
+		t.Errorf("a tier change made, not confirmed: %d %s, want 503 change_outcome_unknown with Retry-After", r.Code, r.Body)
+	}
+	if rec := last(); rec.Outcome != pix.OutcomeUnknown {
+		t.Errorf("its audit record: %+v, want outcome unknown", rec)
+	}
+	ledger.unconfirmed.Store(false)
+	ledger.stale.Store(true)
+	if r := call(http.MethodPut, "/admin/v1/accounts/acct-bruno/tier", `{"tier":"premium"}`); r.Code != http.StatusOK {
+		t.Fatalf("a tier change, the table not read again: %d %s, want 200", r.Code, r.Body)
+	}
+	if rec := last(); rec.Outcome != pix.OutcomeDone || !strings.Contains(rec.After, `"premium"`) {
+		t.Errorf("its audit record: %+v, want done, after naming premium (what was written)", rec)
+	}
+	if r := call(http.MethodDelete, "/admin/v1/accounts/acct-ana/devices", ""); r.Code != http.StatusInternalServerError {
+		t.Errorf("a revocation that panics: %d %s, want 500", r.Code, r.Body)
+	}
+	if rec := last(); rec.Outcome != pix.OutcomeFailed || rec.Status != http.StatusInternalServerError {
+		t.Errorf("its audit record: %+v, want failed, 500", rec)
+	}
 }

@@ -44,6 +44,7 @@ const (
 	CodeLedgerUnavailable       Code = "ledger_unavailable"
 	CodeLedgerBusy              Code = "ledger_busy"
 	CodeTransferOutcomeUnknown  Code = "transfer_outcome_unknown"
+	CodeChangeOutcomeUnknown    Code = "change_outcome_unknown"
 	CodeLookupCapacityExhausted Code = "lookup_capacity_exhausted"
 	CodeLoginBusy               Code = "login_busy"
 )
@@ -81,6 +82,8 @@ var codes = map[Code]struct {
 	CodeLoginBusy: {http.StatusServiceUnavailable, "the replica is checking as many passwords as it can at once; try again later"},
 	CodeTransferOutcomeUnknown: {http.StatusServiceUnavailable, "the ledger did not confirm this transfer in time: it may have been made. " +
 		"Retry with the same Idempotency-Key: if it was made, you get its receipt; if not, it is made once"},
+	CodeChangeOutcomeUnknown: {http.StatusServiceUnavailable, "the change was sent but not confirmed in time: it may have been made. " +
+		"Read it back before asking for it again"},
 }
 
 // Error is every error the API answers with, as benbjohnson/wtf does it: a Code, which alone
@@ -157,6 +160,7 @@ var domainErrors = []struct {
 	{pix.ErrUnavailable, CodeLedgerUnavailable, false},
 	{pix.ErrLedgerBusy, CodeLedgerBusy, false},
 	{pix.ErrOutcomeUnknown, CodeTransferOutcomeUnknown, false},
+	{pix.ErrChangeOutcomeUnknown, CodeChangeOutcomeUnknown, false},
 	{context.Canceled, CodeClientClosedRequest, false},
 }
 
@@ -193,7 +197,7 @@ func toError(err error, ledgerRetryAfter time.Duration) *Error {
 				e.RemainingCents = &v
 			}
 			switch d.code {
-			case CodeLedgerUnavailable, CodeTransferOutcomeUnknown:
+			case CodeLedgerUnavailable, CodeTransferOutcomeUnknown, CodeChangeOutcomeUnknown:
 				e.RetryAfter = ledgerRetryAfter
 			case CodeLedgerBusy, CodeLoginBusy:
 				e.RetryAfter = time.Second // a place frees as soon as a call (a comparison) ends

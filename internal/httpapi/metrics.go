@@ -187,7 +187,7 @@ func (m *Metrics) ObserveLedger(call string, took time.Duration, err error) {
 	switch {
 	case errors.Is(err, pix.ErrUnavailable):
 		result = "unavailable"
-	case errors.Is(err, pix.ErrOutcomeUnknown):
+	case errors.Is(err, pix.ErrOutcomeUnknown), errors.Is(err, pix.ErrChangeOutcomeUnknown):
 		result = "outcome_unknown"
 	case err != nil:
 		result = "error" // a domain answer (insufficient funds, unknown key) is an error here too

@@ -18,7 +18,7 @@ type AuditRecord struct {
 	Key     string // the Redis key, hashed as the limiter hashes it; "" when none was resolved
 	Before  string // the key's state before, as JSON; "" when not read
 	After   string
-	Outcome string // OutcomeRequested, OutcomeDone, OutcomeFailed or OutcomeRefused
+	Outcome string // OutcomeRequested, OutcomeDone, OutcomeFailed, OutcomeUnknown or OutcomeRefused
 	Request string // pairs a change's requested record with its outcome
 	Calls   int    // how many calls the record stands for: 1, or a summary's count
 }
@@ -28,6 +28,7 @@ const (
 	OutcomeRequested = "requested" // a change about to be made
 	OutcomeDone      = "done"      // answered below 400
 	OutcomeFailed    = "failed"    // answered 400 or above: nothing was changed
+	OutcomeUnknown   = "unknown"   // answered change_outcome_unknown: the change may have been made
 	OutcomeRefused   = "refused"   // calls without the right token, summarized per IP and minute
 )
 

@@ -156,7 +156,7 @@ func (l *PostgresLedger) RegisterDevice(ctx context.Context, accountID, device s
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	var out DeviceRegistration
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.change(ctx, func(tx pgx.Tx) error {
 		var had bool
 		err := tx.QueryRow(ctx, "SELECT had_registered_device FROM accounts WHERE id = $1 FOR UPDATE", accountID).Scan(&had)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -241,7 +241,7 @@ func (l *PostgresLedger) DeskApproveDevice(ctx context.Context, accountID, devic
 func (l *PostgresLedger) approveDevice(ctx context.Context, accountID, approver, device string) error {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.change(ctx, func(tx pgx.Tx) error {
 		if err := lockAccount(ctx, tx, accountID); err != nil {
 			return err
 		}
@@ -286,7 +286,7 @@ func (l *PostgresLedger) RemoveDevice(ctx context.Context, accountID, actor, dev
 	case !found:
 		return ErrDeviceNotFound
 	}
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.change(ctx, func(tx pgx.Tx) error {
 		if err := lockAccount(ctx, tx, accountID); err != nil {
 			return err
 		}

@@ -26,6 +26,10 @@ var (
 	// outcome the ledger could not learn in time: the money may have moved. Retrying with the
 	// same IdempotencyKey returns the transfer's Receipt if it was made, and makes it if not.
 	ErrOutcomeUnknown = errors.New("transfer outcome unknown")
+	// ErrChangeOutcomeUnknown is wrapped by the error of any other change (limits, devices,
+	// tiers) whose COMMIT was sent but not answered: it may have been made. Read it back before
+	// asking for it again.
+	ErrChangeOutcomeUnknown = errors.New("change outcome unknown")
 )
 
 // MaxAmountCents is the largest amount one transfer may move: R$ 1.000.000.000,00. Far above any

@@ -849,3 +849,29 @@ func TestRemovingADeviceOfNoAccount(t *testing.T) {
 		}
 	}
 }
+
+// TestALostCommitOfAChangeMayHaveMadeIt: a change of limits whose COMMIT is sent and never
+// answered is ErrChangeOutcomeUnknown, never "nothing was changed" (ErrUnavailable): here the
+// COMMIT reaches the server after its client gave up, and the change is made.
+func TestALostCommitOfAChangeMayHaveMadeIt(t *testing.T) {
+	t.Parallel()
+	l, gate := gatedLedger(t, 300*time.Millisecond)
+	ctx := context.Background()
+	lower := int64(50_000) // a lower night limit applies at once
+	gate.HoldCommits()
+	_, err := l.SetLimits(ctx, "acct-ana", MoneyLimitsChange{NightLimitCents: &lower})
+	if !errors.Is(err, ErrChangeOutcomeUnknown) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a change whose COMMIT is held: %v, want ErrChangeOutcomeUnknown", err)
+	}
+	gate.ReleaseCommits()
+	for start := time.Now(); ; {
+		got, err := l.Limits(ctx, "acct-ana")
+		if err == nil && got.NightLimitCents == lower {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the limits once the COMMIT arrived: %+v, %v; want the night limit %d: the change was made", got, err, lower)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

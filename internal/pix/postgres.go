@@ -271,11 +271,35 @@ func serverUnavailable(e *pgconn.PgError) bool {
 	return false
 }
 
+// change runs fn in one transaction of the pool, as pgx.BeginFunc does, and tells a change that
+// failed from one whose COMMIT was sent and not answered: the first changed nothing, the second
+// may have been made (ErrChangeOutcomeUnknown), and is never answered "nothing was changed".
+// (Transfer looks its own outcome up: a payment's retry must not pay twice. A change of limits,
+// devices or a tier is read back by whoever asked for it.)
+func (l *PostgresLedger) change(ctx context.Context, fn func(pgx.Tx) error) error {
+	committing := false
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		committing = true // BeginFunc commits next
+		return nil
+	})
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil || !committing, pgconn.SafeToRetry(err): // not committing, or COMMIT never sent
+		return err
+	case errors.Is(err, pgx.ErrTxCommitRollback), errors.As(err, &pgErr) && pgErr.Severity == "ERROR":
+		return err // the server answered: rolled back
+	}
+	return fmt.Errorf("%w: COMMIT sent, no answer: %w", ErrChangeOutcomeUnknown, err)
+}
+
 // isDomain reports whether err is one of the ledger's own answers.
 func isDomain(err error) bool {
 	for _, d := range []error{ErrAccountNotFound, ErrKeyNotFound, ErrInsufficientFunds, ErrSameAccount,
 		ErrIdempotencyConflict, ErrInvalidAmount, ErrIdempotencyKeyRequired, ErrNightLimitExceeded,
-		ErrDailyLimitExceeded, ErrDeviceLimitExceeded, ErrInvalidLimits, ErrUnknownTier, ErrUnavailable, ErrOutcomeUnknown} {
+		ErrDailyLimitExceeded, ErrDeviceLimitExceeded, ErrInvalidLimits, ErrUnknownTier, ErrUnavailable, ErrOutcomeUnknown, ErrChangeOutcomeUnknown} {
 		if errors.Is(err, d) {
 			return true
 		}
@@ -840,7 +864,7 @@ func (l *PostgresLedger) changeLimits(ctx context.Context, account string, chang
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	var out MoneyLimits
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.change(ctx, func(tx pgx.Tx) error {
 		var id string
 		if err := tx.QueryRow(ctx, "SELECT id FROM accounts WHERE id = $1 FOR UPDATE", account).Scan(&id); errors.Is(err, pgx.ErrNoRows) {
 			return ErrAccountNotFound

@@ -320,7 +320,7 @@ func (l *PostgresLedger) SetTier(ctx context.Context, accountID string, a TierOf
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.change(ctx, func(tx pgx.Tx) error {
 		var exists, known bool
 		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1), EXISTS (SELECT 1 FROM tiers WHERE name = $2)",
 			accountID, a.Tier).Scan(&exists, &known); err != nil {
@@ -353,7 +353,7 @@ func (l *PostgresLedger) RevokeDevices(ctx context.Context, accountID string) (R
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	var r Revocation
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.change(ctx, func(tx pgx.Tx) error {
 		// The account's row first, as every change of its devices locks it (lockAccount): one
 		// order of locks, account then devices, so a revocation and the owner's approval or
 		// removal of a device wait for each other instead of deadlocking.

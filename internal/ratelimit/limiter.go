@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +23,28 @@ var ErrUnavailable = errors.New("rate limiter unavailable")
 
 // ErrNotSent is wrapped by the error of a call failed unsent (an open breaker): it did not run.
 var ErrNotSent = errors.New("not sent")
+
+// MayHaveRun reports whether a failed call may have run in Redis, then or later: anything but a
+// failure that surely sent nothing (a dial that failed, a pool with no connection to give, an open
+// breaker) or a reply of Redis's own refusing to run it (an error reply: BUSY, LOADING, READONLY,
+// OOM, ...). A timeout, a reset or an EOF after the script was sent may have run it; so may a
+// script that failed as it ran ("ERR user_script:…", Redis 7's reply to a Lua error): Redis does
+// not roll a script back, and a batch's or a sequence's earlier members may have been recorded
+// before a later one failed. (Package withdraw takes back what such a call may have admitted; a
+// support desk's reset of a key answers that it may have been made.)
+func MayHaveRun(err error) bool {
+	var re redis.Error
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded): // Redis answered
+		return strings.HasPrefix(re.Error(), "ERR user_script:")
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed), errors.Is(err, ErrNotSent):
+		return false
+	case errors.As(err, &oe) && oe.Op == "dial":
+		return false
+	}
+	return true
+}
 
 // Check asks whether one more request of Identity fits Policy. Identity is anything stable that
 // names the client (an account id, a CPF, IPIdentity of an address), hashed before Redis.

@@ -33,8 +33,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -184,7 +182,7 @@ func (r *Runner) withdraw(a ratelimit.Algorithm, key string, c ratelimit.Call, a
 // counted until they leave the window, the strict side. Run calls it for its own calls, and
 // Sequences for a sequence's.
 func (r *Runner) WithdrawLate(a ratelimit.Algorithm, keys []string, c ratelimit.Call, cause error) {
-	if a != ratelimit.SlidingLog || !c.Op.Takes() || !mayHaveRun(cause) {
+	if a != ratelimit.SlidingLog || !c.Op.Takes() || !ratelimit.MayHaveRun(cause) {
 		return
 	}
 	now := time.Now()
@@ -356,7 +354,7 @@ func (r *Runner) attempt(w *withdrawal, closing bool) (answered bool) {
 		r.opts.Logger.Warn("rate limiter could not withdraw a late decision; it may stay counted until its window passes",
 			"cause", err.Error())
 		r.pending.Done()
-	case closing || w.a != ratelimit.SlidingLog && mayHaveRun(err):
+	case closing || w.a != ratelimit.SlidingLog && ratelimit.MayHaveRun(err):
 		r.lose(w, err) // not idempotent: trying again after a timeout could give back twice
 	default:
 		w.tries++
@@ -417,27 +415,6 @@ func (h *withdrawalHeap) Pop() any {
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
 	return w
-}
-
-// mayHaveRun reports whether a failed call may have run in Redis, then or later: anything but a
-// failure that surely sent nothing (a dial that failed, a pool with no connection to give, an open
-// breaker) or a reply of Redis's own refusing to run it (an error reply: BUSY, LOADING, READONLY,
-// OOM, ...). A timeout, a reset or an EOF after the script was sent may have run it; so may a
-// script that failed as it ran ("ERR user_script:…", Redis 7's reply to a Lua error): Redis does
-// not roll a script back, and a batch's or a sequence's earlier members may have been recorded
-// before a later one failed.
-func mayHaveRun(err error) bool {
-	var re redis.Error
-	var oe *net.OpError
-	switch {
-	case errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded): // Redis answered
-		return strings.HasPrefix(re.Error(), "ERR user_script:")
-	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed), errors.Is(err, ratelimit.ErrNotSent):
-		return false
-	case errors.As(err, &oe) && oe.Op == "dial":
-		return false
-	}
-	return true
 }
 
 // run runs w's withdrawal once, within the budget, and returns how many keys it took something

@@ -408,8 +408,8 @@ func TestMayHaveRun(t *testing.T) {
 		{replyError("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT."), false},
 		{replyError("NOSCRIPT No matching script. Please use EVAL."), false},
 	} {
-		if got := mayHaveRun(tt.err); got != tt.want {
-			t.Errorf("mayHaveRun(%v) = %v, want %v", tt.err, got, tt.want)
+		if got := ratelimit.MayHaveRun(tt.err); got != tt.want {
+			t.Errorf("MayHaveRun(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
 }
