@@ -88,14 +88,6 @@ func (d *Devices) Verify(token, document string, since func(device string) time.
 	return claims.ID, nil
 }
 
-// Issued reports whether token is a device token this bank issued and not expired, whoever's
-// it is: what a login's turn at a password comparison goes by (Passwords), which must not tell
-// whose document a token is for, nor whether it was revoked since.
-func (d *Devices) Issued(token string) bool {
-	_, ok := d.parse(token)
-	return ok
-}
-
 // parse reads a token signed with the devices' key, unexpired, naming a device.
 func (d *Devices) parse(token string) (deviceClaims, bool) {
 	var claims deviceClaims

@@ -38,11 +38,12 @@ var ErrBusy = errors.New("auth: every password comparison is in use")
 // wait is answered ErrBusy, and what it would have cost is left to the others.
 //
 // The checks that wait take turns by where they come from (From): a login that presents a device
-// token this bank issued, or an access token's bearer, and anyone else. A botnet holds no such
-// token, so a customer on a device she used waits at most a turn behind its flood. The lane is
-// chosen by the token alone, not by whose it is: a faster answer for the right document would
-// tell a thief whose token he stole. A thief's own flood in that lane takes every other turn at
-// most.
+// token of its own document, or an access token's bearer, and anyone else. A botnet holds no such
+// token for the documents it tries (its own account's token counts for its own document alone),
+// so a customer on a device she used waits at most a turn behind its flood. (A faster answer for
+// the right document tells a thief holding a stolen token whose it is; so does the login's
+// device key, which a full document key does not refuse: the token was the lane's price before,
+// and a botnet's one token of its own put its whole flood in the customers' lane.)
 type Passwords struct {
 	dummy []byte
 	wait  time.Duration
@@ -61,8 +62,8 @@ type Passwords struct {
 type From int
 
 const (
-	Anyone  From = iota // a login with no device token this bank issued
-	Trusted             // a login with a device token this bank issued (any document's), or an access token's bearer
+	Anyone  From = iota // a login with no device token of its document
+	Trusted             // a login with a device token of its document, or an access token's bearer
 )
 
 // NewPasswords returns the checker of passwords hashed at cost (bcrypt.MinCost to MaxCost), the

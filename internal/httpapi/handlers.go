@@ -232,7 +232,14 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		}
 		payer := tokens.PayerID(document) // her look-up takes a place of her share of the ledger, as her account's calls do
 		ctx := pix.ForCustomer(c.Request().Context(), payer)
-		acct, err := passwords.Check(ctx, accounts, document, req.Password, passwordsFrom(devices, c))
+		// Her turn at a comparison: before a flood's, with a device token of this document (not
+		// revoked); a botnet's own token, for its own account, gives its logins of other
+		// documents no turn before hers (auth.Passwords).
+		from := auth.Anyone
+		if device != "" {
+			from = auth.Trusted
+		}
+		acct, err := passwords.Check(ctx, accounts, document, req.Password, from)
 		if err != nil {
 			return err
 		}
@@ -288,15 +295,6 @@ func loginReport(limits enforce.RouteLimits, netSkipped bool) *report {
 		d.Results, d.Worst = results, asAccount(d.Worst)
 		return d
 	}}
-}
-
-// passwordsFrom is where a login's password check comes from, for its turn at a comparison: a
-// device token this bank issued, whoever's (auth.Passwords says why), or anyone.
-func passwordsFrom(devices *auth.Devices, c echo.Context) auth.From {
-	if devices.Issued(presentedDevice(c)) {
-		return auth.Trusted
-	}
-	return auth.Anyone
 }
 
 // validLogin names the login's invalid fields, if any.

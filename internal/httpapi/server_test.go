@@ -587,3 +587,64 @@ func TestTwoDeviceTokensAreNone(t *testing.T) {
 		}
 	}
 }
+
+// TestABotnetsOwnDeviceTokenBuysItNoTurn: a botnet that logged into its own account once and
+// presents that device token with every login of other documents waits in anyone's lane for a
+// password comparison (auth.Passwords): Diego, on his phone, is compared a turn or two after
+// its flood's first answers, not behind the whole flood (a second's wait, then login_busy).
+// Comparisons at a real deployment's cost, so that the flood holds every core.
+func TestABotnetsOwnDeviceTokenBuysItNoTurn(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, redistest.Start(t), lax())
+	accounts, err := pix.DemoAccounts(auth.DefaultPasswordCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger, err := pix.NewMemoryLedger(accounts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	passwords, err := auth.NewPasswords(auth.DefaultPasswordCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(),
+		Ledger: ledger, Tokens: s.tokens, Devices: s.devices, Passwords: passwords})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := func(document string) string {
+		doc, err := pix.ParseCPF(document)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := s.devices.Issue(doc, "", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	bruno, diego := apitest.Demo[1], apitest.Demo[3]
+	bot, phone := token(bruno.Document), token(diego.Document) // the botnet's own account: Bruno's
+	login := func(document, password, device string, ip int) int {
+		req := httptest.NewRequest(http.MethodPost, "/v1/login", strings.NewReader(`{"document":"`+document+`","password":"`+password+`"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Device-Token", device)
+		req.RemoteAddr = "198.51.100." + strconv.Itoa(ip%250) + ":1234"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	const flood = 60 // 30 comparisons a core: far more than the second a check waits
+	answered := make(chan int, flood)
+	for i := range flood {
+		go func() { answered <- login(apitest.CPF(i), "guess", bot, i) }()
+	}
+	<-answered // the flood's first comparisons are done: the rest wait for theirs
+	if got := login(diego.Document, diego.Password, phone, 251); got != http.StatusOK {
+		t.Errorf("Diego on his phone, behind a flood presenting the botnet's own device token: %d, want 200", got)
+	}
+	for range flood - 1 {
+		<-answered
+	}
+}
