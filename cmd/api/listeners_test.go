@@ -92,22 +92,41 @@ func TestAListenerHoldsAtMostItsConnections(t *testing.T) {
 
 // TestTheDeskAndTheMetricsHold64ConnectionsEach: the program's side listeners, each with 64
 // connections open, close a 65th at once, unanswered: a few operators and scrapers, never the
-// public listener's thousands.
+// public listener's thousands; and 16 of one address, so one client holding its connections idle
+// does not lock the others out.
 func TestTheDeskAndTheMetricsHold64ConnectionsEach(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"METRICS_ADDR": apitest.FreeAddr(t), "ADMIN_ADDR": apitest.FreeAddr(t), "ADMIN_TOKEN": rand.Text() + rand.Text()}
 	startAPI(t, nil, env)
 	for _, side := range []string{"METRICS_ADDR", "ADMIN_ADDR"} {
 		addr := env[side]
-		for i := range 64 { // the figure api.md gives
-			if got, err := ask(dial(t, addr), "x"); !strings.HasPrefix(got, "HTTP/1.1 ") {
-				t.Fatalf("%s, connection %d: %q %v, want an answer", side, i+1, got, err)
+		for i := range 64 { // the figures api.md gives: 16 from each of 4 addresses
+			from := fmt.Sprintf("127.0.0.%d", 1+i/16)
+			if got, err := ask(dialFrom(t, from, addr), "x"); !strings.HasPrefix(got, "HTTP/1.1 ") {
+				t.Fatalf("%s, connection %d from %s: %q %v, want an answer", side, i+1, from, got, err)
+			}
+			if i%16 == 15 { // that address's 16 open: its 17th is closed, another address's is not
+				if got, err := ask(dialFrom(t, from, addr), "x"); err == nil {
+					t.Errorf("%s, a 17th connection from %s: %q, want it closed unanswered", side, from, got)
+				}
 			}
 		}
-		if got, err := ask(dial(t, addr), "x"); err == nil {
+		if got, err := ask(dialFrom(t, "127.0.0.5", addr), "x"); err == nil {
 			t.Errorf("%s, a connection beside 64 open: %q, want it closed unanswered", side, got)
 		}
 	}
+}
+
+// dialFrom dials addr from the local address from (a loopback address: 127.0.0.0/8 is all one's).
+func dialFrom(t *testing.T, from, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // TestThePublicBoundLeavesTheReplicaItsFiles: HTTP_MAX_CONNECTIONS past the descriptors the
@@ -153,7 +172,7 @@ func TestRequestHeadersAre16KiBAtMost(t *testing.T) {
 // returns its address.
 func serveOn(t *testing.T, most int) string {
 	t.Helper()
-	ln, err := listen("127.0.0.1:0", most)
+	ln, err := listen("127.0.0.1:0", most, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

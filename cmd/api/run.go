@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -69,7 +70,7 @@ func runReplica(ctx context.Context, args []string, environ []string, stdout, st
 				"HTTP_MAX_CONNECTIONS", cfg.MaxConnections, "open_files_limit", files, "held", most)
 		}
 	}
-	ln, err := listen(cfg.HTTPAddr, most)
+	ln, err := listen(cfg.HTTPAddr, most, 0) // the proxy is one peer: no bound per peer
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -161,18 +162,22 @@ func httpServer(h http.Handler, write time.Duration, logger *slog.Logger) *http.
 // idle ones did, in a resources audit. One accepted past the bound is closed at once, rather than
 // left in the kernel's backlog: its client (or the proxy, for a GET) learns it now and goes
 // elsewhere, instead of waiting out its timeout.
-func listen(addr string, most int) (net.Listener, error) {
+func listen(addr string, most, perPeer int) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return &bounded{Listener: ln, open: make(chan struct{}, most)}, nil
+	return &bounded{Listener: ln, open: make(chan struct{}, most), perPeer: perPeer, peers: map[netip.Addr]int{}}, nil
 }
 
-// bounded is listen's listener: open holds a place per connection open.
+// bounded is listen's listener: open holds a place per connection open; peers counts each peer
+// address's, when perPeer bounds them (0: not).
 type bounded struct {
 	net.Listener
-	open chan struct{}
+	open    chan struct{}
+	perPeer int
+	mu      sync.Mutex
+	peers   map[netip.Addr]int
 }
 
 func (l *bounded) Accept() (net.Conn, error) {
@@ -181,13 +186,52 @@ func (l *bounded) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
+		peer := peerOf(c)
+		if !l.enter(peer) {
+			_ = c.Close() // past its peer's bound
+			continue
+		}
 		select {
 		case l.open <- struct{}{}:
-			return &placed{Conn: c, leave: func() { <-l.open }}, nil
+			return &placed{Conn: c, leave: func() { <-l.open; l.leave(peer) }}, nil
 		default:
+			l.leave(peer)
 			_ = c.Close() // past the bound
 		}
 	}
+}
+
+// enter counts a connection of peer, unless it holds perPeer already.
+func (l *bounded) enter(peer netip.Addr) bool {
+	if l.perPeer <= 0 {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.peers[peer] >= l.perPeer {
+		return false
+	}
+	l.peers[peer]++
+	return true
+}
+
+func (l *bounded) leave(peer netip.Addr) {
+	if l.perPeer <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.peers[peer]--; l.peers[peer] <= 0 {
+		delete(l.peers, peer)
+	}
+}
+
+// peerOf is c's peer address (the zero Addr for another kind of connection).
+func peerOf(c net.Conn) netip.Addr {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
 }
 
 // placed is a connection holding its place until it is closed (once, however often Close is called).
@@ -203,8 +247,13 @@ func (c *placed) Close() error {
 	return err
 }
 
-// sideConnections bounds the desk's and the metrics' listeners: a few operators and scrapers.
-const sideConnections = 64
+// sideConnections bounds the desk's and the metrics' listeners: a few operators and scrapers;
+// sidePeerConnections, one address's connections there, so that one client holding its
+// connections idle does not lock the support team out of the desk.
+const (
+	sideConnections     = 64
+	sidePeerConnections = 16
+)
 
 // ownFiles are the descriptors a replica keeps for itself beside its public connections: the
 // desk's and the metrics' connections, and a fixed 1,024 for the rest (Redis's pools, go-redis's
@@ -227,7 +276,7 @@ func publicConnections(want int, openFiles uint64) int {
 // serveAdmin serves the support desk on its own listener (ADMIN_ADDR), never the public one. stop
 // drains its calls until ctx ends, then closes what is left.
 func serveAdmin(addr string, h http.Handler, logger *slog.Logger) (stop func(context.Context), err error) {
-	ln, err := listen(addr, sideConnections)
+	ln, err := listen(addr, sideConnections, sidePeerConnections)
 	if err != nil {
 		return nil, fmt.Errorf("admin listen: %w", err)
 	}
@@ -244,7 +293,7 @@ func serveAdmin(addr string, h http.Handler, logger *slog.Logger) (stop func(con
 // serveMetrics serves reg's metrics in the Prometheus text format on their own listener, never
 // through the public door; stop closes it.
 func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (stop func(), err error) {
-	ln, err := listen(addr, sideConnections)
+	ln, err := listen(addr, sideConnections, sidePeerConnections)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listen: %w", err)
 	}
