@@ -232,14 +232,7 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		}
 		payer := tokens.PayerID(document) // her look-up takes a place of her share of the ledger, as her account's calls do
 		ctx := pix.ForCustomer(c.Request().Context(), payer)
-		// Her turn at a comparison: before a flood's, with a device token of this document (not
-		// revoked); a botnet's own token, for its own account, gives its logins of other
-		// documents no turn before hers (auth.Passwords).
-		from := auth.Anyone
-		if device != "" {
-			from = auth.Trusted
-		}
-		acct, err := passwords.Check(ctx, accounts, document, req.Password, from)
+		acct, err := passwords.Check(ctx, accounts, document, req.Password, laneOf(device))
 		if err != nil {
 			return err
 		}
@@ -295,6 +288,16 @@ func loginReport(limits enforce.RouteLimits, netSkipped bool) *report {
 		d.Results, d.Worst = results, asAccount(d.Worst)
 		return d
 	}}
+}
+
+// laneOf is a login's lane for its turn at a password comparison (auth.Passwords): before a
+// flood's with a device token of its own document, not revoked (device, as Devices.Verify read
+// it); a botnet's token of its own account gives its logins of other documents no such turn.
+func laneOf(device string) auth.From {
+	if device != "" {
+		return auth.Trusted
+	}
+	return auth.Anyone
 }
 
 // validLogin names the login's invalid fields, if any.
