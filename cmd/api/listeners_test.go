@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -11,8 +12,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,6 +125,9 @@ func dialFrom(t *testing.T, from, addr string) net.Conn {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
 	c, err := d.Dial("tcp", addr)
+	if errors.Is(err, syscall.EADDRNOTAVAIL) {
+		t.Skipf("no loopback address %s here (Linux has 127.0.0.0/8; macOS 127.0.0.1 alone)", from)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,4 +206,30 @@ func ask(c net.Conn, header string) (string, error) {
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSpace(line), err
+}
+
+// remoteAt is a connection from addr, as peerOf reads one.
+type remoteAt struct {
+	net.Conn
+	addr net.Addr
+}
+
+func (c remoteAt) RemoteAddr() net.Addr { return c.addr }
+
+// TestAPeerIsAnAddressOrA64: the side listeners' bound per peer counts an IPv6 client by its /64,
+// whose addresses it picks at will, and an IPv4 one by its address, mapped or through NAT64 too.
+func TestAPeerIsAnAddressOrA64(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ in, want string }{
+		{"198.51.100.7", "198.51.100.7"},
+		{"::ffff:198.51.100.7", "198.51.100.7"},
+		{"64:ff9b::c633:6407", "198.51.100.7"},
+		{"2001:db8:1:2::1", "2001:db8:1:2::"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::"},
+	} {
+		c := remoteAt{addr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(tt.in), 1234))}
+		if got := peerOf(c).String(); got != tt.want {
+			t.Errorf("peerOf(%s) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/pixlimit/pixlimit/internal/app"
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/config"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
 )
 
 // shutdownGrace is how long a stopping server waits for in-flight requests: the longest answer,
@@ -226,12 +227,20 @@ func (l *bounded) leave(peer netip.Addr) {
 	}
 }
 
-// peerOf is c's peer address (the zero Addr for another kind of connection).
+// peerOf is c's peer as the bound per peer counts it: an IPv4 address, or an IPv6 address's /64,
+// whose addresses one subscriber picks at will (ratelimit.IPIdentity); the zero Addr for another
+// kind of connection.
 func peerOf(c net.Conn) netip.Addr {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.AddrPort().Addr().Unmap()
+	a, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}
 	}
-	return netip.Addr{}
+	addr := ratelimit.Unmap(a.AddrPort().Addr())
+	if addr.Is6() {
+		p, _ := addr.Prefix(64)
+		return p.Addr()
+	}
+	return addr
 }
 
 // placed is a connection holding its place until it is closed (once, however often Close is called).

@@ -132,6 +132,7 @@ type audited struct {
 type call struct {
 	record  pix.AuditRecord
 	audited audited
+	begun   bool // its change's requested record stored: the change may be under way
 }
 
 type callKey struct{}
@@ -191,7 +192,8 @@ func (d *desk) audit(next echo.HandlerFunc) echo.HandlerFunc {
 		rec.Policy, rec.Key, rec.Before, rec.After = a.policy, a.key, a.before, a.after
 		rec.Outcome = pix.OutcomeDone
 		switch {
-		case err != nil && toError(err, 0).Code == CodeChangeOutcomeUnknown: // sent, not confirmed: never "failed"
+		case err != nil && toError(err, 0).Code == CodeChangeOutcomeUnknown, // sent, not confirmed: never "failed"
+			rec.Status >= http.StatusInternalServerError && k.begun && toError(err, 0).Code == CodeInternal: // a bug once the change was under way
 			rec.Outcome = pix.OutcomeUnknown
 		case rec.Status >= 400:
 			rec.Outcome = pix.OutcomeFailed
@@ -240,13 +242,15 @@ func (h *heldResponse) send(w *echo.Response) {
 // under the call's request id: the change is made only once this record is stored.
 func (d *desk) begin(c echo.Context, a audited) error {
 	note(c, a)
-	rec := callOf(c).record
+	k := callOf(c)
+	rec := k.record
 	rec.At, rec.Outcome = time.Now().UTC(), pix.OutcomeRequested
 	rec.Policy, rec.Key, rec.Before = a.policy, a.key, a.before
 	if err := d.Ledger.Audit(c.Request().Context(), rec); err != nil {
 		d.Logger.Error("support desk: the change's record not stored; the change is not made", "action", rec.Action, "err", err)
 		return err
 	}
+	k.begun = true
 	return nil
 }
 

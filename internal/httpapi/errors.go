@@ -267,7 +267,7 @@ func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTP
 			// Shed on purpose, and counted where decided (the bank's quota logged there too; a
 			// busy login among the route's 503s): a line each at ERROR would bury the server's own
 			// errors under a flood's.
-		case e.Code == CodeLedgerUnavailable, e.Code == CodeTransferOutcomeUnknown:
+		case e.Code == CodeLedgerUnavailable, e.Code == CodeTransferOutcomeUnknown, e.Code == CodeChangeOutcomeUnknown:
 			logger.Error(string(e.Code), "route", c.Path(), "err", err)
 		case status >= http.StatusInternalServerError:
 			logger.Error("internal error", "route", c.Path(), "err", err)

@@ -160,13 +160,14 @@ func NewServer(d Deps) (http.Handler, error) {
 // (its answer carries no RateLimit headers), which a client can send without end: a bad token's
 // 401, an unknown path's 404, a made-up method's 405, a malformed body's 400, 413 or 415, which
 // its route answers before its limit decides (a mistake costs no quota). A 4xx that a limit
-// counted keeps its line, as many as the limit lets through: a failed login's 401, with its
-// client, as a fraud team reads them, or a PIX refused by the night cap.
-func summarized(status int, h http.Header) bool {
+// counted keeps its line, as many as the limit lets through (a PIX refused by the night cap);
+// so does a failed login's 401, with its client, as a fraud team reads them, even in shadow mode
+// or failing open: a password comparison each, one per core at once, bounds them.
+func summarized(route string, status int, h http.Header) bool {
 	switch {
 	case status == http.StatusTooManyRequests:
 		return true
-	case status < 400 || status >= 500:
+	case status < 400 || status >= 500, status == http.StatusUnauthorized && route == "/v1/login":
 		return false
 	}
 	return len(h["Ratelimit-Policy"]) == 0 // setHeaders's key, canonical
@@ -234,7 +235,7 @@ func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]b
 			}
 			took := time.Since(start)
 			m.observe(route, method, c.Response().Status, took)
-			if status := c.Response().Status; summarized(status, res.Header()) {
+			if status := c.Response().Status; summarized(route, status, res.Header()) {
 				key := route // floods holds the refusals alone: the route, and the status but a 429's
 				if status != http.StatusTooManyRequests {
 					key += " " + strconv.Itoa(status)

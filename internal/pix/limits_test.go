@@ -855,8 +855,11 @@ func TestRemovingADeviceOfNoAccount(t *testing.T) {
 // COMMIT reaches the server after its client gave up, and the change is made.
 func TestALostCommitOfAChangeMayHaveMadeIt(t *testing.T) {
 	t.Parallel()
-	l, gate := gatedLedger(t, 300*time.Millisecond)
+	l, gate := gatedLedger(t, time.Second)
 	ctx := context.Background()
+	if _, err := l.Limits(ctx, "acct-ana"); err != nil { // a connection dialled: the budget is the statements', not a dial's
+		t.Fatal(err)
+	}
 	lower := int64(50_000) // a lower night limit applies at once
 	gate.HoldCommits()
 	_, err := l.SetLimits(ctx, "acct-ana", MoneyLimitsChange{NightLimitCents: &lower})

@@ -967,3 +967,23 @@ func TestEndToEndIDFormat(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// TestWhichErrorsRefusedAStatement: an error the server answered a statement with (at COMMIT: a
+// roll-back) is told from one that ended the session by its unlocalized severity, so that a
+// Portuguese lc_messages ("ERRO") does not make a refused COMMIT an unknown outcome.
+func TestWhichErrorsRefusedAStatement(t *testing.T) {
+	for _, tt := range []struct {
+		e    pgconn.PgError
+		want bool
+	}{
+		{pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR"}, true},
+		{pgconn.PgError{Severity: "ERRO", SeverityUnlocalized: "ERROR"}, true},
+		{pgconn.PgError{Severity: "ERROR"}, true}, // a server before 9.6 sends no unlocalized severity
+		{pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL"}, false},
+		{pgconn.PgError{Severity: "FATAL"}, false},
+	} {
+		if got := refused(&tt.e); got != tt.want {
+			t.Errorf("refused(%q, %q) = %v, want %v", tt.e.Severity, tt.e.SeverityUnlocalized, got, tt.want)
+		}
+	}
+}

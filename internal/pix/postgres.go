@@ -1,6 +1,7 @@
 package pix
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -289,10 +290,18 @@ func (l *PostgresLedger) change(ctx context.Context, fn func(pgx.Tx) error) erro
 	switch {
 	case err == nil || !committing, pgconn.SafeToRetry(err): // not committing, or COMMIT never sent
 		return err
-	case errors.Is(err, pgx.ErrTxCommitRollback), errors.As(err, &pgErr) && pgErr.Severity == "ERROR":
+	case errors.Is(err, pgx.ErrTxCommitRollback), errors.As(err, &pgErr) && refused(pgErr):
 		return err // the server answered: rolled back
 	}
 	return fmt.Errorf("%w: COMMIT sent, no answer: %w", ErrChangeOutcomeUnknown, err)
+}
+
+// refused reports whether the server answered a statement with an error of its own, which ends
+// the statement (and, at COMMIT, rolls the transaction back), rather than ending the session
+// (FATAL, PANIC: what became of a COMMIT then is unknown). By the unlocalized severity: the
+// localized one is "ERRO" under a Portuguese lc_messages.
+func refused(e *pgconn.PgError) bool {
+	return cmp.Or(e.SeverityUnlocalized, e.Severity) == "ERROR"
 }
 
 // isDomain reports whether err is one of the ledger's own answers.
@@ -511,7 +520,7 @@ func (l *PostgresLedger) transfer(steps, ctx context.Context, r TransferRequest)
 		return receipt, nil
 	case errors.Is(err, pgx.ErrTxCommitRollback):
 		return Receipt{}, fmt.Errorf("%w: the transaction was rolled back at commit", ErrUnavailable)
-	case errors.As(err, &pgErr) && pgErr.Severity == "ERROR":
+	case errors.As(err, &pgErr) && refused(pgErr):
 		return Receipt{}, err // the server refused COMMIT and rolled back; Transfer classifies it
 	}
 	// No answer, or the session ended (FATAL): the transaction may have committed.
