@@ -37,14 +37,7 @@ func TestNoDeskReadIsServedUnaudited(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, redistest.Start(t), lax())
 	ledger := &unaudited{MemoryLedger: s.ledger}
-	tiers := pix.NewTiers(t.Context(), ledger, slog.New(slog.DiscardHandler), time.Hour)
-	t.Cleanup(tiers.Close)
-	token := rand.Text() + rand.Text()
-	desk, err := httpapi.NewAdmin(httpapi.AdminDeps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(),
-		Ledger: ledger, Tokens: s.tokens, Token: token, Tiers: tiers, AuditKey: []byte("an-audit-key-16b")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	desk, token := newDeskOver(t, s, ledger)
 	read := func() *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodGet, "/admin/v1/tiers", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -155,11 +148,17 @@ func TestNoDeskAnswerIsStored(t *testing.T) {
 // newDesk is a support desk over s's limiter and ledger, and its token.
 func newDesk(t *testing.T, s server) (*httpapi.Admin, string) {
 	t.Helper()
-	tiers := pix.NewTiers(t.Context(), s.ledger, slog.New(slog.DiscardHandler), time.Hour)
+	return newDeskOver(t, s, s.ledger)
+}
+
+// newDeskOver is newDesk over ledger, its audit trail's and its tiers'.
+func newDeskOver(t *testing.T, s server, ledger pix.Ledger) (*httpapi.Admin, string) {
+	t.Helper()
+	tiers := pix.NewTiers(t.Context(), ledger, slog.New(slog.DiscardHandler), time.Hour)
 	t.Cleanup(tiers.Close)
 	token := rand.Text() + rand.Text()
 	desk, err := httpapi.NewAdmin(httpapi.AdminDeps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(),
-		Ledger: s.ledger, Tokens: s.tokens, Token: token, Tiers: tiers, AuditKey: []byte("an-audit-key-16b")})
+		Ledger: ledger, Tokens: s.tokens, Token: token, Tiers: tiers, AuditKey: []byte("an-audit-key-16b")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,14 +201,7 @@ func TestTheDeskAuditsWhatItKnows(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, redistest.Start(t), lax())
 	ledger := &deskFaults{MemoryLedger: s.ledger}
-	tiers := pix.NewTiers(t.Context(), ledger, slog.New(slog.DiscardHandler), time.Hour)
-	t.Cleanup(tiers.Close)
-	token := rand.Text() + rand.Text()
-	desk, err := httpapi.NewAdmin(httpapi.AdminDeps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: lax(),
-		Ledger: ledger, Tokens: s.tokens, Token: token, Tiers: tiers, AuditKey: []byte("an-audit-key-16b")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	desk, token := newDeskOver(t, s, ledger)
 	call := func(method, path, body string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -302,21 +302,28 @@ func TestALateFailureStartsNoSecondProbe(t *testing.T) {
 	}
 }
 
-// TestAProbeOutlastingACloseIsStillTheOne: a probe still on its way when a decision Redis
-// answered closed the breaker, and failures opened it again, is still the one probe: the new
-// cool-down's end starts no second beside it (a cool-down shorter than a probe's timeout).
-func TestAProbeOutlastingACloseIsStillTheOne(t *testing.T) {
-	t.Parallel()
-	release := make(chan struct{})
-	var probes atomic.Int64
-	b := newBreaker(1, time.Second, 10*time.Second, func(context.Context) error { probes.Add(1); <-release; return errors.New("timed out") },
+// probing is a breaker opened by one failure whose probe is on its way, failing once release is
+// closed, and the count of its probes.
+func probing(t *testing.T) (b *breaker, probes *atomic.Int64, release chan struct{}) {
+	t.Helper()
+	release, probes = make(chan struct{}), new(atomic.Int64)
+	b = newBreaker(1, time.Second, 10*time.Second, func(context.Context) error { probes.Add(1); <-release; return errors.New("timed out") },
 		time.Now, slog.New(slog.DiscardHandler))
-	b.after = func(time.Duration, func()) func() bool { return func() bool { return true } }
+	b.after = func(time.Duration, func()) func() bool { return func() bool { return true } } // no timer: the test starts the probes
 	b.failure()
 	b.startProbe()
 	for probes.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
+	return b, probes, release
+}
+
+// TestAProbeOutlastingACloseIsStillTheOne: a probe still on its way when a decision Redis
+// answered closed the breaker, and failures opened it again, is still the one probe: the new
+// cool-down's end starts no second beside it (a cool-down shorter than a probe's timeout).
+func TestAProbeOutlastingACloseIsStillTheOne(t *testing.T) {
+	t.Parallel()
+	b, probes, release := probing(t)
 	b.success()    // a decision Redis answered meanwhile
 	b.failure()    // and one it did not: open again
 	b.startProbe() // the new cool-down's timer
@@ -332,16 +339,7 @@ func TestAProbeOutlastingACloseIsStillTheOne(t *testing.T) {
 // that says it is ready decides.
 func TestAStaleProbeDoesNotReopenTheBreaker(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	var probes atomic.Int64
-	b := newBreaker(1, time.Second, 10*time.Second, func(context.Context) error { probes.Add(1); <-release; return errors.New("timed out") },
-		time.Now, slog.New(slog.DiscardHandler))
-	b.after = func(time.Duration, func()) func() bool { return func() bool { return true } }
-	b.failure()
-	b.startProbe()
-	for probes.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	b, _, release := probing(t)
 	b.success() // Redis answered meanwhile
 	close(release)
 	b.probes.Wait()
