@@ -158,16 +158,15 @@ func (l *PostgresLedger) RegisterDevice(ctx context.Context, accountID, device s
 	var out DeviceRegistration
 	err := l.change(ctx, func(tx pgx.Tx) error {
 		var had bool
-		err := tx.QueryRow(ctx, "SELECT had_registered_device FROM accounts WHERE id = $1 FOR UPDATE", accountID).Scan(&had)
+		var now time.Time
+		err := tx.QueryRow(ctx, "SELECT had_registered_device, coalesce($2::timestamptz, clock_timestamp()) FROM accounts WHERE id = $1 FOR UPDATE",
+			accountID, l.at()).Scan(&had, &now)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrAccountNotFound
 		} else if err != nil {
 			return err
 		}
-		now, err := l.clock(ctx, tx)
-		if err != nil {
-			return err
-		}
+		now = now.UTC()
 		var until *time.Time
 		err = tx.QueryRow(ctx, "SELECT pending_until FROM devices WHERE account_id = $1 AND device_id = $2", accountID, device).Scan(&until)
 		if err == nil {

@@ -826,7 +826,9 @@ func (l *PostgresLedger) Limits(ctx context.Context, accountID string) (MoneyLim
 	var out MoneyLimits
 	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var exists bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)", accountID).Scan(&exists); err != nil {
+		var now time.Time
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1), coalesce($2::timestamptz, clock_timestamp())",
+			accountID, l.at()).Scan(&exists, &now); err != nil {
 			return err
 		}
 		if !exists {
@@ -836,11 +838,7 @@ func (l *PostgresLedger) Limits(ctx context.Context, accountID string) (MoneyLim
 		if err != nil {
 			return err
 		}
-		now, err := l.clock(ctx, tx)
-		if err != nil {
-			return err
-		}
-		out = l.rules.inForce(stored, now)
+		out = l.rules.inForce(stored, now.UTC())
 		return nil
 	})
 	if err != nil {
@@ -874,8 +872,9 @@ func (l *PostgresLedger) changeLimits(ctx context.Context, account string, chang
 	defer cancel()
 	var out MoneyLimits
 	err := l.change(ctx, func(tx pgx.Tx) error {
-		var id string
-		if err := tx.QueryRow(ctx, "SELECT id FROM accounts WHERE id = $1 FOR UPDATE", account).Scan(&id); errors.Is(err, pgx.ErrNoRows) {
+		var now time.Time // the ledger's clock, as the account's row is read to be locked
+		if err := tx.QueryRow(ctx, "SELECT coalesce($2::timestamptz, clock_timestamp()) FROM accounts WHERE id = $1 FOR UPDATE",
+			account, l.at()).Scan(&now); errors.Is(err, pgx.ErrNoRows) {
 			return ErrAccountNotFound
 		} else if err != nil {
 			return err
@@ -884,10 +883,7 @@ func (l *PostgresLedger) changeLimits(ctx context.Context, account string, chang
 		if err != nil {
 			return err
 		}
-		now, err := l.clock(ctx, tx)
-		if err != nil {
-			return err
-		}
+		now = now.UTC()
 		changed, write, err := change(stored, now)
 		if err != nil {
 			return err
