@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/pixlimit/pixlimit/internal/httpapi"
 	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/ratelimit"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
@@ -238,5 +241,63 @@ func TestTheDeskAuditsWhatItKnows(t *testing.T) {
 	}
 	if rec := last(); rec.Outcome != pix.OutcomeUnknown || rec.Status != http.StatusInternalServerError {
 		t.Errorf("its audit record: %+v, want unknown (the bug struck once the change was under way), 500", rec)
+	}
+}
+
+// cutAtChange is a ledger that cuts the link to Redis once a desk change's requested record is
+// stored: the change's own call to Redis is then sent into the cut.
+type cutAtChange struct {
+	*pix.MemoryLedger
+	link *redistest.Link
+}
+
+func (c *cutAtChange) Audit(ctx context.Context, rec pix.AuditRecord) error {
+	err := c.MemoryLedger.Audit(ctx, rec)
+	if rec.Outcome == pix.OutcomeRequested {
+		c.link.Cut()
+	}
+	return err
+}
+
+// TestAKeyResetCutOffMayHaveBeenMade: a desk's reset of a key whose call to Redis was sent and not
+// answered (the network cut as it went) is answered 503 change_outcome_unknown and audited
+// "unknown", not "failed": once the network heals, Redis runs the held call, and the key is
+// cleared after all.
+func TestAKeyResetCutOffMayHaveBeenMade(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	link := srv.Link()
+	s := newServer(t, srv, lax())
+	opts := &redis.Options{Addr: link.Addr()} // the desk's Redis, through the link
+	ratelimit.ClientOptions(opts, 300*time.Millisecond)
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	limiter, err := ratelimit.New(rdb, ratelimit.Options{KeySecret: []byte("a-key-secret-of-16+b"), Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.limiter = limiter
+	ledger := &cutAtChange{MemoryLedger: s.ledger, link: link}
+	desk, token := newDeskOver(t, s, ledger)
+	ip := ratelimit.Check{Policy: lax().LoginIP.Policy, Identity: "203.0.113.7"}
+	if d, err := limiter.AllowAll(t.Context(), ip); err != nil || !d.Allowed {
+		t.Fatalf("a login's decision: %+v, %v", d, err)
+	}
+	if err := limiter.Forget(t.Context(), ratelimit.Check{Policy: ip.Policy, Identity: "198.51.100.1"}); err != nil {
+		t.Fatal(err) // the reset's script loaded, as a replica's warm-up loads it: held, its hash alone is sent
+	}
+	req := httptest.NewRequest(http.MethodDelete, "/admin/v1/keys/login-ip/203.0.113.7", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	rec := httptest.NewRecorder()
+	desk.ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"change_outcome_unknown"`) {
+		t.Errorf("a reset cut off on its way: %d %s, want 503 change_outcome_unknown", rec.Code, rec.Body)
+	}
+	if trail, _ := s.ledger.AuditTrail(t.Context(), 1); len(trail) != 1 || trail[0].Outcome != pix.OutcomeUnknown {
+		t.Errorf("its audit record: %+v, want unknown", trail)
+	}
+	link.Heal()
+	if d, err := limiter.AllowAll(t.Context(), ip); err != nil || d.Worst.Remaining != ip.Policy.Limit-1 {
+		t.Errorf("the key once healed: %+v, %v; want it cleared by the held reset (%d left after this decision)", d.Worst, err, ip.Policy.Limit-1)
 	}
 }
