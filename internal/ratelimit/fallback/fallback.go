@@ -8,10 +8,12 @@
 // (heartbeat.lua), memory for up to Options.LogSize keys, and a bound only as good as the count:
 // N is the number of replicas the heartbeat last counted while Redis answered, and never fewer
 // than Options.FleetSize (the floor, all there is before Redis ever answered). Replicas added
-// during an outage are not counted, and each admits its share on top: with M more, the fleet
-// admits up to ⌈Limit/N⌉ × (N + M). The memory starts empty and is forgotten at the first beat
-// Redis answers after one it did not (Redis kept its own state; what was admitted locally
-// meanwhile is on top of it).
+// during an outage are not counted: each admits up to ⌈Limit/floor⌉ on top, since a replica that
+// never reached Redis counts the floor (set Options.FleetSize to the fleet's real size). The
+// memory starts empty and is kept when Redis answers again, its entries leaving with their
+// windows: what was admitted locally is on top of Redis's own count, and outages one after
+// another within a window share one share, never a fresh one each
+// (TestOutagesInAWindowShareOneShare).
 package fallback
 
 import (
@@ -74,7 +76,6 @@ type Fallback struct {
 	now     func() time.Time
 	fleet   atomic.Int64
 	floor   int64
-	missed  atomic.Bool // the last beat found no Redis
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -124,17 +125,13 @@ func (f *Fallback) heartbeat() {
 }
 
 // beaten takes a beat's answer: the fleet's size n, never below the floor (a fleet starting
-// together first sees itself alone), or its failure; the first beat Redis answers after one it
-// did not forgets the memory (Redis decides from its own state again). An outage shorter than a
-// beat may leave its memory to the next one, which then starts stricter, never looser.
+// together first sees itself alone), or its failure, which keeps the last count. The memory is
+// not forgotten when Redis answers again: a next outage within the window starts from what this
+// replica admitted in the last, or a Redis that comes and goes would hand out a fresh share each
+// time it goes.
 func (f *Fallback) beaten(n int64, err error) {
-	if err != nil {
-		f.missed.Store(true)
-		return
-	}
-	f.fleet.Store(max(n, f.floor))
-	if f.missed.Swap(false) {
-		f.memory.forget()
+	if err == nil {
+		f.fleet.Store(max(n, f.floor))
 	}
 }
 

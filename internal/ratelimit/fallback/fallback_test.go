@@ -52,8 +52,7 @@ type check = ratelimit.Check
 
 // TestAllowDecidesAtItsShare: with a fleet of 3, a limit of 10 is 4 per window in each
 // replica's memory, as an exact sliding log (a bucket's too, whatever its burst): 4 admitted, the 5th refused until exactly when the
-// oldest leaves the window; two keys are decided together; the memory forgets everything at the
-// first beat Redis answers; and it is bounded by LogSize.
+// oldest leaves the window; two keys are decided together; and the memory is bounded by LogSize.
 func TestAllowDecidesAtItsShare(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -99,17 +98,35 @@ func TestAllowDecidesAtItsShare(t *testing.T) {
 	if n := l.memory.size(); n > 100 {
 		t.Errorf("%d keys in the fallback's memory, want at most LogSize (100)", n)
 	}
-	l.beaten(1, nil) // Redis answering all along: nothing forgotten
-	if n := l.memory.size(); n == 0 {
-		t.Error("the memory was forgotten by a beat while Redis answered all along")
-	}
-	l.beaten(0, errors.New("no Redis"))
 	l.beaten(1, nil)
-	if n := l.memory.size(); n != 0 {
-		t.Errorf("%d keys in the fallback's memory after Redis answered a beat again, want none", n)
-	}
 	if got := l.FleetSize(); got != 3 {
 		t.Errorf("fleet size %d after a beat counted 1, want the floor, 3", got)
+	}
+}
+
+// TestOutagesInAWindowShareOneShare: a Redis that goes and comes back, three times within a
+// window, gives a replica its share once, not once per outage: its memory is kept when Redis
+// answers again, so the second and third outages find the share spent.
+func TestOutagesInAWindowShareOneShare(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client(nil)
+	clk := clocktest.New()
+	l := newFallback(t, limiter(t, c, clk), c, Options{FleetSize: 2, Now: clk.Now})
+	ana := check{Policy: policy("statement", 10, time.Minute), Identity: "ana"}
+	admitted := 0
+	for range 3 {
+		l.beaten(0, errors.New("no Redis")) // Redis gone: this replica decides
+		for range 10 {
+			if l.Allow(context.Background(), ana).Allowed {
+				admitted++
+			}
+		}
+		l.beaten(2, nil) // and back
+		clk.Add(10 * time.Second)
+	}
+	if admitted != 5 {
+		t.Errorf("%d admitted in three outages within a minute, want 5: the share (⌈10/2⌉) once", admitted)
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 
 // memory is an exact sliding-window log in memory, for Fallback.Allow: per key, the times
 // of its admissions in the last window, at most its limit of them. Memory is bounded: at most
-// max keys (and a decision's, makeRoom), and when full, keys whose entries have all expired go first, then the key touched
-// longest ago. It is emptied when Redis answers again (forget).
+// max keys (and a decision's, makeRoom), and when full, keys whose entries have all expired go
+// first, then the key touched longest ago. It is kept when Redis answers again (Fallback.beaten).
 type memory struct {
 	max int
 
@@ -102,17 +102,6 @@ func (l *memory) makeRoom(now time.Time, held []string) {
 	delete(l.keys, victim)
 }
 
-// forget empties the log: Redis answers again, and decides from its own state.
-func (l *memory) forget() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.keys) > 0 {
-		l.keys = map[string]*fallbackKey{}
-	}
-	if len(l.queues) > 0 {
-		l.queues = map[string]*memoryQueue{}
-	}
-}
 
 // queue decides one request of key's queue under p at now, taking a place named id when
 // admitted; within < 0 waits as long as the queue (memoryQueue.Take).
