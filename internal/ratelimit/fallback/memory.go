@@ -102,7 +102,6 @@ func (l *memory) makeRoom(now time.Time, held []string) {
 	delete(l.keys, victim)
 }
 
-
 // queue decides one request of key's queue under p at now, taking a place named id when
 // admitted; within < 0 waits as long as the queue (memoryQueue.Take).
 func (l *memory) queue(now time.Time, key string, p ratelimit.Policy, within int64, id string) (bool, int64, int64, int64) {
