@@ -129,7 +129,10 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 
 // newAdmission lays out the call: the buckets asked; then the slot asked, the limit, the slot
 // taken, the mark taken. A limit in shadow mode never refuses, so its slot is taken before it (a
-// shadow refusal ends the sequence). A queued PIX takes its slot and mark at its turn.
+// shadow refusal ends the sequence). A queued PIX takes its slot and mark at its turn. In one
+// script the slot asked free is the slot taken; on a Redis Cluster each step is a call of its
+// own, and a PIX of the same account may take the last slot between the ask and the take: the
+// PIX is then refused pix-concurrency with its own limit's admission spent (not withdrawn).
 func newAdmission(user, bank, own check, held *slot, orig *mark) admission {
 	a := admission{ask: ratelimit.AskStep(user.Check, bank.Check), limit: ratelimit.AllowStep(own.Check),
 		queued: own.Policy.Algorithm == ratelimit.LeakyBucket, held: held, orig: orig}
@@ -194,7 +197,8 @@ func (pa admissions) giveBack(c echo.Context, a admission, decided sequence, err
 
 // atTurn holds a queued PIX, admitted by d over own in took, until its turn, then takes its slot
 // and its mark, as an unqueued PIX's call takes them. Refused its slot then, it gives its turn
-// back: as an unqueued PIX refused its slot, it spent nothing of its own limit.
+// back: as an unqueued PIX refused its slot (asked in the same script), it spent nothing of its
+// own limit.
 func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ratelimit.Decision, took time.Duration, held *slot, orig *mark, waitUntil time.Time) error {
 	if err := pa.wait(c, ctx, []check{own}, d, took); err != nil {
 		return err
