@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ func TestOnRedisCluster(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3, 1)
 	env := map[string]string{"REDIS_CLUSTER_ADDRS": strings.Join(c.Addrs(), ","), "TRUSTED_PROXIES": "127.0.0.1/32",
-		"REDIS_TIMEOUT": "800ms"} // a PIX's 10 calls on a cluster and its ledger fit the write timeout
+		"REDIS_TIMEOUT": "800ms"} // a PIX's 9 calls on a cluster and its ledger fit the write timeout
 	replicas := []*api{startAPI(t, nil, env), startAPI(t, nil, env)}
 	for i := range 8 { // a botnet on Carla's document: 5 guesses, then the document key refuses
 		r := replicas[i%2].Login(demo[2].Document, "guess", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i+1))
@@ -45,6 +46,50 @@ func TestOnRedisCluster(t *testing.T) {
 		if r.Status != http.StatusUnauthorized {
 			t.Fatalf("attempt %d from an IP whose guess was refused: %v, want 401", i+1, r)
 		}
+	}
+}
+
+// TestAPIXRefusedItsSlotOnAClusterSpendsNoQuota: on a cluster a PIX's admission is a call per
+// step, so the account's one in-flight slot (PIX_CONCURRENCY 1) is taken before the PIX's own
+// limit decides: PIX sent together are refused pix-concurrency having spent nothing of the
+// limit, which counts the created ones alone. (Asked, then taken after the limit, the slot could
+// go to another PIX in between, and a refused PIX kept its admission.)
+func TestAPIXRefusedItsSlotOnAClusterSpendsNoQuota(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 0)
+	a := startAPI(t, nil, map[string]string{"REDIS_CLUSTER_ADDRS": strings.Join(c.Addrs(), ","),
+		"REDIS_TIMEOUT": "800ms", "PIX_LIMIT": "1000", "PIX_CONCURRENCY": "1"})
+	tok := a.Token(demo[0].Document, demo[0].Password)
+	created, refused := 0, 0
+	for burst := 0; burst < 5 && refused == 0; burst++ { // PIX overlap on any machine within a few bursts
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range 30 {
+			wg.Go(func() {
+				r := a.PIX(tok, "bruno@example.com", 1)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case r.Status == http.StatusCreated:
+					created++
+				case r.Status == http.StatusTooManyRequests && strings.Contains(r.Header.Get("RateLimit"), "pix-concurrency"):
+					refused++
+				default:
+					t.Errorf("a PIX of the burst: %v, want 201 or 429 pix-concurrency", r)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if refused == 0 {
+		t.Fatalf("%d PIX created, none refused pix-concurrency in five bursts of 30: nothing was tested", created)
+	}
+	r := a.PIX(tok, "bruno@example.com", 1)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("a PIX after the bursts: %v", r)
+	}
+	if got, want := r.Header.Get("RateLimit-Remaining"), fmt.Sprint(1000-created-1); got != want {
+		t.Errorf("after %d PIX created and %d refused pix-concurrency: %s of the limit left, want %s (the created ones alone spent it)", created+1, refused, got, want)
 	}
 }
 

@@ -749,7 +749,7 @@ func (cfg Config) limiterCalls() int {
 	slot := cfg.Limits.PIXConcurrency.Policy.Limit > 0
 	switch {
 	case len(cfg.Redis.Cluster) > 0 && slot:
-		return clusterDecisionsPerRequest + 3 // the slot asked, taken and given back
+		return clusterDecisionsPerRequest + 2 // the slot taken (before the limit: httpapi's newAdmission) and given back
 	case len(cfg.Redis.Cluster) > 0:
 		return clusterDecisionsPerRequest
 	case slot:

@@ -87,7 +87,7 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 			return tk, err
 		}
 	}
-	a := newAdmission(user, bank, own, held, orig)
+	a := newAdmission(user, bank, own, held, orig, pa.core.Atomic())
 	ctx, cancel := pa.throttle(c) // a queue's turn comes within it
 	defer cancel()
 	// A client that hangs up does not cut the call short: a slot it took is then given back here.
@@ -128,17 +128,19 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 }
 
 // newAdmission lays out the call: the buckets asked; then the slot asked, the limit, the slot
-// taken, the mark taken. A limit in shadow mode never refuses, so its slot is taken before it (a
-// shadow refusal ends the sequence). A queued PIX takes its slot and mark at its turn. In one
-// script the slot asked free is the slot taken; on a Redis Cluster each step is a call of its
-// own, and a PIX of the same account may take the last slot between the ask and the take: the
-// PIX is then refused pix-concurrency with its own limit's admission spent (not withdrawn).
-func newAdmission(user, bank, own check, held *slot, orig *mark) admission {
+// taken, the mark taken. In one atomic script (atomic) the slot asked free is the slot taken.
+// Where each step is a call of its own (a Redis Cluster), a PIX of the same account could take
+// the last slot between the ask and the take, after the limit had admitted this one: so the slot
+// is taken first, and a PIX refused it has spent nothing of its limit; one the limit then
+// refuses gives its slot back (giveBack). A limit in shadow mode never refuses, so its slot is
+// taken before it too (a shadow refusal ends the sequence). A queued PIX takes its slot and mark
+// at its turn.
+func newAdmission(user, bank, own check, held *slot, orig *mark, atomic bool) admission {
 	a := admission{ask: ratelimit.AskStep(user.Check, bank.Check), limit: ratelimit.AllowStep(own.Check),
 		queued: own.Policy.Algorithm == ratelimit.LeakyBucket, held: held, orig: orig}
 	a.steps = []ratelimit.Step{a.ask}
 	switch {
-	case held != nil && !a.queued && own.shadow:
+	case held != nil && !a.queued && (own.shadow || !atomic):
 		a.takeSlot = held.hold()
 		a.steps = append(a.steps, a.takeSlot, a.limit)
 	case held != nil && !a.queued:
@@ -197,8 +199,7 @@ func (pa admissions) giveBack(c echo.Context, a admission, decided sequence, err
 
 // atTurn holds a queued PIX, admitted by d over own in took, until its turn, then takes its slot
 // and its mark, as an unqueued PIX's call takes them. Refused its slot then, it gives its turn
-// back: as an unqueued PIX refused its slot (asked in the same script), it spent nothing of its
-// own limit.
+// back: as an unqueued PIX refused its slot, it spent nothing of its own limit.
 func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ratelimit.Decision, took time.Duration, held *slot, orig *mark, waitUntil time.Time) error {
 	if err := pa.wait(c, ctx, []check{own}, d, took); err != nil {
 		return err

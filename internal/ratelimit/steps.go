@@ -157,6 +157,12 @@ func (l *Limiter) Decide(ctx context.Context, steps ...Step) (Decisions, error) 
 	return Decisions{steps, ds}, nil
 }
 
+// Atomic says whether a Decide of several steps is one atomic script call: with
+// Options.Sequences, and not on a cluster, where each step is a call of its own and another
+// request may come between two (a caller lays its steps out so that no interleaving spends
+// what a later refusal should not have).
+func (l *Limiter) Atomic() bool { return l.sequences != nil && !l.cluster }
+
 // validate checks a step's policies, and what an algorithm's step's lone call would check.
 func validate(s Step) error {
 	if a, ok := s.(*decideStep); ok {
