@@ -159,8 +159,7 @@ func (l *PostgresLedger) RegisterDevice(ctx context.Context, accountID, device s
 	err := l.change(ctx, func(tx pgx.Tx) error {
 		var had bool
 		var now time.Time
-		err := tx.QueryRow(ctx, "SELECT had_registered_device, coalesce($2::timestamptz, clock_timestamp()) FROM accounts WHERE id = $1 FOR UPDATE",
-			accountID, l.at()).Scan(&had, &now)
+		err := tx.QueryRow(ctx, lockedAtSQL, accountID, l.at()).Scan(&had, &now) // the ledger's clock once the lock is held
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrAccountNotFound
 		} else if err != nil {

@@ -878,3 +878,54 @@ func TestALostCommitOfAChangeMayHaveMadeIt(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestAChangeIsTimedOnceItHoldsTheLock: a raise that waited for its account's row lock (held by
+// a transaction that changed nothing) is dated by the ledger's clock after the wait, not before
+// it: its effective time is 24 h after the holder let go, never earlier.
+func TestAChangeIsTimedOnceItHoldsTheLock(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	l, err := OpenPostgres(ctx, url, 10*time.Second, demo(), WithRules(Rules{DayLimitCents: 1_000_000, IncreaseDelay: 24 * time.Hour}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM accounts WHERE id = 'acct-ana' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	raised := make(chan MoneyLimits, 1)
+	go func() {
+		day := int64(2_000_000)
+		m, err := l.SetLimits(ctx, "acct-ana", MoneyLimitsChange{DayLimitCents: &day})
+		if err != nil {
+			t.Error(err)
+		}
+		raised <- m
+	}()
+	for waiting := false; !waiting; { // the raise waits for the lock (asked on a connection of its own: a transaction's statistics stand still)
+		if err := l.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database())").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var released time.Time
+	if err := tx.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&released); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := <-raised
+	if len(m.Pending) != 1 || m.Pending[0].EffectiveAt.Before(released.Add(24*time.Hour)) {
+		t.Errorf("a raise that waited for the lock until %v: %+v, want it effective 24 h after that or later", released, m.Pending)
+	}
+}

@@ -826,9 +826,7 @@ func (l *PostgresLedger) Limits(ctx context.Context, accountID string) (MoneyLim
 	var out MoneyLimits
 	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var exists bool
-		var now time.Time
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1), coalesce($2::timestamptz, clock_timestamp())",
-			accountID, l.at()).Scan(&exists, &now); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)", accountID).Scan(&exists); err != nil {
 			return err
 		}
 		if !exists {
@@ -838,7 +836,11 @@ func (l *PostgresLedger) Limits(ctx context.Context, accountID string) (MoneyLim
 		if err != nil {
 			return err
 		}
-		out = l.rules.inForce(stored, now.UTC())
+		now, err := l.clock(ctx, tx) // after the limits' read: no change it saw is later
+		if err != nil {
+			return err
+		}
+		out = l.rules.inForce(stored, now)
 		return nil
 	})
 	if err != nil {
@@ -864,6 +866,14 @@ func (l *PostgresLedger) CancelPendingLimits(ctx context.Context, accountID stri
 	})
 }
 
+// lockedAtSQL locks an account's row and reads the ledger's clock (at's $2) once the lock is
+// held, in one round trip: read in the locking query itself, clock_timestamp() would be taken
+// before a wait for the lock (PostgreSQL computes the row below its lock, and again after the
+// wait only when the holder updated the row), and a change that waited behind another could
+// carry an earlier time than the one it waited for. It returns had_registered_device beside it.
+const lockedAtSQL = `SELECT locked.had, coalesce($2::timestamptz, clock_timestamp())
+	FROM (SELECT had_registered_device AS had FROM accounts WHERE id = $1 FOR UPDATE) locked`
+
 // changeLimits runs change over an account's limits in one transaction under the account's row
 // lock (transfers take it too, so a transfer sees a change whole or not at all), storing them
 // when change says so, and returns the limits in force.
@@ -872,9 +882,8 @@ func (l *PostgresLedger) changeLimits(ctx context.Context, account string, chang
 	defer cancel()
 	var out MoneyLimits
 	err := l.change(ctx, func(tx pgx.Tx) error {
-		var now time.Time // the ledger's clock, as the account's row is read to be locked
-		if err := tx.QueryRow(ctx, "SELECT coalesce($2::timestamptz, clock_timestamp()) FROM accounts WHERE id = $1 FOR UPDATE",
-			account, l.at()).Scan(&now); errors.Is(err, pgx.ErrNoRows) {
+		var now time.Time // the ledger's clock once the lock is held (lockedAtSQL)
+		if err := tx.QueryRow(ctx, lockedAtSQL, account, l.at()).Scan(new(bool), &now); errors.Is(err, pgx.ErrNoRows) {
 			return ErrAccountNotFound
 		} else if err != nil {
 			return err
