@@ -23,8 +23,9 @@ import (
 // The call decides, in order and stopping at the first refusal: whether the payer's DICT bucket
 // of the key's type and the bank's could pay for a miss (asked, taking nothing), whether one of
 // the account's in-flight slots is free (asked, taking nothing), the PIX's own limit, and then
-// takes the slot and the key's mark (its original, for replays). While either bucket holds no
-// token the PIX is refused (429, policy pix-lookup or pix-lookup-v2; or 503
+// takes the slot and the key's mark (its original, for replays); where the steps are calls of
+// their own (a cluster), the slot is taken before the limit instead (newAdmission). While
+// either bucket holds no token the PIX is refused (429, policy pix-lookup or pix-lookup-v2; or 503
 // lookup_capacity_exhausted) whether or not its key exists, and its own limit records nothing:
 // a PIX to a key nobody has answers 404 as a look-up does, so it is paid for like one, or PIX
 // would be the way to enumerate keys once look-ups are refused. While every slot is held by other
@@ -103,7 +104,7 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 			return tk, pa.giveBack(c, a, decided, err)
 		}
 	}
-	for _, step := range []ratelimit.Step{a.askSlot, a.takeSlot} { // the slot asked, or taken (on a cluster the take is a call of its own)
+	for _, step := range []ratelimit.Step{a.askSlot, a.takeSlot} { // the slot asked, or taken (on a cluster, before the limit: newAdmission)
 		if d, ran := decided.ds.Of(step); ran {
 			if err := held.answer(c, pa.limiter, own, d, nil, decided.took); err != nil {
 				return tk, pa.giveBack(c, a, decided, err)

@@ -10,8 +10,8 @@
 // than Options.FleetSize (the floor, all there is before Redis ever answered). Replicas added
 // during an outage are not counted: each admits up to ⌈Limit/floor⌉ on top, since a replica that
 // never reached Redis counts the floor (set Options.FleetSize to the fleet's real size). The
-// memory starts empty and is kept when Redis answers again, its entries leaving with their
-// windows: what was admitted locally is on top of Redis's own count, and outages one after
+// memory starts empty and is kept when Redis answers again, swept at each beat once its windows
+// pass: what was admitted locally is on top of Redis's own count, and outages one after
 // another within a window share one share, never a fresh one each
 // (TestOutagesInAWindowShareOneShare).
 package fallback
@@ -128,10 +128,12 @@ func (f *Fallback) heartbeat() {
 // together first sees itself alone), or its failure, which keeps the last count. The memory is
 // not forgotten when Redis answers again: a next outage within the window starts from what this
 // replica admitted in the last, or a Redis that comes and goes would hand out a fresh share each
-// time it goes.
+// time it goes. What has left its windows is swept (memory.sweep), so an outage's memory is
+// freed once its windows have passed.
 func (f *Fallback) beaten(n int64, err error) {
 	if err == nil {
 		f.fleet.Store(max(n, f.floor))
+		f.memory.sweep(f.now())
 	}
 }
 

@@ -106,7 +106,8 @@ func TestAllowDecidesAtItsShare(t *testing.T) {
 
 // TestOutagesInAWindowShareOneShare: a Redis that goes and comes back, three times within a
 // window, gives a replica its share once, not once per outage: its memory is kept when Redis
-// answers again, so the second and third outages find the share spent.
+// answers again, so the second and third outages find the share spent; and it is freed once its
+// window has passed.
 func TestOutagesInAWindowShareOneShare(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -127,6 +128,16 @@ func TestOutagesInAWindowShareOneShare(t *testing.T) {
 	}
 	if admitted != 5 {
 		t.Errorf("%d admitted in three outages within a minute, want 5: the share (⌈10/2⌉) once", admitted)
+	}
+	// Kept, not leaked: a beat Redis answers once the window has passed frees it.
+	l.beaten(2, nil)
+	if n := l.memory.size(); n != 1 {
+		t.Errorf("%d keys in the memory within the window, want Ana's", n)
+	}
+	clk.Add(time.Minute)
+	l.beaten(2, nil)
+	if n := l.memory.size(); n != 0 {
+		t.Errorf("%d keys in the memory a window after the outages, want none", n)
 	}
 }
 

@@ -11,7 +11,8 @@ import (
 // memory is an exact sliding-window log in memory, for Fallback.Allow: per key, the times
 // of its admissions in the last window, at most its limit of them. Memory is bounded: at most
 // max keys (and a decision's, makeRoom), and when full, keys whose entries have all expired go
-// first, then the key touched longest ago. It is kept when Redis answers again (Fallback.beaten).
+// first, then the key touched longest ago. It is kept when Redis answers again, and what has left
+// its windows is swept then (Fallback.beaten).
 type memory struct {
 	max int
 
@@ -116,6 +117,24 @@ func (l *memory) queue(now time.Time, key string, p ratelimit.Policy, within int
 		l.queues[key] = q
 	}
 	return q.Take(now.UnixMicro(), p, within, id, true)
+}
+
+// sweep drops every key whose admissions have all left their window, and every queue in which
+// nobody waits: the memory an outage left, once its windows have passed (Fallback.beaten, each
+// beat Redis answers). Nothing to do, it costs a lock.
+func (l *memory) sweep(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for key, k := range l.keys {
+		if len(k.times) == 0 || !k.times[len(k.times)-1].After(now.Add(-k.window)) {
+			delete(l.keys, key)
+		}
+	}
+	for key, q := range l.queues {
+		if q.Served(now.UnixMicro()) {
+			delete(l.queues, key)
+		}
+	}
 }
 
 // dropServedQueues drops the queues in which nobody waits, looking at a few only, as makeRoom:

@@ -53,8 +53,9 @@ func (s Slots) Hold(identity, holder string) ratelimit.Step {
 }
 
 // Ask asks whether Hold(identity, holder) would take its slot, taking nothing: a PIX asks
-// before its own limit decides and takes the slot after it, in one Decide, so that neither a
-// refused limit holds a slot nor a full slot records a PIX.
+// before its own limit decides and takes the slot after it, in one atomic Decide, so that
+// neither a refused limit holds a slot nor a full slot records a PIX. (Where a Decide is a call
+// per step, the ask would not hold till the take: the PIX takes first, and gives back.)
 func (s Slots) Ask(identity, holder string) ratelimit.Step {
 	return &step{s.check(identity), holder, ratelimit.AskOp()}
 }
