@@ -20,12 +20,26 @@ import (
 // counts them (INFO commandstats: EVALSHA and EVAL), with the default algorithms: an admitted PIX
 // costs 2 (its look-up buckets asked and its own limit decided in one; then the buckets settled:
 // a look-up redeemed and refunded, or a miss charged), a PIX refused by a limit 1 (0 once the
-// replica knows the key is full), a key look-up 2, a login and a statement 1.
+// replica knows the key is full), a key look-up 2, a login and a statement 1. The same with the
+// in-flight slot on (PIX_CONCURRENCY, on by default): the slot rides in the PIX's two calls.
 func TestRedisCallsPerRequest(t *testing.T) {
 	t.Parallel()
+	for _, slots := range []int{0, 2} {
+		t.Run(fmt.Sprint("PIX_CONCURRENCY=", slots), func(t *testing.T) {
+			t.Parallel()
+			limits := lax()
+			limits.PIX = enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix", Limit: 4, Window: time.Minute}}
+			if slots > 0 {
+				limits.PIXConcurrency = enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-concurrency", Limit: slots, Window: 10 * time.Second}}
+			}
+			countCalls(t, limits)
+		})
+	}
+}
+
+// countCalls is TestRedisCallsPerRequest over limits.
+func countCalls(t *testing.T, limits enforce.RouteLimits) {
 	srv := redistest.Start(t)
-	limits := lax()
-	limits.PIX = enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix", Limit: 4, Window: time.Minute}}
 	s := newServer(t, srv, limits)
 	rdb := srv.Client(nil)
 	token, err := s.tokens.Issue(auth.Subject{Account: "acct-diego", Payer: s.tokens.PayerID("93541134780"), Person: "PF", Device: "phone"})
