@@ -527,3 +527,52 @@ func pixLog(t *testing.T, srv *redistest.Server) func() int64 {
 		return rdb.ZCard(t.Context(), keys[0]).Val()
 	}
 }
+
+// TestAQueuedPIXsWaitsEndTogether: on a queue (leaky_bucket, a turn a second), a PIX that waited
+// for its key's original until its longest wait (MaxWait, 2.6 s here) is not then offered a turn
+// a further MaxWait away: its waits and its turn's end together, or the answer could come past
+// the write timeout. Ana's original is held in the ledger, and her next two PIX take the next two
+// turns; a retry of the original, waiting for it, finds the turn after those past its wait: 429
+// at once, never the ledger.
+func TestAQueuedPIXsWaitsEndTogether(t *testing.T) {
+	t.Parallel()
+	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := newGated(inner, 16)
+	// MaxWait: the write timeout less a second, the two limiter calls and the longest transfer.
+	replicas, _ := fleet(t, redistest.Start(t), ledger, 1, map[string]string{"REDIS_TIMEOUT": "100ms", "DB_TIMEOUT": "5100ms",
+		"PIX_CONCURRENCY": "0", "PIX_ALGORITHM": "leaky_bucket", "PIX_LIMIT": "60", "PIX_WINDOW": "1m", "PIX_QUEUE": "2",
+		"LEDGER_ACCOUNT_SHARE": "3"}) // a place of the ledger for each PIX held there
+	t.Cleanup(ledger.open)
+	a := replicas[0]
+	ana := a.Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+	results := make(chan apitest.Response, 4)
+	send := func(key string) {
+		go func() { results <- a.PIX(ana, "bruno@example.com", 100, "Idempotency-Key", key) }()
+	}
+	send("original")
+	ledger.arrived(t, "the original") // its turn at once
+	send("next")                      // 1 s later
+	send("after")                     // 2 s later
+	send("original")                  // the retry: waits for the original until its MaxWait, 2.6 s
+	ledger.arrived(t, "the next PIX")
+	ledger.arrived(t, "the PIX after it")
+	select {
+	case r := <-results:
+		if r.Status != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" {
+			t.Errorf("the retry, its wait spent: %v, want 429 with Retry-After", r)
+		}
+	case <-ledger.entered:
+		t.Fatal("the retry was offered a turn past its wait, and reached the ledger")
+	case <-time.After(30 * time.Second):
+		t.Fatal("no answer to the retry within 30s")
+	}
+	ledger.open()
+	for range 3 {
+		if r := <-results; r.Status != http.StatusCreated {
+			t.Errorf("a PIX served at its turn: %v, want 201", r)
+		}
+	}
+}

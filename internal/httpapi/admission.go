@@ -89,7 +89,7 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 		}
 	}
 	a := newAdmission(user, bank, own, held, orig, pa.core.Atomic())
-	ctx, cancel := pa.throttle(c) // a queue's turn comes within it
+	ctx, cancel := pa.throttleUntil(c, waitUntil) // a queue's turn comes within the PIX's waits
 	defer cancel()
 	// A client that hangs up does not cut the call short: a slot it took is then given back here.
 	deadline, _ := ctx.Deadline()
@@ -223,7 +223,7 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 // 429 instead); a payment to a found key costs nothing, and its 201 gives back the tokens of the
 // look-up that led to it, if there was one (refund; a replayed 201, which moved nothing, gives
 // none). The slot goes back even when the client has left. A queued PIX answered ledger_busy
-// (it takes its place of the ledger at its turn, in the transfer's call) gives its turn back
+// (it takes its place of the ledger at its turn: handlePIX) gives its turn back
 // too: like any PIX answered so, it spent no quota.
 //
 // When Redis did not answer the admission (a PIX let through by PIX_FAIL_MODE=open), the answer

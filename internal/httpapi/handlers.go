@@ -367,17 +367,18 @@ func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxW
 		if err != nil {
 			return err
 		}
-		// A PIX's waits before its admission (its key's original, its place of the ledger) end
+		// A PIX's waits (its key's original, its place of the ledger, a queue's turn) end
 		// together by maxWait: what the write timeout leaves after the longest PIX.
 		waitUntil := time.Now().Add(maxWait)
 		// One PIX of this key in progress on this replica: the others wait for its answer.
 		defer originals.enter(c.Request().Context(), s.Account+"\x00"+req.IdempotencyKey, waitUntil)()
 		own := pixes.own(s)
-		if share != nil && own.Policy.Algorithm != ratelimit.LeakyBucket {
+		queued := own.Policy.Algorithm == ratelimit.LeakyBucket
+		if share != nil && !queued {
 			// One of the account's places of the ledger, held from before its admission: a PIX
 			// answered ledger_busy was decided by nothing, so it spent no quota and holds no slot.
-			// (A queued PIX takes its place at its turn, in the transfer's call: it would hold
-			// one through its whole wait otherwise.) With every place taken, a PIX past its
+			// (A queued PIX takes its place at its turn, below: it would hold one through its
+			// whole wait otherwise.) With every place taken, a PIX past its
 			// account's in-flight slots is refused at once rather than after its wait.
 			if share.Full(c.Request().Context(), s.Account) {
 				if err := pixes.vacant(c, s, req.IdempotencyKey, own); err != nil {
@@ -394,6 +395,14 @@ func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxW
 		admitted, err := pixes.admit(c, s, req, own, waitUntil) // admission.go
 		if err != nil {
 			return err
+		}
+		if share != nil && queued { // its turn has come: its place of the ledger, within its waits
+			ctx, release, err := share.Hold(c.Request().Context(), s.Account, time.Until(waitUntil))
+			if err != nil {
+				return admitted.settle(pix.Receipt{}, err) // ledger_busy gives its turn back
+			}
+			defer release()
+			c.SetRequest(c.Request().WithContext(ctx))
 		}
 		r, err := ledger.Transfer(c.Request().Context(), req.TransferRequest)
 		if err := admitted.settle(r, err); err != nil {

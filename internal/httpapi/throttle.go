@@ -31,6 +31,17 @@ func (r limiter) throttle(c echo.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(c.Request().Context(), r.throttleBudget())
 }
 
+// throttleUntil is throttle for a request whose waits began before its decision (a PIX waits
+// for its key's original and its place of the ledger first): its turn comes by until, when its
+// longest wait ends, so that those waits and its turn's fit together in what the write timeout
+// leaves; the decision's own budget comes after it (after now, if those waits took them all).
+func (r limiter) throttleUntil(c echo.Context, until time.Time) (context.Context, context.CancelFunc) {
+	if now := time.Now(); now.After(until) {
+		until = now
+	}
+	return context.WithDeadline(c.Request().Context(), until.Add(cmp.Or(r.budget, defaultBudget)))
+}
+
 // throttleBudget is the longest wait and the decision's own budget.
 func (r limiter) throttleBudget() time.Duration {
 	return cmp.Or(r.maxWait, defaultMaxWait) + cmp.Or(r.budget, defaultBudget)
