@@ -491,11 +491,13 @@ func (cfg *environment) check(p *problems) Config {
 			cfg.ConcurrencyLease, out.LongestRequest())
 	}
 	if longest := out.LongestRequest(); longest > WriteTimeout-writeMargin {
-		p.add("DB_TIMEOUT", "%v with REDIS_TIMEOUT %v: a PIX could take %v (%d limiter decisions, its statements and "+
-			"its COMMIT %v each, up to %v to learn an unknown outcome), past the %v within which every answer is "+
-			"written (the server's write timeout is %v, the shipped HAProxy's 20s); lower DB_TIMEOUT",
-			cfg.DBTimeout, cfg.RedisTimeout, longest, out.limiterCalls(), cfg.DBTimeout,
+		why := fmt.Sprintf("a PIX could take %v (%d limiter decisions of REDIS_TIMEOUT %v each, its statements and "+
+			"its COMMIT DB_TIMEOUT %v each, up to %v to learn an unknown outcome), past the %v within which every answer is "+
+			"written (the server's write timeout is %v, the shipped HAProxy's 20s); lower DB_TIMEOUT or REDIS_TIMEOUT",
+			longest, out.limiterCalls(), cfg.RedisTimeout, cfg.DBTimeout,
 			pix.LongestTransfer(cfg.DBTimeout)-2*cfg.DBTimeout, WriteTimeout-writeMargin, WriteTimeout)
+		p.add("DB_TIMEOUT", "%v: %s", cfg.DBTimeout, why) // together they offend: each is named
+		p.add("REDIS_TIMEOUT", "%v: %s", cfg.RedisTimeout, why)
 	}
 	out.Limits.MaxWait = WriteTimeout - writeMargin - out.LongestRequest()
 	out.Limits.Budget = cfg.RedisTimeout
@@ -646,10 +648,10 @@ func (cfg *environment) checkRouteLimits(p *problems) enforce.RouteLimits {
 		LoginDevice:          policy(p, "LOGIN_", cfg.Login.policy("login-device", cfg.Login.DeviceLimit), "DEVICE_LIMIT"),
 		FailClosedRetryAfter: cfg.FailClosedRetryAfter,
 		PIXLookup: policy(p, "LOOKUP_", enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefill, Window: time.Minute,
-			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacity}}, "REFILL_PER_MINUTE"),
+			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacity}}, "REFILL_PER_MINUTE", "CAPACITY"),
 		LookupMissCost: cfg.LookupMissCost,
 		PIXLookupPJ: policy(p, "LOOKUP_", enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-lookup", Limit: cfg.LookupRefillPJ, Window: time.Minute,
-			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacityPJ}}, "REFILL_PER_MINUTE_PJ"),
+			Algorithm: ratelimit.TokenBucket, Burst: cfg.LookupCapacityPJ}}, "REFILL_PER_MINUTE_PJ", "CAPACITY_PJ"),
 		LookupParticipantMissCost: dict.DefaultParticipantMissCost,
 		LookupCategory:            cfg.ParticipantCategory,
 	}
@@ -678,7 +680,7 @@ func (cfg *environment) checkRouteLimits(p *problems) enforce.RouteLimits {
 	}
 	if ok {
 		limits.LookupParticipant = policy(p, "LOOKUP_PARTICIPANT_", enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-lookup-participant",
-			Limit: cfg.ParticipantRefill, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: cfg.ParticipantCapacity}}, "REFILL_PER_MINUTE")
+			Limit: cfg.ParticipantRefill, Window: time.Minute, Algorithm: ratelimit.TokenBucket, Burst: cfg.ParticipantCapacity}}, "REFILL_PER_MINUTE", "CAPACITY")
 	}
 	if cfg.LookupMissCost < 1 {
 		p.add("LOOKUP_MISS_COST", "%d: want at least 1", cfg.LookupMissCost)
@@ -691,12 +693,12 @@ func (l LoginRoute) policy(name string, limit int) enforce.RouteLimit {
 }
 
 // policy validates pol with the limiter's own rules and reports a problem under the variable
-// that holds the offending field: prefix + LIMIT (or limitVar), WINDOW, ALGORITHM, BURST or QUEUE.
-// Windows must also be whole seconds, as the RateLimit headers count in seconds.
-func policy(p *problems, prefix string, pol enforce.RouteLimit, limitVar ...string) enforce.RouteLimit {
+// that holds the offending field: prefix + LIMIT (or names[0]), WINDOW, ALGORITHM, BURST (or
+// names[1]) or QUEUE. Windows must also be whole seconds, as the RateLimit headers count in seconds.
+func policy(p *problems, prefix string, pol enforce.RouteLimit, names ...string) enforce.RouteLimit {
 	vars := map[string]string{"Limit": "LIMIT", "Window": "WINDOW", "Algorithm": "ALGORITHM", "Burst": "BURST", "Queue": "QUEUE"}
-	if len(limitVar) > 0 {
-		vars["Limit"] = limitVar[0]
+	for i, field := range []string{"Limit", "Burst"}[:min(len(names), 2)] {
+		vars[field] = names[i]
 	}
 	// First, so that a window of 0 or 500ms is told the rule of this variable, not the
 	// limiter's looser one (p keeps one problem per variable).
@@ -770,7 +772,9 @@ func (cfg *environment) checkRedis(p *problems) Redis {
 	if cfg.RedisURL != "" {
 		opt, err := redis.ParseURL(cfg.RedisURL)
 		if err != nil {
-			p.add("REDIS_URL", "not a redis://, rediss:// or unix:// URL (%v)", redactURLError(err, cfg.RedisURL))
+			p.add("REDIS_URL", "not a redis://, rediss:// or unix:// URL with a host, a numeric port and a database "+
+				"number (the parser's words are not repeated: they can quote the password; a password with / ? # or @ "+
+				"is percent-encoded)")
 		}
 		r.URL = opt
 	}
@@ -868,7 +872,7 @@ func (cfg *environment) checkSecret(p *problems) {
 			"tokens with it; make your own (openssl rand -base64 48)")
 	case cfg.AuthSecret != "" && (entropyBits(cfg.AuthSecret) < minSecretBits || periodic(cfg.AuthSecret)):
 		p.add("AUTH_SECRET", "too predictable (a repeated string, or about %.0f bits by its letters' frequencies, want "+
-			"%d): make it random (openssl rand -base64 48)", entropyBits(cfg.AuthSecret), minSecretBits)
+			"%d; 32 hex digits count short of it): make it random and longer (openssl rand -base64 48)", entropyBits(cfg.AuthSecret), minSecretBits)
 	case cfg.AuthSecret == "" && cfg.redisModes() > 0:
 		// Each replica would draw its own: tokens would not cross replicas, and every limit would
 		// be multiplied by the number of replicas, since each keys Redis with its own hash.
@@ -990,8 +994,10 @@ func checkProxies(p *problems, prefixes []netip.Prefix) []netip.Prefix {
 	return out
 }
 
-// minSecretBits is the least AUTH_SECRET's letters must carry, by their frequencies: 32 random hex
-// digits carry 128; 32 times "a" none, "password" repeated about 2.75 a letter.
+// minSecretBits is the least AUTH_SECRET's letters must carry, by their frequencies: 48 random
+// bytes in base64 count about 330, 64 random hex digits about 245; 32 times "a" none, "password"
+// repeated about 2.75 a letter. The frequencies of a short draw understate it: 32 random hex
+// digits (128 bits) count 92 to 127, so they are refused, as the message says.
 const minSecretBits = 128
 
 // entropyBits estimates a secret's entropy from its letters' frequencies (Shannon), times its
@@ -1043,6 +1049,9 @@ func addrList(p *problems, name, list string) []string {
 		}
 		addrs = append(addrs, a)
 	}
+	if list != "" && len(addrs) == 0 && !p.has(name) { // set, but to no address: not the embedded Redis
+		p.add(name, "%q names no host:port", list)
+	}
 	return addrs
 }
 
@@ -1075,15 +1084,4 @@ func kind(t reflect.Type, err error) string {
 		return fmt.Sprintf("value: %v", inner.Unwrap())
 	}
 	return fmt.Sprintf("value (%v)", err)
-}
-
-// redactURLError keeps a password in REDIS_URL out of the error message.
-func redactURLError(err error, url string) string {
-	msg := err.Error()
-	if _, rest, ok := strings.Cut(url, "://"); ok {
-		if userinfo, _, ok := strings.Cut(rest, "@"); ok && userinfo != "" {
-			msg = strings.ReplaceAll(msg, userinfo, "REDACTED")
-		}
-	}
-	return msg
 }

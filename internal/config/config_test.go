@@ -361,11 +361,55 @@ func TestRedisModes(t *testing.T) {
 	}
 }
 
+// TestRedisURLPasswordIsNotEchoed: no part of REDIS_URL's password is in its error, one the
+// parser reads as a port or cuts at a / ? or # included (base64 passwords hold them).
 func TestRedisURLPasswordIsNotEchoed(t *testing.T) {
 	t.Parallel()
-	_, err := load(map[string]string{"REDIS_URL": "redis://user:hunter2@host:notaport"})
-	if err == nil || strings.Contains(err.Error(), "hunter2") {
-		t.Errorf("err = %v, want an error without the password", err)
+	for _, url := range []string{"redis://user:hunter2@host:notaport", "redis://:hunter2/w7Rt+Hs0pZ@redis:6379/0",
+		"redis://:hunter2#w7Rt@redis:6379/0", "redis://:hunter2?w7Rt@redis:6379/0"} {
+		_, err := load(map[string]string{"REDIS_URL": url, "AUTH_SECRET": rand.Text() + rand.Text()})
+		if err == nil || strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "w7Rt") || !strings.Contains(err.Error(), "REDIS_URL: ") {
+			t.Errorf("%s: err = %v, want REDIS_URL refused without a piece of its password", url, err)
+		}
+	}
+}
+
+// TestARedisListOfNoAddressIsAnError: a cluster's or sentinels' list set to commas or spaces is
+// refused; read as unset, the replica would run the embedded Redis, its limits its own.
+func TestARedisListOfNoAddressIsAnError(t *testing.T) {
+	t.Parallel()
+	for _, env := range []map[string]string{
+		{"REDIS_CLUSTER_ADDRS": ","},
+		{"REDIS_CLUSTER_ADDRS": " "},
+		{"REDIS_SENTINEL_ADDRS": " , ", "REDIS_SENTINEL_MASTER": "mymaster"},
+	} {
+		env["AUTH_SECRET"] = rand.Text() + rand.Text()
+		_, err := load(env)
+		var name string
+		for n := range env {
+			if strings.HasSuffix(n, "_ADDRS") {
+				name = n
+			}
+		}
+		if err == nil || !strings.Contains(err.Error(), name+": ") {
+			t.Errorf("%v: err = %v, want %s refused", env, err, name)
+		}
+	}
+}
+
+// TestEachOffendingVariableIsNamed: the variable an error names is one that is set, or one that
+// exists: REDIS_TIMEOUT too long for the longest PIX is named (with DB_TIMEOUT), and a look-up
+// bucket's capacity is LOOKUP_CAPACITY, not a LOOKUP_BURST no one can set.
+func TestEachOffendingVariableIsNamed(t *testing.T) {
+	t.Parallel()
+	_, err := load(map[string]string{"REDIS_TIMEOUT": "5s"})
+	if err == nil || !strings.Contains(err.Error(), "REDIS_TIMEOUT: 5s: a PIX could take") {
+		t.Errorf("REDIS_TIMEOUT=5s: err = %v, want REDIS_TIMEOUT named", err)
+	}
+	_, err = load(map[string]string{"LOOKUP_CAPACITY": "-5", "LOOKUP_CAPACITY_PJ": "-5"})
+	if err == nil || strings.Contains(err.Error(), "BURST") || !strings.Contains(err.Error(), "LOOKUP_CAPACITY: ") ||
+		!strings.Contains(err.Error(), "LOOKUP_CAPACITY_PJ: ") {
+		t.Errorf("LOOKUP_CAPACITY=-5: err = %v, want LOOKUP_CAPACITY and LOOKUP_CAPACITY_PJ named, no BURST", err)
 	}
 }
 
