@@ -104,6 +104,8 @@ func TestMalformedRequests(t *testing.T) {
 		{"statement: limit 101", "GET", "/v1/statement?limit=101", "", nil, 400},
 		{"statement: limit abc", "GET", "/v1/statement?limit=abc", "", nil, 400},
 		{"statement: limit -1", "GET", "/v1/statement?limit=-1", "", nil, 400},
+		{"statement: a bad escape in the query", "GET", "/v1/statement?limit=1%zz", "", nil, 400}, // Echo's QueryParams drops the pair
+		{"statement: a semicolon in the query", "GET", "/v1/statement?limit=1;", "", nil, 400},
 		{"statement: POST", "POST", "/v1/statement", "", nil, 405},
 		// elsewhere
 		{"unknown route", "GET", "/v1/admin", "", nil, 404},

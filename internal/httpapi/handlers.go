@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"sync"
@@ -538,9 +539,15 @@ func handleStatement(ledger pix.Payments, decide limiter, limit enforce.RouteLim
 	}
 }
 
-// statementSize is the statement's ?limit=: 1 to 100 entries, 50 when absent.
+// statementSize is the statement's ?limit=: 1 to 100 entries, 50 when absent. A query that does
+// not parse is 400 too: Echo's QueryParams drops a pair it cannot read (?limit=1%zz, ?limit=1;),
+// which would answer 50 entries for a limit the client did set.
 func statementSize(c echo.Context) (int, error) {
-	s, ok := c.QueryParams()["limit"]
+	query, err := url.ParseQuery(c.Request().URL.RawQuery)
+	if err != nil {
+		return 0, invalid("invalid query", map[string]string{"query": "must be name=value pairs joined by &, percent-encoded"})
+	}
+	s, ok := query["limit"]
 	if !ok {
 		return 50, nil
 	}
