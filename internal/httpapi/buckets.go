@@ -96,7 +96,8 @@ func (b buckets) exhausted(bank ratelimit.Policy, retryAfter time.Duration) *Err
 // miss cost and the bank's. A found key's look-up is also granted, in that call, to the payment
 // it may lead to (grant is its voucher's identity; "" for a PIX, which is the payment). The payer's
 // refusal is 429, reporting its bucket (with quiet, an admission sets no RateLimit headers); the
-// bank's is 503 lookup_capacity_exhausted, without them, logged and counted.
+// bank's is 503 lookup_capacity_exhausted, without them, logged and counted, and the payer's
+// charge, made before it in the call, is given back (refundUser): the customer did nothing wrong.
 func (b buckets) charge(c echo.Context, user check, found, quiet bool, grant string, first ...ratelimit.Step) error {
 	userCost, bankCost := b.rules.Price(found)
 	bank := b.bank()
@@ -119,7 +120,9 @@ func (b buckets) charge(c echo.Context, user check, found, quiet bool, grant str
 		}
 		return d
 	}}
-	if _, err := b.answerStep(c, quietly, []check{user}, paid, payUser); err != nil {
+	if paid.refused(payBank) {
+		b.refundUser(context.WithoutCancel(c.Request().Context()), user, userCost)
+	} else if _, err := b.answerStep(c, quietly, []check{user}, paid, payUser); err != nil {
 		return err
 	}
 	bankReport := &report{show: func(d ratelimit.Decision) ratelimit.Decision { // no RateLimit headers: not the customer's
@@ -131,6 +134,15 @@ func (b buckets) charge(c echo.Context, user check, found, quiet bool, grant str
 			"policy", dict.Vouchers.Name)
 	}
 	return payErr
+}
+
+// refundUser gives the payer's bucket user back the cost it paid for an answer the bank's bucket
+// then refused, in a call of its own (one more, on that path alone); best effort, as refund.
+func (b buckets) refundUser(ctx context.Context, user check, cost int) {
+	if _, err := b.decider().Decide(ctx, ratelimit.RefundStep(cost, user.Check)); err != nil {
+		b.events.log("refund:"+user.Policy.Name, slog.LevelWarn, "a look-up's charge not given back after the bank's bucket refused it",
+			"policy", user.Policy.Name, "cause", err.Error())
+	}
 }
 
 // refund gives a look-up's tokens back after the payment it led to (DICT), in one limiter call:

@@ -276,9 +276,10 @@ func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTP
 		switch e.Code {
 		case CodeUnauthorized:
 			h.Set(echo.HeaderWWWAuthenticate, "Bearer")
-		case CodeRateLimiterUnavailable:
-			// No decision was made: the RateLimit headers of an earlier step of the request (a
-			// look-up's ask, answered before Redis refused its charge) would contradict the body,
+		case CodeRateLimiterUnavailable, CodeLookupCapacityExhausted:
+			// No decision was made, or the bank's bucket made it, not the customer's to see: the
+			// RateLimit headers of an earlier step of the request (a look-up's ask, answered before
+			// Redis refused its charge, or the bank's bucket its own) would contradict the body,
 			// and their Reset its Retry-After.
 			for _, name := range rateLimitHeaders {
 				delete(h, name)
