@@ -987,3 +987,38 @@ func TestWhichErrorsRefusedAStatement(t *testing.T) {
 		}
 	}
 }
+
+// TestABusyPoolIsReady: with every connection of the pool at work, a ping (as /readyz sends,
+// with a deadline shorter than the ledger's) finds none free: it answers ready, and resets
+// nothing, so the connections at work are kept when they come back. Before, such a ping
+// answered the database down and dropped the pool, every replica's at once under one hot payee.
+func TestABusyPoolIsReady(t *testing.T) {
+	t.Parallel()
+	l, err := OpenPostgres(context.Background(), pgtest.URL(t), time.Second, demo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	n := int(l.pool.Config().MaxConns)
+	idleConnections(t, l, n)
+	held := make([]*pgxpool.Conn, n)
+	for i := range held {
+		if held[i], err = l.pool.Acquire(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := l.Ping(ctx); err != nil {
+		t.Errorf("a ping with every connection at work: %v, want ready", err)
+	}
+	for _, c := range held {
+		c.Release()
+	}
+	if got := l.pool.Stat().TotalConns(); got != int32(n) {
+		t.Errorf("%d connections after the busy ping, want the %d at work kept", got, n)
+	}
+	if err := l.Ping(context.Background()); err != nil {
+		t.Errorf("a ping with the connections back: %v", err)
+	}
+}

@@ -213,11 +213,27 @@ func (c boundedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWrit
 // out their timeout on it, one at a time (TestAFailedPingDropsTheDeadConnections). A caller
 // that left (cancelled) resets nothing. The price of a ping that failed for another reason is
 // a pool dialled afresh.
+//
+// A ping that found every connection at work (transfers waiting on a popular payee's row, say)
+// is answered ready, and resets nothing: the pool is busy, not down. Were the database gone,
+// those connections fail within the ledger's timeout and the next ping asks it afresh
+// (TestABusyPoolIsReady).
 func (l *PostgresLedger) Ping(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
+	conn, err := l.pool.Acquire(pctx)
+	if err != nil {
+		if st := l.pool.Stat(); pctx.Err() != nil && st.AcquiredConns() >= st.MaxConns() {
+			return nil
+		}
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			l.pool.Reset()
+		}
+		return unavailable(err)
+	}
+	defer conn.Release()
 	var readOnly string // a database that answers but cannot be written is no ledger: not ready
-	err := l.pool.QueryRow(pctx, "SELECT current_setting('transaction_read_only')").Scan(&readOnly)
+	err = conn.QueryRow(pctx, "SELECT current_setting('transaction_read_only')").Scan(&readOnly)
 	if err == nil && readOnly == "on" {
 		err = errReadOnly
 	}
