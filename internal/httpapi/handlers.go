@@ -371,8 +371,12 @@ func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxW
 		// A PIX's waits (its key's original, its place of the ledger, a queue's turn) end
 		// together by maxWait: what the write timeout leaves after the longest PIX.
 		waitUntil := time.Now().Add(maxWait)
-		// One PIX of this key in progress on this replica: the others wait for its answer.
+		// One PIX of this key in progress on this replica: the others wait for its answer. One
+		// whose client left meanwhile is decided by nothing: it spends no quota.
 		defer originals.enter(c.Request().Context(), s.Account+"\x00"+req.IdempotencyKey, waitUntil)()
+		if err := c.Request().Context().Err(); err != nil {
+			return err
+		}
 		own := pixes.own(s)
 		queued := own.Policy.Algorithm == ratelimit.LeakyBucket
 		if share != nil && !queued {

@@ -102,3 +102,50 @@ func TestALoginTakesItsAccountsShareOfTheLedger(t *testing.T) {
 		t.Errorf("Bruno's login meanwhile: %d %s, want 200", rec.Code, rec.Body)
 	}
 }
+
+// TestARetryWhoseClientLeftSpendsNothing: a PIX whose client has left by the time its wait for
+// its key's original (in progress on the same replica) ends is decided by nothing: the PIX limit
+// counts the original and the next PIX alone.
+func TestARetryWhoseClientLeftSpendsNothing(t *testing.T) {
+	t.Parallel()
+	limits := lax()
+	limits.PIX.Policy.Limit = 5
+	s := newServer(t, redistest.Start(t), limits)
+	ledger := &stuckTransfers{MemoryLedger: s.ledger, release: make(chan struct{})}
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: limits, Ledger: ledger,
+		Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := s.tokens.Issue(auth.Subject{Account: "acct-ana", Payer: s.tokens.PayerID(apitest.Demo[0].Document), Person: "PF", Device: "phone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(ctx context.Context, idem string) *httptest.ResponseRecorder {
+		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/pix", strings.NewReader(`{"key":"bruno@example.com","amount_cents":100}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Idempotency-Key", idem)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	original := make(chan *httptest.ResponseRecorder, 1)
+	go func() { original <- send(context.Background(), "original") }()
+	for deadline := time.Now().Add(30 * time.Second); ledger.in.Load() < 1; time.Sleep(5 * time.Millisecond) { // polling, not timing
+		if time.Now().After(deadline) {
+			t.Fatal("the original did not reach the ledger within 30s")
+		}
+	}
+	left, leave := context.WithCancel(context.Background())
+	leave() // the retry's client has gone: its wait for the original ends at once
+	send(left, "original")
+	close(ledger.release)
+	if r := <-original; r.Code != http.StatusCreated {
+		t.Fatalf("the original: %d %s", r.Code, r.Body)
+	}
+	next := send(context.Background(), "next")
+	if next.Code != http.StatusCreated || next.Header().Get("RateLimit-Remaining") != "3" {
+		t.Errorf("the next PIX: %d, RateLimit-Remaining %q; want 201 and 3 (of 5: the original and this one)", next.Code, next.Header().Get("RateLimit-Remaining"))
+	}
+}
