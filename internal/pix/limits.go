@@ -60,8 +60,6 @@ type MoneyLimits struct {
 	NightStart time.Duration
 	// Pending are the requested increases, at most one per field, each with when it applies.
 	Pending []PendingLimit
-	// night is the bank's night, whose end tells which start makes a night longer (Tightens).
-	night NightCap
 }
 
 // PendingLimit is a requested increase of one field: Value is cents, or for FieldNightStart a
@@ -76,19 +74,6 @@ type PendingLimit struct {
 type MoneyLimitsChange struct {
 	NightLimitCents, DayLimitCents *int64
 	NightStart                     *time.Duration
-}
-
-// Tightens reports whether the change c gives at least one value and every value it gives is
-// stricter than l's in force: a lower night or day limit where there was one, or one where there
-// was no cap (0), and a night start that makes the night longer (until the Night's end). Such a change is the owner's own protection,
-// which nothing may refuse (a limit on calls included).
-func (c MoneyLimitsChange) Tightens(l MoneyLimits) bool {
-	lower := func(v *int64, now int64) bool { return v == nil || *v > 0 && (now == 0 || *v < now) }
-	if c.NightLimitCents == nil && c.DayLimitCents == nil && c.NightStart == nil {
-		return false
-	}
-	return lower(c.NightLimitCents, l.NightLimitCents) && lower(c.DayLimitCents, l.DayLimitCents) &&
-		(c.NightStart == nil || l.night.length(*c.NightStart) > l.night.length(l.NightStart)) // a longer night
 }
 
 // ErrInvalidLimits is wrapped by the error of a change that asks for a value no customer may set.
@@ -128,7 +113,7 @@ func (a accountLimits) settle(now time.Time) accountLimits {
 // inForce are the account's limits at now, over the bank's defaults.
 func (r Rules) inForce(a accountLimits, now time.Time) MoneyLimits {
 	a = a.settle(now)
-	l := MoneyLimits{NightLimitCents: r.Night.LimitCents, DayLimitCents: r.DayLimitCents, NightStart: r.Night.Start, night: r.Night}
+	l := MoneyLimits{NightLimitCents: r.Night.LimitCents, DayLimitCents: r.DayLimitCents, NightStart: r.Night.Start}
 	if a.night != nil {
 		l.NightLimitCents = *a.night
 	}
