@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -189,10 +190,17 @@ type redisControl struct {
 // paused included, so even CLIENT UNPAUSE would wait: the pause is timed and ends by itself.
 const pauseFor = 4 * time.Second
 
+// newRedisControl connects to the lab's Redis at url, which must be on this machine: the demo
+// deletes its rate-limit keys and pauses it, what no one does to a Redis others use
+// (docker-compose.lab.yml publishes the fleet's on 127.0.0.1:6380).
 func newRedisControl(ctx context.Context, url string) (*redisControl, error) {
 	opt, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("-redis: %w", err)
+	if err != nil { // the parser's words are not repeated: they can quote the password
+		return nil, errors.New("-redis: not a redis://host:port URL (a password with / ? # or @ is percent-encoded)")
+	}
+	if opt.Network != "unix" && !onThisMachine(opt.Addr) {
+		return nil, fmt.Errorf("-redis %s: not on this machine; the demo clears and pauses the Redis it is given, a lab's only "+
+			"(docker-compose.lab.yml publishes the fleet's on 127.0.0.1:6380)", opt.Addr)
 	}
 	rdb := redis.NewClient(opt)
 	if err := rdb.Ping(ctx).Err(); err != nil {
@@ -200,6 +208,19 @@ func newRedisControl(ctx context.Context, url string) (*redisControl, error) {
 		return nil, fmt.Errorf("-redis %s: %w", opt.Addr, err)
 	}
 	return &redisControl{rdb: rdb}, nil
+}
+
+// onThisMachine says whether addr (host:port) is a loopback address, or localhost.
+func onThisMachine(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 func (r *redisControl) close() { _ = r.rdb.Close() }

@@ -88,8 +88,9 @@ func (d *demo) against(ctx context.Context, target, redisURL string) (func(), er
 		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u == "" {
 			continue
 		}
-		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.Path != "" || p.RawQuery != "" {
-			return nil, fmt.Errorf("-target: %q is no replica's base URL: want http://host:port", u)
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.Path != "" ||
+			p.RawQuery != "" || p.ForceQuery || p.Fragment != "" || p.User != nil {
+			return nil, errors.New("-target: a value is no replica's base URL: want http://host:port, with no path, query, fragment or user")
 		}
 		d.replicas = append(d.replicas, u)
 	}

@@ -175,10 +175,17 @@ func TestBadFlags(t *testing.T) {
 		{"demo", "-target", ","},                     // no replica (a division by zero once)
 		{"demo", "-target", "localhost:8080"},        // no scheme
 		{"demo", "-target", "http://localhost:1/v1"}, // a path
+		{"demo", "-target", "http://localhost:1#x"},  // a fragment: every request to /
+		{"demo", "-target", "http://localhost:1?"},   // an empty query: POST /?/v1/login
+		{"demo", "-target", "http://u:hunter2@localhost:1"},
+		{"demo", "-target", "http://localhost:1", "-redis", "redis://192.0.2.1:6379"}, // not this machine's: the demo clears it
+		{"demo", "-target", "http://localhost:1", "-redis", "redis://:hunter2@127.0.0.1:x/0"},
 		{"demo", "extra"},
 	} {
-		if err := run(context.Background(), args, noEnv, io.Discard, io.Discard); err == nil || errors.Is(err, errFailed) {
-			t.Errorf("%q: %v, want a usage error", args, err)
+		var out strings.Builder
+		if err := run(context.Background(), args, noEnv, &out, &out); err == nil || errors.Is(err, errFailed) ||
+			strings.Contains(err.Error()+out.String(), "hunter2") {
+			t.Errorf("%q: %v, want a usage error that names no password", args, err)
 		}
 	}
 }

@@ -101,8 +101,10 @@ func night(ctx context.Context, d *demo) error {
 	if err != nil {
 		return err
 	}
+	left, _ := second.body["remaining_cents"].(float64) // what the night leaves: less than the second, at most what the first left
 	d.expect("the transfer that crosses R$ 1.000,00 tonight is refused, and says how much is left",
-		first.status == http.StatusCreated && second.status == http.StatusUnprocessableEntity && second.code() == "night_limit_exceeded",
+		first.status == http.StatusCreated && second.status == http.StatusUnprocessableEntity && second.code() == "night_limit_exceeded" &&
+			left >= 0 && left <= 100_000-90_000 && left < 20_000,
 		second.summary()+": "+second.str("message"))
 	d.expect("only the first moved money", before-after == 90_000, fmt.Sprintf("%s moved", pix.BRL(before-after)))
 	return nil
@@ -223,7 +225,10 @@ func evening(ctx context.Context, d *demo) error {
 
 	d.out.say("Bruno, on his own registered phone, sees both requests: he cancels the raise, and removes the phone\n" +
 		"he does not know, whose token is refused from then on.")
-	d.show(d.call(ctx, own, "DELETE", "/v1/limits/pending", mine, nil))
+	cancelled := d.show(d.call(ctx, own, "DELETE", "/v1/limits/pending", mine, nil))
+	left, _ := cancelled.body["pending"].([]any)
+	d.expect("Bruno cancels the raise from his phone: nothing pending", cancelled.status == http.StatusOK && len(left) == 0,
+		fmt.Sprintf("%s, %d pending", cancelled.summary(), len(left)))
 	listed := d.show(d.call(ctx, own, "GET", "/v1/devices", mine, nil))
 	devices, _ := listed.body["devices"].([]any)
 	seen := false
