@@ -229,14 +229,7 @@ func evening(ctx context.Context, d *demo) error {
 	left, _ := cancelled.body["pending"].([]any)
 	d.expect("Bruno cancels the raise from his phone: nothing pending", cancelled.status == http.StatusOK && len(left) == 0,
 		fmt.Sprintf("%s, %d pending", cancelled.summary(), len(left)))
-	listed := d.show(d.call(ctx, own, "GET", "/v1/devices", mine, nil))
-	devices, _ := listed.body["devices"].([]any)
-	seen := false
-	for _, x := range devices {
-		if m, _ := x.(map[string]any); m["device_id"] == phisher && m["registered"] == false {
-			seen = true
-		}
-	}
+	seen := d.listsPending(ctx, own, mine, phisher)
 	removed := d.show(d.call(ctx, own, "DELETE", "/v1/devices/"+phisher, mine, nil))
 	var after reply
 	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) { // every replica within its poll
@@ -260,4 +253,16 @@ func evening(ctx context.Context, d *demo) error {
 			bakery.summary()+"; "+person.summary())
 	}
 	return nil
+}
+
+// listsPending says whether the account of token, from ip, lists device as pending (not registered).
+func (d *demo) listsPending(ctx context.Context, ip, token, device string) bool {
+	listed := d.show(d.call(ctx, ip, "GET", "/v1/devices", token, nil))
+	devices, _ := listed.body["devices"].([]any)
+	for _, x := range devices {
+		if m, _ := x.(map[string]any); m["device_id"] == device && m["registered"] == false {
+			return true
+		}
+	}
+	return false
 }

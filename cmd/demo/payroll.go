@@ -62,10 +62,7 @@ func payroll(ctx context.Context, d *demo) error {
 	// The 40 leave together, but a busy machine delivers them over a turn or more, and a turn that
 	// passes frees a place: more than Q + 1 may be served then, one more a turn passed before the
 	// last was decided, never fewer, and never one refused while the queue had room.
-	turns := 0
-	if limit > 0 {
-		turns = int(t.lastDecided*time.Duration(limit)/(time.Duration(window)*time.Second)) + 1
-	}
+	turns := t.turns(limit, window)
 	d.expect(fmt.Sprintf("the queue holds its %d places: at least %d served, at most one more a turn that passed while they came, every 429 a full queue", queue, queue+1),
 		queue > 0 && counts[http.StatusCreated] >= min(n, queue+1)-undecided && counts[http.StatusCreated] <= queue+1+turns &&
 			counts[http.StatusCreated]+refused+undecided == n && t.fullRefusals == refused && undecided <= n/4,
@@ -190,6 +187,15 @@ func tallyPayroll(a payrollAnswers) payrollTally {
 	}
 	slices.Sort(t.served)
 	return t
+}
+
+// turns is how many turns of a queue paced limit per window seconds passed before the last PIX
+// was decided (the one under way counted).
+func (t payrollTally) turns(limit, window int) int {
+	if limit <= 0 || window <= 0 {
+		return 0
+	}
+	return int(t.lastDecided*time.Duration(limit)/(time.Duration(window)*time.Second)) + 1
 }
 
 // timedPIX sends one PIX of R$ 1,00 from token to Bruno and returns how long its answer took.

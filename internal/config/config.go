@@ -490,19 +490,27 @@ func (cfg *environment) check(p *problems) Config {
 		p.add("CONCURRENCY_LEASE", "%v: shorter than the longest PIX (%v): a slow PIX would lose its slot while in progress",
 			cfg.ConcurrencyLease, out.LongestRequest())
 	}
-	if longest := out.LongestRequest(); longest > WriteTimeout-writeMargin {
-		why := fmt.Sprintf("a PIX could take %v (%d limiter decisions of REDIS_TIMEOUT %v each, its statements and "+
-			"its COMMIT DB_TIMEOUT %v each, up to %v to learn an unknown outcome), past the %v within which every answer is "+
-			"written (the server's write timeout is %v, the shipped HAProxy's 20s); lower DB_TIMEOUT or REDIS_TIMEOUT",
-			longest, out.limiterCalls(), cfg.RedisTimeout, cfg.DBTimeout,
-			pix.LongestTransfer(cfg.DBTimeout)-2*cfg.DBTimeout, WriteTimeout-writeMargin, WriteTimeout)
-		p.add("DB_TIMEOUT", "%v: %s", cfg.DBTimeout, why) // together they offend: each is named
-		p.add("REDIS_TIMEOUT", "%v: %s", cfg.RedisTimeout, why)
-	}
+	cfg.checkLongest(p, out)
 	out.Limits.MaxWait = WriteTimeout - writeMargin - out.LongestRequest()
 	out.Limits.Budget = cfg.RedisTimeout
 	cfg.checkQueues(p, &out)
 	return out
+}
+
+// checkLongest refuses timeouts with which the longest PIX (out.LongestRequest) would not be
+// answered within the write timeout: DB_TIMEOUT and REDIS_TIMEOUT offend together, so each is named.
+func (cfg *environment) checkLongest(p *problems, out Config) {
+	longest := out.LongestRequest()
+	if longest <= WriteTimeout-writeMargin {
+		return
+	}
+	why := fmt.Sprintf("a PIX could take %v (%d limiter decisions of REDIS_TIMEOUT %v each, its statements and "+
+		"its COMMIT DB_TIMEOUT %v each, up to %v to learn an unknown outcome), past the %v within which every answer is "+
+		"written (the server's write timeout is %v, the shipped HAProxy's 20s); lower DB_TIMEOUT or REDIS_TIMEOUT",
+		longest, out.limiterCalls(), cfg.RedisTimeout, cfg.DBTimeout,
+		pix.LongestTransfer(cfg.DBTimeout)-2*cfg.DBTimeout, WriteTimeout-writeMargin, WriteTimeout)
+	p.add("DB_TIMEOUT", "%v: %s", cfg.DBTimeout, why)
+	p.add("REDIS_TIMEOUT", "%v: %s", cfg.RedisTimeout, why)
 }
 
 // defaultQueue is a queue's places when *_QUEUE is unset: as many turns as come in 5 seconds,
