@@ -510,6 +510,44 @@ func TestAShadowLimitStillWaitsForTheKeysOriginal(t *testing.T) {
 	}
 }
 
+// TestAWaitForAnOriginalEndsByTheLongestTransfer: Ana's original PIX of a key is held in the
+// ledger on one replica; a retry of it on the other waits for the original's mark at most the
+// longest transfer (0.6 s with DB_TIMEOUT 200ms), as the contract says, not until the mark's
+// lease lapses (3 s here) or MaxWait does (11.4 s): past it, it goes on to the ledger, which
+// keeps the key's guarantees.
+func TestAWaitForAnOriginalEndsByTheLongestTransfer(t *testing.T) {
+	t.Parallel()
+	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := newGated(inner, 4)
+	replicas, _ := fleet(t, redistest.Start(t), ledger, 2, map[string]string{"REDIS_TIMEOUT": "1s", "DB_TIMEOUT": "200ms",
+		"PIX_CONCURRENCY": "0"})
+	t.Cleanup(ledger.open) // before the servers close: a PIX held at the gate goes on
+	ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+	key := apitest.NewIdempotencyKey()
+	first, second := make(chan apitest.Response, 1), make(chan apitest.Response, 1)
+	go func() { first <- replicas[0].PIX(ana, "bruno@example.com", 100, "Idempotency-Key", key) }()
+	ledger.arrived(t, "the original") // held at the gate, holding the key's mark
+	sent := time.Now()
+	go func() { second <- replicas[1].PIX(ana, "bruno@example.com", 100, "Idempotency-Key", key) }()
+	select {
+	case <-ledger.entered:
+		if waited := time.Since(sent); waited < 600*time.Millisecond || waited > 2200*time.Millisecond {
+			t.Errorf("the retry reached the ledger after %v, want after its wait for the original's mark, 0.6 s, and well before the mark's lease, 3 s", waited)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the retry did not reach the ledger within 30s")
+	}
+	ledger.open()
+	for _, r := range []apitest.Response{<-first, <-second} {
+		if r.Status != http.StatusCreated {
+			t.Errorf("the original or its retry: %v, want 201", r)
+		}
+	}
+}
+
 // pixLog reads how many admissions the one account's pix log in srv holds (its sorted set: the
 // default algorithm), 0 before there is one.
 func pixLog(t *testing.T, srv *redistest.Server) func() int64 {

@@ -74,9 +74,10 @@ type admission struct {
 
 // admit decides s's PIX req under its own limit own (pa.own), its in-flight slot and its key's
 // mark: a refused or failed admission answers the PIX (an *Error, or the fail mode's), and gives
-// back what the call took. A PIX whose mark another replica's original holds waits for that
-// original to answer, at most until waitUntil (mark.wait).
-func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own check, waitUntil time.Time) (ticket, error) {
+// back what the call took. A queued PIX's turn comes by waitUntil. A PIX whose mark another
+// replica's original holds waits for that original to answer, at most until originalUntil
+// (mark.wait).
+func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own check, waitUntil, originalUntil time.Time) (ticket, error) {
 	held, orig := slotOf(pa.inflight, s.Account, req.IdempotencyKey), markOf(pa.lease, s.Account, req.IdempotencyKey)
 	user, bank := pa.bucket(s, req.keyType), pa.bank()
 	tk := ticket{pa: pa, c: c, s: s, user: user, key: req.ToKey, held: held, orig: orig}
@@ -118,14 +119,14 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 	if !a.queued {
 		switch {
 		case decided.refused(a.takeMark): // another replica's original is in progress
-			orig.wait(ctx, pa.decider(), waitUntil, false)
+			orig.wait(ctx, pa.decider(), originalUntil, false)
 		case !decided.admitted(a.takeMark) && decided.err == nil: // a shadow refusal ended the sequence before it
-			orig.wait(ctx, pa.decider(), waitUntil, true)
+			orig.wait(ctx, pa.decider(), originalUntil, true)
 		}
 		return tk, nil
 	}
 	tk.turn = d
-	return tk, pa.atTurn(c, ctx, own, d, decided.took, held, orig, waitUntil)
+	return tk, pa.atTurn(c, ctx, own, d, decided.took, held, orig, originalUntil)
 }
 
 // newAdmission lays out the call: the buckets asked; then the slot asked, the limit, the slot
@@ -199,9 +200,10 @@ func (pa admissions) giveBack(c echo.Context, a admission, decided sequence, err
 }
 
 // atTurn holds a queued PIX, admitted by d over own in took, until its turn, then takes its slot
-// and its mark, as an unqueued PIX's call takes them. Refused its slot then, it gives its turn
+// and its mark (waiting for another replica's original until originalUntil), as an unqueued
+// PIX's call takes them. Refused its slot then, it gives its turn
 // back: as an unqueued PIX refused its slot, it spent nothing of its own limit.
-func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ratelimit.Decision, took time.Duration, held *slot, orig *mark, waitUntil time.Time) error {
+func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ratelimit.Decision, took time.Duration, held *slot, orig *mark, originalUntil time.Time) error {
 	if err := pa.wait(c, ctx, []check{own}, d, took); err != nil {
 		return err
 	}
@@ -213,7 +215,7 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 			return err
 		}
 	}
-	orig.wait(ctx, pa.decider(), waitUntil, true)
+	orig.wait(ctx, pa.decider(), originalUntil, true)
 	return nil
 }
 

@@ -369,8 +369,10 @@ func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxW
 			return err
 		}
 		// A PIX's waits (its key's original, its place of the ledger, a queue's turn) end
-		// together by maxWait: what the write timeout leaves after the longest PIX.
-		waitUntil := time.Now().Add(maxWait)
+		// together by maxWait: what the write timeout leaves after the longest PIX. Its wait for
+		// its key's original, on this replica or another, ends by the longest transfer too.
+		start := time.Now()
+		waitUntil, originalUntil := start.Add(maxWait), start.Add(originals.wait)
 		// One PIX of this key in progress on this replica: the others wait for its answer. One
 		// whose client left meanwhile is decided by nothing: it spends no quota.
 		defer originals.enter(c.Request().Context(), s.Account+"\x00"+req.IdempotencyKey, waitUntil)()
@@ -397,7 +399,7 @@ func handlePIX(ledger pix.Payments, share *pix.Share, originals *originals, maxW
 			defer release()
 			c.SetRequest(c.Request().WithContext(ctx))
 		}
-		admitted, err := pixes.admit(c, s, req, own, waitUntil) // admission.go
+		admitted, err := pixes.admit(c, s, req, own, waitUntil, originalUntil) // admission.go
 		if err != nil {
 			return err
 		}
