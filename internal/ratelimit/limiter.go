@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	mrand "math/rand/v2"
 	"net"
 	"strings"
@@ -340,7 +341,9 @@ func NewDecision(allowed bool, pairs []int64, checks []Check) Decision {
 			Policy:    c.Policy,
 			Capacity:  c.Policy.Capacity(),
 			Remaining: int(pairs[2*i]),
-			Reset:     time.Duration(pairs[2*i+1]) * time.Microsecond,
+			// Bounded, so that no state a script misreads can overflow a Duration into a
+			// negative Retry-After (TestALongerWindowLocksNoKey).
+			Reset: time.Duration(min(pairs[2*i+1], maxResetMicros)) * time.Microsecond,
 		}
 		if !allowed && r.Remaining == 0 {
 			r.RetryAfter = r.Reset
@@ -353,6 +356,9 @@ func NewDecision(allowed bool, pairs []int64, checks []Check) Decision {
 	}
 	return d
 }
+
+// maxResetMicros is the longest Reset a reply can say: a Duration's range, in µs.
+const maxResetMicros = int64(math.MaxInt64 / time.Microsecond)
 
 // RequestID returns a fresh random member for the sorted sets: 72 bits, so two requests never
 // share one, in 12 characters. Unique, not secret: math/rand/v2 serves, with no system call.

@@ -263,6 +263,36 @@ func TestScriptsMatchModels(t *testing.T) {
 	}
 }
 
+// TestALongerWindowLocksNoKey: a key's name does not hold its policy's window, so a window made
+// longer (a redeploy, or a rolling update whose old and new replicas share the keys) meets state
+// stored under the shorter one. The window counters read its window index as one far ahead;
+// taken for a clock step, it locked the key for centuries (a key PTTL of 514 years, and a
+// Retry-After overflowing to minus 71). Now state of another length is void: the fourth request
+// of three is refused until a window passes at most, and its key lives no longer.
+func TestALongerWindowLocksNoKey(t *testing.T) {
+	for _, a := range meters() {
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			l, rdb, _ := newTestLimiter(t)
+			clk := withClock(l)
+			short := Policy{Name: "pix", Limit: 3, Window: time.Second, Algorithm: a}
+			mustAllow(t, l, Check{short, "acct"})
+			clk.Add(100 * time.Millisecond)
+			long := short
+			long.Window = 10 * time.Second
+			var d Decision
+			for range 4 {
+				d = mustAllow(t, l, Check{long, "acct"})
+			}
+			ttl := rdb.PTTL(t.Context(), l.Key(Check{long, "acct"})).Val()
+			if d.Allowed || d.Worst.RetryAfter <= 0 || d.Worst.RetryAfter > 2*long.Window || ttl > 2*long.Window {
+				t.Errorf("the fourth request under the window made %v: allowed %v, Retry-After %v, key TTL %v; want refused for a window at most",
+					long.Window, d.Allowed, d.Worst.RetryAfter, ttl)
+			}
+		})
+	}
+}
+
 // TestAClockSteppingBackAdmitsNoMore: Redis's clock can step back (NTP, a failover to a replica
 // whose clock is behind). A key decided on such a clock must admit no more than a key decided
 // on the same clock held at the latest time it has shown: a fixed or sliding window's count must

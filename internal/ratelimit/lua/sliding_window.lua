@@ -15,12 +15,15 @@
 -- to the microsecond. reset_i is the time until the estimate has dropped enough for remaining_i
 -- to grow by one.
 
--- stored(i) is keys[i]'s window index and counts, or nil for an absent key.
+-- stored(i) is keys[i]'s window index and counts, or nil for an absent key or one stored under
+-- another window length (more than a window ahead: the policy's window was raised).
 local function stored(i)
   local v = redis.call('GET', keys[i])
   if not v then return nil end
   local w, p, c = string.match(v, '^(%d+):(%d+):(%d+)$')
-  return tonumber(w), tonumber(p), tonumber(c)
+  w = tonumber(w)
+  if w > floor(now / windows[i]) + 1 then return nil end          -- stored under a shorter window length (the policy's was raised): void
+  return w, tonumber(p), tonumber(c)
 end
 
 ---- each decision: what follows runs once per request (what precedes it, once per call)

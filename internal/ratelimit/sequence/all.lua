@@ -320,12 +320,15 @@ end
 -- to the microsecond. reset_i is the time until the estimate has dropped enough for remaining_i
 -- to grow by one.
 
--- stored(i) is keys[i]'s window index and counts, or nil for an absent key.
+-- stored(i) is keys[i]'s window index and counts, or nil for an absent key or one stored under
+-- another window length (more than a window ahead: the policy's window was raised).
 local function stored(i)
   local v = redis.call('GET', keys[i])
   if not v then return nil end
   local w, p, c = string.match(v, '^(%d+):(%d+):(%d+)$')
-  return tonumber(w), tonumber(p), tonumber(c)
+  w = tonumber(w)
+  if w > floor(now / windows[i]) + 1 then return nil end          -- stored under a shorter window length (the policy's was raised): void
+  return w, tonumber(p), tonumber(c)
 end
 
 decisions['sliding_window'] = function()
@@ -409,16 +412,18 @@ end
 -- end of one window and again at the start of the next: up to twice the limit in a moment.
 -- reset_i is the time until the window of keys[i] ends and its count starts again from zero.
 
--- window(i) is keys[i]'s calendar window and its count: now's window, or a later one stored
+-- window(i) is keys[i]'s calendar window and its count: now's window, or the next one stored
 -- before the clock stepped back (its count stands until it ends; an admission counted in it then
 -- is withdrawn by the earlier now it was decided at, so not at all: fewer admissions, not more).
+-- A window further ahead was stored under a shorter window length (the policy's was raised: the
+-- key's name does not hold it), and read as a clock step it would lock the key for centuries.
 local function window(i)
   local index = floor(now / windows[i])                            -- which calendar window now falls in
   local v = redis.call('GET', keys[i])
   if not v then return index, 0 end
   local w, c = string.match(v, '^(%d+):(%d+)$')
   w, c = tonumber(w), tonumber(c)
-  if w < index then return index, 0 end                            -- an earlier window's count is void
+  if w < index or w > index + 1 then return index, 0 end           -- an earlier window's count, or another length's, is void
   return w, c
 end
 
