@@ -167,6 +167,7 @@ func (r *Replica) build(ctx context.Context, cfg config.Config, deps Deps) error
 	}
 	tiers := pix.NewTiers(ctx, ledger, logger, tierPoll)
 	r.closers = append(r.closers, tiers.Close)
+	r.freshTiers(tiers)
 	r.Handler, err = httpapi.NewServer(httpapi.Deps{
 		Metrics:                 metrics,
 		Logger:                  logger,
@@ -239,6 +240,28 @@ func (r *Replica) setProbes(cfg config.Config) {
 	r.probes = []httpapi.Probe{{Name: "redis", Timeout: cfg.RedisTimeout, Ping: ready}}
 	if db, ok := r.Ledger.(*pix.PostgresLedger); ok {
 		r.probes = append(r.probes, httpapi.Probe{Name: "database", Timeout: min(cfg.DBTimeout, time.Second), Ping: db.Ping})
+	}
+}
+
+// tiersStale is how long a replica may go without reading the tier table before its /readyz
+// says the database is down: the table holds the revocations, and a device revoked since would
+// still get in on it. Many polls (tierPoll), so that a slow moment of the database is not an exit
+// from the rotation.
+const tiersStale = 20 * tierPoll
+
+// freshTiers makes the database probe (setProbes) also fail while tiers has not been read within
+// tiersStale: at start until the first read, and whenever the poller cannot read it.
+func (r *Replica) freshTiers(tiers *pix.Tiers) {
+	for i, p := range r.probes {
+		if p.Name == "database" {
+			ping := p.Ping
+			r.probes[i].Ping = func(ctx context.Context) error {
+				if err := ping(ctx); err != nil {
+					return err
+				}
+				return tiers.Fresh(tiersStale)
+			}
+		}
 	}
 }
 

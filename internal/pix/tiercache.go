@@ -2,6 +2,7 @@ package pix
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,8 @@ type Tiers struct {
 	// forget, once set (OnChange), is told each account whose assignment a reload changed.
 	forget atomic.Pointer[func(account string)]
 
-	failing bool // the last poll failed (the poller's own)
+	read    atomic.Int64 // when the table was last read, or its version found unchanged (Unix ns; 0: never)
+	failing bool         // the last poll failed (the poller's own)
 	stop    chan struct{}
 	done    sync.WaitGroup
 }
@@ -49,6 +51,7 @@ func (t *Tiers) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	t.read.Store(time.Now().UnixNano())
 	// Two refreshes may overlap (the poller's and a handler's): the older table never replaces
 	// a newer one.
 	var old *TierTable
@@ -94,6 +97,19 @@ func changed(old, new map[string]TierOf) map[string]bool {
 	return out
 }
 
+// ErrStale is Fresh's answer when the table was not read lately.
+var ErrStale = errors.New("pix: the tier table, revocations included, was not read lately")
+
+// Fresh is nil when this replica read the table (or found it unchanged) within the last within,
+// else ErrStale: a replica that cannot read it keeps its last limits, and its last revocations
+// too, so that a device revoked since still gets in on it; /readyz says so (app's probes).
+func (t *Tiers) Fresh(within time.Duration) error {
+	if read := t.read.Load(); read == 0 || time.Since(time.Unix(0, read)) > within {
+		return ErrStale
+	}
+	return nil
+}
+
 // Table is the table in force on this replica.
 func (t *Tiers) Table() TierTable { return *t.table.Load() }
 
@@ -110,10 +126,13 @@ func (t *Tiers) poll(every time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), every)
 		v, err := t.ledger.TierVersion(ctx)
 		cancel()
-		if err == nil && v != t.table.Load().Version {
+		switch {
+		case err == nil && v != t.table.Load().Version:
 			// The reload within the ledger's own deadline (DB_TIMEOUT), not the interval's: a
 			// table that takes longer to read than an interval is read late, not never.
 			err = t.Refresh(context.Background())
+		case err == nil:
+			t.read.Store(time.Now().UnixNano()) // unchanged: what this replica holds is the table
 		}
 		switch {
 		case err != nil && !t.failing:

@@ -216,3 +216,23 @@ func TestATableSlowerThanAnIntervalIsStillRead(t *testing.T) {
 		return tt.Table().Figures("acct-ana", Person("PF")).PIXLimit == 5
 	})
 }
+
+// TestTiersSayWhenTheyAreStale: the table holds the revocations, so a replica that cannot read
+// it must say so (Fresh, which /readyz asks): at start until the first read, and once the
+// ledger has failed for longer than the bound; fresh again when it answers.
+func TestTiersSayWhenTheyAreStale(t *testing.T) {
+	t.Parallel()
+	f := &flakyTiers{table: TierTable{Version: 1, Accounts: map[string]TierOf{}}, down: true}
+	tt := NewTiers(context.Background(), f, slog.New(slog.DiscardHandler), 5*time.Millisecond)
+	defer tt.Close()
+	if err := tt.Fresh(time.Hour); !errors.Is(err, ErrStale) {
+		t.Errorf("never read: %v, want ErrStale", err)
+	}
+	f.set(func(f *flakyTiers) { f.down = false })
+	waitFor(t, "fresh once read", func() bool { return tt.Fresh(time.Hour) == nil })
+	waitFor(t, "fresh while polls find it unchanged", func() bool { return tt.Fresh(20*time.Millisecond) == nil })
+	f.set(func(f *flakyTiers) { f.down = true })
+	waitFor(t, "stale once the ledger fails", func() bool { return errors.Is(tt.Fresh(20*time.Millisecond), ErrStale) })
+	f.set(func(f *flakyTiers) { f.down = false })
+	waitFor(t, "fresh again", func() bool { return tt.Fresh(20*time.Millisecond) == nil })
+}
