@@ -81,8 +81,10 @@ func (d *Devices) Issue(document, device string, at time.Time) (string, error) {
 // holder, or the owner removed that device; zero: never) is no device either (revokedBy).
 func (d *Devices) Verify(token, document string, since func(device string) time.Time) (string, error) {
 	claims, ok := d.parse(token)
-	if !ok || !hmac.Equal([]byte(claims.Document), []byte(d.bind(document))) ||
-		claims.IssuedAt == nil || revokedBy(issuedAt(claims.IssuedAt, claims.IssuedUs, claims.IssuedMs), since(claims.ID)) {
+	if !ok || !hmac.Equal([]byte(claims.Document), []byte(d.bind(document))) || claims.IssuedAt == nil {
+		return "", ErrNoDevice
+	}
+	if at := issuedAt(claims.IssuedAt, claims.IssuedUs, claims.IssuedMs); revokedBy(at, since(claims.ID)) || outlived(at, d.ttl, d.now()) {
 		return "", ErrNoDevice
 	}
 	return claims.ID, nil

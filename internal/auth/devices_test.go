@@ -172,3 +172,54 @@ func (r revocations) RemovedSince(string, string) time.Time { return time.Time{}
 
 // never is a device's revocation time when it was never revoked nor removed.
 func never(string) time.Time { return time.Time{} }
+
+// TestALoweredLifetimeEndsOlderTokens: a token's exp was stamped under the lifetime of its day;
+// once DEVICE_TTL or TOKEN_TTL is lowered, a token older than the new lifetime is refused too,
+// as the ledger keeps the removals and revocations that refuse tokens for that long only (a
+// removed device's 48-hour-old token, issued under 720h, trusted again under 1h, before).
+func TestALoweredLifetimeEndsOlderTokens(t *testing.T) {
+	issued := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	then, err := NewDevices(secret, 720*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	then.now = func() time.Time { return issued }
+	deviceToken, err := then.Issue("52998224725", "old-phone", issued)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldTokens, err := NewTokens(secret, 720*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldTokens.now = then.now
+	access, err := oldTokens.Issue(Subject{Account: "acct-ana", Payer: "p", Person: "PF", Device: "old-phone", IssuedAt: issued})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := func(string) time.Time { return time.Time{} }
+	for _, tt := range []struct {
+		ttl   time.Duration
+		valid bool
+	}{{720 * time.Hour, true}, {time.Hour, false}} {
+		now := func() time.Time { return issued.Add(48 * time.Hour) }
+		devices, err := NewDevices(secret, tt.ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		devices.now = now
+		_, derr := devices.Verify(deviceToken, "52998224725", none)
+		tokens, err := NewTokens(secret, tt.ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens.now = now
+		_, terr := tokens.Verify(access)
+		if got := derr == nil; got != tt.valid {
+			t.Errorf("a 48-hour-old device token under a lifetime of %v: valid %v, want %v", tt.ttl, got, tt.valid)
+		}
+		if got := terr == nil; got != tt.valid {
+			t.Errorf("a 48-hour-old access token under a lifetime of %v: valid %v, want %v", tt.ttl, got, tt.valid)
+		}
+	}
+}

@@ -124,8 +124,18 @@ func (t *Tokens) Verify(token string) (Subject, error) {
 	if err != nil || c.Subject == "" || c.Payer == "" || (c.Person != "PF" && c.Person != "PJ") || c.IssuedAt == nil {
 		return Subject{}, ErrUnauthorized
 	}
-	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person, Device: c.Device, ID: c.ID, IssuedAt: issuedAt(c.IssuedAt, c.IssuedUs, c.IssuedMs)}, nil
+	at := issuedAt(c.IssuedAt, c.IssuedUs, c.IssuedMs)
+	if outlived(at, t.ttl, t.now()) {
+		return Subject{}, ErrUnauthorized
+	}
+	return Subject{Account: c.Subject, Payer: c.Payer, Person: c.Person, Device: c.Device, ID: c.ID, IssuedAt: at}, nil
 }
+
+// outlived says whether a token issued at iat has lived past ttl, the lifetime configured now:
+// its exp was stamped under the lifetime of its day, and a lifetime lowered since (TOKEN_TTL,
+// DEVICE_TTL) must end it too, as the ledger keeps the removals and revocations that refuse
+// tokens for the lifetime configured now, no longer.
+func outlived(iat time.Time, ttl time.Duration, now time.Time) bool { return now.After(iat.Add(ttl)) }
 
 // maxTokenLen bounds an access token: Issue's are a few hundred bytes (TestTokensAreShort).
 const maxTokenLen = 2048

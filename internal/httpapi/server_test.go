@@ -656,8 +656,10 @@ func TestABotnetsOwnDeviceTokenBuysItNoTurn(t *testing.T) {
 	before := compared.Load()
 	got := login(diego.Document, diego.Password, phone, 251)
 	behind := compared.Load() - before
-	if got != http.StatusOK || behind > 8 {
-		t.Errorf("Diego on his phone, sent while a flood presenting the botnet's own device token waits: %d, after %d of its comparisons; want 200, after a few at most", got, behind)
+	// A few: those the turns alternate with, and those that end while his login does its other
+	// work (its body, its limiter call), up to 12 seen. Behind the flood it was 76 to 95.
+	if got != http.StatusOK || behind > 25 {
+		t.Errorf("Diego on his phone, sent while a flood presenting the botnet's own device token waits: %d, after %d of its comparisons; want 200, after a few at most (25), not the flood's", got, behind)
 	}
 	for range flood {
 		<-done
