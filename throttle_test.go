@@ -172,6 +172,21 @@ func (g *gated) Transfer(ctx context.Context, r pix.TransferRequest) (pix.Receip
 	return g.Ledger.Transfer(ctx, r)
 }
 
+// gatedFleet starts n replicas over a memory ledger behind a closed gate (newGated, buffered),
+// configured by env, and returns the gate, the replicas and Ana's access token. The gate opens
+// when the test ends, if not before, after the servers' cleanups.
+func gatedFleet(t *testing.T, n, buffered int, env map[string]string) (*gated, []*apitest.Client, string) {
+	t.Helper()
+	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := newGated(inner, buffered)
+	replicas, _ := fleet(t, redistest.Start(t), ledger, n, env)
+	t.Cleanup(ledger.open) // before the servers close: a PIX held at the gate goes on
+	return ledger, replicas, replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+}
+
 // TestAnAccountHasTwoPIXInProgress: with two PIX of Ana in progress (on one replica), a third is
 // refused at once, 429 with Retry-After 1 and the draft's concurrent-requests quota, on another
 // replica and on theirs, where the two hold every place of Ana's of its ledger
@@ -482,15 +497,7 @@ func TestAQueuedPIXRefusedAtItsTurnGivesItBack(t *testing.T) {
 // still makes no ledger call until the original has answered, and is then 409 for its other body.
 func TestAShadowLimitStillWaitsForTheKeysOriginal(t *testing.T) {
 	t.Parallel()
-	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ledger := newGated(inner, 4)
-	replicas, _ := fleet(t, redistest.Start(t), ledger, 2, map[string]string{"REDIS_TIMEOUT": "1s",
-		"PIX_LIMIT": "1", "PIX_MODE": "shadow"})
-	t.Cleanup(ledger.open) // before the servers close: a PIX held at the gate goes on
-	ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+	ledger, replicas, ana := gatedFleet(t, 2, 4, map[string]string{"REDIS_TIMEOUT": "1s", "PIX_LIMIT": "1", "PIX_MODE": "shadow"})
 	key := apitest.NewIdempotencyKey()
 	first, second := make(chan apitest.Response, 1), make(chan apitest.Response, 1)
 	go func() { first <- replicas[0].PIX(ana, "bruno@example.com", 100, "Idempotency-Key", key) }()
@@ -517,15 +524,7 @@ func TestAShadowLimitStillWaitsForTheKeysOriginal(t *testing.T) {
 // keeps the key's guarantees.
 func TestAWaitForAnOriginalEndsByTheLongestTransfer(t *testing.T) {
 	t.Parallel()
-	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ledger := newGated(inner, 4)
-	replicas, _ := fleet(t, redistest.Start(t), ledger, 2, map[string]string{"REDIS_TIMEOUT": "1s", "DB_TIMEOUT": "200ms",
-		"PIX_CONCURRENCY": "0"})
-	t.Cleanup(ledger.open) // before the servers close: a PIX held at the gate goes on
-	ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+	ledger, replicas, ana := gatedFleet(t, 2, 4, map[string]string{"REDIS_TIMEOUT": "1s", "DB_TIMEOUT": "200ms", "PIX_CONCURRENCY": "0"})
 	key := apitest.NewIdempotencyKey()
 	first, second := make(chan apitest.Response, 1), make(chan apitest.Response, 1)
 	go func() { first <- replicas[0].PIX(ana, "bruno@example.com", 100, "Idempotency-Key", key) }()
@@ -574,18 +573,11 @@ func pixLog(t *testing.T, srv *redistest.Server) func() int64 {
 // at once, never the ledger.
 func TestAQueuedPIXsWaitsEndTogether(t *testing.T) {
 	t.Parallel()
-	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ledger := newGated(inner, 16)
 	// MaxWait: the write timeout less a second, the two limiter calls and the longest transfer.
-	replicas, _ := fleet(t, redistest.Start(t), ledger, 1, map[string]string{"REDIS_TIMEOUT": "100ms", "DB_TIMEOUT": "5100ms",
+	ledger, replicas, ana := gatedFleet(t, 1, 16, map[string]string{"REDIS_TIMEOUT": "100ms", "DB_TIMEOUT": "5100ms",
 		"PIX_CONCURRENCY": "0", "PIX_ALGORITHM": "leaky_bucket", "PIX_LIMIT": "60", "PIX_WINDOW": "1m", "PIX_QUEUE": "2",
 		"LEDGER_ACCOUNT_SHARE": "3"}) // a place of the ledger for each PIX held there
-	t.Cleanup(ledger.open)
 	a := replicas[0]
-	ana := a.Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
 	results := make(chan apitest.Response, 4)
 	send := func(key string) {
 		go func() { results <- a.PIX(ana, "bruno@example.com", 100, "Idempotency-Key", key) }()

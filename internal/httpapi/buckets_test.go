@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,5 +105,38 @@ func TestTheBanksRefusalCostsTheCustomerNothing(t *testing.T) {
 	}
 	if got != 100-20 {
 		t.Errorf("the payer's bucket holds %d tokens, want 80: one miss answered, the three the bank refused given back", got)
+	}
+}
+
+// TestTheBanksRefusalsAreLoggedAsASummary: while the bank's bucket is empty, a customer's
+// look-ups are 503 lookup_capacity_exhausted, which spend none of her own tokens, so she can send
+// them without end: they are logged as a counted summary, not a line each.
+func TestTheBanksRefusalsAreLoggedAsASummary(t *testing.T) {
+	t.Parallel()
+	limits := lax()
+	limits.LookupParticipant.Policy.Limit, limits.LookupParticipant.Policy.Burst = 1, 1
+	s := newServer(t, redistest.Start(t), limits)
+	logs := &apitest.Logs{}
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(logs, nil)), Limiter: s.limiter, Limits: limits,
+		Ledger: s.ledger, Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := s.tokens.Issue(auth.Subject{Account: "acct-diego", Payer: s.tokens.PayerID("93541134780"), Person: "PF", Device: "phone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	statuses := map[int]int{}
+	for i := range 21 {
+		req := httptest.NewRequest(http.MethodGet, fmt.Sprintf("/v1/pix/keys/ghost%d@example.com", i), nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		statuses[rec.Code]++
+	}
+	out := logs.String()
+	if statuses[http.StatusNotFound] != 1 || statuses[http.StatusServiceUnavailable] != 20 ||
+		strings.Count(out, "status=503") != 1 || !strings.Contains(out, `msg="requests refused" route=/v1/pix/keys/:key status=503`) {
+		t.Errorf("%v; log:\n%s\nwant one 404, then 20 × 503 in one summary line", statuses, out)
 	}
 }

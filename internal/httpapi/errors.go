@@ -124,6 +124,13 @@ func (e *Error) message() string {
 	return codes[e.Code].message
 }
 
+// shed says whether c answers a request shed on purpose (a busy ledger or login, the bank's
+// look-up quota spent), which a client can send again without end, as it spends no quota: it is
+// counted where decided, and neither logged as an error (errorHandler) nor one line each (edge).
+func (c Code) shed() bool {
+	return c == CodeLedgerBusy || c == CodeLookupCapacityExhausted || c == CodeLoginBusy
+}
+
 // status is the Error's HTTP status: its code's, or 500 for a code the table lacks (a bug).
 func (e *Error) status() int {
 	if c, ok := codes[e.Code]; ok {
@@ -263,7 +270,7 @@ func errorHandler(logger *slog.Logger, ledgerRetryAfter time.Duration) echo.HTTP
 		e := toError(err, ledgerRetryAfter)
 		status := e.status()
 		switch {
-		case e.Code == CodeLedgerBusy, e.Code == CodeLookupCapacityExhausted, e.Code == CodeLoginBusy:
+		case e.Code.shed():
 			// Shed on purpose, and counted where decided (the bank's quota logged there too; a
 			// busy login among the route's 503s): a line each at ERROR would bury the server's own
 			// errors under a flood's.

@@ -162,10 +162,11 @@ func NewServer(d Deps) (http.Handler, error) {
 // its route answers before its limit decides (a mistake costs no quota). A 4xx that a limit
 // counted keeps its line, as many as the limit lets through (a PIX refused by the night cap);
 // so does a failed login's 401, with its client, as a fraud team reads them, even in shadow mode
-// or failing open: a password comparison each, one per core at once, bounds them.
-func summarized(route string, status int, h http.Header) bool {
+// or failing open: a password comparison each, one per core at once, bounds them. A request
+// shed on purpose (Code.shed: a 503 that spent no quota, sent again at no cost) is summarized too.
+func summarized(route string, status int, h http.Header, shed bool) bool {
 	switch {
-	case status == http.StatusTooManyRequests:
+	case status == http.StatusTooManyRequests, shed:
 		return true
 	case status < 400 || status >= 500, status == http.StatusUnauthorized && route == "/v1/login":
 		return false
@@ -226,7 +227,8 @@ func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]b
 			start := time.Now()
 			res := c.Response()
 			res.Before(func() { marks(res) })
-			if err := recovering(next, c); err != nil {
+			err := recovering(next, c)
+			if err != nil {
 				c.Error(err) // write the response now, so the status logged and counted is the one sent
 			}
 			route, method := c.Path(), methodLabel(c.Request().Method)
@@ -235,7 +237,9 @@ func edge(logger *slog.Logger, floods *eventLog, m *Metrics, routes map[string]b
 			}
 			took := time.Since(start)
 			m.observe(route, method, c.Response().Status, took)
-			if status := c.Response().Status; summarized(route, status, res.Header()) {
+			status := c.Response().Status
+			shed := status == http.StatusServiceUnavailable && err != nil && toError(err, 0).Code.shed()
+			if summarized(route, status, res.Header(), shed) {
 				key := route // floods holds the refusals alone: the route, and the status but a 429's
 				if status != http.StatusTooManyRequests {
 					key += " " + strconv.Itoa(status)
