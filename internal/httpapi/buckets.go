@@ -114,7 +114,7 @@ func (b buckets) charge(c echo.Context, user check, found, quiet bool, grant str
 	if paid.err != nil && len(first) > 0 {
 		b.releaseLater(first, paid.err)
 	}
-	quietly := &report{show: func(d ratelimit.Decision) ratelimit.Decision {
+	quietly := &report{paying: true, show: func(d ratelimit.Decision) ratelimit.Decision {
 		if quiet && d.Allowed {
 			return ratelimit.Decision{Allowed: true}
 		}
@@ -125,7 +125,7 @@ func (b buckets) charge(c echo.Context, user check, found, quiet bool, grant str
 	} else if _, err := b.answerStep(c, quietly, []check{user}, paid, payUser); err != nil {
 		return err
 	}
-	bankReport := &report{show: func(d ratelimit.Decision) ratelimit.Decision { // no RateLimit headers: not the customer's
+	bankReport := &report{paying: true, show: func(d ratelimit.Decision) ratelimit.Decision { // no RateLimit headers: not the customer's
 		return ratelimit.Decision{Allowed: d.Allowed, Worst: d.Worst}
 	}, refuse: func(shown ratelimit.Decision) *Error { return b.exhausted(bank.Policy, shown.Worst.RetryAfter) }}
 	_, payErr := b.answerStep(c, bankReport, []check{bank}, paid, payBank)

@@ -15,8 +15,10 @@ import (
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/httpapi"
 	"github.com/pixlimit/pixlimit/internal/pix"
+	"github.com/pixlimit/pixlimit/internal/ratelimit/denycache"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // heldLookUps is a ledger whose key look-ups wait at a gate: look-ups past their buckets' ask,
@@ -138,5 +140,82 @@ func TestTheBanksRefusalsAreLoggedAsASummary(t *testing.T) {
 	if statuses[http.StatusNotFound] != 1 || statuses[http.StatusServiceUnavailable] != 20 ||
 		strings.Count(out, "status=503") != 1 || !strings.Contains(out, `msg="requests refused" route=/v1/pix/keys/:key status=503`) {
 		t.Errorf("%v; log:\n%s\nwant one 404, then 20 × 503 in one summary line", statuses, out)
+	}
+}
+
+// TestALookUpIsOneDecision: pixlimit_ratelimit_decisions_total counts a look-up once per bucket,
+// admitted by its ask, not again by the charge that pays for it (a dashboard's refusal ratio was
+// half the true one), and a PIX to a key nobody has likewise; pixlimit_ratelimit_decision_seconds
+// observes what Redis decided, not a refusal from the replica's memory of a full key.
+func TestALookUpIsOneDecision(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	limits := lax()
+	limits.Statement.Policy.Limit = 1
+	s := newServer(t, srv, limits)
+	cache, err := denycache.New(s.limiter, srv.Client(nil), "", denycache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cache.Close() })
+	reg := prometheus.NewRegistry()
+	metrics, err := httpapi.NewMetrics(reg, httpapi.LimiterGauges{RedisUp: func() bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Stack: cache, DenyCache: cache,
+		Metrics: metrics, Limits: limits, Ledger: s.ledger, Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := s.tokens.Issue(auth.Subject{Account: "acct-diego", Payer: s.tokens.PayerID("93541134780"), Person: "PF", Device: "phone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(method, path, body string) int {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", apitest.NewIdempotencyKey())
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	metric := func(name, policy, outcome string) float64 {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if f.GetName() == name && labels["policy"] == policy && labels["outcome"] == outcome {
+					return m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+		return 0
+	}
+	decisions := func(policy string) float64 { return metric("pixlimit_ratelimit_decisions_total", policy, "allowed") }
+	if got := send(http.MethodGet, "/v1/pix/keys/bruno@example.com", ""); got != http.StatusOK {
+		t.Fatalf("a look-up: %d", got)
+	}
+	if got := send(http.MethodPost, "/v1/pix", `{"key":"nobody@example.com","amount_cents":100}`); got != http.StatusNotFound {
+		t.Fatalf("a PIX to a key nobody has: %d", got)
+	}
+	if a, b := decisions("pix-lookup"), decisions("pix-lookup-participant"); a != 2 || b != 2 {
+		t.Errorf("a look-up and a PIX's miss counted %v and %v admissions of the payer's and the bank's buckets, want 2 each", a, b)
+	}
+	for _, want := range []int{http.StatusOK, http.StatusTooManyRequests, http.StatusTooManyRequests} { // the last from memory
+		if got := send(http.MethodGet, "/v1/statement", ""); got != want {
+			t.Fatalf("a statement: %d, want %d", got, want)
+		}
+	}
+	if cached, timed := metric("pixlimit_ratelimit_decisions_total", "statement", "refused_cached"),
+		metric("pixlimit_ratelimit_decision_seconds", "statement", ""); cached != 1 || timed != 2 {
+		t.Errorf("%v statements refused from memory, %v decisions timed; want 1, and 2 timed: Redis's alone", cached, timed)
 	}
 }

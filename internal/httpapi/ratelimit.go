@@ -131,9 +131,12 @@ type limiter struct {
 // headers are set (nil: the decision itself), and refuse builds the error of a refusal (nil, or
 // a nil *Error: 429 rate_limit_exceeded with the shown key's Retry-After). Each answer is built
 // once, where its decision is read: none is rewritten afterwards. A nil *report shows all.
+// paying says the decision pays for a request its ask admitted (buckets.charge), whose admission
+// the ask counted: its own admission is not counted again, its refusal is.
 type report struct {
 	show   func(ratelimit.Decision) ratelimit.Decision
 	refuse func(shown ratelimit.Decision) *Error
+	paying bool
 }
 
 // decider is what decides: the stack in front of the Limiter, or the Limiter alone.
@@ -218,6 +221,7 @@ func (r limiter) answer(c echo.Context, rep *report, cs []check, decided []ratel
 	case d.Fallback:
 		r.metrics.decided(decided, outcomeFallback, took)
 	case d.Allowed && d.Wait > 0 && !shadow: // counted when its turn comes, or its client leaves (wait)
+	case d.Allowed && rep != nil && rep.paying: // counted by its ask
 	case d.Allowed:
 		r.metrics.decided(decided, outcomeAllowed, took)
 	case shadow:
