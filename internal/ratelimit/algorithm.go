@@ -13,8 +13,10 @@ const (
 	// SlidingLog keeps one entry per admitted request: exact, no boundary burst, and an
 	// admission can be withdrawn by its request id; memory grows with the limit. The default.
 	SlidingLog Algorithm = "sliding_log"
-	// SlidingLogPacked is SlidingLog's exact log, deciding identically
-	// (TestPackedLogDecidesAsTheSortedSet), packed into one string of 4-byte admission times per
+	// SlidingLogPacked is SlidingLog's exact log, deciding identically while Redis's clock goes
+	// forward (TestPackedLogDecidesAsTheSortedSet; after a step back it records at its newest
+	// entry's time, so it admits no more than before the step, where the sorted set may admit
+	// one more per admission scored behind), packed into one string of 4-byte admission times per
 	// key: a decision is one GET and one SET whatever the limit, and a key costs a few bytes per
 	// admission instead of a sorted-set entry. No request ids: a late decision cannot be
 	// withdrawn (it stays counted, as with the counters). Windows up to 28 minutes; its TTL is
