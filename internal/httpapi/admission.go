@@ -57,6 +57,7 @@ type ticket struct {
 	held *slot // nil: PIX_CONCURRENCY off
 	orig *mark
 	turn ratelimit.Decision // a queued PIX's admission: its place, given back if the ledger is busy
+	own  ratelimit.Decision // an unqueued PIX's admission by its own limit: taken back if its miss is refused
 	// unanswered is why Redis did not answer the admission's call (nil when it did): the PIX then
 	// went through by its fail mode, and its settlement is not waited for (settle).
 	unanswered error
@@ -117,6 +118,7 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 		return tk, pa.giveBack(c, a, decided, err)
 	}
 	if !a.queued {
+		tk.own = d
 		switch {
 		case decided.refused(a.takeMark): // another replica's original is in progress
 			orig.wait(ctx, pa.decider(), originalUntil, false)
@@ -222,7 +224,8 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 // settle settles the buckets once the ledger has answered the PIX (r, err), gives the PIX's
 // in-flight slot and mark back in the same call, and returns the PIX's answer: a PIX to a key
 // nobody has pays the miss, admitted and paid at once, before its 404 is sent (refused, it is a
-// 429 instead); a payment to a found key costs nothing, and its 201 gives back the tokens of the
+// 429 instead, and its own limit's admission is withdrawn, one call more: a refusal records
+// nothing); a payment to a found key costs nothing, and its 201 gives back the tokens of the
 // look-up that led to it, if there was one (refund; a replayed 201, which moved nothing, gives
 // none). The slot goes back even when the client has left. A queued PIX answered ledger_busy
 // (it takes its place of the ledger at its turn: handlePIX) gives its turn back
@@ -246,6 +249,12 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 		return cmp.Or(closed, err) // the buckets fail closed: a 429; were one ever to fail open, the 404
 	case errors.Is(err, pix.ErrKeyNotFound):
 		if payErr := t.pa.charge(t.c, t.user, false, true, "", release...); payErr != nil {
+			// Refused after all (the payer's bucket, or the bank's, emptied by others since the
+			// ask): the PIX's own admission is taken back, as a refusal records nothing.
+			if werr := t.pa.core.Withdraw(ctx, t.own); werr != nil {
+				t.pa.events.log("withdraw:"+t.own.Worst.Policy.Name, slog.LevelWarn, "a PIX refused at its miss's charge stays counted by its own limit",
+					"cause", werr.Error())
+			}
 			return payErr
 		}
 	case err == nil && !r.Replayed:

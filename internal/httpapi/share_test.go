@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -147,5 +148,61 @@ func TestARetryWhoseClientLeftSpendsNothing(t *testing.T) {
 	next := send(context.Background(), "next")
 	if next.Code != http.StatusCreated || next.Header().Get("RateLimit-Remaining") != "3" {
 		t.Errorf("the next PIX: %d, RateLimit-Remaining %q; want 201 and 3 (of 5: the original and this one)", next.Code, next.Header().Get("RateLimit-Remaining"))
+	}
+}
+
+// TestAPIXRefusedAtItsMissSpendsNoQuota: Diego's PIX to a key nobody has is admitted (his look-up
+// bucket holds a token) and held in the ledger while five misses of his empty that bucket; its
+// miss's charge is then refused, 429, and its own limit's admission is taken back: a refusal
+// records nothing. The PIX limit's log holds no entry.
+func TestAPIXRefusedAtItsMissSpendsNoQuota(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	limits := lax()
+	limits.PIX.Policy.Limit = 5
+	s := newServer(t, srv, limits)
+	ledger := &stuckTransfers{MemoryLedger: s.ledger, release: make(chan struct{})}
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: limits, Ledger: ledger,
+		Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := s.tokens.Issue(auth.Subject{Account: "acct-diego", Payer: s.tokens.PayerID("93541134780"), Person: "PF", Device: "phone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(method, path, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Idempotency-Key", apitest.NewIdempotencyKey())
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	held := make(chan *httptest.ResponseRecorder, 1)
+	go func() { held <- send(http.MethodPost, "/v1/pix", `{"key":"nobody@example.com","amount_cents":100}`) }()
+	for deadline := time.Now().Add(30 * time.Second); ledger.in.Load() < 1; time.Sleep(5 * time.Millisecond) { // polling, not timing
+		if time.Now().After(deadline) {
+			t.Fatal("the PIX did not reach the ledger within 30s")
+		}
+	}
+	for i := range 5 { // 100 tokens, 20 a miss
+		if r := send(http.MethodGet, "/v1/pix/keys/ghost"+strconv.Itoa(i)+"@example.com", ""); r.Code != http.StatusNotFound {
+			t.Fatalf("miss %d: %d %s", i+1, r.Code, r.Body)
+		}
+	}
+	close(ledger.release)
+	if r := <-held; r.Code != http.StatusTooManyRequests {
+		t.Fatalf("the PIX to a key nobody has, its miss unpaid: %d %s, want 429", r.Code, r.Body)
+	}
+	rdb := srv.Client(nil)
+	keys := rdb.Keys(t.Context(), "rl:pix:{*").Val()
+	var logged int64
+	for _, k := range keys {
+		logged += rdb.ZCard(t.Context(), k).Val()
+	}
+	if logged != 0 {
+		t.Errorf("the PIX limit's log holds %d entries (keys %v), want none: the PIX was refused", logged, keys)
 	}
 }

@@ -87,6 +87,16 @@ type Decision struct {
 	// admission's place, to wait for or give back (package queue).
 	Wait  time.Duration
 	Place *Place
+	// taken is what an admission recorded, for Withdraw: nil when it recorded nothing.
+	taken *taken
+}
+
+// taken is what an admission of algorithm a recorded in keys by call, decided at at (µs).
+type taken struct {
+	a    Algorithm
+	keys []string
+	call Call
+	at   int64
 }
 
 // A Decider decides requests: a Limiter, or a layer in front of one (package denycache).
@@ -266,6 +276,9 @@ func (l *Limiter) called(ctx context.Context, err error) {
 // admission also holds its wait and its place, to wait for or to give back.
 func decisionOf(r Reply, checks []Check, keys []string, c Call) Decision {
 	d := NewDecision(r.Allowed, r.Pairs, checks)
+	if r.Allowed && c.Op.Takes() {
+		d.taken = &taken{a: checks[0].Policy.algorithm(), keys: keys, call: c, at: r.Now}
+	}
 	if queued(checks) {
 		d.Wait = time.Duration(r.Wait) * time.Microsecond
 		if r.Allowed && c.Op.Takes() {
@@ -273,6 +286,30 @@ func decisionOf(r Reply, checks []Check, keys []string, c Call) Decision {
 		}
 	}
 	return d
+}
+
+// Withdraw takes back what d, an admission of this Limiter's, recorded, as if it had been
+// refused: a request that a later step of its own then refused (a PIX admitted by its limit,
+// and refused by its look-up's charge once the ledger said its key is nobody's). A sorted-set
+// log removes the request by its id, the packed log one entry of its time; a counter or a bucket
+// gives one back (what has left its window counts nowhere). Its keys must share one Redis Cluster slot
+// (one check's do). One call, within the budget; none when d recorded nothing (a refusal, an
+// answer from a layer's memory). The error wraps ErrUnavailable.
+func (l *Limiter) Withdraw(ctx context.Context, d Decision) error {
+	t := d.taken
+	if t == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	l.redisCalls.Add(1)
+	if err := Script(t.a).Run(ctx, l.rdb, t.keys, t.call.Withdrawal(t.at, t.call.Now).Args()...).Err(); err != nil {
+		err = fmt.Errorf("%w: withdraw: %w", ErrUnavailable, err)
+		l.called(ctx, err)
+		return err
+	}
+	l.called(ctx, nil)
+	return nil
 }
 
 // Forget clears c's key in Redis: the identity starts afresh (a support desk unblocking a

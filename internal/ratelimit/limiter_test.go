@@ -585,3 +585,33 @@ func TestRefundGivesTokensBackUpToCapacity(t *testing.T) {
 func lastOf(ds Decisions, err error) (Decision, error) { return ds.Last(), err }
 func errOf(_ Decisions, err error) error               { return err }
 func okOf(ds Decisions, err error) (bool, error)       { return ds.Last().Allowed, err }
+
+// TestWithdrawTakesAnAdmissionBack: a key full of three, one admission withdrawn, admits one
+// more, and only one, whatever the algorithm; a refusal recorded nothing and withdraws nothing.
+func TestWithdrawTakesAnAdmissionBack(t *testing.T) {
+	for _, a := range meters() {
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			l, _, _ := newTestLimiter(t)
+			withClock(l)
+			c := Check{Policy{Name: "p", Limit: 3, Window: time.Minute, Algorithm: a}, "acct"}
+			var last Decision
+			for range 3 {
+				last = mustAllow(t, l, c)
+			}
+			refused := mustAllow(t, l, c)
+			if !last.Allowed || refused.Allowed {
+				t.Fatalf("three admitted then a refusal: %v, %v", last.Allowed, refused.Allowed)
+			}
+			for _, d := range []Decision{refused, last} {
+				if err := l.Withdraw(t.Context(), d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			again, more := mustAllow(t, l, c), mustAllow(t, l, c)
+			if !again.Allowed || more.Allowed {
+				t.Errorf("after a withdrawal: %v then %v, want one more admitted, and one only", again.Allowed, more.Allowed)
+			}
+		})
+	}
+}
