@@ -87,8 +87,9 @@ type Decision struct {
 	// admission's place, to wait for or give back (package queue).
 	Wait  time.Duration
 	Place *Place
-	// taken is what an admission recorded, for Withdraw: nil when it recorded nothing.
-	taken *taken
+	// taken is what an admission recorded, for Withdraw: its zero value when it recorded nothing
+	// (a value, not a pointer: an admission allocates nothing more for it).
+	taken taken
 }
 
 // taken is what an admission of algorithm a recorded in keys by call, decided at at (µs).
@@ -277,7 +278,7 @@ func (l *Limiter) called(ctx context.Context, err error) {
 func decisionOf(r Reply, checks []Check, keys []string, c Call) Decision {
 	d := NewDecision(r.Allowed, r.Pairs, checks)
 	if r.Allowed && c.Op.Takes() {
-		d.taken = &taken{a: checks[0].Policy.algorithm(), keys: keys, call: c, at: r.Now}
+		d.taken = taken{a: checks[0].Policy.algorithm(), keys: keys, call: c, at: r.Now}
 	}
 	if queued(checks) {
 		d.Wait = time.Duration(r.Wait) * time.Microsecond
@@ -297,7 +298,7 @@ func decisionOf(r Reply, checks []Check, keys []string, c Call) Decision {
 // answer from a layer's memory). The error wraps ErrUnavailable.
 func (l *Limiter) Withdraw(ctx context.Context, d Decision) error {
 	t := d.taken
-	if t == nil {
+	if t.a == "" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
