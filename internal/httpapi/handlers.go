@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -221,7 +222,8 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		if v6 && device != "" {
 			netSkipped = 1
 		}
-		if err := limiter.enforce(c, reports[netSkipped], checks...); err != nil {
+		admitted, err := limiter.enforced(c, reports[netSkipped], checks...)
+		if err != nil {
 			return err
 		}
 		if decodeErr != nil {
@@ -234,6 +236,13 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		payer := tokens.PayerID(document) // her look-up takes a place of her share of the ledger, as her account's calls do
 		ctx := pix.ForCustomer(c.Request().Context(), payer)
 		acct, err := passwords.Check(ctx, accounts, document, req.Password, laneOf(device))
+		if errors.Is(err, auth.ErrBusy) || errors.Is(err, pix.ErrLedgerBusy) {
+			// Shed before its password was compared: decided by nothing, it spends none of its
+			// keys' quota (or a flood would spend a customer's five tries for her, 503 by 503).
+			if werr := limiter.core.Withdraw(context.WithoutCancel(c.Request().Context()), admitted); werr != nil {
+				limiter.events.log("withdraw:login", slog.LevelWarn, "a login shed before its password was compared stays counted", "cause", werr.Error())
+			}
+		}
 		if err != nil {
 			return err
 		}

@@ -171,11 +171,17 @@ func (r limiter) knownFull(checks ...ratelimit.Check) (ratelimit.Decision, bool)
 // admitted (shadow_refused, logged without identity), and their responses carry no RateLimit
 // headers at all: a limit that is not in force is not advertised.
 func (r limiter) enforce(c echo.Context, rep *report, cs ...check) error {
+	_, err := r.enforced(c, rep, cs...)
+	return err
+}
+
+// enforced is enforce, and the decision as made: an admission the request's handler may yet take
+// back (Limiter.Withdraw), when it sheds the request it admitted (a login answered login_busy).
+func (r limiter) enforced(c echo.Context, rep *report, cs ...check) (ratelimit.Decision, error) {
 	decided := checks(cs)
 	start := time.Now()
 	d, err := r.decider().AllowAll(c.Request().Context(), decided...)
-	_, err = r.answer(c, rep, cs, decided, d, err, time.Since(start))
-	return err
+	return r.answer(c, rep, cs, decided, d, err, time.Since(start))
 }
 
 // apply is enforce with the decision made by decide, over checks (AllowAll, or a ChargeStep for a

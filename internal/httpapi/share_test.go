@@ -40,7 +40,7 @@ func (l *stuckTransfers) Transfer(ctx context.Context, r pix.TransferRequest) (p
 // of the ledger as its account's calls: with Ana's two places held by two PIX in progress, a login
 // to her document waits its turn and is 503 ledger_busy, having asked the ledger nothing (it took
 // a place of its own, and one account held twice its share), and not logged as an error of the
-// server; Bruno's login is served.
+// server, and spent none of its keys' quota (withdrawn); Bruno's login is served.
 func TestALoginTakesItsAccountsShareOfTheLedger(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, redistest.Start(t), lax())
@@ -99,8 +99,10 @@ func TestALoginTakesItsAccountsShareOfTheLedger(t *testing.T) {
 	if strings.Contains(logs.String(), "level=ERROR") {
 		t.Errorf("a login shed ledger_busy logged as an error of the server:\n%s", logs)
 	}
-	if rec := login(bruno.Document, bruno.Password); rec.Code != http.StatusOK {
-		t.Errorf("Bruno's login meanwhile: %d %s, want 200", rec.Code, rec.Body)
+	// From the same address: the IP key counts Bruno's login alone, Ana's shed one taken back.
+	if rec := login(bruno.Document, bruno.Password); rec.Code != http.StatusOK || rec.Header().Get("RateLimit-Remaining") != "999" {
+		t.Errorf("Bruno's login meanwhile: %d, RateLimit-Remaining %q; want 200 and 999 (of 1000: Ana's shed login spent none)",
+			rec.Code, rec.Header().Get("RateLimit-Remaining"))
 	}
 }
 

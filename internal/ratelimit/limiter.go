@@ -293,9 +293,9 @@ func decisionOf(r Reply, checks []Check, keys []string, c Call) Decision {
 // refused: a request that a later step of its own then refused (a PIX admitted by its limit,
 // and refused by its look-up's charge once the ledger said its key is nobody's). A sorted-set
 // log removes the request by its id, the packed log one entry of its time; a counter or a bucket
-// gives one back (what has left its window counts nowhere). Its keys must share one Redis Cluster slot
-// (one check's do). One call, within the budget; none when d recorded nothing (a refusal, an
-// answer from a layer's memory). The error wraps ErrUnavailable.
+// gives one back (what has left its window counts nowhere). One call, within the budget (on a
+// Redis Cluster, one per key, at once: the keys may live on different nodes); none when d
+// recorded nothing (a refusal, an answer from a layer's memory). The error wraps ErrUnavailable.
 func (l *Limiter) Withdraw(ctx context.Context, d Decision) error {
 	t := d.taken
 	if t.a == "" {
@@ -303,14 +303,32 @@ func (l *Limiter) Withdraw(ctx context.Context, d Decision) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	l.redisCalls.Add(1)
-	if err := Script(t.a).Run(ctx, l.rdb, t.keys, t.call.Withdrawal(t.at, t.call.Now).Args()...).Err(); err != nil {
-		err = fmt.Errorf("%w: withdraw: %w", ErrUnavailable, err)
-		l.called(ctx, err)
-		return err
+	w := t.call.Withdrawal(t.at, t.call.Now)
+	run := func(keys []string, c Call) error {
+		l.redisCalls.Add(1)
+		return Script(t.a).Run(ctx, l.rdb, keys, c.Args()...).Err()
 	}
-	l.called(ctx, nil)
-	return nil
+	var err error
+	if !l.cluster || len(t.keys) == 1 {
+		err = run(t.keys, w)
+	} else {
+		errs := make([]error, len(t.keys))
+		var wg sync.WaitGroup
+		for i := range t.keys {
+			wg.Go(func() {
+				one := w
+				one.Settings = w.Settings[i : i+1]
+				errs[i] = run(t.keys[i:i+1], one)
+			})
+		}
+		wg.Wait()
+		err = errors.Join(errs...)
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: withdraw: %w", ErrUnavailable, err)
+	}
+	l.called(ctx, err)
+	return err
 }
 
 // Forget clears c's key in Redis: the identity starts afresh (a support desk unblocking a

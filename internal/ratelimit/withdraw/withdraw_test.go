@@ -985,3 +985,29 @@ func TestPackedLogDecidesAsTheSortedSetOnACluster(t *testing.T) {
 		t.Errorf("%d of %d refused: the trace did not fill the logs", refused, steps)
 	}
 }
+
+// TestAWithdrawalOnAClusterTakesBackEveryKey: a login's two keys, on two nodes of a cluster,
+// admitted in one decision and then withdrawn (Limiter.Withdraw, one script per key): each key
+// admits again as if it had never come, and no more.
+func TestAWithdrawalOnAClusterTakesBackEveryKey(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 1)
+	ls, _, _ := clusterLimiters(t, c, 1, generous, nil)
+	l := ls[0]
+	ip := Check{Policy: Policy{Name: "login-ip", Limit: 2, Window: time.Hour}, Identity: "198.51.100.7"}
+	doc := Check{Policy: Policy{Name: "login-account", Limit: 2, Window: time.Hour}}
+	for i := 0; doc.Identity == "" || c.MasterOf(l.Key(doc)) == c.MasterOf(l.Key(ip)); i++ {
+		doc.Identity = fmt.Sprint("document-", i)
+	}
+	first := mustAllow(t, l, ip, doc)
+	if second := mustAllow(t, l, ip, doc); !first.Allowed || !second.Allowed {
+		t.Fatalf("two admitted of two: %v, %v", first.Allowed, second.Allowed)
+	}
+	if err := l.Withdraw(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	again, more := mustAllow(t, l, ip, doc), mustAllow(t, l, ip, doc)
+	if !again.Allowed || more.Allowed {
+		t.Errorf("after the withdrawal: %v then %v, want one more admitted, and one only", again.Allowed, more.Allowed)
+	}
+}
