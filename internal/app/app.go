@@ -250,13 +250,19 @@ func (r *Replica) setProbes(cfg config.Config) {
 const tiersStale = 20 * tierPoll
 
 // freshTiers makes the database probe (setProbes) also fail while tiers has not been read within
-// tiersStale: at start until the first read, and whenever the poller cannot read it.
+// tiersStale: at start until the first read, and whenever the poller cannot read it, unless
+// every connection of the pool is at work (the poller waits for one as the transfers do: busy,
+// not down, as the probe's own ping answers then; the revocations are read once one is free).
 func (r *Replica) freshTiers(tiers *pix.Tiers) {
+	db, ok := r.Ledger.(*pix.PostgresLedger)
+	if !ok {
+		return
+	}
 	for i, p := range r.probes {
 		if p.Name == "database" {
 			ping := p.Ping
 			r.probes[i].Ping = func(ctx context.Context) error {
-				if err := ping(ctx); err != nil {
+				if err := ping(ctx); err != nil || db.Busy() {
 					return err
 				}
 				return tiers.Fresh(tiersStale)

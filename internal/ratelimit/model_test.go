@@ -293,6 +293,27 @@ func TestALongerWindowLocksNoKey(t *testing.T) {
 	}
 }
 
+// TestAStepBackOfSeveralWindowsAdmitsNoMore: a clock that steps back by more than a window (2.5
+// s on a 1 s window) is still a step back, not a window raised: a full key stays full until the
+// window it was filled in ends (the counters keep its count; the logs score their entries).
+func TestAStepBackOfSeveralWindowsAdmitsNoMore(t *testing.T) {
+	for _, a := range meters() {
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			l, _, _ := newTestLimiter(t)
+			clk := withClock(l)
+			c := Check{Policy{Name: "p", Limit: 3, Window: time.Second, Algorithm: a}, "acct"}
+			for range 3 {
+				mustAllow(t, l, c)
+			}
+			clk.Add(-2500 * time.Millisecond)
+			if d := mustAllow(t, l, c); d.Allowed {
+				t.Errorf("after a step back of 2.5 windows: admitted, want refused (three in the window already)")
+			}
+		})
+	}
+}
+
 // TestAClockSteppingBackAdmitsNoMore: Redis's clock can step back (NTP, a failover to a replica
 // whose clock is behind). A key decided on such a clock must admit no more than a key decided
 // on the same clock held at the latest time it has shown: a fixed or sliding window's count must

@@ -106,18 +106,25 @@ local function member_now(arg)
   return call_now
 end
 
+-- voidAhead says whether a stored window index w of length window starts too far ahead of now
+-- to be a clock's step back: more than an hour and more than a window.
+local function voidAhead(w, window)
+  return w * window - now > max(window, 3600000000)
+end
+
 -- window(i) is keys[i]'s calendar window and its count: now's window, or the next one stored
 -- before the clock stepped back (its count stands until it ends; an admission counted in it then
 -- is withdrawn by the earlier now it was decided at, so not at all: fewer admissions, not more).
--- A window further ahead was stored under a shorter window length (the policy's was raised: the
--- key's name does not hold it), and read as a clock step it would lock the key for centuries.
+-- A window that starts more than an hour ahead (and more than a window) was stored under a
+-- shorter window length (the policy's was raised: the key's name does not hold it), decades
+-- ahead, and read as a clock step it would lock the key that long: void too (voidAhead).
 local function window(i)
   local index = floor(now / windows[i])                            -- which calendar window now falls in
   local v = redis.call('GET', keys[i])
   if not v then return index, 0 end
   local w, c = string.match(v, '^(%d+):(%d+)$')
   w, c = tonumber(w), tonumber(c)
-  if w < index or w > index + 1 then return index, 0 end           -- an earlier window's count, or another length's, is void
+  if w < index or voidAhead(w, windows[i]) then return index, 0 end -- an earlier window's count, or another length's, is void
   return w, c
 end
 

@@ -115,13 +115,15 @@ local function member_now(arg)
 end
 
 -- stored(i) is keys[i]'s window index and counts, or nil for an absent key or one stored under
--- another window length (more than a window ahead: the policy's window was raised).
+-- another window length: a window starting more than an hour and more than a window ahead is
+-- no clock's step back but a policy's window raised (the key's name does not hold it), decades
+-- ahead, and would lock the key that long.
 local function stored(i)
   local v = redis.call('GET', keys[i])
   if not v then return nil end
   local w, p, c = string.match(v, '^(%d+):(%d+):(%d+)$')
   w = tonumber(w)
-  if w > floor(now / windows[i]) + 1 then return nil end          -- stored under a shorter window length (the policy's was raised): void
+  if w * windows[i] - now > max(windows[i], 3600000000) then return nil end
   return w, tonumber(p), tonumber(c)
 end
 
