@@ -88,9 +88,13 @@ func (d *demo) against(ctx context.Context, target, redisURL string) (func(), er
 		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u == "" {
 			continue
 		}
-		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.Path != "" ||
-			p.RawQuery != "" || p.ForceQuery || p.Fragment != "" || p.User != nil {
-			return nil, errors.New("-target: a value is no replica's base URL: want http://host:port, with no path, query, fragment or user")
+		p, err := url.Parse(u)
+		if err != nil {
+			return nil, errors.New("-target: a value is no URL: want http://host:port") // the parser's words can quote a password
+		}
+		if (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.Path != "" || p.RawQuery != "" || p.ForceQuery ||
+			p.Fragment != "" || p.User != nil {
+			return nil, fmt.Errorf("-target: %q is no replica's base URL: want http://host:port, with no path, query, fragment or user", p.Redacted())
 		}
 		d.replicas = append(d.replicas, u)
 	}

@@ -250,7 +250,9 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 	case errors.Is(err, pix.ErrKeyNotFound):
 		if payErr := t.pa.charge(t.c, t.user, false, true, "", release...); payErr != nil {
 			// Refused after all (the payer's bucket, or the bank's, emptied by others since the
-			// ask): the PIX's own admission is taken back, as a refusal records nothing.
+			// ask): the PIX's own admission is taken back, as a refusal records nothing (a
+			// queued one's, its turn).
+			t.pa.giveTurnBack(t.turn)
 			if werr := t.pa.core.Withdraw(ctx, t.own); werr != nil {
 				t.pa.events.log("withdraw:"+t.own.Worst.Policy.Name, slog.LevelWarn, "a PIX refused at its miss's charge stays counted by its own limit",
 					"cause", werr.Error())
