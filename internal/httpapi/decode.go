@@ -6,7 +6,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -21,16 +23,31 @@ const maxBody = 16 << 10
 // *http.MaxBytesError and decodeJSON answers 413 whichever way the body came. The login's body
 // is only capped: every login counts against its client's IP key (handleLogin decides it before
 // answering a body it could not read), so a body too large is counted there, then answered 413.
+//
+// The body is read within bodyWithin of the headers, too: the server's write timeout counts from
+// them, and a request's longest wait and work are what it leaves less a margin (config's
+// writeMargin), so a body trickled in for seconds would let a PIX be made whose answer is past it,
+// a cut connection. (Read past the deadline, the body is a 400; a login's still counts against
+// its IP key. A route that reads no body, sent one anyway, has that long to answer, or its
+// client is taken for gone.) A ResponseWriter that cannot set one (a test's recorder) reads as before.
 func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
 		if req.ContentLength > maxBody && c.Path() != "/v1/login" {
 			return &Error{Code: CodeRequestTooLarge}
 		}
+		if req.ContentLength != 0 { // a request with no body: net/http reads on, to see its client leave
+			// Once the body is read to its end, net/http clears the deadline to read on.
+			_ = http.NewResponseController(c.Response().Writer).SetReadDeadline(time.Now().Add(bodyWithin))
+		}
 		req.Body = http.MaxBytesReader(c.Response(), req.Body, maxBody)
 		return next(c)
 	}
 }
+
+// bodyWithin is how long after its headers a request's body may take to arrive: within the write
+// timeout's margin (config's writeMargin), which leaves time to answer too.
+const bodyWithin = 800 * time.Millisecond
 
 // decodeJSON reads the request body into v strictly: JSON content type, exactly one JSON object,
 // within the body limit, and every member name exactly one of v's fields, once.
@@ -76,6 +93,8 @@ func decodeJSON(c echo.Context, v any) error {
 	switch {
 	case errors.As(err, &tooLarge):
 		return &Error{Code: CodeRequestTooLarge}
+	case errors.Is(err, os.ErrDeadlineExceeded): // limitBody's bodyWithin
+		return invalid("the request body did not arrive within 0.8 s of its headers", nil)
 	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syntactic):
 		return invalid("duplicate member name", map[string]string{member(string(syntactic.JSONPointer)): "appears more than once"})
 	case errors.Is(err, json.ErrUnknownName) && errors.As(err, &semantic):

@@ -196,6 +196,11 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 	return func(c echo.Context) error {
 		var req request
 		decodeErr := decodeJSON(c, &req)
+		if decodeErr != nil && c.Request().Context().Err() != nil {
+			// Its body's read failed and ended the request's context (a body past bodyWithin, or
+			// a client gone): every login counts against its IP key all the same.
+			c.SetRequest(c.Request().WithContext(context.WithoutCancel(c.Request().Context())))
+		}
 		addr, err := clientIP(c)
 		if err != nil {
 			return err

@@ -1,10 +1,13 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -663,5 +666,47 @@ func TestABotnetsOwnDeviceTokenBuysItNoTurn(t *testing.T) {
 	}
 	for range flood {
 		<-done
+	}
+}
+
+// TestASlowBodyIsRefusedInTime: a body trickled in after its headers is read for bodyWithin at
+// most, then refused 400, on a real connection: the write timeout counts from the headers, so a
+// PIX whose body took seconds could otherwise be made with its answer past it. A login so refused
+// still counts against its IP key (its RateLimit headers say so).
+func TestASlowBodyIsRefusedInTime(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, redistest.Start(t), lax())
+	hs := httptest.NewServer(s.h)
+	t.Cleanup(hs.Close)
+	token, err := s.tokens.Issue(auth.Subject{Account: "acct-ana", Payer: s.tokens.PayerID(apitest.Demo[0].Document), Person: "PF", Device: "phone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct{ path, headers, body string }{
+		{"/v1/login", "", `{"document":"52998224725","password":"demo-ana-123"}`},
+		{"/v1/pix", "Authorization: Bearer " + token + "\r\nIdempotency-Key: slow\r\n", `{"key":"bruno@example.com","amount_cents":100}`},
+	} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(hs.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s",
+			r.path, len(r.body), r.headers, r.body[:5]) // the rest never comes
+		start := time.Now()
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: %v after %v", r.path, err, time.Since(start))
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest || time.Since(start) > 10*time.Second ||
+			r.path == "/v1/login" && !strings.Contains(res.Header.Get("RateLimit-Policy"), `"login-ip"`) {
+			t.Errorf("%s with a body that stops: %d after %v, RateLimit-Policy %q; want 400 at once, a login counted by its IP key",
+				r.path, res.StatusCode, time.Since(start), res.Header.Get("RateLimit-Policy"))
+		}
+	}
+	if st, err := s.ledger.Statement(context.Background(), "acct-ana", 1); err != nil || st.BalanceCents != 1_000_000 {
+		t.Errorf("Ana's balance %d (%v), want 1000000: the PIX whose body never came moved nothing", st.BalanceCents, err)
 	}
 }
