@@ -565,17 +565,17 @@ func pixLog(t *testing.T, srv *redistest.Server) func() int64 {
 	}
 }
 
-// TestAQueuedPIXsWaitsEndTogether: on a queue (leaky_bucket, a turn a second), a PIX that waited
-// for its key's original until its longest wait (MaxWait, 2.6 s here) is not then offered a turn
-// a further MaxWait away: its waits and its turn's end together, or the answer could come past
-// the write timeout. Ana's original is held in the ledger, and her next two PIX take the next two
-// turns; a retry of the original, waiting for it, finds the turn after those past its wait: 429
-// at once, never the ledger.
+// TestAQueuedPIXsWaitsEndTogether: on a queue (leaky_bucket, a turn every 2 s), a PIX that
+// waited for its key's original until its longest wait (MaxWait, 4.6 s here) is not then offered
+// a turn a further MaxWait away: its waits and its turn's end together, or the answer could come
+// past the write timeout. Ana's original is held in the ledger, and her next two PIX take the
+// next two turns (2 s and 4 s); a retry of the original, waiting for it, finds the turn after
+// those (6 s) past its wait: 429 at once, never the ledger.
 func TestAQueuedPIXsWaitsEndTogether(t *testing.T) {
 	t.Parallel()
 	// MaxWait: the write timeout less a second, the two limiter calls and the longest transfer.
-	ledger, replicas, ana := gatedFleet(t, 1, 16, map[string]string{"REDIS_TIMEOUT": "100ms", "DB_TIMEOUT": "5100ms",
-		"PIX_CONCURRENCY": "0", "PIX_ALGORITHM": "leaky_bucket", "PIX_LIMIT": "60", "PIX_WINDOW": "1m", "PIX_QUEUE": "2",
+	ledger, replicas, ana := gatedFleet(t, 1, 16, map[string]string{"REDIS_TIMEOUT": "100ms", "DB_TIMEOUT": "4100ms",
+		"PIX_CONCURRENCY": "0", "PIX_ALGORITHM": "leaky_bucket", "PIX_LIMIT": "30", "PIX_WINDOW": "1m", "PIX_QUEUE": "2",
 		"LEDGER_ACCOUNT_SHARE": "3"}) // a place of the ledger for each PIX held there
 	a := replicas[0]
 	results := make(chan apitest.Response, 4)
@@ -584,9 +584,9 @@ func TestAQueuedPIXsWaitsEndTogether(t *testing.T) {
 	}
 	send("original")
 	ledger.arrived(t, "the original") // its turn at once
-	send("next")                      // 1 s later
-	send("after")                     // 2 s later
-	send("original")                  // the retry: waits for the original until its MaxWait, 2.6 s
+	send("next")                      // 2 s later
+	send("after")                     // 4 s later
+	send("original")                  // the retry: waits for the original until its MaxWait, 4.6 s
 	ledger.arrived(t, "the next PIX")
 	ledger.arrived(t, "the PIX after it")
 	select {
