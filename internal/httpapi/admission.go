@@ -253,10 +253,7 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 			// ask): the PIX's own admission is taken back, as a refusal records nothing (a
 			// queued one's, its turn).
 			t.pa.giveTurnBack(t.turn)
-			if werr := t.pa.core.Withdraw(ctx, t.own); werr != nil {
-				t.pa.events.log("withdraw:"+t.own.Worst.Policy.Name, slog.LevelWarn, "a PIX refused at its miss's charge stays counted by its own limit",
-					"cause", werr.Error())
-			}
+			t.pa.takeBack(t.c, t.own, "pix")
 			return payErr
 		}
 	case err == nil && !r.Replayed:

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -210,23 +211,7 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		if decodeErr == nil && docErr == nil {
 			device, _ = devices.Verify(presentedDevice(c), document, deviceRevokedSince(tiers, document))
 		}
-		// A trusted device's login counts against neither the document nor the /48: a botnet
-		// filling either (a site's flood included) does not lock her out on a device she used.
-		checks := []check{checkOf(limits.LoginIP, ratelimit.IPIdentity(addr))}
-		net, v6 := enforce.NetIdentity(addr) // IPv6: its /48 too
-		if v6 && device == "" {
-			checks = append(checks, checkOf(limits.LoginNet, net))
-		}
-		switch {
-		case device != "":
-			checks = append(checks, checkOf(limits.LoginDevice, device))
-		case decodeErr == nil && docErr == nil:
-			checks = append(checks, checkOf(limits.LoginAccount, document))
-		}
-		netSkipped := 0
-		if v6 && device != "" {
-			netSkipped = 1
-		}
+		checks, netSkipped := loginChecks(limits, addr, device, document, decodeErr == nil && docErr == nil)
 		admitted, err := limiter.enforced(c, reports[netSkipped], checks...)
 		if err != nil {
 			return err
@@ -244,9 +229,7 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		if errors.Is(err, auth.ErrBusy) || errors.Is(err, pix.ErrLedgerBusy) {
 			// Shed before its password was compared: decided by nothing, it spends none of its
 			// keys' quota (or a flood would spend a customer's five tries for her, 503 by 503).
-			if werr := limiter.core.Withdraw(context.WithoutCancel(c.Request().Context()), admitted); werr != nil {
-				limiter.events.log("withdraw:login", slog.LevelWarn, "a login shed before its password was compared stays counted", "cause", werr.Error())
-			}
+			limiter.takeBack(c, admitted, "login")
 		}
 		if err != nil {
 			return err
@@ -272,6 +255,30 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 			Secure: true, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 		return c.JSON(http.StatusOK, response{token, "Bearer", int64(tokens.TTL() / time.Second), acct.ID, deviceToken})
 	}
+}
+
+// loginChecks are the keys a login from addr decides: its client's IP; an IPv6 client's /48,
+// unless it presents a trusted device; and the device's key, or else the document's when its body
+// named a valid one (withDocument). netSkipped is 1 when the /48 was left out for a trusted device
+// (loginReport lists it all the same), else 0.
+func loginChecks(limits enforce.RouteLimits, addr netip.Addr, device, document string, withDocument bool) (checks []check, netSkipped int) {
+	// A trusted device's login counts against neither the document nor the /48: a botnet
+	// filling either (a site's flood included) does not lock her out on a device she used.
+	checks = []check{checkOf(limits.LoginIP, ratelimit.IPIdentity(addr))}
+	net, v6 := enforce.NetIdentity(addr) // IPv6: its /48 too
+	if v6 && device == "" {
+		checks = append(checks, checkOf(limits.LoginNet, net))
+	}
+	switch {
+	case device != "":
+		checks = append(checks, checkOf(limits.LoginDevice, device))
+	case withDocument:
+		checks = append(checks, checkOf(limits.LoginAccount, document))
+	}
+	if v6 && device != "" {
+		netSkipped = 1
+	}
+	return checks, netSkipped
 }
 
 // loginReport is what a login's RateLimit headers say. Unless refused, the IP key only: the

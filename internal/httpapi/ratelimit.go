@@ -175,6 +175,15 @@ func (r limiter) enforce(c echo.Context, rep *report, cs ...check) error {
 	return err
 }
 
+// takeBack withdraws d, the admission of c's request, which the request then shed or refused
+// after all (Limiter.Withdraw): what logs one that stays counted (at most once an interval).
+func (r limiter) takeBack(c echo.Context, d ratelimit.Decision, what string) {
+	if err := r.core.Withdraw(context.WithoutCancel(c.Request().Context()), d); err != nil {
+		r.events.log("withdraw:"+what, slog.LevelWarn, "an admission taken back, of a request shed or refused after it, stays counted",
+			"request", what, "cause", err.Error())
+	}
+}
+
 // enforced is enforce, and the decision as made: an admission the request's handler may yet take
 // back (Limiter.Withdraw), when it sheds the request it admitted (a login answered login_busy).
 func (r limiter) enforced(c echo.Context, rep *report, cs ...check) (ratelimit.Decision, error) {
