@@ -211,7 +211,8 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		if decodeErr == nil && docErr == nil {
 			device, _ = devices.Verify(presentedDevice(c), document, deviceRevokedSince(tiers, document))
 		}
-		checks, netSkipped := loginChecks(limits, addr, device, document, decodeErr == nil && docErr == nil)
+		var keys [3]check // on the stack: a refused login allocates as little as a 429 can
+		checks, netSkipped := loginChecks(keys[:0], limits, addr, device, document, decodeErr == nil && docErr == nil)
 		admitted, err := limiter.enforced(c, reports[netSkipped], checks...)
 		if err != nil {
 			return err
@@ -257,14 +258,14 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 	}
 }
 
-// loginChecks are the keys a login from addr decides: its client's IP; an IPv6 client's /48,
-// unless it presents a trusted device; and the device's key, or else the document's when its body
-// named a valid one (withDocument). netSkipped is 1 when the /48 was left out for a trusted device
-// (loginReport lists it all the same), else 0.
-func loginChecks(limits enforce.RouteLimits, addr netip.Addr, device, document string, withDocument bool) (checks []check, netSkipped int) {
+// loginChecks appends to checks the keys a login from addr decides: its client's IP; an IPv6
+// client's /48, unless it presents a trusted device; and the device's key, or else the
+// document's when its body named a valid one (withDocument). netSkipped is 1 when the /48 was
+// left out for a trusted device (loginReport lists it all the same), else 0.
+func loginChecks(checks []check, limits enforce.RouteLimits, addr netip.Addr, device, document string, withDocument bool) ([]check, int) {
 	// A trusted device's login counts against neither the document nor the /48: a botnet
 	// filling either (a site's flood included) does not lock her out on a device she used.
-	checks = []check{checkOf(limits.LoginIP, ratelimit.IPIdentity(addr))}
+	checks = append(checks, checkOf(limits.LoginIP, ratelimit.IPIdentity(addr)))
 	net, v6 := enforce.NetIdentity(addr) // IPv6: its /48 too
 	if v6 && device == "" {
 		checks = append(checks, checkOf(limits.LoginNet, net))
@@ -275,6 +276,7 @@ func loginChecks(limits enforce.RouteLimits, addr netip.Addr, device, document s
 	case withDocument:
 		checks = append(checks, checkOf(limits.LoginAccount, document))
 	}
+	netSkipped := 0
 	if v6 && device != "" {
 		netSkipped = 1
 	}
