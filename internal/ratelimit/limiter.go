@@ -316,9 +316,7 @@ func (l *Limiter) Withdraw(ctx context.Context, d Decision) error {
 		var wg sync.WaitGroup
 		for i := range t.keys {
 			wg.Go(func() {
-				one := w
-				one.Settings = w.Settings[i : i+1]
-				errs[i] = run(t.keys[i:i+1], one)
+				errs[i] = run(t.keys[i:i+1], w.Only(i))
 			})
 		}
 		wg.Wait()

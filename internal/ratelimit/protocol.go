@@ -103,6 +103,13 @@ func (c Call) Withdrawal(at, now int64) Call {
 	return Call{ID: c.ID, Now: now, Op: Op{kind: opWithdraw, at: at}, Settings: c.Settings}
 }
 
+// Only is c over its i-th key alone: what a key's own script is sent where the keys of one
+// request live on different Redis Cluster nodes (package withdraw's split, Limiter.Withdraw).
+func (c Call) Only(i int) Call {
+	c.Settings = c.Settings[i : i+1 : i+1]
+	return c
+}
+
 // Args flattens the call for redis.Script.Run.
 func (c Call) Args() []any {
 	first := c.Settings[0]

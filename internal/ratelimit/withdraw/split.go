@@ -25,7 +25,7 @@ func (r *Runner) split(ctx context.Context, a ratelimit.Algorithm, keys []string
 	var wg sync.WaitGroup
 	for i := range keys {
 		wg.Go(func() {
-			replies[i], errs[i] = r.next.Run(ctx, a, keys[i:i+1], only(c, i))
+			replies[i], errs[i] = r.next.Run(ctx, a, keys[i:i+1], c.Only(i))
 		})
 	}
 	wg.Wait()
@@ -43,11 +43,11 @@ func (r *Runner) split(ctx context.Context, a ratelimit.Algorithm, keys []string
 	}
 	for i := range keys {
 		if errs[i] != nil {
-			r.WithdrawLate(a, keys[i:i+1], only(c, i), errs[i]) // it may still run late
+			r.WithdrawLate(a, keys[i:i+1], c.Only(i), errs[i]) // it may still run late
 			continue
 		}
 		if c.Op.Takes() && replies[i].Allowed && (!out.Allowed || failed != nil) {
-			r.withdraw(a, keys[i], only(c, i), replies[i].Now, decided)
+			r.withdraw(a, keys[i], c.Only(i), replies[i].Now, decided)
 			replies[i].Pairs[0]++ // the place it held is given back
 		}
 		out.Pairs = append(out.Pairs, replies[i].Pairs...)
@@ -69,10 +69,4 @@ func (r *Runner) refreshTopology() {
 	if rc, ok := r.rdb.(interface{ ReloadState(context.Context) }); ok {
 		rc.ReloadState(context.Background())
 	}
-}
-
-// only is c restricted to its i-th key: a cluster decides keys apart.
-func only(c ratelimit.Call, i int) ratelimit.Call {
-	c.Settings = c.Settings[i : i+1 : i+1]
-	return c
 }

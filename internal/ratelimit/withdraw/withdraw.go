@@ -187,7 +187,7 @@ func (r *Runner) WithdrawLate(a ratelimit.Algorithm, keys []string, c ratelimit.
 	}
 	now := time.Now()
 	for i, key := range keys { // one key per call: on a cluster they live apart
-		one := only(c, i)
+		one := c.Only(i)
 		r.enqueue(&withdrawal{a: a, key: key, c: one, late: true, decided: now, expires: now.Add(window(one))})
 	}
 }
