@@ -51,8 +51,10 @@ func (pa admissions) own(s auth.Subject) check {
 // has it: how the route decides, and how the support desk reads, that account's key. The policy
 // keeps its name, so the key of the same algorithm (and what it already counted) stays: a
 // customer who used 8 of 10 and moves to a tier of 5 is refused until the log ages. A tier with
-// a PIX queue puts the PIX on a leaky_bucket of that many places (a key of its own), no more than
-// turns come within maxWait (0: no queue is shortened).
+// a PIX queue puts the PIX on a leaky_bucket of that many places (a key of its own). A queue,
+// the tier's or the route's own at the tier's limit (a lower limit paces its turns further
+// apart), has no more places than turns come within maxWait, at least one (0: no queue is
+// shortened), as the configuration sets a route's.
 func limitOf(t *pix.Tiers, maxWait time.Duration, l enforce.RouteLimit, s auth.Subject, statement bool) enforce.RouteLimit {
 	tier := figures(t, s)
 	p := tier.PIXLimit
@@ -68,12 +70,13 @@ func limitOf(t *pix.Tiers, maxWait time.Duration, l enforce.RouteLimit, s auth.S
 	if q := tier.PIXQueue; q > 0 && !statement {
 		queued := l
 		queued.Policy.Algorithm, queued.Policy.Burst, queued.Policy.Queue = ratelimit.LeakyBucket, 0, q
-		if pace := queued.Policy.Pace(); pace >= time.Millisecond { // a limit too high to pace keeps the route's own algorithm
-			if maxWait > 0 && time.Duration(q)*pace > maxWait {
-				queued.Policy.Queue = max(1, int(maxWait/pace))
-			}
+		if queued.Policy.Pace() >= time.Millisecond { // a limit too high to pace keeps the route's own algorithm
 			l = queued
 		}
+	}
+	if pace := l.Policy.Pace(); l.Policy.Algorithm == ratelimit.LeakyBucket && maxWait > 0 && pace > 0 &&
+		time.Duration(l.Policy.Queue)*pace > maxWait {
+		l.Policy.Queue = max(1, int(maxWait/pace))
 	}
 	return l
 }
