@@ -148,7 +148,7 @@ func (q *Queue) Refusal(c ratelimit.Check, local bool) (d ratelimit.Decision, ok
 	if c.Policy.Algorithm != ratelimit.LeakyBucket || !q.waiters.fullBehind(queueOf(c.Policy.Name, c.Identity, local), c.Identity) {
 		return ratelimit.Decision{}, false
 	}
-	retry := q.waiters.soonest(time.Now(), c.Policy.Pace())
+	retry := q.waiters.soonest(time.Now(), c.Policy.Pace(), c.Identity)
 	r := ratelimit.Result{Policy: c.Policy, Capacity: c.Policy.Capacity(), Reset: retry, RetryAfter: retry}
 	return ratelimit.Decision{Worst: r, Results: []ratelimit.Result{r}}, true
 }
@@ -264,6 +264,7 @@ func (q *Queue) moved(msg string) {
 // waiter is a request held until its turn.
 type waiter struct {
 	queue   string    // its identity's queue (queueOf), whose next request waits behind it
+	owner   string    // the account it counts against (add sets it): one holds at most half the places
 	turn    int64     // its turn in Redis µs (the replica's, local): moves name the turns after a leaver's
 	decided int64     // when its turn was given, on the same clock
 	local   bool      // its place is in the fallback's memory queue: only that queue's moves move it
@@ -335,16 +336,24 @@ func (ws *waiters) fullLocked(owner string) bool {
 	return ws.count.Load() >= ws.max || ws.byOwner[owner] >= max(1, ws.max/2)
 }
 
-// soonest is the time until the first of this replica's waiters is served: when a waiter's room
-// frees here. A pace when none waits (a race: the waiters left meanwhile).
-func (ws *waiters) soonest(now time.Time, pace time.Duration) time.Duration {
+// soonest is the time until owner's request finds room here: until the first of this replica's
+// waiters is served, or, while owner holds its half of the places, the first of its own (another
+// account's turn frees no place of its half). A pace when none waits (a race: the waiters left
+// meanwhile).
+func (ws *waiters) soonest(now time.Time, pace time.Duration, owner string) time.Duration {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	soonest := pace
+	own := ws.byOwner[owner] >= max(1, ws.max/2)
+	soonest := time.Duration(-1)
 	for _, k := range ws.byKey {
 		for w := range k {
-			soonest = min(soonest, max(w.due.Sub(now), time.Millisecond))
+			if due := max(w.due.Sub(now), time.Millisecond); (!own || w.owner == owner) && (soonest < 0 || due < soonest) {
+				soonest = due
+			}
 		}
+	}
+	if soonest < 0 {
+		return pace
 	}
 	return soonest
 }
@@ -357,6 +366,7 @@ func (ws *waiters) add(key, owner string, w *waiter) bool {
 	if ws.fullLocked(owner) {
 		return false
 	}
+	w.owner = owner
 	ws.count.Add(1)
 	ws.byOwner[owner]++
 	ws.byQueue[w.queue]++

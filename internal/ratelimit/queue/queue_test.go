@@ -389,3 +389,33 @@ func TestOneAccountHoldsAtMostHalfTheWaiters(t *testing.T) {
 		t.Error("the only place of a replica of THROTTLE_MAX_WAITING 1: refused, want it given")
 	}
 }
+
+// A refusal's Retry-After is when the refused account finds room: while it holds its half of the
+// places, when one of its own waiters is served (another account's turn, sooner, frees none of
+// its half); while the replica holds every place, when the first waiter is; never before a waiter
+// due later than the pace.
+func TestARefusalWaitsForTheWaiterThatFreesItsRoom(t *testing.T) {
+	now := time.Now()
+	waiting := func(ws *waiters, key, owner string, due time.Duration) {
+		t.Helper()
+		if !ws.add(key, owner, &waiter{due: now.Add(due), moved: make(chan struct{}, 1)}) {
+			t.Fatalf("a waiter of %s not added", owner)
+		}
+	}
+	half := newWaiters(4)
+	waiting(half, "pix:payroll", "payroll", time.Second)
+	waiting(half, "pix:payroll", "payroll", 2*time.Second)
+	waiting(half, "pix:ana", "ana", 100*time.Millisecond)
+	if got, want := half.soonest(now, time.Second, "payroll"), time.Second; got != want {
+		t.Errorf("payroll holding its half: Retry-After %v, want %v (its own first waiter's turn)", got, want)
+	}
+	waiting(half, "pix:bruno", "bruno", 300*time.Millisecond)
+	if got, want := half.soonest(now, time.Second, "carla"), 100*time.Millisecond; got != want {
+		t.Errorf("every place taken: Retry-After %v, want %v (the first waiter's turn)", got, want)
+	}
+	late := newWaiters(2)
+	waiting(late, "pix:ana", "ana", 3*time.Second)
+	if got, want := late.soonest(now, time.Second, "ana"), 3*time.Second; got != want {
+		t.Errorf("a waiter due past the pace: Retry-After %v, want %v", got, want)
+	}
+}
