@@ -21,10 +21,14 @@
 // is due. An attempt Redis does not answer is tried again, backing off to once a second, until
 // Redis answers or the admission has left its window by itself: a withdrawal is never dropped
 // because Redis is slow or down, or because many wait. Only the sorted-set log's withdrawal is
-// idempotent (it removes the request's own entry by its id). The others give one unit back, and
-// an attempt that timed out may have run: trying again could give back twice and admit past the
-// limit. Such an attempt is given up and counted as lost instead; an attempt Redis refused to run
-// (a refused connection, a Redis error) is tried again.
+// both idempotent and made here (it removes the request's own entry by its id). The counters give
+// one unit back, and an attempt that timed out may have run: trying again could give back twice
+// and admit past the limit. Such an attempt is given up and counted as lost instead; an attempt
+// Redis refused to run (a refused connection, a Redis error) is tried again. The queue's place
+// (leaky_bucket) is a request's own entry too, but its withdrawal moves the turns after it up,
+// which the other replicas' waiters learn only from package queue's message: a late one is left
+// to be served, unused, at its turn (the queue loses a turn, never admits one more), as a leave
+// Redis does not answer is (Queue.Wait).
 package withdraw
 
 import (
@@ -177,9 +181,9 @@ func (r *Runner) withdraw(a ratelimit.Algorithm, key string, c ratelimit.Call, a
 // budget (c and keys are the decision's; cause, why). The caller answered it as unavailable, yet
 // Redis may still have run the script, then or later, and recorded it. With the sliding log each
 // attempt removes the request's own entry by its id: exact, and harmless if the script refused it
-// or never ran. The other algorithms keep counts, not requests, and cannot tell whether this
-// request was counted, so giving one back could admit past the limit: their late admissions stay
-// counted until they leave the window, the strict side. Run calls it for its own calls, and
+// or never ran. The counters keep counts, not requests, and cannot tell whether this request was
+// counted, so giving one back could admit past the limit: their late admissions stay counted
+// until they leave the window, the strict side (a queue's, until its turn: the package's doc). Run calls it for its own calls, and
 // Sequences for a sequence's.
 func (r *Runner) WithdrawLate(a ratelimit.Algorithm, keys []string, c ratelimit.Call, cause error) {
 	if a != ratelimit.SlidingLog || !c.Op.Takes() || !ratelimit.MayHaveRun(cause) {
