@@ -53,7 +53,8 @@ func TestOnRedisCluster(t *testing.T) {
 // step, so the account's one in-flight slot (PIX_CONCURRENCY 1) is taken before the PIX's own
 // limit decides: PIX sent together are refused pix-concurrency having spent nothing of the
 // limit, which counts the created ones alone. (Asked, then taken after the limit, the slot could
-// go to another PIX in between, and a refused PIX kept its admission.)
+// go to another PIX in between, and a refused PIX kept its admission.) Nor of her look-up bucket:
+// a PIX takes a miss's price after its slot, and gives it back when its key is found.
 func TestAPIXRefusedItsSlotOnAClusterSpendsNoQuota(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3, 0)
@@ -90,6 +91,10 @@ func TestAPIXRefusedItsSlotOnAClusterSpendsNoQuota(t *testing.T) {
 	}
 	if got, want := r.Header.Get("RateLimit-Remaining"), fmt.Sprint(1000-created-1); got != want {
 		t.Errorf("after %d PIX created and %d refused pix-concurrency: %s of the limit left, want %s (the created ones alone spent it)", created+1, refused, got, want)
+	}
+	if r := a.Do(http.MethodGet, "/v1/pix/keys/bruno@example.com", nil, "Authorization", "Bearer "+tok); r.Status != http.StatusOK ||
+		r.Header.Get("RateLimit-Remaining") != "99" {
+		t.Errorf("a look-up after the PIX: %v, RateLimit-Remaining %q, want 200 and 99 (every PIX's price given back)", r, r.Header.Get("RateLimit-Remaining"))
 	}
 }
 

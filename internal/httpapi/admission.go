@@ -23,13 +23,15 @@ import (
 // The call decides, in order and stopping at the first refusal: whether the payer's DICT bucket
 // of the key's type and the bank's could pay for a miss (asked, taking nothing), whether one of
 // the account's in-flight slots is free (asked, taking nothing), the PIX's own limit, and then
-// takes the slot and the key's mark (its original, for replays); where the steps are calls of
-// their own (a cluster), the slot is taken before the limit instead (newAdmission). While
-// either bucket holds no token the PIX is refused (429, policy pix-lookup or pix-lookup-v2; or 503
-// lookup_capacity_exhausted) whether or not its key exists, and its own limit records nothing:
-// a PIX to a key nobody has answers 404 as a look-up does, so it is paid for like one, or PIX
-// would be the way to enumerate keys once look-ups are refused. While every slot is held by other
-// PIX, 429 pix-concurrency; else its own limit decides as any route's. A bucket that cannot be
+// takes a miss's price from both buckets, the slot and the key's mark (its original, for
+// replays); where the steps are calls of their own (a cluster), the price and the slot are taken
+// before the limit instead (newAdmission). While either bucket holds no token the PIX is refused
+// (429, policy pix-lookup or pix-lookup-v2; or 503 lookup_capacity_exhausted) whether or not its
+// key exists, and its own limit records nothing: a PIX to a key nobody has answers 404 as a
+// look-up does, so it is paid for like one, or PIX would be the way to enumerate keys once
+// look-ups are refused; its price is taken before the ledger and given back after it unless the
+// key was missing (ticket.settle), so PIX sent together learn no more keys than one by one. While
+// every slot is held by other PIX, 429 pix-concurrency; else its own limit decides as any route's. A bucket that cannot be
 // asked (Redis down) leaves the PIX to its own limit's fail mode. A queued PIX (leaky_bucket)
 // waits for its turn, then takes its slot and mark in a call of its own: it holds none while it
 // waits. The slot and the mark are this file's last two types; the buckets are buckets.go's.
@@ -53,11 +55,14 @@ type ticket struct {
 	c    echo.Context
 	s    auth.Subject
 	user check // the payer's bucket of the key's type
-	key  string
-	held *slot // nil: PIX_CONCURRENCY off
-	orig *mark
-	turn ratelimit.Decision // a queued PIX's admission: its place, given back if the ledger is busy
-	own  ratelimit.Decision // an unqueued PIX's admission by its own limit: taken back if its miss is refused
+	// price gives back the miss's price its admission took from both buckets (admission.price);
+	// none when it took none (Redis did not answer): a miss then pays after the ledger (settle).
+	price []ratelimit.Step
+	key   string
+	held  *slot // nil: PIX_CONCURRENCY off
+	orig  *mark
+	turn  ratelimit.Decision // a queued PIX's admission: its place, given back if the ledger is busy
+	own   ratelimit.Decision // an unqueued PIX's admission by its own limit: taken back if its miss is refused
 	// unanswered is why Redis did not answer the admission's call (nil when it did): the PIX then
 	// went through by its fail mode, and its settlement is not waited for (settle).
 	unanswered error
@@ -65,8 +70,11 @@ type ticket struct {
 
 // admission is the steps of one PIX's admission call, kept to read each one's decision.
 type admission struct {
-	ask, limit                  ratelimit.Step
+	ask, limit                  ratelimit.Step // ask is nil when not in the call
+	payUser, payBank            ratelimit.Step // a miss's price, taken
 	askSlot, takeSlot, takeMark ratelimit.Step // nil when not in the call
+	user, bank                  check
+	userCost, bankCost          int
 	steps                       []ratelimit.Step
 	queued                      bool
 	held                        *slot
@@ -81,6 +89,7 @@ type admission struct {
 func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own check, waitUntil, originalUntil time.Time) (ticket, error) {
 	held, orig := slotOf(pa.inflight, s.Account, req.IdempotencyKey), markOf(pa.lease, s.Account, req.IdempotencyKey)
 	user, bank := pa.bucket(s, req.keyType), pa.bank()
+	userCost, bankCost := pa.rules.Price(false)
 	tk := ticket{pa: pa, c: c, s: s, user: user, key: req.ToKey, held: held, orig: orig}
 	// Refused from memory: asking the buckets would change nothing. (Not a shadow limit's: it
 	// refuses nothing, so its memory of a full key ends no admission.)
@@ -90,7 +99,7 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 			return tk, err
 		}
 	}
-	a := newAdmission(user, bank, own, held, orig, pa.core.Atomic())
+	a := newAdmission(user, bank, userCost, bankCost, own, held, orig, pa.core.Atomic())
 	ctx, cancel := pa.throttleUntil(c, waitUntil) // a queue's turn comes within the PIX's waits
 	defer cancel()
 	// A client that hangs up does not cut the call short: a slot it took is then given back here.
@@ -98,12 +107,21 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 	callCtx, cancelCall := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	decided := pa.sequenceOf(callCtx, a.steps...)
 	cancelCall()
-	tk.unanswered = decided.err
+	tk.unanswered, tk.price = decided.err, a.price(decided)
 	// Redis down: the PIX's own limit answers, by its own fail mode; the buckets' ask, which
 	// would have refused nothing then, is neither logged nor counted as failing open.
 	if decided.err == nil {
-		if err := pa.answerAsk(c, user, bank, true, decided, a.ask); err != nil {
-			return tk, pa.giveBack(c, a, decided, err)
+		if a.ask != nil {
+			if err := pa.answerAsk(c, user, bank, true, decided, a.ask); err != nil {
+				return tk, pa.giveBack(c, a, decided, err)
+			}
+		}
+		if _, ran := decided.ds.Of(a.payUser); ran && (a.ask == nil || !decided.admitted(a.payBank)) {
+			// The buckets' answer when the price was taken with no ask (after one, in the same
+			// script, it is never refused).
+			if err := pa.answerPrice(c, user, bank, decided, a.payUser, a.payBank); err != nil {
+				return tk, pa.giveBack(c, a, decided, err)
+			}
 		}
 	}
 	for _, step := range []ratelimit.Step{a.askSlot, a.takeSlot} { // the slot asked, or taken (on a cluster, before the limit: newAdmission)
@@ -128,31 +146,47 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 		return tk, nil
 	}
 	tk.turn = d
-	return tk, pa.atTurn(c, ctx, own, d, decided.took, held, orig, originalUntil)
+	if err := pa.atTurn(c, ctx, own, d, decided.took, held, orig, originalUntil); err != nil {
+		pa.release(context.WithoutCancel(c.Request().Context()), nil, tk.price...) // its price, as its turn, given back
+		return tk, err
+	}
+	return tk, nil
 }
 
-// newAdmission lays out the call: the buckets asked; then the slot asked, the limit, the slot
-// taken, the mark taken. In one atomic script (atomic) the slot asked free is the slot taken.
-// Where each step is a call of its own (a Redis Cluster), a PIX of the same account could take
-// the last slot between the ask and the take, after the limit had admitted this one: so the slot
-// is taken first, and a PIX refused it has spent nothing of its limit; one the limit then
-// refuses gives its slot back (giveBack). A limit in shadow mode never refuses, so its slot is
-// taken before it too (a shadow refusal ends the sequence). A queued PIX takes its slot and mark
+// newAdmission lays out the call: the buckets asked; then the slot asked, the limit, a miss's
+// price taken from each bucket, the slot taken, the mark taken. In one atomic script (atomic)
+// the buckets asked to pay are the buckets paid, and the slot asked free is the slot taken: a PIX
+// the limit refuses took nothing, in one call. Where each step is a call of its own (a Redis
+// Cluster), a PIX of the same payer or account could take the last token or slot between the ask
+// and the take, after the limit had admitted this one: so the slot and then the price are taken
+// first (no ask; the slot first, so that PIX the slots refuse hold no price), and a PIX refused
+// them has spent nothing of its limit; one the limit then refuses gives them back (giveBack). A
+// limit in shadow mode never refuses, so the slot and the price are taken before it too (a shadow
+// refusal ends the sequence). A queued PIX takes its slot and mark
 // at its turn.
-func newAdmission(user, bank, own check, held *slot, orig *mark, atomic bool) admission {
-	a := admission{ask: ratelimit.AskStep(user.Check, bank.Check), limit: ratelimit.AllowStep(own.Check),
-		queued: own.Policy.Algorithm == ratelimit.LeakyBucket, held: held, orig: orig}
-	a.steps = []ratelimit.Step{a.ask}
-	switch {
-	case held != nil && !a.queued && (own.shadow || !atomic):
-		a.takeSlot = held.hold()
-		a.steps = append(a.steps, a.takeSlot, a.limit)
-	case held != nil && !a.queued:
-		a.askSlot = held.ask()
-		a.takeSlot = held.hold()
-		a.steps = append(a.steps, a.askSlot, a.limit, a.takeSlot)
-	default:
-		a.steps = append(a.steps, a.limit)
+func newAdmission(user, bank check, userCost, bankCost int, own check, held *slot, orig *mark, atomic bool) admission {
+	a := admission{limit: ratelimit.AllowStep(own.Check), queued: own.Policy.Algorithm == ratelimit.LeakyBucket,
+		payUser: ratelimit.ChargeStep(user.Check, userCost), payBank: ratelimit.ChargeStep(bank.Check, bankCost),
+		user: user, bank: bank, userCost: userCost, bankCost: bankCost, held: held, orig: orig}
+	slotted := held != nil && !a.queued
+	if atomic && !own.shadow {
+		a.ask = ratelimit.AskStep(user.Check, bank.Check)
+		a.steps = []ratelimit.Step{a.ask}
+		if slotted {
+			a.askSlot = held.ask()
+			a.steps = append(a.steps, a.askSlot)
+		}
+		a.steps = append(a.steps, a.limit, a.payUser, a.payBank)
+		if slotted {
+			a.takeSlot = held.hold()
+			a.steps = append(a.steps, a.takeSlot)
+		}
+	} else {
+		if slotted {
+			a.takeSlot = held.hold()
+			a.steps = append(a.steps, a.takeSlot)
+		}
+		a.steps = append(a.steps, a.payUser, a.payBank, a.limit)
 	}
 	if !a.queued {
 		a.takeMark = orig.take()
@@ -194,11 +228,26 @@ func (pa admissions) giveBack(c echo.Context, a admission, decided sequence, err
 	}
 	ctx := context.WithoutCancel(c.Request().Context())
 	if decided.err != nil {
-		go pa.release(ctx, release...)
+		go pa.release(ctx, release, a.price(decided)...)
 		return err
 	}
-	pa.release(ctx, release...)
+	pa.release(ctx, release, a.price(decided)...)
 	return err
+}
+
+// price is what gives back the miss's price the call took (decided): a refund of each bucket
+// whose charge ran and was admitted. A charge whose call failed may have run, or not: giving
+// back tokens it never took would pay the payer for nothing, so it is not given back (the
+// strict side; a token bucket refills).
+func (a admission) price(decided sequence) []ratelimit.Step {
+	var give []ratelimit.Step
+	if decided.admitted(a.payUser) {
+		give = append(give, ratelimit.RefundStep(a.userCost, a.user.Check))
+	}
+	if decided.admitted(a.payBank) {
+		give = append(give, ratelimit.RefundStep(a.bankCost, a.bank.Check))
+	}
+	return give
 }
 
 // atTurn holds a queued PIX, admitted by d over own in took, until its turn, then takes its slot
@@ -223,13 +272,13 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 
 // settle settles the buckets once the ledger has answered the PIX (r, err), gives the PIX's
 // in-flight slot and mark back in the same call, and returns the PIX's answer: a PIX to a key
-// nobody has pays the miss, admitted and paid at once, before its 404 is sent (refused, it is a
-// 429 instead, and its own limit's admission is withdrawn, one call more: a refusal records
-// nothing); a payment to a found key costs nothing, and its 201 gives back the tokens of the
-// look-up that led to it, if there was one (refund; a replayed 201, which moved nothing, gives
-// none). The slot goes back even when the client has left. A queued PIX answered ledger_busy
-// (it takes its place of the ledger at its turn: handlePIX) gives its turn back
-// too: like any PIX answered so, it spent no quota.
+// nobody has paid the miss in its admission; any other gives the price back, and a 201 also the
+// tokens of the look-up that led to it, if there was one (refund; a replayed 201, which moved
+// nothing, gives none). A miss whose admission took no price pays it now, before its 404 is sent
+// (refused, it is a 429 instead, and its own limit's admission is withdrawn, one call more: a
+// refusal records nothing). The slot goes back even when the client has left. A queued PIX answered ledger_busy (it takes its place of the
+// ledger at its turn: handlePIX) gives its turn back too: like any PIX answered so, it spent no
+// quota.
 //
 // When Redis did not answer the admission (a PIX let through by PIX_FAIL_MODE=open), the answer
 // does not wait for Redis a second time, as a fail mode waits no longer than the Redis timeout:
@@ -244,9 +293,11 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 	}
 	switch {
 	case errors.Is(err, pix.ErrKeyNotFound) && t.unanswered != nil:
-		settled(func() { t.pa.release(ctx, release...) })
+		settled(func() { t.pa.release(ctx, release, t.price...) })
 		_, closed := t.pa.answer(t.c, nil, []check{t.user}, []ratelimit.Check{t.user.Check}, ratelimit.Decision{}, t.unanswered, 0)
 		return cmp.Or(closed, err) // the buckets fail closed: a 429; were one ever to fail open, the 404
+	case errors.Is(err, pix.ErrKeyNotFound) && t.price != nil: // paid in its admission
+		t.pa.release(ctx, release)
 	case errors.Is(err, pix.ErrKeyNotFound):
 		if payErr := t.pa.charge(t.c, t.user, false, true, "", release...); payErr != nil {
 			// Refused after all (the payer's bucket, or the bank's, emptied by others since the
@@ -257,24 +308,31 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 			return payErr
 		}
 	case err == nil && !r.Replayed:
-		settled(func() { t.pa.refund(ctx, t.s, t.user, t.key, release...) })
+		settled(func() { t.pa.refund(ctx, t.s, t.user, t.key, release, t.price...) })
 	default:
 		if errors.Is(err, pix.ErrLedgerBusy) {
 			t.pa.giveTurnBack(t.turn)
 		}
-		settled(func() { t.pa.release(ctx, release...) })
+		settled(func() { t.pa.release(ctx, release, t.price...) })
 	}
 	return err
 }
 
-// release gives a PIX's slot and mark back alone, on ctx, which the client cannot cancel; a
-// release Redis does not answer is tried again (releaseLater).
-func (pa admissions) release(ctx context.Context, steps ...ratelimit.Step) {
-	if len(steps) == 0 {
+// release gives a PIX's slot and mark back (release), and its price (give), in one call, on
+// ctx, which the client cannot cancel. A release Redis does not answer is tried again
+// (releaseLater); a price is not, as a refund that timed out may have run (giving it twice would
+// pay the payer for nothing): it is logged, and lost to the payer, never to the bank.
+func (pa admissions) release(ctx context.Context, release []ratelimit.Step, give ...ratelimit.Step) {
+	if len(release)+len(give) == 0 {
 		return
 	}
-	if _, err := pa.decider().Decide(ctx, steps...); err != nil {
-		pa.releaseLater(steps, err)
+	if _, err := pa.decider().Decide(ctx, append(release, give...)...); err != nil {
+		if len(release) > 0 {
+			pa.releaseLater(release, err)
+		}
+		if len(give) > 0 {
+			pa.events.log("refund:pix-price", slog.LevelWarn, "a PIX's look-up price not given back", "cause", err.Error())
+		}
 	}
 }
 

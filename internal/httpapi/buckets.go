@@ -18,8 +18,9 @@ import (
 // per key type, and the bank's. A look-up (lookup.go) asks both, in one round trip, before the
 // ledger (a refused look-up costs no query), then pays its price, admission and payment in one
 // atomic step per bucket, before it answers: look-ups sent together cannot buy more answers than
-// the same look-ups one by one. A PIX (admission.go) asks them in its admission and settles them
-// after the ledger: a miss pays, a payment refunds its look-up.
+// the same look-ups one by one. A PIX (admission.go) asks them and takes a miss's price in its
+// admission, and settles them after the ledger: a miss keeps it paid, any other answer gives it
+// back, and a payment refunds its look-up.
 type buckets struct {
 	limiter
 	rules    dict.Rules
@@ -114,26 +115,47 @@ func (b buckets) charge(c echo.Context, user check, found, quiet bool, grant str
 	if paid.err != nil && len(first) > 0 {
 		b.releaseLater(first, paid.err)
 	}
-	quietly := &report{paying: true, show: func(d ratelimit.Decision) ratelimit.Decision {
-		if quiet && d.Allowed {
-			return ratelimit.Decision{Allowed: true}
-		}
-		return d
-	}}
 	if paid.refused(payBank) {
 		b.refundUser(context.WithoutCancel(c.Request().Context()), user, userCost)
-	} else if _, err := b.answerStep(c, quietly, []check{user}, paid, payUser); err != nil {
-		return err
 	}
-	bankReport := &report{paying: true, show: func(d ratelimit.Decision) ratelimit.Decision { // no RateLimit headers: not the customer's
-		return ratelimit.Decision{Allowed: d.Allowed, Worst: d.Worst}
-	}, refuse: func(shown ratelimit.Decision) *Error { return b.exhausted(bank.Policy, shown.Worst.RetryAfter) }}
-	_, payErr := b.answerStep(c, bankReport, []check{bank}, paid, payBank)
+	payErr := b.answerPaid(c, user, bank, quiet, true, paid, payUser, payBank)
 	if payErr == nil && granted != nil && !paid.admitted(granted) {
 		b.events.log("grant:"+dict.Vouchers.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
 			"policy", dict.Vouchers.Name)
 	}
 	return payErr
+}
+
+// answerPaid answers the charges of a price to the payer's bucket (user, step payUser) and the
+// bank's (payBank), in paid: the payer's refusal is 429, reporting its bucket (with quiet, an
+// admission sets no RateLimit headers); the bank's is 503 lookup_capacity_exhausted, without
+// them, logged and counted. A payer's charge the bank's then refused is not answered (its tokens
+// go back: refundUser, or the PIX's giveBack). paying says the decision was counted already, by
+// the ask before it (a look-up's).
+func (b buckets) answerPaid(c echo.Context, user, bank check, quiet, paying bool, paid sequence, payUser, payBank ratelimit.Step) error {
+	quietly := &report{paying: paying, show: func(d ratelimit.Decision) ratelimit.Decision {
+		if quiet && d.Allowed {
+			return ratelimit.Decision{Allowed: true}
+		}
+		return d
+	}}
+	if !paid.refused(payBank) {
+		if _, err := b.answerStep(c, quietly, []check{user}, paid, payUser); err != nil {
+			return err
+		}
+	}
+	bankReport := &report{paying: paying, show: func(d ratelimit.Decision) ratelimit.Decision { // no RateLimit headers: not the customer's
+		return ratelimit.Decision{Allowed: d.Allowed, Worst: d.Worst}
+	}, refuse: func(shown ratelimit.Decision) *Error { return b.exhausted(bank.Policy, shown.Worst.RetryAfter) }}
+	_, err := b.answerStep(c, bankReport, []check{bank}, paid, payBank)
+	return err
+}
+
+// answerPrice answers a PIX's admission's charge of a miss's price (answerPaid, quiet), when
+// it is the buckets' decision, taken with no ask before it (a cluster's, a shadow limit's).
+func (b buckets) answerPrice(c echo.Context, user, bank check, decided sequence, payUser, payBank ratelimit.Step) error {
+	bank.failMode = user.failMode
+	return b.answerPaid(c, user, bank, true, false, decided, payUser, payBank)
 }
 
 // refundUser gives the payer's bucket user back the cost it paid for an answer the bank's bucket
@@ -148,10 +170,11 @@ func (b buckets) refundUser(ctx context.Context, user check, cost int) {
 // refund gives a look-up's tokens back after the payment it led to (DICT), in one limiter call:
 // when s's payer looked key up in the last 10 minutes and that look-up was not given back before
 // (its voucher is redeemed), 1 token (2 for a company) to the payer's bucket user and 1 to the
-// bank's; after first, steps never refused that share the call (a PIX's slot given back). It is
-// best effort: a refund that cannot reach Redis is logged and lost, which costs the customer a
-// token, never the bank a look-up.
-func (b buckets) refund(ctx context.Context, s auth.Subject, user check, key string, first ...ratelimit.Step) {
+// bank's; after first, steps never refused that share the call (a PIX's slot given back, tried
+// again if Redis does not answer: releaseLater), and give (a PIX's price given back, never
+// refused). It is best effort: a refund that cannot reach Redis is logged and lost, which costs
+// the customer tokens, never the bank a look-up.
+func (b buckets) refund(ctx context.Context, s auth.Subject, user check, key string, first []ratelimit.Step, give ...ratelimit.Step) {
 	payer := b.payer(s)
 	toUser, toBank := payer.Refund()
 	bank := b.bank()
@@ -160,7 +183,7 @@ func (b buckets) refund(ctx context.Context, s auth.Subject, user check, key str
 		steps = []ratelimit.Step{dict.Vouchers.Redeem(dict.Voucher(payer, key)),
 			ratelimit.RefundStep(toUser, user.Check), ratelimit.RefundStep(toBank, bank.Check)}
 	}
-	if _, err := b.decider().Decide(ctx, append(first, steps...)...); err != nil {
+	if _, err := b.decider().Decide(ctx, append(append(first, give...), steps...)...); err != nil {
 		b.events.log("refund:"+user.Policy.Name, slog.LevelWarn, "look-up tokens not given back after a payment",
 			"policy", user.Policy.Name, "cause", err.Error())
 		if len(first) > 0 {

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pixlimit/pixlimit/internal/auth"
+	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/httpapi"
 	"github.com/pixlimit/pixlimit/internal/pix"
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
@@ -153,16 +155,10 @@ func TestARetryWhoseClientLeftSpendsNothing(t *testing.T) {
 	}
 }
 
-// TestAPIXRefusedAtItsMissSpendsNoQuota: Diego's PIX to a key nobody has is admitted (his look-up
-// bucket holds a token) and held in the ledger while five misses of his empty that bucket; its
-// miss's charge is then refused, 429, and its own limit's admission is taken back: a refusal
-// records nothing. The PIX limit's log holds no entry.
-func TestAPIXRefusedAtItsMissSpendsNoQuota(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	limits := lax()
-	limits.PIX.Policy.Limit = 5
-	s := newServer(t, srv, limits)
+// pixServer is a server over s's limiter whose ledger holds every transfer until released, and
+// Diego's PIX sender: a PIX of its own Idempotency-Key, to key, for cents.
+func pixServer(t *testing.T, s server, limits enforce.RouteLimits) (*stuckTransfers, func(key string, cents int64) *httptest.ResponseRecorder, func(method, path string) *httptest.ResponseRecorder) {
+	t.Helper()
 	ledger := &stuckTransfers{MemoryLedger: s.ledger, release: make(chan struct{})}
 	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: limits, Ledger: ledger,
 		Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
@@ -182,29 +178,96 @@ func TestAPIXRefusedAtItsMissSpendsNoQuota(t *testing.T) {
 		h.ServeHTTP(rec, req)
 		return rec
 	}
-	held := make(chan *httptest.ResponseRecorder, 1)
-	go func() { held <- send(http.MethodPost, "/v1/pix", `{"key":"nobody@example.com","amount_cents":100}`) }()
-	for deadline := time.Now().Add(30 * time.Second); ledger.in.Load() < 1; time.Sleep(5 * time.Millisecond) { // polling, not timing
+	pay := func(key string, cents int64) *httptest.ResponseRecorder {
+		return send(http.MethodPost, "/v1/pix", fmt.Sprintf(`{"key":%q,"amount_cents":%d}`, key, cents))
+	}
+	return ledger, pay, func(method, path string) *httptest.ResponseRecorder { return send(method, path, "") }
+}
+
+// inLedger waits until n transfers are held in ledger (polling, not timing).
+func inLedger(t *testing.T, ledger *stuckTransfers, n int32) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ledger.in.Load() < n; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the PIX did not reach the ledger within 30s")
+			t.Fatalf("%d PIX in the ledger within 30s, want %d", ledger.in.Load(), n)
 		}
 	}
-	for i := range 5 { // 100 tokens, 20 a miss
-		if r := send(http.MethodGet, "/v1/pix/keys/ghost"+strconv.Itoa(i)+"@example.com", ""); r.Code != http.StatusNotFound {
-			t.Fatalf("miss %d: %d %s", i+1, r.Code, r.Body)
+}
+
+// TestAPIXPaysItsMissBeforeTheLedger: each of Diego's PIX takes a miss's price (20 of his 100
+// look-up tokens) in its admission, before the ledger: with two held there, one to a key nobody
+// has and one to Bruno's, three look-ups of unknown keys empty his bucket and the fourth is
+// refused. Released, the first is 404, having paid once, and the second 201, its price given
+// back: one more miss is answered, and the next refused.
+func TestAPIXPaysItsMissBeforeTheLedger(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	limits := lax()
+	s := newServer(t, srv, limits)
+	ledger, pay, get := pixServer(t, s, limits)
+	miss, hit := make(chan *httptest.ResponseRecorder, 1), make(chan *httptest.ResponseRecorder, 1)
+	go func() { miss <- pay("nobody@example.com", 100) }()
+	go func() { hit <- pay("bruno@example.com", 100) }()
+	inLedger(t, ledger, 2)
+	lookUps := func(from int, want ...int) {
+		t.Helper()
+		for i, code := range want {
+			if r := get(http.MethodGet, "/v1/pix/keys/ghost"+strconv.Itoa(from+i)+"@example.com"); r.Code != code {
+				t.Fatalf("look-up %d of an unknown key: %d %s, want %d", from+i+1, r.Code, r.Body, code)
+			}
 		}
 	}
+	lookUps(0, http.StatusNotFound, http.StatusNotFound, http.StatusNotFound, http.StatusTooManyRequests) // 60 tokens: three misses
 	close(ledger.release)
-	if r := <-held; r.Code != http.StatusTooManyRequests {
-		t.Fatalf("the PIX to a key nobody has, its miss unpaid: %d %s, want 429", r.Code, r.Body)
+	if r := <-miss; r.Code != http.StatusNotFound {
+		t.Fatalf("the PIX to a key nobody has: %d %s, want 404 (its miss paid before the ledger)", r.Code, r.Body)
 	}
+	if r := <-hit; r.Code != http.StatusCreated {
+		t.Fatalf("the PIX to Bruno: %d %s, want 201", r.Code, r.Body)
+	}
+	lookUps(4, http.StatusNotFound, http.StatusTooManyRequests) // the 20 the payment gave back: one miss
 	rdb := srv.Client(nil)
 	keys := rdb.Keys(t.Context(), "rl:pix:{*").Val()
-	var logged int64
-	for _, k := range keys {
-		logged += rdb.ZCard(t.Context(), k).Val()
+	if len(keys) != 1 || rdb.ZCard(t.Context(), keys[0]).Val() != 2 {
+		t.Errorf("the PIX limit's log: keys %v, want one of two entries (both PIX, admitted)", keys)
 	}
-	if logged != 0 {
-		t.Errorf("the PIX limit's log holds %d entries (keys %v), want none: the PIX was refused", logged, keys)
+}
+
+// TestPIXSentTogetherLearnNoMoreKeysThanOneByOne: Diego's look-up bucket holds 100 tokens, five
+// misses. Five PIX to keys nobody has, held in the ledger, have taken them all; a PIX to a key
+// that exists is then refused 429 before the ledger, as one to a key nobody has is: one by one,
+// after five misses every PIX is 429 whatever its key, and PIX sent together learn no more. (Paid
+// after the ledger, the misses had taken nothing yet, and the PIX to a found key was answered:
+// sent beside misses, a PIX told which keys exist for the price of five.)
+func TestPIXSentTogetherLearnNoMoreKeysThanOneByOne(t *testing.T) {
+	t.Parallel()
+	limits := lax()
+	s := newServer(t, redistest.Start(t), limits)
+	ledger, pay, _ := pixServer(t, s, limits)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer func() { close(ledger.release) }()
+	for i := range 5 {
+		wg.Go(func() {
+			if r := pay(fmt.Sprintf("ghost%d@example.com", i), 100); r.Code != http.StatusNotFound {
+				t.Errorf("PIX %d to a key nobody has: %d %s, want 404", i+1, r.Code, r.Body)
+			}
+		})
+	}
+	inLedger(t, ledger, 5)
+	for _, key := range []string{"bruno@example.com", "ghost9@example.com", "ana@example.com"} {
+		answered := make(chan *httptest.ResponseRecorder, 1)
+		go func() { answered <- pay(key, 99_999_999_999) }()
+		for deadline := time.Now().Add(30 * time.Second); len(answered) == 0; time.Sleep(time.Millisecond) {
+			if n := ledger.in.Load(); n > 5 || time.Now().After(deadline) {
+				t.Fatalf("PIX to %s, five misses' prices taken: unanswered, %d PIX in the ledger; want 429 before the ledger", key, n)
+			}
+		}
+		if r := <-answered; r.Code != http.StatusTooManyRequests || !strings.HasPrefix(r.Header().Get("RateLimit-Policy"), `"pix-lookup"`) {
+			t.Errorf("PIX to %s, five misses' prices taken: %d %s, want 429 by pix-lookup", key, r.Code, r.Body)
+		}
+	}
+	if n := ledger.in.Load(); n != 5 {
+		t.Errorf("%d PIX reached the ledger, want 5", n)
 	}
 }
