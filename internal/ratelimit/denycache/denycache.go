@@ -17,11 +17,15 @@
 // calendar. The deadline is counted from when this replica sent the request, on its monotonic
 // clock: Redis decided later, so the key's true unblocking is never before sent + Reset. It can
 // be up to one round trip after it, which costs one extra Redis call, never a wrong refusal.
-// Only a withdrawal (of a late decision, or of a cluster split's admission), a token bucket's
-// refund (ratelimit.RefundStep) and a waiter leaving a queue free room early: a refund clears its
-// keys here, as a desk's Forget clears its key on every replica, and a refusal still on its way
-// back when they do is not learnt (entries); a split decision is never cached (Options.Cluster);
-// the rest is seen within the hold.
+// Only a withdrawal (of a late decision, of a cluster split's admission, or of one its caller
+// shed: Forgotten) and a token bucket's refund (ratelimit.RefundStep) free room early: a refund
+// clears its keys here, as a desk's Forget clears its key on every replica and a caller that
+// withdrew an admission clears its checks (Forgotten), and a refusal still on its way back when
+// they do is not learnt (entries); a split decision is never cached (Options.Cluster); the rest
+// is seen within the hold. A queue's refusal (leaky_bucket) is never learnt: its places leave
+// early, and it refuses a request whose turn would come after that request's own deadline while
+// places are free, which says nothing of the next request (package queue refuses from memory
+// what this replica's waiters fill).
 package denycache
 
 import (
@@ -230,6 +234,7 @@ func (c *Cache) Close() error {
 // that left a bucket without a token (a cost taken into debt) blocks it until Reset.
 func (c *Cache) learn(d ratelimit.Decision, checks []ratelimit.Check, sent time.Time, seen uint64) {
 	switch {
+	case len(checks) > 0 && checks[0].Policy.Algorithm == ratelimit.LeakyBucket: // a queue's (one key): never learnt
 	case !d.Allowed && !(c.cluster && len(checks) > 1):
 		for i, r := range d.Results {
 			// Redis's TIME counts whole microseconds, so its now can be up to 1µs behind

@@ -28,16 +28,18 @@ type replica struct {
 	c *Cache
 }
 
+// decider is the cache, if any, else the Limiter.
+func (r replica) decider() ratelimit.Decider {
+	if r.c != nil {
+		return r.c
+	}
+	return r.l
+}
+
 // allow decides checks through the cache, if any, failing the test on an error.
 func (r replica) allow(t *testing.T, checks ...ratelimit.Check) ratelimit.Decision {
 	t.Helper()
-	var d ratelimit.Decision
-	var err error
-	if r.c != nil {
-		d, err = r.c.AllowAll(context.Background(), checks...)
-	} else {
-		d, err = r.l.AllowAll(context.Background(), checks...)
-	}
+	d, err := r.decider().AllowAll(context.Background(), checks...)
 	if err != nil {
 		t.Fatalf("AllowAll: %v", err)
 	}
@@ -604,5 +606,36 @@ func TestAForgetIsRememberedWhileADecisionMayBeOnItsWay(t *testing.T) {
 	}
 	if len(c.forgotten) != 1 || len(c.recent) != 1 {
 		t.Errorf("%d keys and %d forgets remembered, want 1 and 1", len(c.forgotten), len(c.recent))
+	}
+}
+
+// TestAQueuesRefusalIsNotLearnt: a queue (leaky_bucket, a turn every 10 s, 5 places) refuses a
+// request whose turn would come after its own deadline (3 s away) while places are free; a
+// request a second later without that deadline is admitted by Redis, and so by a replica with
+// the cache: a queue's refusal says nothing of the next request, and is not learnt.
+func TestAQueuesRefusalIsNotLearnt(t *testing.T) {
+	clk := clocktest.New()
+	srv := redistest.Start(t)
+	cached := fleet(t, srv, "cached", 1, clk, &Options{})[0]
+	plain := fleet(t, srv, "plain", 1, clk, nil)[0]
+	c := ratelimit.Check{Policy: ratelimit.Policy{Name: "payroll", Limit: 1, Window: 10 * time.Second,
+		Algorithm: ratelimit.LeakyBucket, Queue: 5}, Identity: "bakery"}
+	for _, r := range []replica{cached, plain} {
+		for i := range 2 { // turns now and 10 s from now
+			if d := r.allow(t, c); !d.Allowed {
+				t.Fatalf("request %d: refused, want a turn", i+1)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), generous+3*time.Second) // its turn, 20 s away, is too late
+		d, err := r.decider().AllowAll(ctx, c)
+		cancel()
+		if err != nil || d.Allowed {
+			t.Fatalf("a request that may wait 3 s for a turn 20 s away: %+v, %v; want refused", d, err)
+		}
+	}
+	clk.Add(time.Second)
+	if want, got := plain.allow(t, c), cached.allow(t, c); !want.Allowed || !got.Allowed {
+		t.Errorf("a request without that deadline, a second later: Redis alone admitted %v, the cache's replica %v (deny-cached %v, Retry-After %v); want both admitted",
+			want.Allowed, got.Allowed, got.DenyCached, got.Worst.RetryAfter)
 	}
 }
