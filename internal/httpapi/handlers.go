@@ -230,7 +230,7 @@ func handleLogin(limiter limiter, limits enforce.RouteLimits, accounts loginLedg
 		if errors.Is(err, auth.ErrBusy) || errors.Is(err, pix.ErrLedgerBusy) {
 			// Shed before its password was compared: decided by nothing, it spends none of its
 			// keys' quota (or a flood would spend a customer's five tries for her, 503 by 503).
-			limiter.takeBack(c, admitted, "login")
+			limiter.takeBack(c, admitted, "login", checks...)
 		}
 		if err != nil {
 			return err

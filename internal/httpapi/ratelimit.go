@@ -175,10 +175,16 @@ func (r limiter) enforce(c echo.Context, rep *report, cs ...check) error {
 	return err
 }
 
-// takeBack withdraws d, the admission of c's request, which the request then shed or refused
-// after all (Limiter.Withdraw): what logs one that stays counted (at most once an interval).
-func (r limiter) takeBack(c echo.Context, d ratelimit.Decision, what string) {
-	if err := r.core.Withdraw(context.WithoutCancel(c.Request().Context()), d); err != nil {
+// takeBack withdraws d, the admission of c's request over cs, which the request then shed or
+// refused after all (Limiter.Withdraw): what logs one that stays counted (at most once an
+// interval). The room it makes is this replica's deny cache's to forget (Cache.Forgotten): a
+// refusal of those keys it learnt meanwhile would refuse, from memory, what Redis now admits.
+func (r limiter) takeBack(c echo.Context, d ratelimit.Decision, what string, cs ...check) {
+	err := r.core.Withdraw(context.WithoutCancel(c.Request().Context()), d)
+	if r.cache != nil {
+		r.cache.Forgotten(checks(cs)...)
+	}
+	if err != nil {
 		r.events.log("withdraw:"+what, slog.LevelWarn, "an admission taken back, of a request shed or refused after it, stays counted",
 			"request", what, "cause", err.Error())
 	}

@@ -44,7 +44,9 @@ type server struct {
 	// passwords checks at apitest.PasswordCost, the demo accounts' hashes' cost.
 	passwords *auth.Passwords
 	limiter   *ratelimit.Limiter
-	logs      *apitest.Logs // what the server logged
+	stack     ratelimit.Decider // what the routes decide through: the deny cache, or the limiter
+	cache     *denycache.Cache  // nil: none (newServerWith's noDenyCache)
+	logs      *apitest.Logs     // what the server logged
 }
 
 // lax limits let a test send 1000 requests a minute of every kind.
@@ -118,7 +120,7 @@ func newServerWith(t testing.TB, srv *redistest.Server, limits enforce.RouteLimi
 	if err != nil {
 		t.Fatal(err)
 	}
-	return server{h: h, ledger: ledger, tokens: tokens, devices: devices, passwords: passwords, limiter: limiter, logs: logs}
+	return server{h: h, ledger: ledger, tokens: tokens, devices: devices, passwords: passwords, limiter: limiter, stack: stack, cache: cache, logs: logs}
 }
 
 // FuzzRequestBodies throws arbitrary bodies at the login and PIX routes: nothing a client sends

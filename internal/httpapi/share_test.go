@@ -108,6 +108,81 @@ func TestALoginTakesItsAccountsShareOfTheLedger(t *testing.T) {
 	}
 }
 
+// TestAShedLoginsRoomIsNotRefusedFromMemory: Ana's document key admits one login a minute. Her
+// first login, admitted, waits for a place of her share of the ledger (two PIX hold both) and is
+// shed, 503; meanwhile a second login was refused by the key, which the deny cache learnt. The
+// shed login's admission is withdrawn, and the cache forgets the key with it: once the PIX are
+// done, her next login is decided by Redis, which has room, not refused from memory.
+func TestAShedLoginsRoomIsNotRefusedFromMemory(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	limits := lax()
+	limits.LoginAccount.Policy.Limit = 1
+	s := newServer(t, srv, limits)
+	ledger := &stuckTransfers{MemoryLedger: s.ledger, release: make(chan struct{})}
+	share, err := pix.NewShare(2, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Stack: s.stack, DenyCache: s.cache,
+		Limits: limits, Ledger: pix.Shared(ledger, share), Share: share, Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ana := apitest.Demo[0]
+	document, _, err := pix.ParseDocument(ana.Document)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := s.tokens.Issue(auth.Subject{Account: "acct-ana", Payer: s.tokens.PayerID(document), Person: "PF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(req *http.Request) *httptest.ResponseRecorder {
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	var pixes sync.WaitGroup
+	for range 2 {
+		pixes.Go(func() {
+			req := httptest.NewRequest(http.MethodPost, "/v1/pix", strings.NewReader(`{"key":"bruno@example.com","amount_cents":1}`))
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Idempotency-Key", apitest.NewIdempotencyKey())
+			serve(req)
+		})
+	}
+	inLedger(t, ledger, 2)
+	login := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/v1/login", strings.NewReader(`{"document":"`+ana.Document+`","password":"`+ana.Password+`"}`))
+		req.RemoteAddr = "198.51.100.9:1234"
+		return serve(req)
+	}
+	shed := make(chan *httptest.ResponseRecorder, 1)
+	go func() { shed <- login() }()
+	rdb := srv.Client(nil)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // its admission recorded
+		if keys := rdb.Keys(t.Context(), "rl:login-account:*").Val(); len(keys) == 1 && rdb.ZCard(t.Context(), keys[0]).Val() == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Ana's first login not admitted within 10s")
+		}
+	}
+	if r := login(); r.Code != http.StatusTooManyRequests {
+		t.Fatalf("Ana's second login, her key full: %d %s, want 429", r.Code, r.Body)
+	}
+	if r := <-shed; r.Code != http.StatusServiceUnavailable {
+		t.Fatalf("Ana's first login, her places held: %d %s, want 503", r.Code, r.Body)
+	}
+	close(ledger.release)
+	pixes.Wait()
+	if r := login(); r.Code != http.StatusOK {
+		t.Errorf("Ana's login after her shed one was withdrawn: %d %s (RateLimit-Policy %q), want 200: Redis has room", r.Code, r.Body, r.Header().Get("RateLimit-Policy"))
+	}
+}
+
 // TestARetryWhoseClientLeftSpendsNothing: a PIX whose client has left by the time its wait for
 // its key's original (in progress on the same replica) ends is decided by nothing: the PIX limit
 // counts the original and the next PIX alone.
@@ -117,8 +192,8 @@ func TestARetryWhoseClientLeftSpendsNothing(t *testing.T) {
 	limits.PIX.Policy.Limit = 5
 	s := newServer(t, redistest.Start(t), limits)
 	ledger := &stuckTransfers{MemoryLedger: s.ledger, release: make(chan struct{})}
-	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Limits: limits, Ledger: ledger,
-		Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Stack: s.stack, DenyCache: s.cache,
+		Limits: limits, Ledger: ledger, Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
 	if err != nil {
 		t.Fatal(err)
 	}
