@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
@@ -19,7 +23,7 @@ func TestOnRedisCluster(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3, 1)
 	env := map[string]string{"REDIS_CLUSTER_ADDRS": strings.Join(c.Addrs(), ","), "TRUSTED_PROXIES": "127.0.0.1/32",
-		"REDIS_TIMEOUT": "800ms"} // a PIX's 9 calls on a cluster and its ledger fit the write timeout
+		"REDIS_TIMEOUT": "800ms", "DB_TIMEOUT": "1s"} // a PIX's 12 calls on a cluster and its ledger fit the write timeout
 	replicas := []*api{startAPI(t, nil, env), startAPI(t, nil, env)}
 	for i := range 8 { // a botnet on Carla's document: 5 guesses, then the document key refuses
 		r := replicas[i%2].Login(demo[2].Document, "guess", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i+1))
@@ -59,7 +63,7 @@ func TestAPIXRefusedItsSlotOnAClusterSpendsNoQuota(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3, 0)
 	a := startAPI(t, nil, map[string]string{"REDIS_CLUSTER_ADDRS": strings.Join(c.Addrs(), ","),
-		"REDIS_TIMEOUT": "800ms", "PIX_LIMIT": "1000", "PIX_CONCURRENCY": "1"})
+		"REDIS_TIMEOUT": "800ms", "DB_TIMEOUT": "1s", "PIX_LIMIT": "1000", "PIX_CONCURRENCY": "1"})
 	tok := a.Token(demo[0].Document, demo[0].Password)
 	created, refused := 0, 0
 	for burst := 0; burst < 5 && refused == 0; burst++ { // PIX overlap on any machine within a few bursts
@@ -140,5 +144,58 @@ func TestSentinelFailover(t *testing.T) {
 		refused, time.Since(killed).Round(time.Millisecond))
 	if r := a.Statement(tok); r.Status != http.StatusOK || r.Header.Get("RateLimit-Limit") == "" {
 		t.Errorf("after the failover: statement %v %v, want 200 with RateLimit headers", r, r.Header)
+	}
+}
+
+// TestAQueuedPIXRefusedFromMemoryGivesNoPriceBack: on a cluster a queued PIX's steps are calls of
+// their own, its look-up price before its limit. With Ana's one place of a PIX queue (a turn every
+// 3 s) taken by a PIX waiting here, a replica that holds her share of waiters (THROTTLE_MAX_WAITING
+// 2) refuses her next PIX from memory, the steps before the queue's reported admitted unasked:
+// nothing was charged, so nothing is given back. Her look-up bucket, emptied, stays empty.
+func TestAQueuedPIXRefusedFromMemoryGivesNoPriceBack(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 0)
+	a := startAPI(t, nil, map[string]string{"REDIS_CLUSTER_ADDRS": strings.Join(c.Addrs(), ","), "REDIS_TIMEOUT": "600ms",
+		"DB_TIMEOUT": "500ms", "PIX_ALGORITHM": "leaky_bucket", "PIX_LIMIT": "20", "PIX_WINDOW": "1m", "PIX_QUEUE": "1", "THROTTLE_MAX_WAITING": "2"})
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	lookUp := func(key string) int {
+		return a.Do(http.MethodGet, "/v1/pix/keys/"+key, nil, "Authorization", "Bearer "+ana).Status
+	}
+	if r := a.PIX(ana, "bruno@example.com", 1); r.Status != http.StatusCreated { // served at once, its price given back
+		t.Fatalf("Ana's first PIX: %v", r)
+	}
+	waiting := make(chan apitest.Response, 1)
+	go func() { waiting <- a.PIX(ana, "bruno@example.com", 1) }() // its turn 3 s away, its price taken
+	rdb := c.Client(nil)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) { // until it waits
+		var places int64
+		_ = rdb.ForEachMaster(t.Context(), func(ctx context.Context, m *redis.Client) error {
+			for _, k := range m.Keys(ctx, "rl:pix:leaky_bucket:*").Val() {
+				atomic.AddInt64(&places, m.ZCard(ctx, k).Val())
+			}
+			return nil
+		})
+		if places == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Ana's second PIX not waiting its turn within 10s (%d places)", places)
+		}
+	}
+	for i := 0; lookUp(fmt.Sprintf("ghost%d@example.com", i)) == http.StatusNotFound; i++ { // her bucket emptied
+		if i == 10 {
+			t.Fatal("10 misses answered: her bucket never empties")
+		}
+	}
+	for i := range 5 {
+		if r := a.PIX(ana, "bruno@example.com", 1); r.Status != http.StatusTooManyRequests {
+			t.Fatalf("Ana's PIX %d while one waits: %v, want 429", i+3, r)
+		}
+		if s := lookUp(fmt.Sprintf("scan%d@example.com", i)); s != http.StatusTooManyRequests {
+			t.Fatalf("a look-up after Ana's PIX %d refused from memory: %d, want 429 (her bucket still empty: no price was given back)", i+3, s)
+		}
+	}
+	if r := <-waiting; r.Status != http.StatusCreated {
+		t.Errorf("Ana's waiting PIX: %v, want 201 at its turn", r)
 	}
 }

@@ -733,18 +733,17 @@ const WriteTimeout = 15 * time.Second
 const writeMargin = time.Second
 
 // decisionsPerRequest is the most limiter calls one request makes, each within REDIS_TIMEOUT: a
-// PIX decides its look-up buckets, its own limit and its in-flight slot in one call
-// (ratelimit.Limiter.Decide), then settles the buckets and gives the slot back in a second (a
-// miss charged, or a look-up redeemed and refunded). (A miss whose charge is refused makes one or
-// two more, to withdraw its admission and give the payer's charge back: the ledger's answer
-// that the key is nobody's comes long before the longest transfer, which is what is counted.) On a Redis Cluster each of those steps is
-// a call of its own: the buckets asked, the limit, the PIX's mark as its key's original taken,
-// then a redemption and two refunds (a company payer's buckets apart) and the mark dropped, 7 in
-// all, and the slot's (limiterCalls). (A PIX that waits for its key's original asks for its mark
-// again within its wait, which MaxWait bounds.)
+// PIX decides its look-up buckets (a miss's price taken), its own limit and its in-flight slot in
+// one call (ratelimit.Limiter.Decide), then settles the buckets and gives the slot back in a
+// second (the price given back, a look-up redeemed and refunded). On a Redis Cluster each of
+// those steps is a call of its own: the two buckets' prices, the limit, the PIX's mark as its
+// key's original taken; then the mark dropped, the two prices given back, a redemption and its
+// refunds (two, a company payer's buckets apart): 10 in all, and the slot's (limiterCalls). (A
+// PIX that waits for its key's original asks for its mark again within its wait, which MaxWait
+// bounds.)
 const (
 	decisionsPerRequest        = 2
-	clusterDecisionsPerRequest = 7
+	clusterDecisionsPerRequest = 10
 )
 
 // LongestRequest is the longest a request may take before its answer is written: a PIX, with its

@@ -56,13 +56,12 @@ type ticket struct {
 	s    auth.Subject
 	user check // the payer's bucket of the key's type
 	// price gives back the miss's price its admission took from both buckets (admission.price);
-	// none when it took none (Redis did not answer): a miss then pays after the ledger (settle).
+	// none when Redis did not answer it, whose miss the buckets' fail mode answers (settle).
 	price []ratelimit.Step
 	key   string
 	held  *slot // nil: PIX_CONCURRENCY off
 	orig  *mark
 	turn  ratelimit.Decision // a queued PIX's admission: its place, given back if the ledger is busy
-	own   ratelimit.Decision // an unqueued PIX's admission by its own limit: taken back if its miss is refused
 	// unanswered is why Redis did not answer the admission's call (nil when it did): the PIX then
 	// went through by its fail mode, and its settlement is not waited for (settle).
 	unanswered error
@@ -116,9 +115,9 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 				return tk, pa.giveBack(c, a, decided, err)
 			}
 		}
-		if _, ran := decided.ds.Of(a.payUser); ran && (a.ask == nil || !decided.admitted(a.payBank)) {
+		if decided.recorded(a.payUser) && a.ask == nil || decided.refused(a.payUser) || decided.refused(a.payBank) {
 			// The buckets' answer when the price was taken with no ask (after one, in the same
-			// script, it is never refused).
+			// script, it is never refused), or refused.
 			if err := pa.answerPrice(c, user, bank, decided, a.payUser, a.payBank); err != nil {
 				return tk, pa.giveBack(c, a, decided, err)
 			}
@@ -136,7 +135,6 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 		return tk, pa.giveBack(c, a, decided, err)
 	}
 	if !a.queued {
-		tk.own = d
 		switch {
 		case decided.refused(a.takeMark): // another replica's original is in progress
 			orig.wait(ctx, pa.decider(), originalUntil, false)
@@ -239,12 +237,14 @@ func (pa admissions) giveBack(c echo.Context, a admission, decided sequence, err
 // whose charge ran and was admitted. A charge whose call failed may have run, or not: giving
 // back tokens it never took would pay the payer for nothing, so it is not given back (the
 // strict side; a token bucket refills).
+// A charge a layer answered without asking Redis (a queue's, before the step it refused from
+// memory) took nothing (Decision.Recorded).
 func (a admission) price(decided sequence) []ratelimit.Step {
 	var give []ratelimit.Step
-	if decided.admitted(a.payUser) {
+	if decided.recorded(a.payUser) {
 		give = append(give, ratelimit.RefundStep(a.userCost, a.user.Check))
 	}
-	if decided.admitted(a.payBank) {
+	if decided.recorded(a.payBank) {
 		give = append(give, ratelimit.RefundStep(a.bankCost, a.bank.Check))
 	}
 	return give
@@ -274,9 +274,7 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 // in-flight slot and mark back in the same call, and returns the PIX's answer: a PIX to a key
 // nobody has paid the miss in its admission; any other gives the price back, and a 201 also the
 // tokens of the look-up that led to it, if there was one (refund; a replayed 201, which moved
-// nothing, gives none). A miss whose admission took no price pays it now, before its 404 is sent
-// (refused, it is a 429 instead, and its own limit's admission is withdrawn, one call more: a
-// refusal records nothing). The slot goes back even when the client has left. A queued PIX answered ledger_busy (it takes its place of the
+// nothing, gives none). The slot goes back even when the client has left. A queued PIX answered ledger_busy (it takes its place of the
 // ledger at its turn: handlePIX) gives its turn back too: like any PIX answered so, it spent no
 // quota.
 //
@@ -296,17 +294,8 @@ func (t ticket) settle(r pix.Receipt, err error) error {
 		settled(func() { t.pa.release(ctx, release, t.price...) })
 		_, closed := t.pa.answer(t.c, nil, []check{t.user}, []ratelimit.Check{t.user.Check}, ratelimit.Decision{}, t.unanswered, 0)
 		return cmp.Or(closed, err) // the buckets fail closed: a 429; were one ever to fail open, the 404
-	case errors.Is(err, pix.ErrKeyNotFound) && t.price != nil: // paid in its admission
+	case errors.Is(err, pix.ErrKeyNotFound): // paid in its admission
 		t.pa.release(ctx, release)
-	case errors.Is(err, pix.ErrKeyNotFound):
-		if payErr := t.pa.charge(t.c, t.user, false, true, "", release...); payErr != nil {
-			// Refused after all (the payer's bucket, or the bank's, emptied by others since the
-			// ask): the PIX's own admission is taken back, as a refusal records nothing (a
-			// queued one's, its turn).
-			t.pa.giveTurnBack(t.turn)
-			t.pa.takeBack(t.c, t.own, "pix")
-			return payErr
-		}
 	case err == nil && !r.Replayed:
 		settled(func() { t.pa.refund(ctx, t.s, t.user, t.key, release, t.price...) })
 	default:

@@ -459,6 +459,13 @@ func (s sequence) admitted(step ratelimit.Step) bool {
 	return ran && d.Allowed
 }
 
+// recorded says whether step ran and Redis recorded its admission (not a layer's answer from
+// memory: Decision.Recorded).
+func (s sequence) recorded(step ratelimit.Step) bool {
+	d, ran := s.ds.Of(step)
+	return ran && d.Recorded()
+}
+
 // refused says whether step ran and was refused.
 func (s sequence) refused(step ratelimit.Step) bool {
 	d, ran := s.ds.Of(step)

@@ -92,6 +92,11 @@ type Decision struct {
 	taken taken
 }
 
+// Recorded says whether d is an admission Redis recorded (what Withdraw takes back): false for a
+// refusal, an ask, and an answer a layer gave from its memory (package queue reports the steps
+// before one it refuses so admitted, unasked).
+func (d Decision) Recorded() bool { return d.taken.a != "" }
+
 // taken is what an admission of algorithm a recorded in keys by call, decided at at (µs).
 type taken struct {
 	a    Algorithm
