@@ -320,30 +320,45 @@ func histogramFamily(series string, exported map[string]string) string {
 	return series
 }
 
-// TestMetricsCountTheQueue: on a statement queue of a turn every 200 ms, three statements at once
-// are one allowed and two throttled (served after their waits, both measured), and a fourth whose
-// client hangs up while it waits is abandoned, its wait measured too.
+// TestMetricsCountTheQueue: on a statement queue of a turn every 600 ms, three statements at once
+// are one allowed and two throttled (served after their waits, both measured), and a fourth, sent
+// while those two wait (its turn 1.8 s away), whose client hangs up after 100 ms is abandoned, its
+// wait measured too.
 func TestMetricsCountTheQueue(t *testing.T) {
 	t.Parallel()
 	metrics := apitest.FreeAddr(t)
-	a := startAPI(t, redistest.Start(t), map[string]string{"METRICS_ADDR": metrics,
+	srv := redistest.Start(t)
+	a := startAPI(t, srv, map[string]string{"METRICS_ADDR": metrics,
 		"STATEMENT_ALGORITHM": "leaky_bucket", "STATEMENT_LIMIT": "5", "STATEMENT_WINDOW": "3s"}) // a turn every 600 ms
 	diego := a.Token(demo[3].Document, demo[3].Password)
-	statuses := apitest.Burst([]*apitest.Client{a.Client}, 3, func(c *apitest.Client, _ int) apitest.Response {
-		return c.Statement(diego)
-	})
-	if statuses[200] != 3 {
-		t.Fatalf("3 statements at once on a queue of 5 places: %v, want 3 × 200", statuses)
+	burst := make(chan map[int]int, 1)
+	go func() {
+		burst <- apitest.Burst([]*apitest.Client{a.Client}, 3, func(c *apitest.Client, _ int) apitest.Response {
+			return c.Statement(diego)
+		})
+	}()
+	rdb := srv.Client(nil)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // two of them waiting
+		keys := rdb.Keys(t.Context(), "rl:statement:leaky_bucket:*").Val()
+		if len(keys) == 1 && rdb.ZCount(t.Context(), keys[0], "("+strconv.FormatInt(time.Now().UnixMicro(), 10), "+inf").Val() == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the burst's two statements not waiting their turns within 10s")
+		}
 	}
-	// A client that gives up after 100 ms, while its turn is 600 ms after the third's: time enough
-	// to send it on a busy machine.
+	// Sent while the burst's two wait (the last's turn 1.2 s after the first's), its turn comes 1.8 s
+	// after the first's: time enough, on a busy machine, for its client to give up after 100 ms.
 	req, _ := http.NewRequest(http.MethodGet, a.Base+"/v1/statement", nil)
 	req.Header.Set("Authorization", "Bearer "+diego)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	if resp, err := http.DefaultClient.Do(req.WithContext(ctx)); err == nil {
 		resp.Body.Close()
-		t.Fatalf("a statement 2 turns away answered %d within 100 ms", resp.StatusCode)
+		t.Fatalf("a statement 3 turns away answered %d within 100 ms", resp.StatusCode)
+	}
+	if statuses := <-burst; statuses[200] != 3 {
+		t.Fatalf("3 statements at once on a queue of 5 places: %v, want 3 × 200", statuses)
 	}
 	var m map[string]float64
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
