@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -152,5 +153,43 @@ func TestAStoppingReplicaAnswersWhatItQueued(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("api did not stop within 20s")
+	}
+}
+
+// TestAQueuedPIXWhoseSlotRedisCannotDecideFailsClosed: a queued PIX (leaky_bucket, a turn every
+// 3 s) takes its in-flight slot at its turn, in a call of its own. Redis stopped while it waits,
+// that call fails, and the PIX's fail mode (closed, the default) answers: 429
+// rate_limiter_unavailable, and no money moves, as for a PIX whose admission Redis could not
+// decide (it went to the ledger with no slot and no mark, and moved the money).
+func TestAQueuedPIXWhoseSlotRedisCannotDecideFailsClosed(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a := startAPI(t, srv, map[string]string{"REDIS_TIMEOUT": "200ms", "PIX_ALGORITHM": "leaky_bucket",
+		"PIX_LIMIT": "1", "PIX_WINDOW": "3s", "PIX_QUEUE": "2", "PIX_CONCURRENCY": "1", "RATELIMIT_BREAKER_FAILURES": "0"})
+	ana := a.Token(demo[0].Document, demo[0].Password)
+	before := a.Balance(ana)
+	if r := a.PIX(ana, "bruno@example.com", 100); r.Status != http.StatusCreated {
+		t.Fatalf("Ana's first PIX: %v", r)
+	}
+	queued := make(chan apitest.Response, 1)
+	go func() { queued <- a.PIX(ana, "bruno@example.com", 100) }()
+	rdb := srv.Client(nil)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // until it waits its turn
+		keys := rdb.Keys(t.Context(), "rl:pix:leaky_bucket:*").Val()
+		if len(keys) == 1 && rdb.ZCount(t.Context(), keys[0], "("+strconv.FormatInt(time.Now().UnixMicro(), 10), "+inf").Val() == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Ana's second PIX not waiting its turn within 10s")
+		}
+	}
+	srv.Kill()
+	r := <-queued
+	srv.Restart()
+	if r.Status != http.StatusTooManyRequests || r.JSON(t)["error"] != "rate_limiter_unavailable" {
+		t.Errorf("Ana's queued PIX, Redis stopped before its turn: %v, want 429 rate_limiter_unavailable (PIX_FAIL_MODE closed)", r)
+	}
+	if got, want := a.Balance(ana), before-100; got != want {
+		t.Errorf("Ana's balance %d, want %d: only her first PIX moved money", got, want)
 	}
 }

@@ -252,8 +252,11 @@ func (a admission) price(decided sequence) []ratelimit.Step {
 
 // atTurn holds a queued PIX, admitted by d over own in took, until its turn, then takes its slot
 // and its mark (waiting for another replica's original until originalUntil), as an unqueued
-// PIX's call takes them. Refused its slot then, it gives its turn
-// back: as an unqueued PIX refused its slot, it spent nothing of its own limit.
+// PIX's call takes them. Refused its slot then, it gives its turn back: as an unqueued PIX
+// refused its slot, it spent nothing of its own limit. A slot Redis does not answer is the
+// PIX's fail mode's to decide, as its admission's outage would be (the slot's check has it):
+// closed, the PIX is refused and gives its turn back (and the hold the call may have taken);
+// open, it goes on without its slot.
 func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ratelimit.Decision, took time.Duration, held *slot, orig *mark, originalUntil time.Time) error {
 	if err := pa.wait(c, ctx, []check{own}, d, took); err != nil {
 		return err
@@ -261,7 +264,13 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 	if held != nil {
 		start := time.Now()
 		hds, err := pa.decider().Decide(context.WithoutCancel(ctx), held.hold())
-		if err := held.answer(c, pa.limiter, own, hds.Last(), err, time.Since(start)); err != nil {
+		if err != nil {
+			if _, err := pa.answer(c, nil, []check{held.check}, []ratelimit.Check{held.check.Check}, ratelimit.Decision{}, err, time.Since(start)); err != nil {
+				pa.giveTurnBack(d)
+				go pa.release(context.WithoutCancel(ctx), held.release())
+				return err
+			}
+		} else if err := held.answer(c, pa.limiter, own, hds.Last(), nil, time.Since(start)); err != nil {
 			pa.giveTurnBack(d)
 			return err
 		}
@@ -274,9 +283,9 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 // in-flight slot and mark back in the same call, and returns the PIX's answer: a PIX to a key
 // nobody has paid the miss in its admission; any other gives the price back, and a 201 also the
 // tokens of the look-up that led to it, if there was one (refund; a replayed 201, which moved
-// nothing, gives none). The slot goes back even when the client has left. A queued PIX answered ledger_busy (it takes its place of the
-// ledger at its turn: handlePIX) gives its turn back too: like any PIX answered so, it spent no
-// quota.
+// nothing, gives none). The slot goes back even when the client has left. A queued PIX answered
+// ledger_busy (it takes its place of the ledger at its turn: handlePIX) gives its turn back too:
+// like any PIX answered so, it spent no quota.
 //
 // When Redis did not answer the admission (a PIX let through by PIX_FAIL_MODE=open), the answer
 // does not wait for Redis a second time, as a fail mode waits no longer than the Redis timeout:
