@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -604,5 +605,89 @@ func TestAQueuedPIXsWaitsEndTogether(t *testing.T) {
 		if r := <-results; r.Status != http.StatusCreated {
 			t.Errorf("a PIX served at its turn: %v, want 201", r)
 		}
+	}
+}
+
+// scripted is a ledger whose first transfers each wait for the test's word, then fail with it (nil:
+// go on); later ones pass at once. entered hears each transfer's number as it arrives.
+type scripted struct {
+	pix.Ledger
+	n       atomic.Int32
+	entered chan int
+	words   []chan error
+}
+
+func (l *scripted) Transfer(ctx context.Context, r pix.TransferRequest) (pix.Receipt, error) {
+	i := int(l.n.Add(1)) - 1
+	l.entered <- i
+	if i < len(l.words) {
+		if err := <-l.words[i]; err != nil {
+			return pix.Receipt{}, err
+		}
+	}
+	return l.Ledger.Transfer(ctx, r)
+}
+
+// TestAReplayThatTookItsMarkRenewsItsSlot: with one in-flight slot a PIX (CONCURRENCY_LEASE 3s),
+// Ana's PIX is in the ledger on one replica and its retry, on the other, shares its slot and waits
+// for its mark. The original fails a second later (503, nothing recorded), and the retry takes
+// the mark and goes to the ledger itself, its slot's lease counting again from then: a third PIX,
+// 3.3 s after the retry took its slot, is refused pix-concurrency while the retry is in the
+// ledger. (Its lease counted from its admission, the slot had freed at 3 s, and two of Ana's PIX
+// were in the ledger at once.)
+func TestAReplayThatTookItsMarkRenewsItsSlot(t *testing.T) {
+	t.Parallel()
+	inner, err := pix.NewMemoryLedger(apitest.DemoAccounts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := &scripted{Ledger: inner, entered: make(chan int, 8), words: []chan error{make(chan error, 1), make(chan error, 1)}}
+	srv := redistest.Start(t)
+	replicas, _ := fleet(t, srv, ledger, 2, map[string]string{"REDIS_TIMEOUT": "200ms", "DB_TIMEOUT": "500ms",
+		"PIX_CONCURRENCY": "1", "CONCURRENCY_LEASE": "3s"})
+	for _, w := range ledger.words { // nothing held in the ledger as the servers close (cleanups run last first)
+		t.Cleanup(func() {
+			select {
+			case w <- nil:
+			default:
+			}
+		})
+	}
+	ana := replicas[0].Token(apitest.Demo[0].Document, apitest.Demo[0].Password)
+	key := apitest.NewIdempotencyKey()
+	original, retry := make(chan apitest.Response, 1), make(chan apitest.Response, 1)
+	go func() { original <- replicas[0].PIX(ana, "bruno@example.com", 100, "Idempotency-Key", key) }()
+	if i := <-ledger.entered; i != 0 {
+		t.Fatalf("transfer %d first", i)
+	}
+	go func() { retry <- replicas[1].PIX(ana, "bruno@example.com", 100, "Idempotency-Key", key) }()
+	rdb := srv.Client(nil)
+	var held time.Time // by then the retry holds its slot, its lease ending 3 s after at the latest
+	for deadline := time.Now().Add(10 * time.Second); held.IsZero(); time.Sleep(time.Millisecond) {
+		for _, k := range rdb.Keys(t.Context(), "rl:pix-concurrency:*").Val() {
+			if rdb.ZCard(t.Context(), k).Val() == 2 { // the original's hold and the retry's
+				held = time.Now()
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the retry holds no slot within 10s")
+		}
+	}
+	<-time.After(time.Until(held.Add(time.Second))) // within the retry's wait for its mark (1.5 s)
+	ledger.words[0] <- pix.ErrUnavailable
+	if r := <-original; r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("the original: %v, want 503 ledger_unavailable", r)
+	}
+	if i := <-ledger.entered; i != 1 {
+		t.Fatalf("transfer %d second, want the retry's", i)
+	}
+	<-time.After(time.Until(held.Add(3300 * time.Millisecond)))
+	third := replicas[0].PIX(ana, "bruno@example.com", 100)
+	ledger.words[1] <- nil
+	if r := <-retry; r.Status != http.StatusCreated {
+		t.Errorf("the retry: %v, want 201", r)
+	}
+	if third.Status != http.StatusTooManyRequests || !strings.Contains(third.Header.Get("RateLimit"), "pix-concurrency") {
+		t.Errorf("a third PIX while the retry is in the ledger, 3.3 s after it took its slot: %v, want 429 pix-concurrency (PIX_CONCURRENCY 1)", third)
 	}
 }

@@ -137,9 +137,9 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 	if !a.queued {
 		switch {
 		case decided.refused(a.takeMark): // another replica's original is in progress
-			orig.wait(ctx, pa.decider(), originalUntil, false)
+			orig.wait(ctx, pa.decider(), originalUntil, false, held.renew()...)
 		case !decided.admitted(a.takeMark) && decided.err == nil: // a shadow refusal ended the sequence before it
-			orig.wait(ctx, pa.decider(), originalUntil, true)
+			orig.wait(ctx, pa.decider(), originalUntil, true, held.renew()...)
 		}
 		return tk, nil
 	}
@@ -275,7 +275,7 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 			return err
 		}
 	}
-	orig.wait(ctx, pa.decider(), originalUntil, true)
+	orig.wait(ctx, pa.decider(), originalUntil, true, held.renew()...)
 	return nil
 }
 
@@ -383,6 +383,14 @@ func (s *slot) answer(c echo.Context, r limiter, own check, d ratelimit.Decision
 	return &Error{Code: CodeRateLimitExceeded, RetryAfter: inProgress.RetryAfter}
 }
 
+// renew is the slot held again, which renews its lease (none without a slot).
+func (s *slot) renew() []ratelimit.Step {
+	if s == nil {
+		return nil
+	}
+	return []ratelimit.Step{s.hold()}
+}
+
 // hold and ask are the steps that take the slot and ask whether it would be taken.
 func (s *slot) hold() ratelimit.Step { return s.slots.Hold(s.check.Identity, s.name) }
 func (s *slot) ask() ratelimit.Step  { return s.slots.Ask(s.check.Identity, s.name) }
@@ -435,11 +443,13 @@ const markPoll = 20 * time.Millisecond
 // wait asks for the mark until it is taken, the deadline passes or ctx ends; Redis not answering
 // ends it too. Past it, the PIX goes on without the mark: the ledger keeps the key's guarantees.
 // A PIX refused its mark in its admission waits a pause before asking again; a queued one, which
-// takes its mark at its turn, asks at once.
-func (m *mark) wait(ctx context.Context, decider ratelimit.Decider, deadline time.Time, askFirst bool) {
+// takes its mark at its turn, asks at once. Each ask takes renew first, in the same call: the
+// PIX's in-flight slot held again (slot.renew), so that its lease, which outlasts the longest PIX,
+// counts again from the last ask, after which the PIX's ledger call still comes.
+func (m *mark) wait(ctx context.Context, decider ratelimit.Decider, deadline time.Time, askFirst bool, renew ...ratelimit.Step) {
 	for ask := askFirst; ; ask = true {
 		if ask {
-			ds, err := decider.Decide(context.WithoutCancel(ctx), m.take())
+			ds, err := decider.Decide(context.WithoutCancel(ctx), append(renew, m.take())...)
 			d := ds.Last()
 			if err != nil || d.Allowed || !time.Now().Before(deadline) {
 				return
