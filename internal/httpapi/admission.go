@@ -159,17 +159,19 @@ func (pa admissions) admit(c echo.Context, s auth.Subject, req pixRequest, own c
 // and the take, after the limit had admitted this one: so the slot and then the price are taken
 // first (no ask; the slot first, so that PIX the slots refuse hold no price), and a PIX refused
 // them has spent nothing of its limit; one the limit then refuses gives them back (giveBack). A
-// limit in shadow mode never refuses, so the slot and the price are taken before it too (a shadow
-// refusal ends the sequence). A queued PIX takes its slot and mark
+// limit in shadow mode never refuses, so the slot and the price are taken before it too, after
+// the ask in one script (a shadow refusal ends the sequence). A queued PIX takes its slot and mark
 // at its turn.
 func newAdmission(user, bank check, userCost, bankCost int, own check, held *slot, orig *mark, atomic bool) admission {
 	a := admission{limit: ratelimit.AllowStep(own.Check), queued: own.Policy.Algorithm == ratelimit.LeakyBucket,
 		payUser: ratelimit.ChargeStep(user.Check, userCost), payBank: ratelimit.ChargeStep(bank.Check, bankCost),
 		user: user, bank: bank, userCost: userCost, bankCost: bankCost, held: held, orig: orig}
 	slotted := held != nil && !a.queued
-	if atomic && !own.shadow {
+	if atomic { // the buckets asked first: refused there, the PIX took nothing, in one call
 		a.ask = ratelimit.AskStep(user.Check, bank.Check)
 		a.steps = []ratelimit.Step{a.ask}
+	}
+	if atomic && !own.shadow {
 		if slotted {
 			a.askSlot = held.ask()
 			a.steps = append(a.steps, a.askSlot)

@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/pixlimit/pixlimit/internal/auth"
 	"github.com/pixlimit/pixlimit/internal/enforce"
 	"github.com/pixlimit/pixlimit/internal/ratelimit"
+	"github.com/pixlimit/pixlimit/internal/testing/apitest"
 	"github.com/pixlimit/pixlimit/internal/testing/redistest"
 )
 
@@ -35,18 +38,42 @@ func TestRedisCallsPerRequest(t *testing.T) {
 			countCalls(t, limits)
 		})
 	}
+	t.Run("PIX_MODE=shadow", func(t *testing.T) { // its slot and price before its limit, after the buckets' ask
+		t.Parallel()
+		limits := lax()
+		limits.PIX.Shadow = true
+		limits.PIXConcurrency = enforce.RouteLimit{Policy: ratelimit.Policy{Name: "pix-concurrency", Limit: 2, Window: 10 * time.Second}}
+		srv := redistest.Start(t)
+		s := newServerWith(t, srv, limits, ratelimit.Options{}, true) // no deny cache: Redis refuses
+		calls := scriptCalls(t, srv.Client(nil))
+		token, err := s.tokens.Issue(auth.Subject{Account: "acct-diego", Payer: s.tokens.PayerID("93541134780"), Person: "PF", Device: "phone"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		send := func(method, path, body string) int {
+			req := httptest.NewRequest(method, path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Idempotency-Key", apitest.NewIdempotencyKey())
+			rec := httptest.NewRecorder()
+			s.h.ServeHTTP(rec, req)
+			return rec.Code
+		}
+		pix := func() int { return send(http.MethodPost, "/v1/pix", `{"key":"bruno@example.com","amount_cents":100}`) }
+		pix()              // every script loaded
+		for i := range 5 { // Diego's look-up bucket emptied
+			send(http.MethodGet, fmt.Sprintf("/v1/pix/keys/ghost%d@example.com", i), "")
+		}
+		before := calls()
+		if status, got := pix(), calls()-before; status != http.StatusTooManyRequests || got != 1 {
+			t.Errorf("a shadow-limited PIX its bucket refuses: %d after %d script calls, want 429 after 1 (nothing taken)", status, got)
+		}
+	})
 }
 
-// countCalls is TestRedisCallsPerRequest over limits.
-func countCalls(t *testing.T, limits enforce.RouteLimits) {
-	srv := redistest.Start(t)
-	s := newServer(t, srv, limits)
-	rdb := srv.Client(nil)
-	token, err := s.tokens.Issue(auth.Subject{Account: "acct-diego", Payer: s.tokens.PayerID("93541134780"), Person: "PF", Device: "phone"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scriptCalls := func() int {
+// scriptCalls counts the scripts rdb's Redis has run (EVALSHA and EVAL, from INFO commandstats).
+func scriptCalls(t *testing.T, rdb *redis.Client) func() int {
+	return func() int {
 		info, err := rdb.Info(context.Background(), "commandstats").Result()
 		if err != nil {
 			t.Fatal(err)
@@ -63,6 +90,17 @@ func countCalls(t *testing.T, limits enforce.RouteLimits) {
 		}
 		return n
 	}
+}
+
+// countCalls is TestRedisCallsPerRequest over limits.
+func countCalls(t *testing.T, limits enforce.RouteLimits) {
+	srv := redistest.Start(t)
+	s := newServer(t, srv, limits)
+	token, err := s.tokens.Issue(auth.Subject{Account: "acct-diego", Payer: s.tokens.PayerID("93541134780"), Person: "PF", Device: "phone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scriptCalls := scriptCalls(t, srv.Client(nil))
 	send := func(method, path, body string, header ...string) int {
 		req := httptest.NewRequest(method, path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
