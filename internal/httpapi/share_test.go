@@ -38,27 +38,23 @@ func (l *stuckTransfers) Transfer(ctx context.Context, r pix.TransferRequest) (p
 	return l.MemoryLedger.Transfer(ctx, r)
 }
 
-// TestALoginTakesItsAccountsShareOfTheLedger: a login's look-up takes a place of the same share
-// of the ledger as its account's calls: with Ana's two places held by two PIX in progress, a login
-// to her document waits its turn and is 503 ledger_busy, having asked the ledger nothing (it took
-// a place of its own, and one account held twice its share), and not logged as an error of the
-// server, and spent none of its keys' quota (withdrawn); Bruno's login is served.
-func TestALoginTakesItsAccountsShareOfTheLedger(t *testing.T) {
-	t.Parallel()
-	s := newServer(t, redistest.Start(t), lax())
+// heldShare serves s's routes over a share of the ledger of two places per account, each waited
+// for at most wait, with Ana's two held by PIX in the ledger (logged to logs; the server has the
+// deny cache a replica has). login sends a login from 198.51.100.9; release lets the PIX go on,
+// each 201, and waits for them (the test's end does it, if not before).
+func heldShare(t *testing.T, s server, limits enforce.RouteLimits, wait time.Duration, logs *apitest.Logs) (login func(document, password string) *httptest.ResponseRecorder, release func()) {
+	t.Helper()
 	ledger := &stuckTransfers{MemoryLedger: s.ledger, release: make(chan struct{})}
-	share, err := pix.NewShare(2, 200*time.Millisecond)
+	share, err := pix.NewShare(2, wait)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &apitest.Logs{}
-	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(logs, nil)), Limiter: s.limiter, Limits: lax(), Ledger: pix.Shared(ledger, share), Share: share,
-		Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
+	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.NewTextHandler(logs, nil)), Limiter: s.limiter, Stack: s.stack, DenyCache: s.cache,
+		Limits: limits, Ledger: pix.Shared(ledger, share), Share: share, Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ana, bruno := apitest.Demo[0], apitest.Demo[1]
-	document, _, err := pix.ParseDocument(ana.Document)
+	document, _, err := pix.ParseDocument(apitest.Demo[0].Document)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,18 +79,27 @@ func TestALoginTakesItsAccountsShareOfTheLedger(t *testing.T) {
 			}
 		})
 	}
-	defer pixes.Wait()
-	defer close(ledger.release)
-	for deadline := time.Now().Add(10 * time.Second); ledger.in.Load() < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of Ana's 2 PIX reached the ledger", ledger.in.Load())
-		}
-	}
-	login := func(document, password string) *httptest.ResponseRecorder {
+	var once sync.Once
+	release = func() { once.Do(func() { close(ledger.release); pixes.Wait() }) }
+	t.Cleanup(release)
+	inLedger(t, ledger, 2)
+	return func(document, password string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodPost, "/v1/login", strings.NewReader(`{"document":"`+document+`","password":"`+password+`"}`))
 		req.RemoteAddr = "198.51.100.9:1234"
 		return serve(req)
-	}
+	}, release
+}
+
+// TestALoginTakesItsAccountsShareOfTheLedger: a login's look-up takes a place of the same share
+// of the ledger as its account's calls: with Ana's two places held by two PIX in progress, a login
+// to her document waits its turn and is 503 ledger_busy, having asked the ledger nothing (it took
+// a place of its own, and one account held twice its share), and not logged as an error of the
+// server, and spent none of its keys' quota (withdrawn); Bruno's login is served.
+func TestALoginTakesItsAccountsShareOfTheLedger(t *testing.T) {
+	t.Parallel()
+	logs := &apitest.Logs{}
+	login, _ := heldShare(t, newServer(t, redistest.Start(t), lax()), lax(), 200*time.Millisecond, logs)
+	ana, bruno := apitest.Demo[0], apitest.Demo[1]
 	if rec := login(ana.Document, ana.Password); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"ledger_busy"`) {
 		t.Errorf("Ana's login while her 2 places are held: %d %s, want 503 ledger_busy", rec.Code, rec.Body)
 	}
@@ -118,49 +123,10 @@ func TestAShedLoginsRoomIsNotRefusedFromMemory(t *testing.T) {
 	srv := redistest.Start(t)
 	limits := lax()
 	limits.LoginAccount.Policy.Limit = 1
-	s := newServer(t, srv, limits)
-	ledger := &stuckTransfers{MemoryLedger: s.ledger, release: make(chan struct{})}
-	share, err := pix.NewShare(2, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := httpapi.NewServer(httpapi.Deps{Logger: slog.New(slog.DiscardHandler), Limiter: s.limiter, Stack: s.stack, DenyCache: s.cache,
-		Limits: limits, Ledger: pix.Shared(ledger, share), Share: share, Tokens: s.tokens, Devices: s.devices, Passwords: s.passwords})
-	if err != nil {
-		t.Fatal(err)
-	}
+	login, release := heldShare(t, newServer(t, srv, limits), limits, 2*time.Second, &apitest.Logs{})
 	ana := apitest.Demo[0]
-	document, _, err := pix.ParseDocument(ana.Document)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := s.tokens.Issue(auth.Subject{Account: "acct-ana", Payer: s.tokens.PayerID(document), Person: "PF"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serve := func(req *http.Request) *httptest.ResponseRecorder {
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec
-	}
-	var pixes sync.WaitGroup
-	for range 2 {
-		pixes.Go(func() {
-			req := httptest.NewRequest(http.MethodPost, "/v1/pix", strings.NewReader(`{"key":"bruno@example.com","amount_cents":1}`))
-			req.Header.Set("Authorization", "Bearer "+token)
-			req.Header.Set("Idempotency-Key", apitest.NewIdempotencyKey())
-			serve(req)
-		})
-	}
-	inLedger(t, ledger, 2)
-	login := func() *httptest.ResponseRecorder {
-		req := httptest.NewRequest(http.MethodPost, "/v1/login", strings.NewReader(`{"document":"`+ana.Document+`","password":"`+ana.Password+`"}`))
-		req.RemoteAddr = "198.51.100.9:1234"
-		return serve(req)
-	}
 	shed := make(chan *httptest.ResponseRecorder, 1)
-	go func() { shed <- login() }()
+	go func() { shed <- login(ana.Document, ana.Password) }()
 	rdb := srv.Client(nil)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // its admission recorded
 		if keys := rdb.Keys(t.Context(), "rl:login-account:*").Val(); len(keys) == 1 && rdb.ZCard(t.Context(), keys[0]).Val() == 1 {
@@ -170,15 +136,14 @@ func TestAShedLoginsRoomIsNotRefusedFromMemory(t *testing.T) {
 			t.Fatal("Ana's first login not admitted within 10s")
 		}
 	}
-	if r := login(); r.Code != http.StatusTooManyRequests {
+	if r := login(ana.Document, ana.Password); r.Code != http.StatusTooManyRequests {
 		t.Fatalf("Ana's second login, her key full: %d %s, want 429", r.Code, r.Body)
 	}
 	if r := <-shed; r.Code != http.StatusServiceUnavailable {
 		t.Fatalf("Ana's first login, her places held: %d %s, want 503", r.Code, r.Body)
 	}
-	close(ledger.release)
-	pixes.Wait()
-	if r := login(); r.Code != http.StatusOK {
+	release()
+	if r := login(ana.Document, ana.Password); r.Code != http.StatusOK {
 		t.Errorf("Ana's login after her shed one was withdrawn: %d %s (RateLimit-Policy %q), want 200: Redis has room", r.Code, r.Body, r.Header().Get("RateLimit-Policy"))
 	}
 }
