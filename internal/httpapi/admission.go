@@ -31,10 +31,11 @@ import (
 // look-up does, so it is paid for like one, or PIX would be the way to enumerate keys once
 // look-ups are refused; its price is taken before the ledger and given back after it unless the
 // key was missing (ticket.settle), so PIX sent together learn no more keys than one by one. While
-// every slot is held by other PIX, 429 pix-concurrency; else its own limit decides as any route's. A bucket that cannot be
-// asked (Redis down) leaves the PIX to its own limit's fail mode. A queued PIX (leaky_bucket)
-// waits for its turn, then takes its slot and mark in a call of its own: it holds none while it
-// waits. The slot and the mark are this file's last two types; the buckets are buckets.go's.
+// every slot is held by other PIX, 429 pix-concurrency; else its own limit decides as any
+// route's. A bucket that cannot be asked (Redis down) leaves the PIX to its own limit's fail
+// mode. A queued PIX (leaky_bucket) waits for its turn, then takes its slot and mark in a call of
+// its own: it holds none while it waits. The slot and the mark are this file's last two types;
+// the buckets are buckets.go's.
 
 // admissions admit PIX: a PIX's own limit (its account's tier's), its in-flight slot and its key's
 // mark, and the DICT buckets (package dict) it may pay.
@@ -267,7 +268,8 @@ func (pa admissions) atTurn(c echo.Context, ctx context.Context, own check, d ra
 		start := time.Now()
 		hds, err := pa.decider().Decide(context.WithoutCancel(ctx), held.hold())
 		if err != nil {
-			if _, err := pa.answer(c, nil, []check{held.check}, []ratelimit.Check{held.check.Check}, ratelimit.Decision{}, err, time.Since(start)); err != nil {
+			slot := []check{held.check}
+			if _, err := pa.answer(c, nil, slot, checks(slot), ratelimit.Decision{}, err, time.Since(start)); err != nil {
 				pa.giveTurnBack(d)
 				go pa.release(context.WithoutCancel(ctx), held.release())
 				return err

@@ -91,34 +91,31 @@ func (b buckets) exhausted(bank ratelimit.Policy, retryAfter time.Duration) *Err
 	return &Error{Code: CodeLookupCapacityExhausted, RetryAfter: retryAfter}
 }
 
-// charge pays a look-up's price once the answer is known, in one limiter call (after first, steps
-// never refused that share it, such as a PIX's slot given back): the payer's
+// charge pays a look-up's price once the answer is known, in one limiter call: the payer's
 // bucket (user) then, unless it refused, the bank's; found costs 1 of each, a miss the payer's
 // miss cost and the bank's. A found key's look-up is also granted, in that call, to the payment
-// it may lead to (grant is its voucher's identity; "" for a PIX, which is the payment). The payer's
-// refusal is 429, reporting its bucket (with quiet, an admission sets no RateLimit headers); the
-// bank's is 503 lookup_capacity_exhausted, without them, logged and counted, and the payer's
-// charge, made before it in the call, is given back (refundUser): the customer did nothing wrong.
-func (b buckets) charge(c echo.Context, user check, found, quiet bool, grant string, first ...ratelimit.Step) error {
+// it may lead to (grant is its voucher's identity; "" for none). The payer's refusal is 429,
+// reporting its bucket; the bank's is 503 lookup_capacity_exhausted, without RateLimit headers,
+// logged and counted, and the payer's charge, made before it in the call, is given back
+// (refundUser): the customer did nothing wrong. (A PIX takes its price in its admission:
+// admission.go.)
+func (b buckets) charge(c echo.Context, user check, found bool, grant string) error {
 	userCost, bankCost := b.rules.Price(found)
 	bank := b.bank()
 	payUser, payBank := ratelimit.ChargeStep(user.Check, userCost), ratelimit.ChargeStep(bank.Check, bankCost)
-	steps := append(first, payUser, payBank)
+	steps := []ratelimit.Step{payUser, payBank}
 	var granted ratelimit.Step
 	if grant != "" {
 		granted = dict.Vouchers.Grant(grant)
 		steps = append(steps, granted)
 	}
 	// On a context the client cannot cancel: a scanner that hangs up once the ledger has answered
-	// still pays its miss, and a PIX's slot goes back.
+	// still pays its miss.
 	paid := b.sequenceOf(context.WithoutCancel(c.Request().Context()), steps...)
-	if paid.err != nil && len(first) > 0 {
-		b.releaseLater(first, paid.err)
-	}
 	if paid.refused(payBank) {
 		b.refundUser(context.WithoutCancel(c.Request().Context()), user, userCost)
 	}
-	payErr := b.answerPaid(c, user, bank, quiet, true, paid, payUser, payBank)
+	payErr := b.answerPaid(c, user, bank, false, true, paid, payUser, payBank)
 	if payErr == nil && granted != nil && !paid.admitted(granted) {
 		b.events.log("grant:"+dict.Vouchers.Name, slog.LevelWarn, "a look-up not recorded for the payment that may follow it",
 			"policy", dict.Vouchers.Name)

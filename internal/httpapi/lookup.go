@@ -51,11 +51,11 @@ func handleLookup(ledger pix.Payments, share *pix.Share, lookups buckets) echo.H
 		p, err := lookupKey(c.Request().Context(), ledger, share, s.Account, key)
 		switch {
 		case errors.Is(err, pix.ErrKeyNotFound):
-			if err := lookups.charge(c, user, false, false, ""); err != nil {
+			if err := lookups.charge(c, user, false, ""); err != nil {
 				return err
 			}
 		case err == nil:
-			if err := lookups.charge(c, user, true, false, dict.Voucher(lookups.payer(s), key)); err != nil {
+			if err := lookups.charge(c, user, true, dict.Voucher(lookups.payer(s), key)); err != nil {
 				return err
 			}
 		}

@@ -333,8 +333,11 @@ func queueOf(policy, identity string, local bool) string {
 // fullLocked is full with ws.mu held: every place taken, or half of them (at least 1) by owner,
 // one account whatever its queues, so that one payroll never takes every place.
 func (ws *waiters) fullLocked(owner string) bool {
-	return ws.count.Load() >= ws.max || ws.byOwner[owner] >= max(1, ws.max/2)
+	return ws.count.Load() >= ws.max || ws.halfLocked(owner)
 }
+
+// halfLocked says owner holds its half of the places (at least 1); ws.mu is held.
+func (ws *waiters) halfLocked(owner string) bool { return ws.byOwner[owner] >= max(1, ws.max/2) }
 
 // soonest is the time until owner's request finds room here: until the first of this replica's
 // waiters is served, or, while owner holds its half of the places, the first of its own (another
@@ -343,7 +346,7 @@ func (ws *waiters) fullLocked(owner string) bool {
 func (ws *waiters) soonest(now time.Time, pace time.Duration, owner string) time.Duration {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	own := ws.byOwner[owner] >= max(1, ws.max/2)
+	own := ws.halfLocked(owner)
 	soonest := time.Duration(-1)
 	for _, k := range ws.byKey {
 		for w := range k {
